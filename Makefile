@@ -1,0 +1,43 @@
+# Two commands do all the set-up on a fresh machine:
+#   make course   install, then run every notebook headless in quick mode (build/)
+#   make test     install, then the whole test suite (unit, integration, notebooks)
+# On a GPU cluster: make install EXTRA=gpu (tensorflow[and-cuda] instead of tensorflow-cpu).
+
+SHELL := /bin/bash
+# Debian's /usr/bin/python3 is world-readable, so a venv made from it also works for
+# other Unix users (e.g. JupyterHub servers started as the user).
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRA ?= cpu
+STAMP := $(VENV)/.installed-$(EXTRA)
+KERNEL_NAME ?= tf-hpc-course
+PYTEST_ARGS ?=
+
+.PHONY: install course test lab kernel bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRA),test]'
+	@touch $(STAMP)
+
+course: install
+	$(PY) -m helpers.course_run --out build
+
+test: install
+	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(PYTEST_ARGS)
+
+kernel: install
+	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "TF HPC course"
+
+lab: kernel
+	cd notebooks && ../$(VENV)/bin/jupyter lab
+
+bench: install
+	$(PY) -m helpers bench --out build/bench
+
+clean:
+	rm -rf build .pytest_cache

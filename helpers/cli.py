@@ -1,0 +1,122 @@
+"""`python -m helpers ...`: the command line of the course (info, data, train, cluster, bench).
+
+Problems a user can fix end in one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import CourseError
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m helpers",
+                                     description="Plumbing of the data-parallel TensorFlow course.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("info", help="what this process has: CPUs, GPUs, Slurm, versions")
+
+    data = sub.add_parser("data", help="prepare CIFAR-10 offline, or make a synthetic archive")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    prep = data_sub.add_parser("prepare", help="build the tfds cifar10 dataset from a local archive")
+    prep.add_argument("--archive", required=True, help="cifar-10-binary.tar.gz (downloaded on a login node)")
+    prep.add_argument("--data-dir", required=True, help="where tfds keeps the prepared dataset")
+    synth = data_sub.add_parser("synth", help="write a SYNTHETIC archive in CIFAR-10 binary format")
+    synth.add_argument("--out", required=True, help="archive to write, e.g. synthetic.tar.gz")
+    synth.add_argument("--train", type=int, default=2048, help="training images (default 2048)")
+    synth.add_argument("--test", type=int, default=512, help="test images (default 512)")
+    synth.add_argument("--seed", type=int, default=0)
+
+    train = sub.add_parser("train", help="train once (what a Slurm batch script runs with srun)")
+    train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker", "default"], default="auto")
+    train.add_argument("--model", choices=["cnn", "resnet50"], default="cnn")
+    train.add_argument("--sync-bn", action="store_true", help="synchronized batch normalisation")
+    train.add_argument("--loop", choices=["fit", "custom"], default="fit")
+    train.add_argument("--data-dir", help="prepared CIFAR-10 (default: COURSE_DATA_DIR, or synthetic in quick mode)")
+    train.add_argument("--mode", choices=["quick", "full", "auto"], help="default: COURSE_MODE or auto")
+    train.add_argument("--epochs", type=_positive)
+    train.add_argument("--batch", type=_positive, dest="per_replica_batch", help="per-replica batch")
+    train.add_argument("--steps-per-epoch", type=_positive)
+    train.add_argument("--train-examples", type=_positive)
+    train.add_argument("--cpu-replicas", type=_positive, default=1,
+                       help="logical CPU devices for MirroredStrategy on a CPU-only node")
+    train.add_argument("--lr", type=float, default=0.05, dest="learning_rate")
+    train.add_argument("--seed", type=int, default=42)
+    train.add_argument("--results", help="JSON file the chief writes the results to")
+
+    cluster = sub.add_parser("cluster", help="start or stop ipyparallel engines from a shell")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    start = cluster_sub.add_parser("start", help="start a controller and engines, print the cluster id")
+    start.add_argument("-n", type=_positive, default=2, help="number of engines")
+    start.add_argument("--slurm", action="store_true", help="start the engines through Slurm")
+    stop = cluster_sub.add_parser("stop", help="stop a cluster, or every course cluster with --all")
+    stop.add_argument("--cluster-id")
+    stop.add_argument("--all", action="store_true", help="also what a crashed kernel left behind")
+
+    bench = sub.add_parser("bench", help="measure engines, training and input pipeline; print a table")
+    bench.add_argument("--out", default="build/bench", help="directory for bench.json and bench.csv")
+    bench.add_argument("--steps", type=_positive, default=12, help="timed steps per configuration")
+    bench.add_argument("--only", help="comma-separated row names to run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except CourseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args) -> int:
+    if args.command == "info":
+        from .environment import report
+
+        print(json.dumps(report(), indent=2))
+    elif args.command == "data":
+        from . import data
+
+        if args.data_command == "synth":
+            path = data.synth_archive(args.out, args.train, args.test, args.seed)
+            print(f"wrote SYNTHETIC archive {path} ({args.train} train, {args.test} test images)")
+        else:
+            target = data.prepare(args.archive, args.data_dir)
+            info = data.dataset_info(args.data_dir)
+            print(f"prepared {info.label} in {target}: {info.train_size} train, {info.test_size} test")
+    elif args.command == "train":
+        from .train import TrainConfig, run
+
+        fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
+        run(TrainConfig(**fields))
+    elif args.command == "cluster":
+        from . import cluster
+
+        if args.cluster_command == "start":
+            engines = cluster.start_engines(args.n, slurm=args.slurm, keep=True)
+            print(f"cluster {engines.cluster_id}: {len(engines)} engines ready "
+                  f"(stop with: python -m helpers cluster stop --cluster-id {engines.cluster_id})")
+        else:
+            stopped = cluster.stop_all() if args.all else cluster.stop_by_id(args.cluster_id)
+            print(f"stopped {stopped} cluster(s)")
+    elif args.command == "bench":
+        from .bench import main as bench_main
+
+        return bench_main(out=args.out, steps=args.steps, only=args.only)
+    return 0

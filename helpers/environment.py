@@ -1,0 +1,161 @@
+"""What this process has: CPUs, GPUs, a Slurm allocation or step, versions.
+
+Two things here must run before TensorFlow initialises (splitting the CPU into logical
+devices, removing proxies for gRPC), so nothing in this module imports TensorFlow at
+import time.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from .errors import CourseError
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                   "all_proxy", "ALL_PROXY")
+
+
+def remove_proxies() -> dict[str, str]:
+    """Remove HTTP(S) proxy variables from this process's environment.
+
+    gRPC, which MultiWorkerMirroredStrategy uses between workers, honours these
+    variables and then sends worker-to-worker traffic to the centre's web proxy, where
+    it stalls. HPC centres therefore ask jobs to unset them. Returns what was removed so a
+    caller can report it.
+    """
+    return {name: os.environ.pop(name) for name in PROXY_VARIABLES if name in os.environ}
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the Slurm/cgroup affinity, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def gpu_count_without_tf() -> int:
+    """GPUs visible to this process, found without initialising TensorFlow."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+@dataclass
+class SlurmInfo:
+    """The Slurm job and step this process runs in, read from `SLURM_*` variables."""
+
+    job_id: str | None
+    step: bool  # inside an `srun` step (SLURM_PROCID and the step variables are set)
+    procid: int | None
+    ntasks: int | None
+    nodelist: str | None
+    tasks_per_node: str | None
+    extra: dict = field(default_factory=dict)
+
+
+def slurm_info(environ: dict | None = None) -> SlurmInfo | None:
+    """The Slurm context of this process, or None outside Slurm.
+
+    Malformed numeric variables are reported as a `CourseError` here, once, rather than as
+    a ValueError from deep inside TensorFlow's resolver later.
+    """
+    env = os.environ if environ is None else environ
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if job_id is None and "SLURM_PROCID" not in env:
+        return None
+
+    def as_int(name: str) -> int | None:
+        value = env.get(name)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise CourseError(f"{name}={value!r} is not a whole number: this does not look like "
+                              "a Slurm step; run under srun or unset the SLURM_* variables") from None
+
+    procid = as_int("SLURM_PROCID")
+    ntasks = as_int("SLURM_STEP_NUM_TASKS")
+    step = procid is not None and ntasks is not None and "SLURM_STEP_NODELIST" in env
+    return SlurmInfo(job_id=job_id, step=step, procid=procid, ntasks=ntasks,
+                     nodelist=env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
+                     tasks_per_node=env.get("SLURM_STEP_TASKS_PER_NODE"),
+                     extra={k: env[k] for k in ("SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK",
+                                                "SLURMD_NODENAME") if k in env})
+
+
+def tensorflow_initialised() -> bool:
+    """Whether TensorFlow's runtime context already exists in this process."""
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.eager import context
+
+    return context.context()._context_handle is not None  # noqa: SLF001 - no public API
+
+
+def split_cpu(replicas: int) -> list:
+    """Split the CPU into `replicas` logical devices so MirroredStrategy has replicas.
+
+    TensorFlow fixes its device list when it initialises, so this must run before the
+    first op. Calling it twice with the same count is harmless.
+    """
+    if replicas < 1:
+        raise CourseError(f"cannot split the CPU into {replicas} devices: ask for 1 or more")
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    wanted = [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if current is not None and len(current) == replicas:
+        return tf.config.list_logical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpu, wanted)
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        raise CourseError(f"TensorFlow already initialised with {have} CPU device(s); split the "
+                          f"CPU into {replicas} before any TensorFlow op (restart the kernel and "
+                          "call it first)") from None
+    return tf.config.list_logical_devices("CPU")
+
+
+def versions() -> dict[str, str]:
+    """Versions of the pieces the course depends on (those importable here)."""
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for dist in ("tensorflow", "tensorflow-cpu", "keras", "tensorflow-datasets", "ipyparallel",
+                 "jupyterlab", "numpy"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def report() -> dict:
+    """Everything the course detected about this process, for `helpers info` and notebook 00."""
+    slurm = slurm_info()
+    return {
+        "host": platform.node(),
+        "cpus": cpu_count(),
+        "gpus": gpu_count_without_tf(),
+        "slurm": None if slurm is None else {
+            "job_id": slurm.job_id, "in_step": slurm.step, "procid": slurm.procid,
+            "ntasks": slurm.ntasks, "nodelist": slurm.nodelist, **slurm.extra},
+        "tf_config": bool(os.environ.get("TF_CONFIG")),
+        "proxies_set": [name for name in PROXY_VARIABLES if name in os.environ],
+        "versions": versions(),
+    }

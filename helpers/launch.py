@@ -1,0 +1,91 @@
+"""Run N local worker processes with TF_CONFIG, each with a hard-kill deadline.
+
+A MultiWorkerMirroredStrategy worker whose peer never arrives waits for good and ignores
+SIGTERM; only SIGKILL ends it. Everything here therefore kills with SIGKILL at the
+deadline, and kills the whole group when one worker fails, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from .errors import CourseError
+from .resolver import free_port, make_tf_config
+
+
+@dataclass
+class WorkerOutcome:
+    rank: int
+    returncode: int | None  # None: killed at the deadline
+    output: str
+
+
+def worker_env(workers: list[str], rank: int, base: dict | None = None) -> dict:
+    """Environment of local worker `rank`: TF_CONFIG, quiet TensorFlow logs, no proxies."""
+    env = dict(os.environ if base is None else base)
+    env["TF_CONFIG"] = json.dumps(make_tf_config(workers, rank))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        env.pop(name, None)
+    return env
+
+
+def run_local_workers(args: list[str], n: int, deadline_s: float = 300.0,
+                      env: dict | None = None) -> list[WorkerOutcome]:
+    """Run `python args...` as `n` workers of one cluster on localhost; wait at most `deadline_s`.
+
+    If any worker fails, the others are killed at once (they would wait for it for ever).
+    """
+    if n < 1:
+        raise CourseError(f"cannot run {n} workers: ask for at least 1")
+    workers = [f"localhost:{free_port()}" for _ in range(n)]
+    procs = [subprocess.Popen([sys.executable, *args], env=worker_env(workers, rank, env),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+             for rank in range(n)]
+    outputs = _wait_all(procs, deadline_s)
+    return [WorkerOutcome(rank, proc.returncode if not killed else None, out)
+            for rank, (proc, (out, killed)) in enumerate(zip(procs, outputs))]
+
+
+def _wait_all(procs: list[subprocess.Popen], deadline_s: float) -> list[tuple[str, bool]]:
+    import threading
+
+    chunks: list[list[str]] = [[] for _ in procs]
+    readers = [threading.Thread(target=lambda p=p, c=c: c.extend(iter(p.stdout.readline, "")),
+                                daemon=True) for p, c in zip(procs, chunks)]
+    for reader in readers:
+        reader.start()
+    end = time.monotonic() + deadline_s
+    killed = [False] * len(procs)
+    while any(p.poll() is None for p in procs):
+        failed = any(p.poll() not in (None, 0) for p in procs)
+        if failed or time.monotonic() > end:
+            for i, p in enumerate(procs):
+                if p.poll() is None:
+                    kill_group(p.pid)
+                    killed[i] = True
+            break
+        time.sleep(0.1)
+    for p in procs:
+        p.wait()
+    for reader in readers:
+        reader.join(timeout=5)
+    return [("".join(c), k) for c, k in zip(chunks, killed)]
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a process and its session (TensorFlow workers ignore SIGTERM)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

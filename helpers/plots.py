@@ -1,0 +1,79 @@
+"""Figures of the course: training curves and throughput against replicas.
+
+Every figure names its data source in the title, so synthetic quick-mode data is never
+mistaken for CIFAR-10; `save` also writes it to the figures directory of `make course`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FIGURES_ENV = "COURSE_FIGURES_DIR"
+
+
+def figures_dir() -> Path:
+    """`COURSE_FIGURES_DIR`, else build/figures of the course checkout, else ./figures."""
+    if os.environ.get(FIGURES_ENV):
+        return Path(os.environ[FIGURES_ENV])
+    repo = Path(__file__).resolve().parents[1]
+    return repo / "build" / "figures" if (repo / "pyproject.toml").is_file() else Path("figures")
+
+
+def save(fig, name: str) -> Path:
+    """Write `fig` as PNG under `figures_dir()` and return the path."""
+    target = figures_dir() / f"{name}.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110, bbox_inches="tight")
+    return target
+
+
+def curves(runs: dict[str, dict[str, list[float]]], data_label: str, title: str = "Training"):
+    """Loss and accuracy per epoch for several labelled runs, side by side."""
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in ("loss", "accuracy") if any(m in r for r in runs.values())]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for label, history in runs.items():
+            values = history.get(metric)
+            if values:
+                ax.plot(range(1, len(values) + 1), values, marker="o", label=label)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{title} - {data_label}")
+    fig.tight_layout()
+    return fig
+
+
+def throughput(points: list[dict], data_label: str, title: str = "Throughput"):
+    """Images/s and scaling efficiency against the number of replicas or workers.
+
+    Each point: {"replicas": int, "images_per_s": float, "label": str (optional)}.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    groups: dict[str, list[dict]] = {}
+    for p in points:
+        groups.setdefault(p.get("label", "measured"), []).append(p)
+    for label, group in groups.items():
+        group = sorted(group, key=lambda p: p["replicas"])
+        xs = [p["replicas"] for p in group]
+        ys = [p["images_per_s"] for p in group]
+        ax1.plot(xs, ys, marker="o", label=label)
+        base = ys[0] / xs[0]
+        ax2.plot(xs, [y / (base * x) for x, y in zip(xs, ys)], marker="o", label=label)
+    ax1.set_xlabel("replicas")
+    ax1.set_ylabel("images/s")
+    ax2.set_xlabel("replicas")
+    ax2.set_ylabel("scaling efficiency")
+    ax2.axhline(1.0, color="grey", lw=0.8, ls="--")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{title} - {data_label}")
+    fig.tight_layout()
+    return fig

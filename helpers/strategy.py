@@ -1,0 +1,113 @@
+"""One call that returns the right tf.distribute strategy for where it runs.
+
+- one process, GPUs: MirroredStrategy with NCCL all-reduce;
+- one process, CPU: MirroredStrategy over logical CPU devices (see `environment.split_cpu`);
+- several workers (TF_CONFIG, or a Slurm step with several tasks):
+  MultiWorkerMirroredStrategy, NCCL on GPUs and ring on CPU (NCCL has no CPU kernel).
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import keras_fix
+from .environment import gpu_count_without_tf
+from .errors import CourseError
+from .resolver import cluster_resolver, slurm_resolver
+
+KINDS = ("auto", "mirrored", "multiworker", "default")
+DEFAULT_COLLECTIVE_TIMEOUT = float(os.environ.get("COURSE_COLLECTIVE_TIMEOUT", "300"))
+
+
+def communication_for(gpus: int) -> str:
+    """The collective implementation to use: NCCL on GPUs, ring on CPU."""
+    return "NCCL" if gpus > 0 else "RING"
+
+
+def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
+                  communication: str | None = None):
+    """Create the strategy for this process.
+
+    `auto` chooses multi-worker when a cluster of more than one worker is described
+    (TF_CONFIG, Slurm step) and MirroredStrategy otherwise. Collectives get a timeout so
+    that a lost worker ends in an error instead of a hang.
+    """
+    if kind not in KINDS:
+        raise CourseError(f"unknown strategy {kind!r}: use one of {', '.join(KINDS)}")
+    resolver = cluster_resolver() if kind in ("auto", "multiworker") else None
+    if kind == "multiworker" and resolver is None:
+        raise CourseError("multi-worker strategy asked for, but this process is not part of a "
+                          "cluster: set TF_CONFIG or run the workers under `srun`")
+    if resolver is not None:
+        return _multiworker(resolver, timeout_seconds, communication)
+    return _single_process(kind)
+
+
+def _single_process(kind: str):
+    import tensorflow as tf
+
+    if kind == "default":
+        return tf.distribute.get_strategy()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        return tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.NcclAllReduce())
+    return tf.distribute.MirroredStrategy(
+        devices=[d.name for d in tf.config.list_logical_devices("CPU")])
+
+
+def _multiworker(resolver, timeout_seconds: float | None, communication: str | None):
+    import tensorflow as tf
+
+    implementation = (communication or communication_for(gpu_count_without_tf())).upper()
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=getattr(tf.distribute.experimental.CommunicationImplementation, implementation),
+        timeout_seconds=timeout_seconds if timeout_seconds is not None else DEFAULT_COLLECTIVE_TIMEOUT)
+    keras_fix.apply()
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                                         communication_options=options)
+    except RuntimeError as exc:
+        if "must be configured at program startup" in str(exc):
+            raise CourseError("TensorFlow already ran an op in this process, so it cannot join a "
+                              "multi-worker cluster: create the strategy first, right after "
+                              "importing TensorFlow (restart the kernel/engine)") from None
+        raise
+
+
+def is_chief(strategy) -> bool:
+    """Whether this worker writes checkpoints, logs and results (worker 0, or single process)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def worker_rank(strategy) -> int:
+    """This worker's index in the cluster (0 in a single process)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or resolver.task_id is None:
+        return 0
+    return int(resolver.task_id)
+
+
+__all__ = ["make_strategy", "is_chief", "worker_rank", "communication_for", "replica_values",
+           "slurm_resolver"]
+
+
+def replica_values(strategy, variable) -> list:
+    """The value of a variable on each local replica, as NumPy arrays.
+
+    A Keras 3 variable wraps the strategy's distributed variable (`.value`); its local
+    results are the per-replica copies, which is where "mirrored" can be checked.
+    """
+    value = getattr(variable, "value", variable)
+    return [v.numpy() for v in strategy.experimental_local_results(value)]
+
+
+def strategy_name(strategy) -> str:
+    """The public name of a strategy (MWMS's class is CollectiveAllReduceStrategy)."""
+    import tensorflow as tf
+
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    return type(strategy).__name__
