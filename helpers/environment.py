@@ -159,3 +159,16 @@ def report() -> dict:
         "proxies_set": [name for name in PROXY_VARIABLES if name in os.environ],
         "versions": versions(),
     }
+
+
+def local_replicas(cpu_replicas: int = 2) -> int:
+    """Make sure this process has replicas for MirroredStrategy; returns how many.
+
+    GPUs: one replica per GPU, nothing to do. CPU only: split the CPU into `cpu_replicas`
+    logical devices (before TensorFlow initialises). On CPU the logical devices share the
+    same cores, so they show the mechanics of data parallelism, not a speed-up.
+    """
+    gpus = gpu_count_without_tf()
+    if gpus:
+        return gpus
+    return len(split_cpu(cpu_replicas))
