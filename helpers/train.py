@@ -36,6 +36,7 @@ class TrainConfig:
     learning_rate: float = 0.05
     seed: int = 42
     results: str | None = None
+    evaluate: bool = True
 
 
 def weights_digest(model, trainable_only: bool = True) -> str:
@@ -98,8 +99,10 @@ def run(config: TrainConfig) -> dict:
             compile_for_classification(model, config.learning_rate)
         history = model.fit(train_ds, epochs=epochs, steps_per_epoch=config.steps_per_epoch,
                             callbacks=[keras_callback(timer)], verbose=0)
-        evaluation = model.evaluate(test_ds, verbose=0, return_dict=True)
-        loss, accuracy = evaluation["loss"], evaluation["accuracy"]
+        loss = accuracy = float("nan")
+        if config.evaluate:
+            evaluation = model.evaluate(test_ds, verbose=0, return_dict=True)
+            loss, accuracy = evaluation["loss"], evaluation["accuracy"]
         train_loss = history.history["loss"]
     else:
         from .training import DistributedLoop
@@ -110,8 +113,10 @@ def run(config: TrainConfig) -> dict:
         dist_train = strategy.experimental_distribute_dataset(train_ds)
         train_loss = [loop.train_epoch(dist_train, config.steps_per_epoch, timer).loss
                       for _ in range(epochs)]
-        result = loop.evaluate(strategy.experimental_distribute_dataset(test_ds))
-        loss, accuracy = result.loss, result.accuracy
+        loss = accuracy = float("nan")
+        if config.evaluate:
+            result = loop.evaluate(strategy.experimental_distribute_dataset(test_ds))
+            loss, accuracy = result.loss, result.accuracy
     results = {
         "model": config.model, "sync_bn": config.sync_bn, "loop": config.loop,
         "strategy": strategy_name(strategy), "replicas": replicas,

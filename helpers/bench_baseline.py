@@ -1,0 +1,55 @@
+"""The baseline of `helpers bench`: plain, hand-written Keras training, no helpers plumbing.
+
+It reads the same prepared tfds data and builds the same model architecture, then trains
+with a tf.data pipeline and `model.fit` written the way a Keras tutorial would, so that the
+benchmark can show what the helpers' training path costs or saves against it.
+Prints one `RESULT {json}` line like `python -m helpers train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="cnn")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=12)
+    args = parser.parse_args()
+
+    import keras
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from helpers.models import build_model  # the architecture only
+
+    keras.utils.set_random_seed(42)
+    ds = tfds.load("cifar10", data_dir=args.data_dir, split="train", as_supervised=True, download=False)
+    ds = (ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
+            .cache().shuffle(10_000, seed=42).batch(args.batch, drop_remainder=True)
+            .repeat().prefetch(tf.data.AUTOTUNE))
+    model = build_model(args.model)
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    durations: list[float] = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            self.t = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            durations.append(time.perf_counter() - self.t)
+
+    model.fit(ds, epochs=1, steps_per_epoch=args.steps + 1, callbacks=[Timer()], verbose=0)
+    median = statistics.median(durations[1:])
+    print("RESULT " + json.dumps({"images_per_s": args.batch / median, "median_step_s": median,
+                                  "first_step_s": durations[0], "steps": len(durations)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
