@@ -220,7 +220,9 @@ def _activate(client) -> None:
     shell = get_ipython()
     if shell is None:
         return
-    client[:].activate()
+    view = client[:]
+    view.block = True  # %%px waits for the engines and shows their output in the cell
+    view.activate()
     shell.run_line_magic("pxconfig", "--progress-after -1")
 
 

@@ -161,6 +161,17 @@ def report() -> dict:
     }
 
 
+def output_dir() -> "Path":
+    """Where runs write models, results and figures: `COURSE_OUTPUT_DIR`, else build/ of
+    the course checkout, else ./course-output. Multi-node runs need it on a shared filesystem."""
+    from pathlib import Path
+
+    if os.environ.get("COURSE_OUTPUT_DIR"):
+        return Path(os.environ["COURSE_OUTPUT_DIR"])
+    repo = Path(__file__).resolve().parents[1]
+    return repo / "build" if (repo / "pyproject.toml").is_file() else Path("course-output")
+
+
 def local_replicas(cpu_replicas: int = 2) -> int:
     """Make sure this process has replicas for MirroredStrategy; returns how many.
 

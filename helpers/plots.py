@@ -13,11 +13,12 @@ FIGURES_ENV = "COURSE_FIGURES_DIR"
 
 
 def figures_dir() -> Path:
-    """`COURSE_FIGURES_DIR`, else build/figures of the course checkout, else ./figures."""
+    """`COURSE_FIGURES_DIR`, else figures/ in the course's output directory."""
     if os.environ.get(FIGURES_ENV):
         return Path(os.environ[FIGURES_ENV])
-    repo = Path(__file__).resolve().parents[1]
-    return repo / "build" / "figures" if (repo / "pyproject.toml").is_file() else Path("figures")
+    from .environment import output_dir
+
+    return output_dir() / "figures"
 
 
 def save(fig, name: str) -> Path:

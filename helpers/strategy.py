@@ -111,3 +111,25 @@ def strategy_name(strategy) -> str:
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return "MultiWorkerMirroredStrategy"
     return type(strategy).__name__
+
+
+def save_model(model, path, strategy):
+    """Save a model the multi-worker way: every worker saves, only the chief keeps its copy.
+
+    Saving may need collectives (every worker must take part), so non-chief workers save to
+    a private temporary directory that is removed at once. Returns the chief's path or None.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    if is_chief(strategy):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        model.save(path)
+        return Path(path)
+    scratch = tempfile.mkdtemp(prefix=f"worker{worker_rank(strategy)}-")
+    try:
+        model.save(str(Path(scratch) / Path(path).name))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
