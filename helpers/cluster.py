@@ -133,12 +133,14 @@ def _free_port() -> int:
 
 def _configure_engine(rank: int, tf_config: dict | None) -> None:
     import json
+    import logging
     import os
     import sys
 
     from helpers.environment import remove_proxies
 
     remove_proxies()
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # no INFO lines in %%px cells
     os.environ["COURSE_RANK"] = str(rank)
     if tf_config is None:
         os.environ.pop("TF_CONFIG", None)

@@ -38,6 +38,12 @@ class DistributedLoop:
         import keras
 
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+        if not optimizer.built:
+            # Building the optimizer's slots (e.g. momentum) lazily inside the first
+            # replica step fails under MirroredStrategy ("must feed a value for placeholder
+            # ... cond"); build them up front, in the strategy's scope.
+            with strategy.scope():
+                optimizer.build(model.trainable_variables)
         self._train = tf.function(self._distributed_train_step)
         self._eval = tf.function(self._distributed_eval_step)
 
