@@ -29,6 +29,8 @@ class Settings:
     steps_per_epoch: int | None  # None: one pass over the (possibly limited) split
     resnet_epochs: int
     resnet_train_examples: int | None
+    resnet_test_examples: int | None
+    resnet_per_replica_batch: int  # small on purpose: where synchronized batch norm matters
 
     @property
     def quick(self) -> bool:
@@ -38,10 +40,12 @@ class Settings:
 _SETTINGS = {
     "quick": Settings("quick", train_examples=2048, test_examples=512, epochs=3,
                       per_replica_batch=32, steps_per_epoch=None,
-                      resnet_epochs=2, resnet_train_examples=256),
+                      resnet_epochs=2, resnet_train_examples=96, resnet_test_examples=32,
+                      resnet_per_replica_batch=8),
     "full": Settings("full", train_examples=None, test_examples=None, epochs=30,
                      per_replica_batch=128, steps_per_epoch=None,
-                     resnet_epochs=30, resnet_train_examples=None),
+                     resnet_epochs=30, resnet_train_examples=None, resnet_test_examples=None,
+                     resnet_per_replica_batch=16),
 }
 
 

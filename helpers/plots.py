@@ -41,6 +41,7 @@ def curves(runs: dict[str, dict[str, list[float]]], data_label: str, title: str 
             if values:
                 ax.plot(range(1, len(values) + 1), values, marker="o", label=label)
         ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend()

@@ -1,0 +1,49 @@
+import json
+
+import pytest
+
+from helpers import keras_fix, plots
+from helpers.bench import Row, format_table
+from helpers.throughput import StepTimer
+from helpers.train import parse_result_lines, write_results
+
+
+def test_step_timer_reports_median_without_the_tracing_step():
+    timer = StepTimer(images_per_step=64)
+    timer.durations = [20.0, 0.5, 0.4, 0.6]
+    summary = timer.summary()
+    assert summary["first_step_s"] == 20.0 and summary["median_step_s"] == 0.5
+    assert summary["images_per_s"] == pytest.approx(128.0)
+    with pytest.raises(RuntimeError):
+        StepTimer(8).stop()
+
+
+def test_keras_fix_is_gated_to_affected_versions():
+    assert keras_fix.keras_needs_fix("3.15.1")
+    assert keras_fix.keras_needs_fix("3.0.0")
+    assert not keras_fix.keras_needs_fix("3.16.0")
+    assert not keras_fix.keras_needs_fix("2.15.0")
+
+
+def test_figures_name_their_data_and_are_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv(plots.FIGURES_ENV, str(tmp_path))
+    fig = plots.curves({"a": {"loss": [2.0, 1.0], "accuracy": [0.1, 0.5]}}, "SYNTHETIC CIFAR-10-format data")
+    assert "SYNTHETIC" in fig._suptitle.get_text()
+    path = plots.save(fig, "curves")
+    assert path == tmp_path / "curves.png" and path.stat().st_size > 1000
+    fig = plots.throughput([{"replicas": 1, "images_per_s": 100.0}, {"replicas": 2, "images_per_s": 150.0}],
+                           "CIFAR-10")
+    efficiency = fig.axes[1].lines[0].get_ydata()
+    assert list(efficiency) == pytest.approx([1.0, 0.75])
+
+
+def test_results_are_written_atomically_and_parsed(tmp_path):
+    target = write_results({"images_per_s": 12.5}, tmp_path / "r" / "results.json")
+    assert json.loads(target.read_text()) == {"images_per_s": 12.5}
+    assert not list(target.parent.glob(".*.tmp"))
+    assert parse_result_lines('noise\nRESULT {"a": 1}\nRESULT {"a": 2}') == [{"a": 1}, {"a": 2}]
+
+
+def test_bench_table_shows_ratios():
+    table = format_table([Row("x images/s", 97.0, 100.0, "images/s", True, ">= 0.97")])
+    assert "0.97" in table and "x images/s" in table
