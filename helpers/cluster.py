@@ -270,3 +270,31 @@ def stop_by_id(cluster_id: str | None) -> int:
             cluster.remove_cluster_file()
             return 1
     raise CourseError(f"no running cluster {cluster_id!r}: `ipcluster list` shows what runs")
+
+
+def failure_summary(exc: BaseException) -> list[str]:
+    """One line per failed engine of an ipyparallel error, instead of pages of traceback."""
+    import ipyparallel as ipp
+
+    if isinstance(exc, ipp.error.CompositeError):
+        lines = []
+        for ename, evalue, _, info in exc.elist:
+            engine = (info or {}).get("engine_id", "?")
+            lines.append(f"engine {engine}: {ename}: {_gist(str(evalue))}")
+        return lines
+    text = str(exc).strip().splitlines()
+    return [f"{type(exc).__name__}: {text[0][:200] if text else ''}"]
+
+
+def _gist(message: str) -> str:
+    """The informative line of a (TensorFlow) error message: not a stack frame, not a header."""
+    import re
+
+    skip = ("File ", "Detected at node", "Graph execution error", "[[", "0 successful", "derived errors",
+            "The error could be from a previous operation", "Restart your program")
+    lines = [l.strip() for l in message.strip().splitlines()]
+    useful = [l for l in lines if l and not l.startswith(skip)]
+    telling = [l for l in useful if re.search(r"aborted by|peer|unavailable|socket|connect|timed? ?out|deadline",
+                                              l, re.IGNORECASE)]
+    chosen = telling[0] if telling else (useful[-1] if useful else (lines[0] if lines else ""))
+    return chosen[:240]
