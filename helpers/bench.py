@@ -109,6 +109,37 @@ def bench_training(model: str, data_dir: str, steps: int, batch: int = 64, repea
                 f"first step (tracing) {_median(first):.1f} s")]
 
 
+def training_point(kind: str, n: int, model: str, data_dir: str, steps: int = 10,
+                   per_replica_batch: int = 32, extra: tuple[str, ...] = ()) -> dict:
+    """Train `steps` timed steps in fresh process(es); the chief's results plus a label.
+
+    kind: "single" (one process, no distribution), "mirrored" (one process, n replicas:
+    GPUs, or logical CPU devices) or "multiworker" (n local worker processes).
+    """
+    from .launch import run_local_workers
+
+    args = ["-m", "helpers", "train", "--model", model, "--batch", str(per_replica_batch),
+            "--epochs", "1", "--steps-per-epoch", str(steps + 1), "--skip-eval",
+            "--train-examples", str(per_replica_batch * n * (steps + 2)), "--data-dir", data_dir, *extra]
+    if kind == "single":
+        result = _run_result(args + ["--strategy", "default"])
+        label = "1 process"
+    elif kind == "mirrored":
+        result = _run_result(args + ["--strategy", "mirrored", "--cpu-replicas", str(n)])
+        label = "MirroredStrategy"
+    elif kind == "multiworker":
+        outcomes = run_local_workers(args + ["--strategy", "multiworker"], n, deadline_s=900)
+        failed = [o for o in outcomes if o.returncode != 0]
+        if failed:
+            raise RuntimeError(f"worker {failed[0].rank} failed:\n{failed[0].output[-2000:]}")
+        results = [parse_result_lines(o.output)[-1] for o in outcomes]
+        result = {**results[0], "weights_agree": len({r["weights"] for r in results}) == 1}
+        label = "MultiWorkerMirroredStrategy"
+    else:
+        raise ValueError(f"unknown kind {kind!r}")
+    return {**result, "label": label, "kind": kind}
+
+
 # ----------------------------------------------------------------------------- pipeline
 def bench_pipeline(data_dir: str, consumed: float | None, consumer: str, batch: int = 64,
                    epochs: int = 5) -> Row:

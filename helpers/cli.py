@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=0.05, dest="learning_rate")
     train.add_argument("--seed", type=int, default=42)
     train.add_argument("--results", help="JSON file the chief writes the results to")
+    train.add_argument("--mixed-precision", action="store_true", help="mixed_float16 (GPUs)")
+    train.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     train.add_argument("--skip-eval", action="store_false", dest="evaluate",
                        help="no evaluation after training (benchmarks)")
 

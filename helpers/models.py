@@ -27,7 +27,8 @@ def small_cnn(num_classes: int = 10, sync_bn: bool = False, seed: int = 42):
 
     return keras.Sequential(
         [keras.Input(INPUT_SHAPE), *block(32), *block(64),
-         layers.GlobalAveragePooling2D(), layers.Dense(num_classes, kernel_initializer=init)],
+         layers.GlobalAveragePooling2D(),
+         layers.Dense(num_classes, kernel_initializer=init, dtype="float32")],  # float32 logits
         name="small_cnn")
 
 
@@ -68,11 +69,27 @@ def build_model(name: str, num_classes: int = 10, sync_bn: bool = False, seed: i
     raise CourseError(f"unknown model {name!r}: use one of {', '.join(MODELS)}")
 
 
-def compile_for_classification(model, learning_rate: float, steps_per_execution: int = 1):
-    """Compile with SGD+momentum and sparse cross-entropy on logits, the course's recipe."""
+def compile_for_classification(model, learning_rate: float, steps_per_execution: int = 1,
+                               xla: bool = False):
+    """Compile with SGD+momentum and sparse cross-entropy on logits, the course's recipe.
+
+    `xla=True` compiles the train step with XLA (`jit_compile`), which pays on GPUs.
+    """
     import keras
 
     model.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"], steps_per_execution=steps_per_execution)
+                  metrics=["accuracy"], steps_per_execution=steps_per_execution, jit_compile=xla)
     return model
+
+
+def use_mixed_precision(enabled: bool) -> str:
+    """Set Keras's global dtype policy: mixed_float16 (GPU tensor cores) or float32.
+
+    Call before building the model; Keras computes the loss in float32 either way.
+    """
+    import keras
+
+    policy = "mixed_float16" if enabled else "float32"
+    keras.mixed_precision.set_global_policy(policy)
+    return policy

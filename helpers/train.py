@@ -37,6 +37,8 @@ class TrainConfig:
     seed: int = 42
     results: str | None = None
     evaluate: bool = True
+    mixed_precision: bool = False
+    xla: bool = False
 
 
 def weights_digest(model, trainable_only: bool = True) -> str:
@@ -87,16 +89,17 @@ def run(config: TrainConfig) -> dict:
                             limit=run_settings.test_examples, seed=config.seed)
     epochs = config.epochs or (run_settings.resnet_epochs if config.model == "resnet50" else run_settings.epochs)
 
-    from .models import build_model, compile_for_classification
+    from .models import build_model, compile_for_classification, use_mixed_precision
     from .throughput import StepTimer, keras_callback
 
+    use_mixed_precision(config.mixed_precision)
     with strategy.scope():
         model = build_model(config.model, sync_bn=config.sync_bn, seed=config.seed)
     timer = StepTimer(global_batch)
     started = time.perf_counter()
     if config.loop == "fit":
         with strategy.scope():
-            compile_for_classification(model, config.learning_rate)
+            compile_for_classification(model, config.learning_rate, xla=config.xla)
         history = model.fit(train_ds, epochs=epochs, steps_per_epoch=config.steps_per_epoch,
                             callbacks=[keras_callback(timer)], verbose=0)
         loss = accuracy = float("nan")
@@ -119,6 +122,7 @@ def run(config: TrainConfig) -> dict:
             loss, accuracy = result.loss, result.accuracy
     results = {
         "model": config.model, "sync_bn": config.sync_bn, "loop": config.loop,
+        "mixed_precision": config.mixed_precision, "xla": config.xla,
         "strategy": strategy_name(strategy), "replicas": replicas,
         "workers": _worker_count(strategy), "rank": worker_rank(strategy),
         "host": platform.node(), "mode": run_settings.mode, "data": data.label,
