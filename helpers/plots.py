@@ -70,6 +70,8 @@ def throughput(points: list[dict], data_label: str, title: str = "Throughput"):
         ax2.plot(xs, [y / (base * x) for x, y in zip(xs, ys)], marker="o", label=label)
     ax1.set_xlabel("replicas")
     ax1.set_ylabel("images/s")
+    for ax in (ax1, ax2):
+        ax.xaxis.get_major_locator().set_params(integer=True)
     ax2.set_xlabel("replicas")
     ax2.set_ylabel("scaling efficiency")
     ax2.axhline(1.0, color="grey", lw=0.8, ls="--")
