@@ -60,3 +60,30 @@ def test_stop_all_cleans_up_a_kept_cluster():
     pids = _engine_pids(engines)
     assert stop_all() >= 1
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+def test_engines_stop_when_a_notebook_cell_fails(tmp_path):
+    """A notebook that starts engines and then fails leaves no engine behind."""
+    import json
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    pid_file = tmp_path / "pids.json"
+    nb = new_notebook(cells=[
+        new_code_cell("import json\nfrom helpers import cluster\nengines = cluster.start_engines(2)\n"
+                      f"json.dump([i['pid'] for i in engines.identities()], open({str(pid_file)!r}, 'w'))"),
+        new_code_cell("raise RuntimeError('a lesson cell fails')"),
+    ])
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    pids = json.loads(pid_file.read_text())
+    assert len(pids) == 2
+    import time
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
