@@ -102,7 +102,7 @@ def run(config: TrainConfig) -> dict:
             compile_for_classification(model, config.learning_rate, xla=config.xla)
         history = model.fit(train_ds, epochs=epochs, steps_per_epoch=config.steps_per_epoch,
                             callbacks=[keras_callback(timer)], verbose=0)
-        loss = accuracy = float("nan")
+        loss = accuracy = None
         if config.evaluate:
             evaluation = model.evaluate(test_ds, verbose=0, return_dict=True)
             loss, accuracy = evaluation["loss"], evaluation["accuracy"]
@@ -116,7 +116,7 @@ def run(config: TrainConfig) -> dict:
         dist_train = strategy.experimental_distribute_dataset(train_ds)
         train_loss = [loop.train_epoch(dist_train, config.steps_per_epoch, timer).loss
                       for _ in range(epochs)]
-        loss = accuracy = float("nan")
+        loss = accuracy = None
         if config.evaluate:
             result = loop.evaluate(strategy.experimental_distribute_dataset(test_ds))
             loss, accuracy = result.loss, result.accuracy
@@ -127,7 +127,8 @@ def run(config: TrainConfig) -> dict:
         "workers": _worker_count(strategy), "rank": worker_rank(strategy),
         "host": platform.node(), "mode": run_settings.mode, "data": data.label,
         "epochs": epochs, "train_loss": [float(v) for v in train_loss],
-        "test_loss": float(loss), "test_accuracy": float(accuracy),
+        "test_loss": None if loss is None else float(loss),
+        "test_accuracy": None if accuracy is None else float(accuracy),
         "seconds": time.perf_counter() - started, "weights": weights_digest(model),
         "all_weights": weights_digest(model, trainable_only=False),
         **timer.summary(),

@@ -1,0 +1,117 @@
+"""A real Slurm: 2 emulated nodes (network namespaces) brought up by slurm/local/up.
+
+Needs root (the script installs Slurm and creates namespaces). Elsewhere these tests are
+skipped with the reason; CI sets COURSE_REQUIRE_SLURM=1, which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers.train import parse_result_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slurm
+
+
+def _unavailable(reason: str):
+    if os.environ.get("COURSE_REQUIRE_SLURM") == "1":
+        pytest.fail(f"Slurm tests are required here (COURSE_REQUIRE_SLURM=1) but cannot run: {reason}")
+    pytest.skip(f"real Slurm not available: {reason}")
+
+
+def _leftovers() -> list[str]:
+    """Slurm daemons, and any process that runs inside a Slurm job (engines, TF workers)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            in_job = "SLURM_JOB_ID" in proc.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            in_job = False
+        if proc.pid != os.getpid() and (in_job or proc.info["name"] in ("slurmd", "slurmctld", "slurmstepd")):
+            found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:80]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if os.geteuid() != 0:
+        _unavailable("not root (slurm/local/up installs packages and creates network namespaces)")
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        _unavailable("no apt-get to install slurm-wlm")
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "COURSE_SLURM_DIR": str(state / "cluster")}
+    up = subprocess.run([str(ROOT / "slurm/local/up"), "--nodes", "2"], env=env, capture_output=True,
+                        text=True, timeout=600)
+    if up.returncode != 0:
+        subprocess.run([str(ROOT / "slurm/local/down")], env=env, timeout=120)
+        pytest.fail(f"slurm/local/up failed:\n{up.stdout}\n{up.stderr}")
+    conf = str(state / "cluster" / "slurm.conf")
+    os.environ["SLURM_CONF"] = conf
+    yield {"env": {**env, "SLURM_CONF": conf}, "dir": state}
+    os.environ.pop("SLURM_CONF", None)
+    down = subprocess.run([str(ROOT / "slurm/local/down")], env=env, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not _leftovers(), f"left behind after slurm/local/down: {_leftovers()}"
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "cslurm" not in netns, netns
+
+
+def _squeue_empty(env) -> bool:
+    out = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=30)
+    return out.returncode == 0 and out.stdout.strip() == ""
+
+
+def test_tasks_land_on_two_hosts(slurm):
+    done = subprocess.run(["srun", "-N", "2", "--ntasks-per-node", "1", "bash", "-c",
+                           "echo $SLURM_PROCID $(hostname) $(hostname -I)"],
+                          env=slurm["env"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = sorted(line.split() for line in done.stdout.splitlines())
+    assert [r[:2] for r in rows] == [["0", "node1"], ["1", "node2"]]
+    assert rows[0][2] != rows[1][2], "each node must have its own address"
+    assert _squeue_empty(slurm["env"])
+
+
+TRAIN = ["--mode", "quick", "--epochs", "1", "--steps-per-epoch", "3", "--train-examples", "256", "--skip-eval"]
+
+
+@pytest.mark.parametrize("loop", ["custom", "fit"])
+def test_mwms_across_two_nodes_with_slurm_resolver(slurm, loop, prepared_dir):
+    done = subprocess.run(["srun", "-N", "2", "--ntasks-per-node", "1", "--time", "10",
+                           sys.executable, "-m", "helpers", "train", "--strategy", "multiworker", "--loop", loop,
+                           "--data-dir", str(prepared_dir), *TRAIN],
+                          env={**slurm["env"], "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = sorted(parse_result_lines(done.stdout), key=lambda r: r["rank"])
+    assert [(r["rank"], r["host"]) for r in results] == [(0, "node1"), (1, "node2")]
+    assert all(r["strategy"] == "MultiWorkerMirroredStrategy" and r["workers"] == 2 for r in results)
+    assert results[0]["weights"] == results[1]["weights"]
+    assert _squeue_empty(slurm["env"])
+
+
+def test_batch_training_script(slurm, prepared_dir, tmp_path):
+    env = {**slurm["env"], "COURSE_DATA_DIR": str(prepared_dir), "COURSE_OUTPUT_DIR": str(tmp_path),
+           "COURSE_PYTHON": sys.executable}
+    done = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=2", "--ntasks-per-node=1",
+                           "--cpus-per-task=1", "--time=10", f"--output={tmp_path}/job-%j.out",
+                           str(ROOT / "slurm/train.sbatch"), *TRAIN],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    job = done.stdout.strip().split(";")[0]
+    log = (tmp_path / f"job-{job}.out").read_text() if job else ""
+    assert done.returncode == 0, log[-3000:] + done.stderr
+    results = json.loads((tmp_path / "results" / f"train-{job}.json").read_text())
+    assert results["workers"] == 2 and results["rank"] == 0 and results["images_per_s"] > 0
+    printed = parse_result_lines(log)
+    assert sorted(r["host"] for r in printed) == ["node1", "node2"]
+    assert len({r["weights"] for r in printed}) == 1
+    assert _squeue_empty(slurm["env"])
