@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import CourseError
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     start = cluster_sub.add_parser("start", help="start a controller and engines, print the cluster id")
     start.add_argument("-n", type=_positive, default=2, help="number of engines")
-    start.add_argument("--slurm", action="store_true", help="start the engines through Slurm")
+    start.add_argument("--slurm", action="store_true", default=None,
+                       help="start the engines through Slurm (default: COURSE_ENGINES, else local)")
     stop = cluster_sub.add_parser("stop", help="stop a cluster, or every course cluster with --all")
     stop.add_argument("--cluster-id")
     stop.add_argument("--all", action="store_true", help="also what a crashed kernel left behind")
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads: no INFO lines
     try:
         return _dispatch(args)
     except CourseError as exc:

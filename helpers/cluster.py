@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from .errors import CourseError
 
 CLUSTER_PREFIX = "course-"
-ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}  # given to every engine
 _running: dict[str, "Engines"] = {}
 
 
@@ -137,9 +137,10 @@ def _configure_engine(rank: int, tf_config: dict | None) -> None:
     import os
     import sys
 
-    from helpers.environment import remove_proxies
+    from helpers.environment import import_tensorflow, remove_proxies
 
     remove_proxies()
+    import_tensorflow()  # quietly: no C++ start-up lines in %%px cells (creates no TF context)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # no INFO lines in %%px cells
     os.environ["COURSE_RANK"] = str(rank)
     if tf_config is None:
@@ -170,47 +171,91 @@ class _RankPrefixed:
 
 
 # --------------------------------------------------------------------- start / stop
-def start_engines(n: int = 2, *, slurm: bool = False, timeout: float = 60.0,
-                  keep: bool = False, activate: bool = True) -> Engines:
-    """Start a controller and `n` engines on this machine and wait for them (with a deadline).
+def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | None = None,
+                  keep: bool = False, activate: bool = True, request=None) -> Engines:
+    """Start a controller and `n` engines and wait for them (with a deadline).
 
-    Engines are stopped when this Python process exits, unless `keep=True` (the CLI, whose
-    engines outlive it). In IPython, `%%px` targets them and shows no progress bars.
+    Local engines (the default) run on this machine, the controller on loopback. Through
+    Slurm (`slurm=True`, or `COURSE_ENGINES=slurm` when `slurm` is None) the engines are the
+    tasks of one job step: an `srun` step when this process already runs in an allocation,
+    else an `sbatch` job (`request`: a `helpers.slurm_engines.SlurmRequest`); the controller
+    then listens on this host's address on the cluster network. Engines are stopped when this
+    Python process exits, unless `keep=True` (the CLI, whose engines outlive it). In IPython,
+    `%%px` targets them.
     """
     if n < 1:
         raise CourseError(f"cannot start {n} engines: ask for at least 1")
-    if slurm:
-        raise CourseError("engines through Slurm are not available in this version yet: start "
-                          "local engines, or run the batch scripts in slurm/")
-    for name, value in ENGINE_ENV.items():
-        os.environ.setdefault(name, value)
-    os.environ["IPP_COURSE_LOCAL"] = "1"
     import ipyparallel as ipp
+    from traitlets.config import Config
+
+    from . import slurm_engines
+
+    slurm = slurm_engines.want_slurm(slurm)
+    config, options = (_slurm_options(n, request, config=Config()) if slurm
+                       else _local_options(Config()))
+    timeout = (300.0 if slurm else 60.0) if timeout is None else timeout
 
     started = time.perf_counter()
     cluster = ipp.Cluster(n=n, cluster_id=CLUSTER_PREFIX + secrets.token_hex(4), delay=0,
-                          engine_timeout=int(timeout), log_level=40,
-                          controller_args=["--HeartMonitor.period=500", "--ip=127.0.0.1"])
+                          engine_timeout=int(timeout), log_level=40, config=config, **options)
     client = None
     try:
         cluster.start_cluster_sync(n=n)
         client = cluster.connect_client_sync()
         client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
     except (TimeoutError, ipp.error.TimeoutError) as exc:
+        where = _describe_engine_job(cluster) if slurm else "check that engines can start (`ipengine --help`)"
         _stop_cluster(cluster, client)
-        raise CourseError(f"only some of {n} engines registered within {timeout:.0f} s ({exc}): "
-                          "check that the machine has the memory and that engines can start "
-                          "(`ipengine --help`), or raise the timeout") from None
+        raise CourseError(f"only {len(client.ids) if client else 0} of {n} engines registered within "
+                          f"{timeout:.0f} s: {where}; the engines were stopped") from None
     engines = Engines(cluster, client, n, started_s=time.perf_counter() - started)
     engines.assign_ranks()
     _running[engines.cluster_id] = engines
     if not keep:
         atexit.register(engines.stop)
     else:
-        cluster.write_cluster_file() if hasattr(cluster, "write_cluster_file") else None
+        cluster.write_cluster_file()
     if activate:
         _activate(client)
     return engines
+
+
+def _local_options(config) -> tuple:
+    config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
+    return config, dict(controller_args=["--HeartMonitor.period=500", "--ip=127.0.0.1"])
+
+
+def _slurm_options(n: int, request, config) -> tuple:
+    """Launcher settings for engines as Slurm tasks: srun inside an allocation, else sbatch."""
+    from . import slurm_engines
+
+    slurm_engines.require_slurm()
+    request = request or slurm_engines.SlurmRequest.from_env()
+    address = slurm_engines.controller_ip(request.partition)
+    options = dict(controller_ip=address, controller_location=address,
+                   controller_args=["--HeartMonitor.period=500"])
+    if slurm_engines.in_allocation():
+        slurm_engines.check_tasks_available(n)
+        config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
+        options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
+    else:
+        config.SlurmEngineSetLauncher.batch_template = slurm_engines.batch_template(request)
+        config.SlurmEngineSetLauncher.environment = dict(ENGINE_ENV)
+        options["engine_launcher_class"] = "slurm"
+    return config, options
+
+
+def _describe_engine_job(cluster) -> str:
+    from .slurm_engines import job_state
+
+    job_ids = [getattr(es, "job_id", "") for es in cluster.engines.values()]
+    job = next((j for j in job_ids if j), None)
+    if job is None and os.environ.get("SLURM_JOB_ID"):
+        return (f"the engines' srun step in job {os.environ['SLURM_JOB_ID']} did not start all tasks "
+                "(are the allocation's CPUs taken by another step? try `srun --overlap`)")
+    if job is None:
+        return "the engines' Slurm job was not submitted (see sbatch's output above)"
+    return f"Slurm job {job} is {job_state(job)} (is the partition busy, or the request too large?)"
 
 
 def _activate(client) -> None:

@@ -97,6 +97,31 @@ def slurm_info(environ: dict | None = None) -> SlurmInfo | None:
                                                 "SLURMD_NODENAME") if k in env})
 
 
+def import_tensorflow():
+    """Import TensorFlow without the C++ start-up lines it writes straight to stderr.
+
+    TensorFlow 2.21 logs "oneDNN custom operations are on" and CPU-feature notes through absl
+    before logging is initialised, ignoring TF_CPP_MIN_LOG_LEVEL; in a `%%px` cell that is two
+    screens of noise per engine. Only the import is silenced (file descriptor 2 points at
+    /dev/null for its duration); errors still raise as usual.
+    """
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                import tensorflow as tf
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+    tf.get_logger().setLevel("ERROR")
+    return tf
+
+
 def tensorflow_initialised() -> bool:
     """Whether TensorFlow's runtime context already exists in this process."""
     if "tensorflow" not in sys.modules:
@@ -114,7 +139,7 @@ def split_cpu(replicas: int) -> list:
     """
     if replicas < 1:
         raise CourseError(f"cannot split the CPU into {replicas} devices: ask for 1 or more")
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     wanted = [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from . import keras_fix
-from .environment import gpu_count_without_tf
+from .environment import gpu_count_without_tf, import_tensorflow
 from .errors import CourseError
 from .resolver import cluster_resolver, slurm_resolver
 
@@ -44,7 +44,7 @@ def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
 
 
 def _single_process(kind: str):
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     if kind == "default":
         return tf.distribute.get_strategy()
@@ -56,7 +56,7 @@ def _single_process(kind: str):
 
 
 def _multiworker(resolver, timeout_seconds: float | None, communication: str | None):
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     implementation = (communication or communication_for(gpu_count_without_tf())).upper()
     options = tf.distribute.experimental.CommunicationOptions(

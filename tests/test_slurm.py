@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -37,7 +38,7 @@ def _leftovers() -> list[str]:
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             in_job = False
         if proc.pid != os.getpid() and (in_job or proc.info["name"] in ("slurmd", "slurmctld", "slurmstepd")):
-            found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:80]}")
+            found.append(f"{proc.pid} [{proc.info['name']}] {' '.join(proc.info['cmdline'] or [])[:80]}")
     return found
 
 
@@ -65,9 +66,100 @@ def slurm(tmp_path_factory):
     assert "cslurm" not in netns, netns
 
 
-def _squeue_empty(env) -> bool:
-    out = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=30)
-    return out.returncode == 0 and out.stdout.strip() == ""
+def _squeue_empty(env, within: float = 15.0) -> bool:
+    """squeue shows no job (a cancelled job may stay 'completing' for a few seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        out = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip() == "":
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+
+
+def _job_processes(within: float = 15.0) -> list[str]:
+    """Processes that run inside a Slurm job (engines, TF workers, srun, slurmstepd), not the
+    daemons, still there after `within` seconds (slurmstepd exits a moment after its job)."""
+    deadline = time.monotonic() + within
+    while True:
+        found = [p for p in _leftovers() if "[slurmd]" not in p and "[slurmctld]" not in p]
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+ENGINES_SCRIPT = """
+import json, os, sys
+from helpers.cluster import start_engines
+engines = start_engines(int(sys.argv[1]), slurm=True, timeout=120)
+print("ENGINES " + json.dumps({"identities": engines.identities(), "ranks": engines.ranks,
+                               "workers": engines.setup_multiworker(), "stop_s": engines.stop()}))
+"""
+
+
+def _engines_report(stdout: str) -> dict:
+    line = next((l for l in stdout.splitlines() if l.startswith("ENGINES ")), None)
+    assert line, stdout
+    return json.loads(line[len("ENGINES "):])
+
+
+def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch):
+    """From outside an allocation: one sbatch job whose srun starts one engine per task."""
+    from helpers.cluster import start_engines
+    from helpers.slurm_engines import SlurmRequest
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    engines = start_engines(2, slurm=True, request=SlurmRequest(tasks_per_node=1), timeout=120, activate=False)
+    try:
+        found = sorted(engines.identities(), key=lambda i: i["procid"])
+        assert [(i["procid"], i["host"]) for i in found] == [(0, "node1"), (1, "node2")]
+        assert all(i["slurm_step"] for i in found)
+        assert engines.ranks == {i["engine_id"]: i["procid"] for i in found}
+        workers = engines.setup_multiworker()
+        assert [w["address"] for w in workers] == ["slurm", "slurm"]
+    finally:
+        engines.stop()
+    assert _squeue_empty(slurm["env"]), "stopping the engines must cancel their Slurm job"
+    left = _job_processes()
+    assert not left, left
+
+
+def test_engines_by_srun_inside_an_allocation(slurm):
+    """Inside salloc (or a JupyterHub server that is a Slurm job): engines as an srun step."""
+    done = subprocess.run(["salloc", "-N", "2", "--ntasks-per-node=1", "--time=5", sys.executable, "-c",
+                           ENGINES_SCRIPT, "2"], env=slurm["env"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = _engines_report(done.stdout)
+    assert sorted((i["procid"], i["host"]) for i in report["identities"]) == [(0, "node1"), (1, "node2")]
+    assert report["stop_s"] < 5
+    assert _squeue_empty(slurm["env"])
+    left = _job_processes()
+    assert not left, left
+
+
+def test_more_engines_than_allocated_tasks_is_a_clear_error(slurm):
+    done = subprocess.run(["salloc", "-n", "1", "--time=5", sys.executable, "-c", ENGINES_SCRIPT, "2"],
+                          env=slurm["env"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode != 0
+    assert "2 engines asked for, but this allocation" in done.stderr and "has 1 tasks" in done.stderr
+    assert _squeue_empty(slurm["env"])
+
+
+def test_notebook_03_with_engines_on_slurm(slurm, tmp_path):
+    """The same notebook as the local run, its engines Slurm tasks on both nodes."""
+    env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
+           "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                           "--nbval-current-env", "--nbval-cell-timeout=600",
+                           "notebooks/03_multiworker_ipyparallel.ipynb"],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert (tmp_path / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
+    assert _squeue_empty(slurm["env"])
+    left = _job_processes()
+    assert not left, left
 
 
 def test_tasks_land_on_two_hosts(slurm):

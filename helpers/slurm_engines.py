@@ -1,0 +1,208 @@
+"""How ipyparallel engines are launched through Slurm: batch job or `srun` step, controller address.
+
+Two ways, one result: engines are the tasks of one Slurm job step, one engine per task, so
+every engine sees its own `SLURM_PROCID` and the step's node list (what `SlurmClusterResolver`
+needs).
+- From outside an allocation (a login node, a JupyterHub server outside Slurm): one `sbatch`
+  job whose `srun` starts the engines (ipyparallel's Slurm launcher, with our template).
+- Inside an allocation (`salloc`, or a JupyterHub server that is itself a Slurm job): `srun`
+  starts the engines in the allocation we already have (`SrunEngineSetLauncher`).
+The controller runs where the notebook runs and listens on the address the compute nodes reach
+it by, never on every interface.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass
+
+from ipyparallel.cluster.launcher import EngineLauncher, MPILauncher
+from traitlets import List
+
+from .errors import CourseError
+
+CONTROLLER_IP_ENV = "COURSE_CONTROLLER_IP"
+ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks start their engines
+
+
+def want_slurm(slurm: bool | None) -> bool:
+    """Whether engines go through Slurm: the argument if given, else `COURSE_ENGINES`."""
+    if slurm is not None:
+        return bool(slurm)
+    choice = os.environ.get(ENGINES_ENV, "local").strip().lower() or "local"
+    if choice not in ("local", "slurm"):
+        raise CourseError(f"{ENGINES_ENV}={choice!r} is not understood: use local or slurm")
+    return choice == "slurm"
+
+
+def in_allocation() -> bool:
+    """True inside a Slurm allocation but not inside a job step (where `srun` can start a step)."""
+    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
+
+
+@dataclass
+class SlurmRequest:
+    """What the engines' job asks Slurm for; None leaves it to the site's defaults."""
+
+    tasks_per_node: int | None = None
+    time: str | None = "01:00:00"
+    partition: str | None = None
+    account: str | None = None
+    cpus_per_task: int | None = None
+    gpus_per_task: int | None = None
+
+    INTEGER_FIELDS = ("tasks_per_node", "cpus_per_task", "gpus_per_task")
+
+    @classmethod
+    def from_env(cls) -> "SlurmRequest":
+        """A request from `COURSE_SLURM_<FIELD>` variables (e.g. COURSE_SLURM_PARTITION=gpu).
+
+        A centre or trainer sets these once (in the JupyterHub environment or a shell profile)
+        and every notebook's engines job asks for the same resources, with no edits.
+        """
+        values = {}
+        for name in cls.__dataclass_fields__:
+            raw = os.environ.get(f"COURSE_SLURM_{name.upper()}")
+            if raw is None or raw == "":
+                continue
+            if name in cls.INTEGER_FIELDS:
+                if not raw.isdigit() or int(raw) < 1:
+                    raise CourseError(f"COURSE_SLURM_{name.upper()}={raw!r} must be a whole number >= 1")
+                values[name] = int(raw)
+            else:
+                values[name] = raw
+        return cls(**values)
+
+    def sbatch_lines(self) -> list[str]:
+        pairs = [("ntasks-per-node", self.tasks_per_node), ("time", self.time), ("partition", self.partition),
+                 ("account", self.account), ("cpus-per-task", self.cpus_per_task),
+                 ("gpus-per-task", self.gpus_per_task)]
+        return [f"#SBATCH --{key}={value}" for key, value in pairs if value not in (None, "")]
+
+
+def batch_template(request: SlurmRequest) -> str:
+    """The engines' batch script, with ipyparallel's placeholders ({n}, {program_and_args}, ...).
+
+    `--ntasks={n}` is spelled out so ipyparallel adds no #SBATCH lines of its own, and
+    SLURM_EXPORT_ENV is unset so that `srun` passes the controller's connection info on.
+    """
+    lines = ["#!/bin/bash", "#SBATCH --job-name=ipengine-{cluster_id}", "#SBATCH --ntasks={n}",
+             "#SBATCH --output={output_file}", *request.sbatch_lines(),
+             "unset SLURM_EXPORT_ENV", "srun --export=ALL {program_and_args}", ""]
+    return "\n".join(lines)
+
+
+def _run(args: list[str]) -> str:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise CourseError(f"`{args[0]}` not found: Slurm's commands must be on PATH to start "
+                          "engines through Slurm (or start local engines)") from None
+    except subprocess.TimeoutExpired:
+        raise CourseError(f"`{' '.join(args)}` did not answer within 30 s: is slurmctld reachable? "
+                          "(check SLURM_CONF and `sinfo`)") from None
+    if done.returncode != 0:
+        raise CourseError(f"`{' '.join(args)}` failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+    return done.stdout
+
+
+def node_address(node: str) -> str:
+    """The IP address of a compute node, as Slurm knows it (NodeAddr) and resolved."""
+    match = re.search(r"NodeAddr=(\S+)", _run(["scontrol", "show", "node", "-o", node]))
+    address = match.group(1) if match else node
+    try:
+        return socket.gethostbyname(address)
+    except OSError:
+        raise CourseError(f"cannot resolve the address {address!r} of node {node}: set "
+                          f"{CONTROLLER_IP_ENV} to this host's address on the cluster network") from None
+
+
+def controller_ip(partition: str | None = None) -> str:
+    """This host's address on the network the compute nodes use.
+
+    `COURSE_CONTROLLER_IP` wins; otherwise the local address the kernel would use to reach the
+    partition's first node (a UDP socket's route lookup: no packet is sent).
+    """
+    if os.environ.get(CONTROLLER_IP_ENV):
+        return os.environ[CONTROLLER_IP_ENV]
+    args = ["sinfo", "-h", "-N", "-o", "%N"] + (["-p", partition] if partition else [])
+    nodes = _run(args).split()
+    if not nodes:
+        raise CourseError("Slurm reports no nodes" + (f" in partition {partition}" if partition else ""))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((node_address(nodes[0]), 9))
+        return probe.getsockname()[0]
+
+
+def job_state(job_id: str) -> str:
+    """Slurm's state of a job and the reason it waits, for error messages."""
+    try:
+        out = _run(["squeue", "-h", "-j", job_id, "-o", "%T %R"]).strip()
+    except CourseError as exc:
+        return str(exc)
+    return out or "no longer in the queue"
+
+
+def check_tasks_available(n: int) -> None:
+    """Inside an allocation, `n` engines need `n` tasks: say so before srun would wait or fail."""
+    tasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
+    if tasks is None:
+        return  # allocated by nodes/CPUs only: srun decides
+    if not tasks.isdigit():
+        raise CourseError(f"SLURM_NTASKS={tasks!r} is not a number: is this a real Slurm allocation?")
+    if n > int(tasks):
+        raise CourseError(f"{n} engines asked for, but this allocation (job {os.environ.get('SLURM_JOB_ID')}) "
+                          f"has {tasks} tasks: ask for at most {tasks} engines, or allocate more "
+                          f"(salloc --ntasks={n})")
+
+
+def require_slurm() -> None:
+    """A clear error when Slurm was asked for but cannot be reached."""
+    _run(["sinfo", "-h", "-o", "%P"])
+
+
+def step_ids(job_id: str, name: str) -> list[str]:
+    """The ids (`job.step`) of the running steps of `job_id` called `name`."""
+    out = _run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"])
+    return [row.split()[0] for row in out.splitlines() if row.split()[1:] == [name]]
+
+
+class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
+    """Engines as one `srun` step of the allocation this process runs in.
+
+    ipyparallel's MPI launcher with `srun` in place of `mpiexec` and without `--mpi`. Stopping
+    kills the step's tasks with `scancel` (srun cannot pass on a SIGKILL, and engines holding
+    TensorFlow ignore SIGTERM), then srun itself.
+    """
+
+    mpi_cmd = List(["srun"], config=True, help="srun, and options for the engines' step")
+
+    @property
+    def program(self):
+        return self.engine_cmd
+
+    @property
+    def program_args(self):
+        return self.cluster_args + self.engine_args
+
+    @property
+    def step_name(self) -> str:
+        return f"ipengine-{self.cluster_id}"
+
+    def find_args(self):
+        return (self.mpi_cmd + ["-n", str(self.n), "--export=ALL", f"--job-name={self.step_name}"]
+                + self.mpi_args + self.program + self.program_args)
+
+    def start(self, n):
+        self.n = n
+        return super().start(n)
+
+    def signal(self, sig):
+        if sig == signal.SIGKILL and self.state == "running" and os.environ.get("SLURM_JOB_ID"):
+            for step in step_ids(os.environ["SLURM_JOB_ID"], self.step_name):
+                subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, timeout=30)
+        return super().signal(sig)

@@ -1,0 +1,64 @@
+"""The Slurm engine path's decisions, without a Slurm (the real runs are in test_slurm.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.errors import CourseError
+from helpers.slurm_engines import SlurmRequest, batch_template, check_tasks_available, in_allocation, want_slurm
+
+
+def test_engines_are_local_unless_slurm_is_asked_for(monkeypatch):
+    monkeypatch.delenv("COURSE_ENGINES", raising=False)
+    assert want_slurm(None) is False
+    monkeypatch.setenv("COURSE_ENGINES", "slurm")
+    assert want_slurm(None) is True
+    assert want_slurm(False) is False  # the argument wins
+    monkeypatch.setenv("COURSE_ENGINES", "slrum")
+    with pytest.raises(CourseError, match="COURSE_ENGINES='slrum' is not understood"):
+        want_slurm(None)
+
+
+def test_request_from_environment(monkeypatch):
+    monkeypatch.setenv("COURSE_SLURM_PARTITION", "gpu")
+    monkeypatch.setenv("COURSE_SLURM_TASKS_PER_NODE", "4")
+    monkeypatch.setenv("COURSE_SLURM_GPUS_PER_TASK", "1")
+    request = SlurmRequest.from_env()
+    assert (request.partition, request.tasks_per_node, request.gpus_per_task) == ("gpu", 4, 1)
+    script = batch_template(request)
+    for line in ("#SBATCH --ntasks={n}", "#SBATCH --partition=gpu", "#SBATCH --ntasks-per-node=4",
+                 "#SBATCH --gpus-per-task=1", "unset SLURM_EXPORT_ENV", "srun --export=ALL {program_and_args}"):
+        assert line in script
+    assert "account" not in script  # unset fields leave the site's defaults
+    monkeypatch.setenv("COURSE_SLURM_TASKS_PER_NODE", "four")
+    with pytest.raises(CourseError, match="COURSE_SLURM_TASKS_PER_NODE='four' must be a whole number"):
+        SlurmRequest.from_env()
+
+
+def test_allocation_detection(monkeypatch):
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert not in_allocation()
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    assert in_allocation()
+    monkeypatch.setenv("SLURM_STEP_ID", "0")  # inside a step, srun would nest
+    assert not in_allocation()
+
+
+def test_more_engines_than_tasks(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    check_tasks_available(2)
+    with pytest.raises(CourseError, match="3 engines asked for, but this allocation .job 12. has 2 tasks"):
+        check_tasks_available(3)
+    monkeypatch.setenv("SLURM_NTASKS", "x")
+    with pytest.raises(CourseError, match="SLURM_NTASKS='x' is not a number"):
+        check_tasks_available(1)
+
+
+def test_slurm_asked_for_without_slurm_commands(monkeypatch, tmp_path):
+    from helpers.cluster import start_engines
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sinfo, sbatch, srun
+    with pytest.raises(CourseError, match="`sinfo` not found: Slurm's commands must be on PATH"):
+        start_engines(2, slurm=True)
