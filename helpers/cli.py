@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--cluster-id")
     stop.add_argument("--all", action="store_true", help="also what a crashed kernel left behind")
 
+    results = sub.add_parser("results", help="table of batch training results (e.g. a scaling sweep)")
+    results.add_argument("--dir", help="results directory (default: COURSE_OUTPUT_DIR/results)")
+
     bench = sub.add_parser("bench", help="measure engines, training and input pipeline; print a table")
     bench.add_argument("--out", default="build/bench", help="directory for bench.json and bench.csv")
     bench.add_argument("--steps", type=_positive, default=12, help="timed steps per configuration")
@@ -122,6 +125,15 @@ def _dispatch(args) -> int:
         else:
             stopped = cluster.stop_all() if args.all else cluster.stop_by_id(args.cluster_id)
             print(f"stopped {stopped} cluster(s)")
+    elif args.command == "results":
+        from .environment import output_dir
+        from .train import load_results, results_table
+
+        directory = args.dir or output_dir() / "results"
+        runs = load_results(directory)
+        if not runs:
+            raise CourseError(f"no results in {directory}: run `slurm/sweep` or `python -m helpers train --results FILE`")
+        print(results_table(runs))
     elif args.command == "bench":
         from .bench import main as bench_main
 

@@ -220,6 +220,43 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     return engines
 
 
+def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
+           activate: bool = True) -> Engines:
+    """Connect to the engines of a `slurm/engines.sbatch` job (controller inside the job).
+
+    Waits, with a deadline, for the job to run, its controller to write the connection file
+    and all its tasks (or `n`) to register. Stopping the returned engines cancels the job.
+    """
+    import ipyparallel as ipp
+
+    from .slurm_engines import SlurmJob
+
+    started = time.perf_counter()
+    job = SlurmJob(str(job_id))
+    client = None
+    try:
+        n = n or job.wait_running(timeout)
+        url_file = job.wait_connection_file(timeout - (time.perf_counter() - started))
+        client = ipp.Client(str(url_file), timeout=30)
+        client.wait_for_engines(n, timeout=max(1.0, timeout - (time.perf_counter() - started)),
+                                interactive=False)
+    except (TimeoutError, ipp.error.TimeoutError):
+        have = len(client.ids) if client else 0
+        _stop_cluster(job, client)
+        raise CourseError(f"only {have} of {n} engines of Slurm job {job_id} registered within "
+                          f"{timeout:.0f} s (see the job's output file); the job was cancelled") from None
+    except CourseError:
+        _stop_cluster(job, client)
+        raise
+    engines = Engines(job, client, n, started_s=time.perf_counter() - started)
+    engines.assign_ranks()
+    _running[engines.cluster_id] = engines
+    atexit.register(engines.stop)
+    if activate:
+        _activate(client)
+    return engines
+
+
 def _local_options(config) -> tuple:
     config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
     return config, dict(controller_args=["--HeartMonitor.period=500", "--ip=127.0.0.1"])

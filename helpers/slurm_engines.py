@@ -18,7 +18,9 @@ import re
 import signal
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ipyparallel.cluster.launcher import EngineLauncher, MPILauncher
 from traitlets import List
@@ -206,3 +208,58 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
             for step in step_ids(os.environ["SLURM_JOB_ID"], self.step_name):
                 subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, timeout=30)
         return super().signal(sig)
+
+
+class SlurmJob:
+    """A `slurm/engines.sbatch` job seen from the notebook: wait for it, stop it.
+
+    It offers what `helpers.cluster` calls on an ipyparallel cluster (`cluster_id`,
+    `signal_engines_sync`, `stop_cluster_sync`), so attached engines stop the same way.
+    """
+
+    def __init__(self, job_id: str):
+        if not job_id.isdigit():
+            raise CourseError(f"{job_id!r} is not a Slurm job id (sbatch prints it: 'Submitted batch job 1234')")
+        self.job_id = job_id
+        self.cluster_id = f"course-job{job_id}"
+
+    def wait_running(self, timeout: float) -> int:
+        """Wait until the job runs; returns its number of tasks."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                info = _run(["scontrol", "show", "job", "-o", self.job_id])
+            except CourseError as exc:
+                raise CourseError(f"Slurm job {self.job_id} not found (finished, or never submitted?): "
+                                  f"{exc}") from None
+            state = re.search(r"JobState=(\S+)", info).group(1)
+            if state == "RUNNING":
+                return int(re.search(r"NumTasks=(\d+)", info).group(1))
+            if state not in ("PENDING", "CONFIGURING"):
+                raise CourseError(f"Slurm job {self.job_id} is {state}, not running: see its output file")
+            if time.monotonic() > deadline:
+                raise CourseError(f"Slurm job {self.job_id} still waits ({job_state(self.job_id)}) after "
+                                  f"{timeout:.0f} s; it was cancelled: ask for fewer resources or try later")
+            time.sleep(0.5)
+
+    def connection_file(self) -> Path:
+        from IPython.paths import get_ipython_dir
+
+        return Path(get_ipython_dir()) / "profile_default" / "security" / f"ipcontroller-{self.cluster_id}-client.json"
+
+    def wait_connection_file(self, timeout: float) -> Path:
+        path, deadline = self.connection_file(), time.monotonic() + timeout
+        while not (path.is_file() and path.stat().st_size > 0):
+            if time.monotonic() > deadline:
+                raise CourseError(f"the controller of Slurm job {self.job_id} wrote no {path.name} within "
+                                  f"{timeout:.0f} s: is your home directory shared with the compute nodes?")
+            time.sleep(0.2)
+        return path
+
+    def signal_engines_sync(self, sig) -> None:
+        subprocess.run(["scancel", f"--signal={int(sig)}", self.job_id], capture_output=True, timeout=30)
+
+    def stop_cluster_sync(self) -> None:
+        subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
+        for suffix in ("client", "engine"):
+            self.connection_file().with_name(f"ipcontroller-{self.cluster_id}-{suffix}.json").unlink(missing_ok=True)

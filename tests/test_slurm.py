@@ -147,16 +147,19 @@ def test_more_engines_than_allocated_tasks_is_a_clear_error(slurm):
     assert _squeue_empty(slurm["env"])
 
 
-def test_notebook_03_with_engines_on_slurm(slurm, tmp_path):
-    """The same notebook as the local run, its engines Slurm tasks on both nodes."""
+@pytest.mark.parametrize("notebook", ["03_multiworker_ipyparallel", "04_custom_training_loop",
+                                      "06_fault_tolerance"])
+def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
+    """The same notebooks as the local run, their engines Slurm tasks on both nodes (06 kills one
+    of them mid-training and resumes on fresh engines)."""
     env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
            "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                           "--nbval-current-env", "--nbval-cell-timeout=600",
-                           "notebooks/03_multiworker_ipyparallel.ipynb"],
+                           "--nbval-current-env", "--nbval-cell-timeout=600", f"notebooks/{notebook}.ipynb"],
                           env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-4000:]
-    assert (tmp_path / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
+    assert done.returncode == 0, done.stdout[-6000:]
+    if notebook.startswith("03"):
+        assert (tmp_path / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
     assert _squeue_empty(slurm["env"])
     left = _job_processes()
     assert not left, left
@@ -206,4 +209,49 @@ def test_batch_training_script(slurm, prepared_dir, tmp_path):
     printed = parse_result_lines(log)
     assert sorted(r["host"] for r in printed) == ["node1", "node2"]
     assert len({r["weights"] for r in printed}) == 1
+    assert _squeue_empty(slurm["env"])
+
+
+def test_engines_job_with_controller_inside(slurm, tmp_path):
+    """slurm/engines.sbatch runs controller and engines in the job; the notebook attaches."""
+    from helpers.cluster import attach
+
+    env = {**slurm["env"], "COURSE_DIR": str(ROOT), "COURSE_PYTHON": sys.executable}
+    done = subprocess.run(["sbatch", "--parsable", "--cpus-per-task=1", "--time=10",
+                           f"--output={tmp_path}/engines-%j.out", str(ROOT / "slurm/engines.sbatch")],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    engines = attach(job, timeout=120, activate=False)
+    try:
+        found = sorted(engines.identities(), key=lambda i: i["procid"])
+        assert [(i["procid"], i["host"]) for i in found] == [(0, "node1"), (1, "node2")]
+        connection = engines.cluster.connection_file()
+        assert connection.stat().st_mode & 0o077 == 0, "connection files must be private"
+    finally:
+        engines.stop()
+    assert _squeue_empty(slurm["env"]), "stopping attached engines must cancel their job"
+    assert not connection.exists()
+    left = _job_processes()
+    assert not left, left
+
+
+def test_attach_to_a_job_that_is_not_there(slurm):
+    from helpers.cluster import attach
+    from helpers.errors import CourseError
+
+    with pytest.raises(CourseError, match="Slurm job 999999 not found"):
+        attach("999999", timeout=10, activate=False)
+
+
+def test_scaling_sweep(slurm, prepared_dir, tmp_path):
+    env = {**slurm["env"], "COURSE_DATA_DIR": str(prepared_dir), "COURSE_OUTPUT_DIR": str(tmp_path),
+           "COURSE_PYTHON": sys.executable, "SWEEP_SBATCH_ARGS": "--cpus-per-task=1 --time=10"}
+    done = subprocess.run([str(ROOT / "slurm/sweep"), "--workers", "1 2", "--tasks-per-node", "1", "--", *TRAIN],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("train-")]
+    assert sorted(int(r[2]) for r in rows) == [1, 2], done.stdout  # the workers column
+    assert all(float(r[4]) > 0 for r in rows)  # images/s
+    assert len(list((tmp_path / "results").glob("train-*.json"))) == 2
     assert _squeue_empty(slurm["env"])
