@@ -15,6 +15,7 @@ import atexit
 import os
 import secrets
 import signal
+import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -208,6 +209,12 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         _stop_cluster(cluster, client)
         raise CourseError(f"only {len(client.ids) if client else 0} of {n} engines registered within "
                           f"{timeout:.0f} s: {where}; the engines were stopped") from None
+    except subprocess.CalledProcessError as exc:
+        cluster.engines.clear()  # nothing was submitted: there is no job to cancel
+        _stop_cluster(cluster, client)
+        raise CourseError(f"`{exc.cmd[0]}` refused the engines' job (exit status {exc.returncode}; its "
+                          "message is printed above): check COURSE_SLURM_PARTITION, _ACCOUNT, _TIME "
+                          "and what the partition allows (`sinfo`)") from None
     engines = Engines(cluster, client, n, started_s=time.perf_counter() - started)
     engines.assign_ranks()
     _running[engines.cluster_id] = engines
@@ -215,6 +222,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         atexit.register(engines.stop)
     else:
         cluster.write_cluster_file()
+    _make_private(cluster)
     if activate:
         _activate(client)
     return engines
@@ -237,7 +245,7 @@ def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
     try:
         n = n or job.wait_running(timeout)
         url_file = job.wait_connection_file(timeout - (time.perf_counter() - started))
-        client = ipp.Client(str(url_file), timeout=30)
+        client = connect(url_file, timeout=30)
         client.wait_for_engines(n, timeout=max(1.0, timeout - (time.perf_counter() - started)),
                                 interactive=False)
     except (TimeoutError, ipp.error.TimeoutError):
@@ -255,6 +263,33 @@ def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
     if activate:
         _activate(client)
     return engines
+
+
+def _make_private(cluster) -> None:
+    """Owner-only modes for the cluster's files (ipyparallel writes its cluster file 0644)."""
+    from pathlib import Path
+
+    for path in (Path(cluster.profile_dir) / "security").glob(f"*{cluster.cluster_id}*"):
+        path.chmod(0o600)
+
+
+def connect(url_file, timeout: float = 30.0):
+    """An ipyparallel client for a controller's connection file, or a clear error in `timeout` s."""
+    import json
+
+    import ipyparallel as ipp
+
+    try:
+        info = json.loads(open(url_file).read())
+    except (OSError, ValueError) as exc:
+        raise CourseError(f"cannot read the connection file {url_file}: {exc}") from None
+    where = f"{info.get('interface', 'tcp://?')}:{info.get('registration', '?')}"
+    try:
+        return ipp.Client(str(url_file), timeout=timeout)
+    except (TimeoutError, ipp.error.TimeoutError, OSError) as exc:
+        raise CourseError(f"cannot reach the ipyparallel controller at {where} within {timeout:.0f} s "
+                          f"({exc}): is it still running, and is that address reachable from this "
+                          "host (firewall, wrong interface: set COURSE_CONTROLLER_IP)?") from None
 
 
 def _local_options(config) -> tuple:

@@ -134,7 +134,8 @@ def controller_ip(partition: str | None = None) -> str:
     args = ["sinfo", "-h", "-N", "-o", "%N"] + (["-p", partition] if partition else [])
     nodes = _run(args).split()
     if not nodes:
-        raise CourseError("Slurm reports no nodes" + (f" in partition {partition}" if partition else ""))
+        raise CourseError("Slurm reports no nodes" + (f" in partition {partition}: check COURSE_SLURM_PARTITION "
+                                                      "(`sinfo -s` lists the partitions)" if partition else ""))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((node_address(nodes[0]), 9))
         return probe.getsockname()[0]

@@ -13,7 +13,8 @@ import os
 from . import keras_fix
 from .environment import gpu_count_without_tf, import_tensorflow
 from .errors import CourseError
-from .resolver import cluster_resolver, slurm_resolver
+from .deadline import rendezvous_deadline
+from .resolver import cluster_resolver, describe, slurm_resolver
 
 KINDS = ("auto", "mirrored", "multiworker", "default")
 DEFAULT_COLLECTIVE_TIMEOUT = float(os.environ.get("COURSE_COLLECTIVE_TIMEOUT", "300"))
@@ -63,9 +64,11 @@ def _multiworker(resolver, timeout_seconds: float | None, communication: str | N
         implementation=getattr(tf.distribute.experimental.CommunicationImplementation, implementation),
         timeout_seconds=timeout_seconds if timeout_seconds is not None else DEFAULT_COLLECTIVE_TIMEOUT)
     keras_fix.apply()
+    me = describe(resolver)
     try:
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
-                                                         communication_options=options)
+        with rendezvous_deadline(me["workers"], me["rank"]):
+            return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                                             communication_options=options)
     except RuntimeError as exc:
         if "must be configured at program startup" in str(exc):
             raise CourseError("TensorFlow already ran an op in this process, so it cannot join a "

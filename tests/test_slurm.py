@@ -255,3 +255,25 @@ def test_scaling_sweep(slurm, prepared_dir, tmp_path):
     assert all(float(r[4]) > 0 for r in rows)  # images/s
     assert len(list((tmp_path / "results").glob("train-*.json"))) == 2
     assert _squeue_empty(slurm["env"])
+
+
+def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
+    """A job Slurm refuses, and a job that stays pending: one line each, and nothing left queued."""
+    from helpers.cluster import start_engines
+    from helpers.errors import CourseError
+    from helpers.slurm_engines import SlurmRequest
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(CourseError, match="no nodes in partition nosuch: check COURSE_SLURM_PARTITION"):
+        start_engines(2, slurm=True, request=SlurmRequest(partition="nosuch"), activate=False)
+    with pytest.raises(CourseError, match="`sbatch` refused the engines' job"):  # no GPUs on these nodes
+        start_engines(2, slurm=True, request=SlurmRequest(gpus_per_task=1), activate=False)
+    hold = subprocess.run(["sbatch", "--parsable", "-N", "2", "--exclusive", "--time=5", "--output=/dev/null",
+                           "--wrap", "sleep 300"], env=slurm["env"], capture_output=True, text=True, timeout=60)
+    assert hold.returncode == 0, hold.stderr
+    try:
+        with pytest.raises(CourseError, match=r"only 0 of 2 engines registered within 5 s: Slurm job \d+ is PENDING"):
+            start_engines(2, slurm=True, request=SlurmRequest(tasks_per_node=1), timeout=5, activate=False)
+    finally:
+        subprocess.run(["scancel", hold.stdout.strip().split(";")[0]], env=slurm["env"], timeout=30)
+    assert _squeue_empty(slurm["env"])

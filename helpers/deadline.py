@@ -1,0 +1,97 @@
+"""A deadline for the moment workers meet: MultiWorkerMirroredStrategy's constructor.
+
+The constructor waits for every peer for ever, inside TensorFlow's C++ runtime, and ignores
+SIGTERM: a worker whose peer never starts (a typo in TF_CONFIG, a task that failed, an engine
+that was not started) freezes a `%%px` cell or a batch job until its time limit. Python cannot
+interrupt that call, and it holds the GIL while it waits, so no thread of ours can run either.
+A tiny watcher *process* does the only thing that works: when the deadline passes before the
+constructor returns, it names the peers that are not listening (on the worker's stderr, i.e.
+the job log) and kills the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import signal
+import subprocess
+from contextlib import contextmanager
+
+RENDEZVOUS_ENV = "COURSE_RENDEZVOUS_TIMEOUT"
+DEFAULT_RENDEZVOUS_S = 120.0
+
+
+def rendezvous_seconds() -> float:
+    from .errors import CourseError
+
+    raw = os.environ.get(RENDEZVOUS_ENV, "")
+    try:
+        seconds = float(raw) if raw else DEFAULT_RENDEZVOUS_S
+    except ValueError:
+        raise CourseError(f"{RENDEZVOUS_ENV}={raw!r} is not a number of seconds") from None
+    if seconds <= 0:
+        raise CourseError(f"{RENDEZVOUS_ENV}={raw!r} must be more than 0 seconds")
+    return seconds
+
+
+def listening(address: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at `host:port`."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def missing_peers(workers: list[str], rank: int) -> list[tuple[int, str]]:
+    """The (rank, address) of every other worker that does not listen."""
+    return [(r, address) for r, address in enumerate(workers) if r != rank and not listening(address)]
+
+
+def expiry_message(workers: list[str], rank: int, seconds: float) -> str:
+    missing = missing_peers(workers, rank)
+    what = (", ".join(f"rank {r} at {a}" for r, a in missing) if missing
+            else "none (all listen, but not every worker joined: was one started twice or restarted?)")
+    return (f"worker {rank} waited {seconds:.0f} s for its {len(workers) - 1} peer(s) to create "
+            f"MultiWorkerMirroredStrategy; not reachable: {what}. Start every worker of the cluster "
+            f"(same TF_CONFIG or srun step) and check hosts and ports; this worker exits now "
+            f"(deadline: {RENDEZVOUS_ENV}, {seconds:.0f} s)")
+
+
+@contextmanager
+def rendezvous_deadline(workers: list[str], rank: int, seconds: float | None = None):
+    """Run the body (the strategy's constructor); kill this process if it outlasts the deadline."""
+    seconds = rendezvous_seconds() if seconds is None else seconds
+    done_read, done_write = os.pipe()
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", "from helpers.deadline import _watch; _watch()",
+         str(done_read), str(os.getpid()), str(seconds), str(rank), *workers],
+        pass_fds=(done_read,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.close(done_read)
+    try:
+        yield
+    finally:
+        os.close(done_write)  # the watcher sees end-of-file and leaves
+        try:
+            watcher.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+
+
+def _watch() -> None:
+    """The watcher process: wait for end-of-file on the pipe, or the deadline."""
+    import select
+
+    done_fd, pid, seconds, rank, *workers = sys.argv[1:]
+    ready, _, _ = select.select([int(done_fd)], [], [], float(seconds))
+    if ready:
+        return
+    message = "error: " + expiry_message(workers, int(rank), float(seconds))
+    print(message, file=sys.stderr, flush=True)
+    try:
+        os.kill(int(pid), signal.SIGKILL)
+    except ProcessLookupError:
+        pass
