@@ -45,7 +45,7 @@ def test_sharding_proof_passes_and_fails():
         _run("02_input_pipelines.ipynb", same_data)
 
 
-RESUME_OK = {"first_failed": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2, "CRASH_EPOCH": 2,
+RESUME_OK = {"first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2, "CRASH_EPOCH": 2,
              "epochs": 4, "results": [{"rank": 0, "epochs run": [2, 3], "weights": "a"},
                                       {"rank": 1, "epochs run": [2, 3], "weights": "a"}]}
 
@@ -57,6 +57,8 @@ def test_fault_tolerance_proof_passes_and_fails():
         _run("06_fault_tolerance.ipynb", from_scratch)
     with pytest.raises(AssertionError, match="should have failed"):
         _run("06_fault_tolerance.ipynb", {**RESUME_OK, "first_failed": False})
+    with pytest.raises(AssertionError, match="not wait for its dead peer"):
+        _run("06_fault_tolerance.ipynb", {**RESUME_OK, "survivor_stopped": False})
     shared_dir = {**RESUME_OK, "backups": ["shared"]}
     with pytest.raises(AssertionError, match="one backup directory per worker"):
         _run("06_fault_tolerance.ipynb", shared_dir)
