@@ -13,6 +13,8 @@ EXTRA ?= cpu
 STAMP := $(VENV)/.installed-$(EXTRA)
 KERNEL_NAME ?= tf-hpc-course
 PYTEST_ARGS ?=
+# JupyterLab refuses to run as root without --allow-root (containers, CI)
+LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
 .PHONY: install course test lab kernel bench clean
 
@@ -34,7 +36,7 @@ kernel: install
 	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "TF HPC course"
 
 lab: kernel
-	cd notebooks && ../$(VENV)/bin/jupyter lab
+	cd notebooks && ../$(VENV)/bin/jupyter lab $(LAB_ARGS)
 
 bench: install
 	$(PY) -m helpers bench --out build/bench
