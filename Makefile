@@ -23,7 +23,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRA),test]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub]'
 	@touch $(STAMP)
 
 course: install

@@ -192,19 +192,20 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     from . import slurm_engines
 
     slurm = slurm_engines.want_slurm(slurm)
-    config, options = (_slurm_options(n, request, config=Config()) if slurm
+    cluster_id = CLUSTER_PREFIX + secrets.token_hex(4)
+    config, options = (_slurm_options(n, request, Config(), cluster_id) if slurm
                        else _local_options(Config()))
     timeout = (300.0 if slurm else 60.0) if timeout is None else timeout
 
     started = time.perf_counter()
-    cluster = ipp.Cluster(n=n, cluster_id=CLUSTER_PREFIX + secrets.token_hex(4), delay=0,
+    cluster = ipp.Cluster(n=n, cluster_id=cluster_id, delay=0,
                           engine_timeout=int(timeout), log_level=40, config=config, **options)
     client = None
     try:
         cluster.start_cluster_sync(n=n)
         client = cluster.connect_client_sync()
         client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
-    except (TimeoutError, ipp.error.TimeoutError) as exc:
+    except (TimeoutError, ipp.error.TimeoutError):
         where = _describe_engine_job(cluster) if slurm else "check that engines can start (`ipengine --help`)"
         _stop_cluster(cluster, client)
         raise CourseError(f"only {len(client.ids) if client else 0} of {n} engines registered within "
@@ -297,7 +298,7 @@ def _local_options(config) -> tuple:
     return config, dict(controller_args=["--HeartMonitor.period=500", "--ip=127.0.0.1"])
 
 
-def _slurm_options(n: int, request, config) -> tuple:
+def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     """Launcher settings for engines as Slurm tasks: srun inside an allocation, else sbatch."""
     from . import slurm_engines
 
@@ -312,6 +313,9 @@ def _slurm_options(n: int, request, config) -> tuple:
         options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
     else:
         config.SlurmEngineSetLauncher.batch_template = slurm_engines.batch_template(request)
+        # ipyparallel writes the batch script into the current directory (the notebooks'),
+        # where it would be left behind: keep it with the cluster's logs instead
+        config.SlurmEngineSetLauncher.batch_file_name = str(slurm_engines.batch_file(cluster_id))
         config.SlurmEngineSetLauncher.environment = dict(ENGINE_ENV)
         options["engine_launcher_class"] = "slurm"
     return config, options

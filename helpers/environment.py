@@ -188,13 +188,18 @@ def report() -> dict:
 
 def output_dir() -> "Path":
     """Where runs write models, results and figures: `COURSE_OUTPUT_DIR`, else build/ of
-    the course checkout, else ./course-output. Multi-node runs need it on a shared filesystem."""
+    the course checkout when this user may write there, else ~/tf-hpc-course-output (a course
+    installed once for everybody, e.g. for a JupyterHub, is read-only for its users).
+    Multi-node runs need it on a shared filesystem."""
     from pathlib import Path
 
     if os.environ.get("COURSE_OUTPUT_DIR"):
         return Path(os.environ["COURSE_OUTPUT_DIR"])
     repo = Path(__file__).resolve().parents[1]
-    return repo / "build" if (repo / "pyproject.toml").is_file() else Path("course-output")
+    build = repo / "build"
+    if (repo / "pyproject.toml").is_file() and os.access(build if build.exists() else repo, os.W_OK):
+        return build
+    return Path.home() / "tf-hpc-course-output"
 
 
 def local_replicas(cpu_replicas: int = 2) -> int:

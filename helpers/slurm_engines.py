@@ -98,6 +98,15 @@ def batch_template(request: SlurmRequest) -> str:
     return "\n".join(lines)
 
 
+def batch_file(cluster_id: str) -> Path:
+    """Where the engines' batch script is written: the IPython profile's log directory."""
+    from IPython.paths import get_ipython_dir
+
+    directory = Path(get_ipython_dir()) / "profile_default" / "log"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"{cluster_id}-engines.sbatch"
+
+
 def _run(args: list[str]) -> str:
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=30)

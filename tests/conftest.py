@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,3 +113,51 @@ class Lab:
     def stop(self) -> None:
         self.proc.kill()
         self.proc.wait(timeout=30)
+
+
+# ------------------------------------------------------------------ a real local Slurm
+def _slurm_unavailable(reason: str):
+    if os.environ.get("COURSE_REQUIRE_SLURM") == "1":
+        pytest.fail(f"Slurm tests are required here (COURSE_REQUIRE_SLURM=1) but cannot run: {reason}")
+    pytest.skip(f"real Slurm not available: {reason}")
+
+
+def leftovers() -> list[str]:
+    """Slurm daemons, and any process that runs inside a Slurm job (engines, TF workers)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            in_job = "SLURM_JOB_ID" in proc.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            in_job = False
+        if proc.pid != os.getpid() and (in_job or proc.info["name"] in ("slurmd", "slurmctld", "slurmstepd")):
+            found.append(f"{proc.pid} [{proc.info['name']}] {' '.join(proc.info['cmdline'] or [])[:80]}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    if os.geteuid() != 0:
+        _slurm_unavailable("not root (slurm/local/up installs packages and creates network namespaces)")
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        _slurm_unavailable("no apt-get to install slurm-wlm")
+    # not under pytest's private tmp: other users (the JupyterHub test's) must read slurm.conf
+    state = Path(f"/var/tmp/course-slurm-test-{os.getpid()}")
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir(mode=0o755)
+    env = {**os.environ, "COURSE_SLURM_DIR": str(state / "cluster")}
+    up = subprocess.run([str(ROOT / "slurm/local/up"), "--nodes", "2"], env=env, capture_output=True,
+                        text=True, timeout=600)
+    if up.returncode != 0:
+        subprocess.run([str(ROOT / "slurm/local/down")], env=env, timeout=120)
+        pytest.fail(f"slurm/local/up failed:\n{up.stdout}\n{up.stderr}")
+    conf = str(state / "cluster" / "slurm.conf")
+    os.environ["SLURM_CONF"] = conf
+    yield {"env": {**env, "SLURM_CONF": conf}, "dir": state}
+    os.environ.pop("SLURM_CONF", None)
+    down = subprocess.run([str(ROOT / "slurm/local/down")], env=env, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not leftovers(), f"left behind after slurm/local/down: {leftovers()}"
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "cslurm" not in netns, netns
+    shutil.rmtree(state, ignore_errors=True)

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -78,7 +77,8 @@ def test_run_notebook_00_in_jupyterlab(tmp_path):
             t = time.monotonic()
             page.click("text=Run", timeout=10_000)             # the menu bar's Run menu
             page.click("text=Run All Cells", timeout=10_000)
-            page.wait_for_selector("text=environment OK:", timeout=300_000)  # the proof cell's output
+            # the proof cell's *output* (its source contains the same words)
+            page.wait_for_selector(".jp-OutputArea-output:has-text('environment OK:')", timeout=300_000)
             _wait_kernel(lab, "idle", 300)
             timings["run all cells"] = time.monotonic() - t
             proof = page.locator(".jp-OutputArea-output", has_text="environment OK:").first.inner_text()

@@ -53,3 +53,15 @@ def test_report_lists_versions():
     report = environment.report()
     assert report["cpus"] >= 1
     assert "keras" in report["versions"] and "python" in report["versions"]
+
+
+def test_output_dir_falls_back_to_home_when_the_course_is_read_only(monkeypatch, tmp_path):
+    from helpers import environment
+
+    monkeypatch.delenv("COURSE_OUTPUT_DIR", raising=False)
+    assert environment.output_dir().name == "build"  # this checkout is writable
+    monkeypatch.setattr(environment.os, "access", lambda path, mode: False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert environment.output_dir() == tmp_path / "tf-hpc-course-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "elsewhere"))
+    assert environment.output_dir() == tmp_path / "elsewhere"

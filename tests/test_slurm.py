@@ -7,63 +7,18 @@ skipped with the reason; CI sets COURSE_REQUIRE_SLURM=1, which turns the skip in
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from helpers.train import parse_result_lines
+from tests.conftest import leftovers as _leftovers
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slurm
-
-
-def _unavailable(reason: str):
-    if os.environ.get("COURSE_REQUIRE_SLURM") == "1":
-        pytest.fail(f"Slurm tests are required here (COURSE_REQUIRE_SLURM=1) but cannot run: {reason}")
-    pytest.skip(f"real Slurm not available: {reason}")
-
-
-def _leftovers() -> list[str]:
-    """Slurm daemons, and any process that runs inside a Slurm job (engines, TF workers)."""
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        try:
-            in_job = "SLURM_JOB_ID" in proc.environ()
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-            in_job = False
-        if proc.pid != os.getpid() and (in_job or proc.info["name"] in ("slurmd", "slurmctld", "slurmstepd")):
-            found.append(f"{proc.pid} [{proc.info['name']}] {' '.join(proc.info['cmdline'] or [])[:80]}")
-    return found
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    if os.geteuid() != 0:
-        _unavailable("not root (slurm/local/up installs packages and creates network namespaces)")
-    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        _unavailable("no apt-get to install slurm-wlm")
-    state = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "COURSE_SLURM_DIR": str(state / "cluster")}
-    up = subprocess.run([str(ROOT / "slurm/local/up"), "--nodes", "2"], env=env, capture_output=True,
-                        text=True, timeout=600)
-    if up.returncode != 0:
-        subprocess.run([str(ROOT / "slurm/local/down")], env=env, timeout=120)
-        pytest.fail(f"slurm/local/up failed:\n{up.stdout}\n{up.stderr}")
-    conf = str(state / "cluster" / "slurm.conf")
-    os.environ["SLURM_CONF"] = conf
-    yield {"env": {**env, "SLURM_CONF": conf}, "dir": state}
-    os.environ.pop("SLURM_CONF", None)
-    down = subprocess.run([str(ROOT / "slurm/local/down")], env=env, capture_output=True, text=True, timeout=120)
-    assert down.returncode == 0, down.stderr
-    assert not _leftovers(), f"left behind after slurm/local/down: {_leftovers()}"
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "cslurm" not in netns, netns
 
 
 def _squeue_empty(env, within: float = 15.0) -> bool:
@@ -154,12 +109,15 @@ def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
     of them mid-training and resumes on fresh engines)."""
     env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
            "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
                            "--nbval-current-env", "--nbval-cell-timeout=600", f"notebooks/{notebook}.ipynb"],
                           env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-6000:]
     if notebook.startswith("03"):
         assert (tmp_path / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
+    after = sorted(p.name for p in (ROOT / "notebooks").iterdir() if not p.name.startswith("."))
+    assert after == [n for n in before if not n.startswith(".")], "the run left files among the notebooks"
     assert _squeue_empty(slurm["env"])
     left = _job_processes()
     assert not left, left

@@ -1,0 +1,61 @@
+"""JupyterHub for the course: each user's JupyterLab runs as a Slurm job on compute nodes.
+
+A template for a centre to adapt (the course's hub test loads this file and overrides only
+what a one-machine test needs). Install the course once where every compute node sees it:
+
+    git clone ... /opt/tf-hpc-course && cd /opt/tf-hpc-course && make install EXTRA=gpu
+    .venv/bin/pip install -e '.[hub]'        # jupyterhub + batchspawner for the servers
+
+then run the hub with this file (`jupyterhub -f slurm/jupyterhub/jupyterhub_config.py`)
+behind the centre's HTTPS front end. Everything site-specific is an environment variable:
+
+    COURSE_DIR             the course checkout (default: two levels above this file)
+    COURSE_HUB_IP          the hub API address compute nodes can reach (default: all)
+    COURSE_HUB_PARTITION   partition for the servers (default: the site's default)
+    COURSE_HUB_TIME        time limit of a server (default 02:00:00)
+    COURSE_HUB_OPTIONS     extra #SBATCH options, e.g. "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1"
+
+The server runs in the job's batch step (`req_srun = ""`), so the notebook can start the
+course's engines as an `srun` step of the same allocation (COURSE_ENGINES=slurm is set for
+it): ask for as many tasks as a lesson has workers (one per GPU). A server whose job has one
+task can still start engines in a separate job (`start_engines(n, slurm=True)` from outside
+an allocation needs the hub server *not* to be in one; see the README).
+"""
+
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821 - provided by JupyterHub
+
+# The hub's database and cookie secret let anyone who reads them act as a user: everything the
+# hub writes is readable by its owner only (the servers' batch script sets its own umask).
+os.umask(0o077)
+
+HERE = Path(__file__).resolve().parent
+COURSE_DIR = Path(os.environ.get("COURSE_DIR", HERE.parents[1]))
+VENV_BIN = COURSE_DIR / ".venv" / "bin"
+
+c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
+c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # the public side, behind the centre's HTTPS proxy
+c.JupyterHub.hub_ip = os.environ.get("COURSE_HUB_IP", "")  # servers on compute nodes call the hub here
+
+# The single-user server: the course's Python, JupyterLab, the course's notebooks.
+c.Spawner.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
+c.SlurmSpawner.batchspawner_singleuser_cmd = str(VENV_BIN / "batchspawner-singleuser")
+c.Spawner.default_url = "/lab"
+c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLURM_CONF", "COURSE_DATA_DIR"]
+c.Spawner.environment = {
+    "COURSE_ENGINES": "slurm",        # notebooks start their engines as Slurm tasks
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+
+c.SlurmSpawner.batch_script = (HERE / "server.sbatch.j2").read_text()
+c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebook gets the job's CPUs
+c.SlurmSpawner.req_runtime = os.environ.get("COURSE_HUB_TIME", "02:00:00")
+c.SlurmSpawner.req_partition = os.environ.get("COURSE_HUB_PARTITION", "")
+c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", "--nodes=1 --ntasks=2")
+c.SlurmSpawner.start_timeout = 300      # a busy partition; the page shows the job as pending
+c.SlurmSpawner.http_timeout = 120
+# Submit as the user. With sudo rules in place use the default ("sudo -E -u {username}");
+# a hub running as root without sudo can use runuser:
+c.SlurmSpawner.exec_prefix = os.environ.get("COURSE_HUB_EXEC_PREFIX", "sudo -E -u {username}")
