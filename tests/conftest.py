@@ -17,6 +17,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPORT: list[str] = []  # lines the browser tests want in the summary (timings, screenshots)
+
+
+def _report(line: str) -> None:
+    REPORT.append(line)
+    print(line)
+
+
+@pytest.fixture
+def report():
+    """Show a line at the end of the test run, also when the test passes (pytest hides prints).
+
+    A fixture, not an import: tests import this file as `tests.conftest`, a second copy of the
+    module pytest loaded, whose REPORT the summary would not see."""
+    return _report
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORT:
+        terminalreporter.section("measured by the browser tests")
+        for line in REPORT:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -55,7 +56,7 @@ def _wait_kernel(lab: Lab, state: str, timeout: float) -> None:
     raise AssertionError(f"kernel not {state} within {timeout:.0f} s: {lab.api('/api/kernels')}")
 
 
-def test_run_notebook_00_in_jupyterlab(tmp_path):
+def test_run_notebook_00_in_jupyterlab(tmp_path, report):
     executable = ensure_chromium()
     from playwright.sync_api import sync_playwright
 
@@ -94,8 +95,8 @@ def test_run_notebook_00_in_jupyterlab(tmp_path):
         unrun = [i for i, c in enumerate(saved.cells) if c.cell_type == "code" and not c.get("execution_count")]
     finally:
         lab.stop()
-    print(f"screenshot: {shot}")
-    print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    report(f"{Path(__file__).stem}: screenshot {shot}")
+    report(f"{Path(__file__).stem}: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     assert "environment OK" in proof
     assert not failed, [f"{o['ename']}: {o['evalue']}" for o in failed]
     assert not unrun, f"cells not run: {unrun}"

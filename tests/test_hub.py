@@ -176,7 +176,7 @@ def _wait_kernel_idle(page, base: str, timeout: float) -> None:
     raise AssertionError(f"kernel not idle and connected within {timeout:.0f} s")
 
 
-def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path):
+def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, report):
     executable = ensure_chromium()
     from playwright.sync_api import sync_playwright
 
@@ -250,8 +250,8 @@ def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path):
         raise AssertionError(f"{exc}\n--- hub log\n{hub.tail()}\n{jobs}") from None
     finally:
         hub.stop()
-    print(f"screenshot: {shot}")
-    print("timings: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    report(f"{Path(__file__).stem}: screenshot {shot}")
+    report(f"{Path(__file__).stem}: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     assert "all 2 workers hold identical weights" in proof
     assert hosts >= 1, "an engine should have run on node2"
     left = [p for p in leftovers() if user in p or "jupyterhub" in p or "ipengine" in p]
