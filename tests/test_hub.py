@@ -10,7 +10,6 @@ Everything created (user, hub database, cookie secret, jobs, processes) is remov
 
 from __future__ import annotations
 
-import os
 import pwd
 import secrets
 import shutil
