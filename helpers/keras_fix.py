@@ -13,7 +13,7 @@ keras/src/backend/tensorflow/trainer.py two spots break multi-worker training:
    ``Invalid reduction dimension 0``. Fix: reduce rank-0 values with ``axis=None``.
 
 Applied only to the Keras versions known to need it (`AFFECTED`); the test
-`tests/test_keras_fix.py` shows the failure without the fix, so a Keras upgrade that
+`tests/test_multiworker.py::test_keras_fit_fails_without_the_fix` shows the failure without it, so a Keras upgrade that
 repairs the bug is noticed there.
 """
 
