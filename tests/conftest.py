@@ -183,3 +183,20 @@ def slurm():
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "cslurm" not in netns, netns
     shutil.rmtree(state, ignore_errors=True)
+
+
+def squeue(env) -> str | None:
+    """`squeue -h`: the jobs in the queue, or None when squeue fails."""
+    out = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=30)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def squeue_empty(env, within: float = 15.0) -> bool:
+    """squeue shows no job (a cancelled job may stay 'completing' for a few seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        if squeue(env) == "":
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)

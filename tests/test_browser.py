@@ -46,14 +46,15 @@ def ensure_chromium() -> str:
     return CHROMIUM
 
 
-def _wait_kernel(lab: Lab, state: str, timeout: float) -> None:
+def wait_kernel_idle(page, base: str, timeout: float) -> None:
+    """JupyterLab shows idle before the kernel is connected: ask the server (with the page's cookies)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        kernels = lab.api("/api/kernels")
-        if kernels and all(k["execution_state"] == state and k["connections"] > 0 for k in kernels):
+        kernels = page.request.get(f"{base}/api/kernels").json()
+        if kernels and all(k["execution_state"] == "idle" and k["connections"] > 0 for k in kernels):
             return
-        time.sleep(0.5)
-    raise AssertionError(f"kernel not {state} within {timeout:.0f} s: {lab.api('/api/kernels')}")
+        page.wait_for_timeout(500)  # lets Playwright process events (time.sleep would not)
+    raise AssertionError(f"kernel not idle and connected within {timeout:.0f} s")
 
 
 def test_run_notebook_00_in_jupyterlab(tmp_path, report):
@@ -73,14 +74,14 @@ def test_run_notebook_00_in_jupyterlab(tmp_path, report):
             t = time.monotonic()
             page.goto(f"{lab.url}/lab/tree/00_environment.ipynb?token={lab.token}")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            _wait_kernel(lab, "idle", 90)
+            wait_kernel_idle(page, lab.url, 90)
             timings["notebook open, kernel idle"] = time.monotonic() - t
             t = time.monotonic()
             page.click("text=Run", timeout=10_000)             # the menu bar's Run menu
             page.click("text=Run All Cells", timeout=10_000)
             # the proof cell's *output* (its source contains the same words)
             page.wait_for_selector(".jp-OutputArea-output:has-text('environment OK:')", timeout=300_000)
-            _wait_kernel(lab, "idle", 300)
+            wait_kernel_idle(page, lab.url, 300)
             timings["run all cells"] = time.monotonic() - t
             proof = page.locator(".jp-OutputArea-output", has_text="environment OK:").first.inner_text()
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)

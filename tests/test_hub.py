@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, leftovers
-from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
+from tests.conftest import ROOT, leftovers, squeue, squeue_empty
+from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
 BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes
@@ -160,21 +160,6 @@ class Hub:
         self.log.close()
 
 
-def _squeue(env) -> str:
-    return subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=30).stdout.strip()
-
-
-def _wait_kernel_idle(page, base: str, timeout: float) -> None:
-    """JupyterLab shows idle before the kernel is connected: ask the server (with the page's cookies)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        kernels = page.request.get(f"{base}/api/kernels").json()
-        if kernels and all(k["execution_state"] == "idle" and k["connections"] > 0 for k in kernels):
-            return
-        page.wait_for_timeout(500)
-    raise AssertionError(f"kernel not idle and connected within {timeout:.0f} s")
-
-
 def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, report):
     executable = ensure_chromium()
     from playwright.sync_api import sync_playwright
@@ -210,13 +195,13 @@ def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, re
                 page.wait_for_timeout(500)  # lets Playwright see the navigation (time.sleep would not)
             page.wait_for_selector(".jp-LabShell, #jp-main-dock-panel", timeout=120_000)
             timings["login to JupyterLab ready (Slurm job included)"] = time.monotonic() - t
-            jobs = _squeue(slurm["env"])
+            jobs = squeue(slurm["env"]) or ""
             assert "jupyterh" in jobs, f"the server should be a Slurm job: {jobs!r}"
             base = f"{hub.url}/user/{user}"
             t = time.monotonic()
             page.goto(f"{base}/lab/tree/notebooks/03_multiworker_ipyparallel.ipynb")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            _wait_kernel_idle(page, base, 120)
+            wait_kernel_idle(page, base, 120)
             page.click("text=Run", timeout=10_000)
             page.click("text=Run All Cells", timeout=10_000)
             try:  # the proof's *output* (its source contains the same words)
@@ -238,11 +223,8 @@ def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, re
             browser.close()
         t = time.monotonic()
         assert hub.request("DELETE", f"/hub/api/users/{user}/server", token) in (202, 204)
-        deadline = time.monotonic() + 60
-        while _squeue(slurm["env"]) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        assert squeue_empty(slurm["env"], within=60), "stopping the server must end its Slurm job"
         timings["server stopped from the hub, squeue empty"] = time.monotonic() - t
-        assert _squeue(slurm["env"]) == "", "stopping the server must end its Slurm job"
     except Exception as exc:
         jobs = "".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in
                        sorted(test_user["home"].glob("jupyterhub-course-*.log")))

@@ -16,21 +16,10 @@ import pytest
 
 from helpers.train import parse_result_lines
 from tests.conftest import leftovers as _leftovers
+from tests.conftest import squeue_empty as _squeue_empty
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slurm
-
-
-def _squeue_empty(env, within: float = 15.0) -> bool:
-    """squeue shows no job (a cancelled job may stay 'completing' for a few seconds)."""
-    deadline = time.monotonic() + within
-    while True:
-        out = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=30)
-        if out.returncode == 0 and out.stdout.strip() == "":
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
 
 
 def _job_processes(within: float = 15.0) -> list[str]:
