@@ -7,8 +7,13 @@ keras/src/backend/tensorflow/trainer.py two spots break multi-worker training:
    learn shapes, but with one replica per worker some of its values are PerReplica and some
    are not, so it hands PerReplica objects to `_symbolic_build`:
    ``ValueError: Attempt to convert a value (PerReplica...)``.
-   Fix: build from this worker's first local batch (shapes are all that is needed; the
-   upstream code even runs a cross-worker all-reduce for it).
+   Fix: build from the dataset's element spec (shapes and dtypes are all that is needed)
+   without reading a batch. Reading one is also what made `evaluate` fail now and then:
+   Keras then resets its iterator, and abandoning an iterator that has started filling an
+   in-memory `cache()` may truncate the dataset on one worker only; that worker then gets
+   an empty batch (oneDNN's Conv2D fails on it: "Incompatible shapes: [32] vs.
+   [0,32,32,3]") while the other waits in its all-reduce. The test
+   `tests/test_multiworker.py::test_repeated_evaluate_on_cached_data` repeats it.
 2. `reduce_per_replica` reduces scalar logs with ``strategy.reduce("MEAN", v, axis=0)``:
    ``Invalid reduction dimension 0``. Fix: reduce rank-0 values with ``axis=None``.
 
@@ -37,6 +42,13 @@ def keras_needs_fix(version: str | None = None) -> bool:
     return AFFECTED[0] <= major_minor < AFFECTED[1]
 
 
+def _local_spec(spec):
+    """One replica's part of a distributed dataset's element spec (shapes and dtypes are
+    all `_symbolic_build` reads)."""
+    value_specs = getattr(spec, "_value_specs", None)  # PerReplicaSpec: several local replicas
+    return value_specs[0] if value_specs else spec
+
+
 def apply() -> bool:
     """Patch Keras's TensorFlow trainer once; returns whether the patch is in place."""
     global _applied
@@ -55,19 +67,12 @@ def apply() -> bool:
         strategy = self._distribute_strategy
         if strategy is None or iterator is None or not tf_trainer._collective_all_reduce_multi_worker(strategy):
             return original_build(self, iterator=iterator, data_batch=data_batch)
-        for _, _, it in iterator:
-            batch = next(it)
-            break
-        else:  # an empty dataset: let Keras report it as usual
-            return original_build(self, iterator=None, data_batch=None)
-
-        def local(value):
-            if isinstance(value, tf.distribute.DistributedValues):
-                return strategy.experimental_local_results(value)[0]
-            return value
-
+        spec = getattr(iterator, "_distributed_dataset", None)
+        spec = getattr(spec, "element_spec", None)
+        if spec is None:  # not the iterator this patch knows: let Keras do as upstream
+            return original_build(self, iterator=iterator, data_batch=data_batch)
         with strategy.scope():
-            self._symbolic_build(data_batch=tree.map_structure(local, batch))
+            self._symbolic_build(data_batch=tree.map_structure(_local_spec, spec))
 
     original_reduce = tf_trainer.reduce_per_replica
 
