@@ -76,8 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--dir", help="results directory (default: COURSE_OUTPUT_DIR/results)")
 
     bench = sub.add_parser("bench", help="measure engines, training and input pipeline; print a table")
-    bench.add_argument("--out", default="build/bench", help="directory for bench.json and bench.csv")
+    bench.add_argument("--out", help="directory for bench.json and bench.csv (default: the output "
+                       "directory's bench/, build/bench in a checkout)")
     bench.add_argument("--steps", type=_positive, default=12, help="timed steps per configuration")
+    bench.add_argument("--repeats", type=_positive, default=2, help="interleaved repeats of each comparison")
     bench.add_argument("--only", help="comma-separated row names to run")
     return parser
 
@@ -137,5 +139,5 @@ def _dispatch(args) -> int:
     elif args.command == "bench":
         from .bench import main as bench_main
 
-        return bench_main(out=args.out, steps=args.steps, only=args.only)
+        return bench_main(out=args.out, steps=args.steps, only=args.only, repeats=args.repeats)
     return 0

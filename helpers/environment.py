@@ -146,6 +146,9 @@ def split_cpu(replicas: int) -> list:
     current = tf.config.get_logical_device_configuration(cpu)
     if current is not None and len(current) == replicas:
         return tf.config.list_logical_devices("CPU")
+    from .tuning import configure_threads
+
+    configure_threads(replicas)  # before the runtime starts, like the device split
     try:
         tf.config.set_logical_device_configuration(cpu, wanted)
     except RuntimeError:

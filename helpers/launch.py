@@ -22,8 +22,9 @@ from .resolver import free_port, make_tf_config
 @dataclass
 class WorkerOutcome:
     rank: int
-    returncode: int | None  # None: killed at the deadline
+    returncode: int | None  # None: killed by the launcher
     output: str
+    killed_because: str | None = None  # "deadline" or "rank N failed" when killed
 
 
 def worker_env(workers: list[str], rank: int, base: dict | None = None) -> dict:
@@ -50,11 +51,11 @@ def run_local_workers(args: list[str], n: int, deadline_s: float = 300.0,
                               start_new_session=True)
              for rank in range(n)]
     outputs = _wait_all(procs, deadline_s)
-    return [WorkerOutcome(rank, proc.returncode if not killed else None, out)
-            for rank, (proc, (out, killed)) in enumerate(zip(procs, outputs))]
+    return [WorkerOutcome(rank, proc.returncode if not why else None, out, why)
+            for rank, (proc, (out, why)) in enumerate(zip(procs, outputs))]
 
 
-def _wait_all(procs: list[subprocess.Popen], deadline_s: float) -> list[tuple[str, bool]]:
+def _wait_all(procs: list[subprocess.Popen], deadline_s: float) -> list[tuple[str, str | None]]:
     import threading
 
     chunks: list[list[str]] = [[] for _ in procs]
@@ -63,14 +64,15 @@ def _wait_all(procs: list[subprocess.Popen], deadline_s: float) -> list[tuple[st
     for reader in readers:
         reader.start()
     end = time.monotonic() + deadline_s
-    killed = [False] * len(procs)
+    killed: list[str | None] = [None] * len(procs)
     while any(p.poll() is None for p in procs):
-        failed = any(p.poll() not in (None, 0) for p in procs)
-        if failed or time.monotonic() > end:
+        failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, 0)), None)
+        if failed is not None or time.monotonic() > end:
+            why = "deadline" if failed is None else f"rank {failed} failed"
             for i, p in enumerate(procs):
                 if p.poll() is None:
                     kill_group(p.pid)
-                    killed[i] = True
+                    killed[i] = why
             break
         time.sleep(0.1)
     for p in procs:

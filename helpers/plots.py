@@ -81,3 +81,29 @@ def throughput(points: list[dict], data_label: str, title: str = "Throughput"):
     fig.suptitle(f"{title} - {data_label}")
     fig.tight_layout()
     return fig
+
+
+def bench(table: dict):
+    """The benchmark's compared figures as one bar each: how many times better the helpers
+    are than their baseline (baseline/ours for times, ours/baseline for rates; > 1 = better).
+
+    `table` is what `helpers.bench.load_table` returns; rows without a baseline are left out.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in table["rows"] if r.get("baseline")]
+    factors = [(r["ours"] / r["baseline"]) if r["higher_is_better"] else (r["baseline"] / r["ours"])
+               for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    colours = ["tab:green" if r["met"] in ("yes", "-") else "tab:red" for r in rows]
+    ax.barh(range(len(rows)), factors, color=colours)
+    ax.set_yticks(range(len(rows)), [r["figure"][:60] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("helpers vs baseline (> 1: helpers better); red: target not met")
+    machine = table.get("machine", {})
+    ax.set_title(f"helpers bench on {machine.get('host', '?')} ({machine.get('cpus', '?')} CPUs) - "
+                 f"{machine.get('data', '?')}", fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from . import keras_fix
+from . import keras_fix, tuning
 from .environment import gpu_count_without_tf, import_tensorflow
 from .errors import CourseError
 from .deadline import rendezvous_deadline
@@ -39,6 +39,7 @@ def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
     if kind == "multiworker" and resolver is None:
         raise CourseError("multi-worker strategy asked for, but this process is not part of a "
                           "cluster: set TF_CONFIG or run the workers under `srun`")
+    tuning.configure_graph_optimizer()
     if resolver is not None:
         return _multiworker(resolver, timeout_seconds, communication)
     return _single_process(kind)
@@ -62,9 +63,11 @@ def _multiworker(resolver, timeout_seconds: float | None, communication: str | N
     implementation = (communication or communication_for(gpu_count_without_tf())).upper()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=getattr(tf.distribute.experimental.CommunicationImplementation, implementation),
+        bytes_per_pack=tuning.pack_bytes(implementation),
         timeout_seconds=timeout_seconds if timeout_seconds is not None else DEFAULT_COLLECTIVE_TIMEOUT)
     keras_fix.apply()
     me = describe(resolver)
+    tuning.configure_threads(workers_on_my_host(me))
     try:
         with rendezvous_deadline(me["workers"], me["rank"]):
             return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
@@ -75,6 +78,12 @@ def _multiworker(resolver, timeout_seconds: float | None, communication: str | N
                               "multi-worker cluster: create the strategy first, right after "
                               "importing TensorFlow (restart the kernel/engine)") from None
         raise
+
+
+def workers_on_my_host(me: dict) -> int:
+    """How many workers of the cluster share this worker's host (its `host:port` host)."""
+    host = str(me["address"]).rsplit(":", 1)[0]
+    return sum(1 for w in me["workers"] if str(w).rsplit(":", 1)[0] == host)
 
 
 def is_chief(strategy) -> bool:

@@ -44,6 +44,22 @@ def test_results_are_written_atomically_and_parsed(tmp_path):
     assert parse_result_lines('noise\nRESULT {"a": 1}\nRESULT {"a": 2}') == [{"a": 1}, {"a": 2}]
 
 
-def test_bench_table_shows_ratios():
-    table = format_table([Row("x images/s", 97.0, 100.0, "images/s", True, ">= 0.97")])
-    assert "0.97" in table and "x images/s" in table
+def test_bench_rows_say_whether_their_target_is_met(tmp_path):
+    from helpers.bench import load_table, write_tables
+
+    rows = [Row("x images/s", 96.0, 100.0, "images/s", True, ">= 0.97", target_on="ratio"),
+            Row("ready", 1.5, 6.5, "s", False, "<= 2"),
+            Row("step ratio", 1.9, 2.3, "x", False, "beat the baseline"),
+            Row("first step", 12.0, 11.0, "s", False, "beat the baseline"),
+            Row("per GPU", 900.0, None, "images/s", True, "report")]
+    assert [r.met for r in rows] == ["no", "yes", "yes", "no", "-"]
+    table = format_table(rows)
+    assert "ratio >= 0.97" in table and "0.96" in table and "x images/s" in table
+    write_tables(rows, {"host": "h"}, tmp_path, gpu_skipped="no GPU")
+    saved = load_table(tmp_path)
+    assert saved["gpu_skipped"] == "no GPU" and [r["met"] for r in saved["rows"]] == ["no", "yes", "yes", "no", "-"]
+    assert (tmp_path / "bench.csv").read_text().count("\n") == 6
+    fig = plots.bench(saved)  # notebook 07's picture of the table: one bar per compared row
+    bars = fig.axes[0].patches
+    assert len(bars) == 4  # the GPU row has no baseline
+    assert [round(b.get_width(), 2) for b in bars] == [0.96, round(6.5 / 1.5, 2), round(2.3 / 1.9, 2), round(11 / 12, 2)]
