@@ -243,7 +243,9 @@ def bench_pipeline(data_dir: str, consumed: float | None, consumer: str, batch: 
                    epochs: int = 5) -> Row:
     """The input pipeline alone (after its cache is warm) against what training consumes."""
     from .data import make_pipeline
+    from .environment import import_tensorflow
 
+    import_tensorflow()  # without its C++ start-up lines in the table's output
     ds = make_pipeline("train", batch, data_dir=data_dir)
     for _ in ds:  # fill the cache
         pass
