@@ -87,17 +87,22 @@ def bench(table: dict):
     """The benchmark's compared figures as one bar each: how many times better the helpers
     are than their baseline (baseline/ours for times, ours/baseline for rates; > 1 = better).
 
-    `table` is what `helpers.bench.load_table` returns; rows without a baseline are left out.
+    `table` is what `helpers.bench.load_table` returns; rows without a baseline, or whose
+    baseline is another quantity (the input pipeline against training), are left out.
     """
     import matplotlib.pyplot as plt
 
-    rows = [r for r in table["rows"] if r.get("baseline")]
+    rows = [r for r in table["rows"] if r.get("baseline") and r.get("versus_defaults", True)]
     factors = [(r["ours"] / r["baseline"]) if r["higher_is_better"] else (r["baseline"] / r["ours"])
                for r in rows]
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.2))
     colours = ["tab:green" if r["met"] in ("yes", "-") else "tab:red" for r in rows]
     ax.barh(range(len(rows)), factors, color=colours)
-    ax.set_yticks(range(len(rows)), [r["figure"][:60] for r in rows], fontsize=8)
+    ax.set_xscale("log")  # 0.95x and 20x on one axis
+    for i, factor in enumerate(factors):
+        ax.annotate(f"{factor:.2f}x", (factor, i), xytext=(3, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r["figure"][:75] for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("helpers vs baseline (> 1: helpers better); red: target not met")

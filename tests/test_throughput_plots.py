@@ -51,15 +51,17 @@ def test_bench_rows_say_whether_their_target_is_met(tmp_path):
             Row("ready", 1.5, 6.5, "s", False, "<= 2"),
             Row("step ratio", 1.9, 2.3, "x", False, "beat the baseline"),
             Row("first step", 12.0, 11.0, "s", False, "beat the baseline"),
-            Row("per GPU", 900.0, None, "images/s", True, "report")]
-    assert [r.met for r in rows] == ["no", "yes", "yes", "no", "-"]
+            Row("per GPU", 900.0, None, "images/s", True, "report"),
+            Row("pipeline / training", 9000.0, 200.0, "images/s", True, ">= 10", target_on="ratio",
+                versus_defaults=False)]
+    assert [r.met for r in rows] == ["no", "yes", "yes", "no", "-", "yes"]
     table = format_table(rows)
     assert "ratio >= 0.97" in table and "0.96" in table and "x images/s" in table
     write_tables(rows, {"host": "h"}, tmp_path, gpu_skipped="no GPU")
     saved = load_table(tmp_path)
-    assert saved["gpu_skipped"] == "no GPU" and [r["met"] for r in saved["rows"]] == ["no", "yes", "yes", "no", "-"]
-    assert (tmp_path / "bench.csv").read_text().count("\n") == 6
+    assert saved["gpu_skipped"] == "no GPU" and [r["met"] for r in saved["rows"]] == ["no", "yes", "yes", "no", "-", "yes"]
+    assert (tmp_path / "bench.csv").read_text().count("\n") == 7
     fig = plots.bench(saved)  # notebook 07's picture of the table: one bar per compared row
     bars = fig.axes[0].patches
-    assert len(bars) == 4  # the GPU row has no baseline
+    assert len(bars) == 4  # the GPU row has no baseline, the pipeline's is not a default
     assert [round(b.get_width(), 2) for b in bars] == [0.96, round(6.5 / 1.5, 2), round(2.3 / 1.9, 2), round(11 / 12, 2)]
