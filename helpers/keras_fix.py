@@ -56,7 +56,6 @@ def apply() -> bool:
         return True
     if not keras_needs_fix() or os.environ.get(DISABLE_ENV) == "1":
         return False
-    import tensorflow as tf
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src import tree
 
