@@ -26,11 +26,13 @@ from pathlib import Path
 
 from .environment import cpu_count, gpu_count_without_tf
 from .errors import CourseError
+from .tuning import TUNING_ENV
 from .train import parse_result_lines
 
 ROWS = ("engines", "distribution", "overhead", "pipeline", "course", "gpu")
 GLOBAL_BATCH = 64
-DEFAULTS_ENV = {"COURSE_TUNING": "off"}  # the baseline: TensorFlow's own defaults
+DEFAULTS_ENV = {TUNING_ENV: "off"}  # the baseline: TensorFlow's own defaults
+MODEL_NAMES = {"cnn": "small CNN", "resnet50": "ResNet50"}
 _OPS = {"<=": operator.le, ">=": operator.ge}
 
 
@@ -198,7 +200,7 @@ def bench_distribution(model: str, data_dir: str, steps: int, repeats: int = 2) 
                      f"repeat {i + 1}/{repeats}: {point['median_step_s'] * 1000:6.0f} ms/step, "
                      f"first step {point['first_step_s']:.1f} s")
     med = {key: _median(values) for key, values in steps_s.items()}
-    name = {"cnn": "small CNN", "resnet50": "ResNet50"}[model]
+    name = MODEL_NAMES[model]
     targets = {"resnet50": ("<= 1.3", "<= 1.6")}.get(model, ("beat the baseline", "beat the baseline"))
     rows = []
     for (label, key), target in zip((("MirroredStrategy 2 logical CPUs", "mirrored"),
@@ -220,17 +222,15 @@ def bench_overhead(model: str, data_dir: str, steps: int, repeats: int = 2) -> l
     """images/s of the helpers' fit and custom-loop paths against hand-written Keras, same
     model, data and strategy (one process), interleaved."""
     rows = []
-    name = {"cnn": "small CNN", "resnet50": "ResNet50"}[model]
+    name = MODEL_NAMES[model]
     for loop in ("fit", "custom"):
-        ours_args = ["-m", "helpers", "train", "--strategy", "default", "--model", model, "--loop", loop,
-                     "--batch", str(GLOBAL_BATCH), "--skip-eval", *_warm_cache_args(GLOBAL_BATCH, steps),
-                     "--data-dir", data_dir]
         base_args = ["-m", "helpers.bench_baseline", "--model", model, "--loop", loop, "--data-dir", data_dir,
                      "--batch", str(GLOBAL_BATCH), "--steps", str(steps),
                      "--examples", str(GLOBAL_BATCH * WARM_BATCHES)]
         ours, base = [], []
         for i in range(repeats):
-            ours.append(_run_result(ours_args)["images_per_s"])
+            ours.append(training_point("single", 1, model, data_dir, steps, GLOBAL_BATCH,
+                                       ("--loop", loop))["images_per_s"])
             base.append(_run_result(base_args)["images_per_s"])
             _say(f"  {model} {loop:<6} repeat {i + 1}/{repeats}: helpers {ours[-1]:.0f} vs plain Keras "
                  f"{base[-1]:.0f} images/s")
