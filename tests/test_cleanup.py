@@ -1,0 +1,163 @@
+"""`python -m helpers cluster stop --all` touches only what is provably ours: a PID reused since
+the cluster file was written is left alone, a cluster whose kernel still runs is left alone
+(unless --force), a crashed kernel's cluster is stopped. All from separate processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _of_cluster(cluster_id: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("IPP_CLUSTER_ID") == cluster_id:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _wait_gone(procs: list[psutil.Process], within: float = 15.0) -> list[psutil.Process]:
+    gone, alive = psutil.wait_procs(procs, timeout=within)
+    return [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_stop_all_leaves_a_reused_pid_alone(tmp_path):
+    """The cluster's processes died (a reboot, an OOM kill) and their PIDs now belong to something
+    else: `stop --all` must remove the stale file and signal nothing."""
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path)}
+    started = run_cli("cluster", "start", "-n", "1", env=env)
+    assert started.returncode == 0, started.stderr
+    cluster_id = re.search(r"cluster (course-[0-9a-f]+)", started.stdout).group(1)
+    for proc in _of_cluster(cluster_id):
+        proc.kill()
+    assert not _wait_gone(_of_cluster(cluster_id))
+    file = tmp_path / "profile_default" / "security" / f"cluster-{cluster_id}.json"
+    state = json.loads(file.read_text())
+    stranger = subprocess.Popen(["sleep", "300"])  # the process that now has "our" PID
+    try:
+        state["controller"]["state"]["pid"] = stranger.pid
+        for engine_set in state["engines"]["sets"].values():
+            for engine in engine_set["engines"].values():
+                engine["pid"] = stranger.pid
+        file.write_text(json.dumps(state))
+        done = run_cli("cluster", "stop", "--all", env=env)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.5)
+        assert stranger.poll() is None, "stop --all killed a process that only had the cluster's old PID"
+        assert f"left alone PID {stranger.pid}" in done.stdout, done.stdout
+        assert not file.exists(), "the stale cluster file should be removed"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+OWNER = """
+import sys, time
+from helpers.cluster import start_engines
+engines = start_engines(1, activate=False)
+print("CLUSTER", engines.cluster_id, flush=True)
+time.sleep(600)
+"""
+
+
+def _watchers(cluster_id: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"])
+            if "helpers.kernel_watch" in " ".join(p.info["cmdline"] or []) and cluster_id in (p.info["cmdline"] or [])]
+
+
+def test_stop_all_spares_a_running_kernel_and_cleans_a_crashed_one(tmp_path, report):
+    """The crash the watcher cannot cover (it died too, e.g. the whole session was killed):
+    `stop --all` from a shell spares a live kernel's cluster and cleans the dead one's."""
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    kernel = subprocess.Popen([sys.executable, "-c", OWNER], env=env, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    cluster_id = ""
+    try:
+        line = kernel.stdout.readline()
+        assert line.startswith("CLUSTER"), line
+        cluster_id = line.split()[1]
+        ours = _of_cluster(cluster_id)
+        assert len(ours) >= 2, "controller and engine should run"
+
+        spared = run_cli("cluster", "stop", "--all", env=env)
+        assert spared.returncode == 0, spared.stderr
+        assert f"in use by the running kernel PID {kernel.pid}" in spared.stdout, spared.stdout
+        assert all(p.is_running() for p in ours), "stop --all stopped the engines of a kernel that still runs"
+
+        for watcher in _watchers(cluster_id):
+            watcher.kill()
+        kernel.send_signal(signal.SIGKILL)  # the kernel crashes: no exit hook runs
+        kernel.wait(timeout=30)
+        cleaned = run_cli("cluster", "stop", "--all", env=env)
+        assert cleaned.returncode == 0 and "stopped 1 cluster(s)" in cleaned.stdout, cleaned.stdout + cleaned.stderr
+        assert not _wait_gone(ours), "the crashed kernel's engines are still running"
+        assert not list((tmp_path / "profile_default" / "security").glob(f"*{cluster_id}*"))
+        report(f"stop --all: spared the cluster of running kernel {kernel.pid}; after SIGKILL of the kernel "
+               f"(and its watcher) stopped its {len(ours)} processes")
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+        for proc in _of_cluster(cluster_id) if cluster_id else []:
+            proc.kill()
+
+
+def test_engines_end_with_a_sigkilled_jupyter_kernel(tmp_path, report):
+    """A real Jupyter kernel starts engines and is SIGKILLed (as the OOM killer does): its engines
+    and controller end by themselves, with no command, and their files are removed."""
+    from jupyter_client.manager import start_new_kernel
+
+    os.environ["IPYTHONDIR"] = str(tmp_path)  # the kernel inherits it
+    try:
+        km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT))
+    finally:
+        del os.environ["IPYTHONDIR"]
+    cluster_id = ""
+    try:
+        outputs = []
+        kc.execute_interactive("from helpers import cluster\nengines = cluster.start_engines(2, activate=False)\n"
+                               "print('CLUSTER', engines.cluster_id)", timeout=120,
+                               output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
+        cluster_id = next(t.split()[1] for t in "".join(outputs).splitlines() if t.startswith("CLUSTER"))
+        ours = _of_cluster(cluster_id)
+        assert len(ours) >= 3 and _watchers(cluster_id), "controller, 2 engines and the watcher should run"
+        killed = time.perf_counter()
+        os.kill(km.provisioner.process.pid, signal.SIGKILL)
+        assert not _wait_gone(ours, within=20), "the killed kernel's engines are still running"
+        ended = time.perf_counter() - killed
+        assert not _wait_gone(_watchers(cluster_id), within=10)
+        # the watcher removes the cluster's files after its processes end: look once it has left
+        assert not list((tmp_path / "profile_default" / "security").glob(f"*{cluster_id}*"))
+        report(f"SIGKILL of a Jupyter kernel: its controller and 2 engines ended {ended:.1f} s later, no command run")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        for proc in _of_cluster(cluster_id) if cluster_id else []:
+            proc.kill()
+
+
+def test_stop_all_force_stops_a_running_kernels_cluster(tmp_path):
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    kernel = subprocess.Popen([sys.executable, "-c", OWNER], env=env, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        cluster_id = kernel.stdout.readline().split()[1]
+        ours = _of_cluster(cluster_id)
+        forced = run_cli("cluster", "stop", "--all", "--force", env=env)
+        assert forced.returncode == 0 and "stopped 1 cluster(s)" in forced.stdout, forced.stdout + forced.stderr
+        assert not _wait_gone(ours)
+    finally:
+        kernel.kill()
+        kernel.wait()
