@@ -35,8 +35,9 @@ test: install
 kernel: install
 	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "TF HPC course"
 
+# loopback only, token on (JupyterLab's default): reach it through `ssh -L` from elsewhere
 lab: kernel
-	cd notebooks && ../$(VENV)/bin/jupyter lab $(LAB_ARGS)
+	cd notebooks && ../$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 $(LAB_ARGS) $(LAB_OPTS)
 
 bench: install
 	$(PY) -m helpers bench --out build/bench

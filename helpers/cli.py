@@ -29,6 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("info", help="what this process has: CPUs, GPUs, Slurm, versions")
+    doctor = sub.add_parser("doctor", help="go/no-go pre-flight for a cluster: one block to paste into a ticket")
+    doctor.add_argument("--partition", help="partition to check (default: COURSE_SLURM_PARTITION, else Slurm's default)")
+    doctor.add_argument("--no-slurm", action="store_false", dest="slurm", default=None,
+                        help="only the checks of this host")
+    doctor.add_argument("--no-bandwidth", action="store_false", dest="bandwidth",
+                        help="skip the 2-worker all-reduce (about 15 s)")
+    doctor.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # what its srun runs
+    sub.add_parser("proxies", help="the proxy variables gRPC must not see, for `unset $(...)` in batch scripts")
 
     data = sub.add_parser("data", help="prepare CIFAR-10 offline, or make a synthetic archive")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -68,9 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("-n", type=_positive, default=2, help="number of engines")
     start.add_argument("--slurm", action="store_true", default=None,
                        help="start the engines through Slurm (default: COURSE_ENGINES, else local)")
+    profile = cluster_sub.add_parser("profile", help="write an ipcluster profile with the course's settings")
+    profile.add_argument("--name", default=None, help="profile name (default tf-course)")
+    profile.add_argument("--no-slurm", action="store_false", dest="slurm", default=None,
+                         help="local engines only, even where Slurm answers")
     stop = cluster_sub.add_parser("stop", help="stop a cluster, or every course cluster with --all")
     stop.add_argument("--cluster-id")
-    stop.add_argument("--all", action="store_true", help="also what a crashed kernel left behind")
+    stop.add_argument("--all", action="store_true",
+                      help="every course cluster no running kernel uses (what a crashed kernel left behind)")
+    stop.add_argument("--force", action="store_true", help="with --all: also clusters of running kernels")
 
     results = sub.add_parser("results", help="table of batch training results (e.g. a scaling sweep)")
     results.add_argument("--dir", help="results directory (default: COURSE_OUTPUT_DIR/results)")
@@ -102,6 +116,17 @@ def _dispatch(args) -> int:
         from .environment import report
 
         print(json.dumps(report(), indent=2))
+    elif args.command == "doctor":
+        from . import doctor
+
+        if args.probe:
+            doctor.probe_task()
+            return 0
+        return doctor.main(args.slurm, args.partition, args.bandwidth)
+    elif args.command == "proxies":
+        from .environment import PROXY_VARIABLES
+
+        print(" ".join(PROXY_VARIABLES))
     elif args.command == "data":
         from . import data
 
@@ -121,12 +146,25 @@ def _dispatch(args) -> int:
         from . import cluster
 
         if args.cluster_command == "start":
-            engines = cluster.start_engines(args.n, slurm=args.slurm, keep=True)
-            print(f"cluster {engines.cluster_id}: {len(engines)} engines ready "
-                  f"(stop with: python -m helpers cluster stop --cluster-id {engines.cluster_id})")
+            engines = cluster.start_engines(args.n, slurm=args.slurm, keep=True, activate=False)
+            print(f"cluster {engines.cluster_id}: {len(engines)} engines ready: {engines.placement()}\n"
+                  f"  lessons use it: COURSE_CLUSTER={engines.cluster_id} (in the environment of jupyter lab or pytest)\n"
+                  f"  from Python: ipyparallel.Client(cluster_id={engines.cluster_id!r})\n"
+                  f"  stop it: python -m helpers cluster stop --cluster-id {engines.cluster_id}")
+        elif args.cluster_command == "profile":
+            from .ipcluster import PROFILE, write_profile
+
+            name = args.name or PROFILE
+            path, decided = write_profile(name, slurm=args.slurm)
+            print(f"wrote {path}: " + "; ".join(decided) + "\n"
+                  f"  start: ipcluster start --profile={name} -n 4 [--engines=slurm] --daemonize\n"
+                  f"  lessons use it: COURSE_CLUSTER={name}\n"
+                  f"  stop: ipcluster stop --profile={name}")
         else:
-            stopped = cluster.stop_all() if args.all else cluster.stop_by_id(args.cluster_id)
+            stopped, kept = cluster.stop_all(args.force) if args.all else cluster.stop_by_id(args.cluster_id)
             print(f"stopped {stopped} cluster(s)")
+            for line in kept:
+                print(f"  {line}")
     elif args.command == "results":
         from .environment import output_dir
         from .train import load_results, results_table

@@ -23,11 +23,22 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from . import kernel_watch, ownership
 from .errors import CourseError
 
 CLUSTER_PREFIX = "course-"
-HEARTBEAT = ["--HeartMonitor.period=100", "--HeartMonitor.max_heartmonitor_misses=100"]
-ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}  # given to every engine
+HEARTBEAT_MS, HEARTBEAT_MISSES = 100, 100
+HEARTBEAT = [f"--HeartMonitor.period={HEARTBEAT_MS}", f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
+# CurveZMQ on every controller socket: without it, anyone who can connect (every user of a login
+# node over loopback, anyone on the cluster network) receives each cell's code and output from the
+# controller's output relay in plaintext (the HMAC key stops injected messages, not reading). With
+# it, only holders of the controller's public key, kept in the owner-only connection files, can
+# connect at all, and the traffic is encrypted. (ipyparallel 9.2's Unix-socket transport cannot be
+# used instead: its controller binds `path-PORT`, its engines and clients connect to `path:PORT`.)
+CURVE = ["--IPController.enable_curve=True"]
+# given to every engine; GPU memory is taken as needed, so engines sharing a node's GPUs with
+# other programs (or a second lesson's engines) do not grab all of it at start
+ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 _running: dict[str, "Engines"] = {}
 
 
@@ -40,6 +51,8 @@ class Engines:
     n: int
     ranks: dict[int, int] = field(default_factory=dict)  # engine id -> worker rank
     started_s: float = 0.0
+    owned: bool = True  # False: attached to a running cluster (COURSE_CLUSTER), which stop() leaves running
+    release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
 
     @property
     def cluster_id(self) -> str:
@@ -65,6 +78,13 @@ class Engines:
         ids = list(self.client.ids)
         found = self.client[ids].apply_sync(_engine_identity)
         return [{**identity, "engine_id": eid} for eid, identity in zip(ids, found)]
+
+    def placement(self) -> str:
+        """Where each engine runs, by rank (one line, printed when engines start)."""
+        found = {i["engine_id"]: i for i in self.identities()}
+        by_rank = sorted(found, key=lambda e: self.ranks.get(e, e))
+        return ", ".join(f"rank {self.ranks.get(e, e)} on {found[e]['host']}"
+                         + (f" (GPU {found[e]['gpus']})" if found[e]["gpus"] else "") for e in by_rank)
 
     def assign_ranks(self) -> dict[int, int]:
         """Worker rank of each engine: SLURM_PROCID when every engine has one, else id order."""
@@ -96,21 +116,30 @@ class Engines:
             raise CourseError("the Slurm resolver was asked for, but the engines do not run "
                               "inside a Slurm step: start them with slurm=True or use TF_CONFIG")
         by_rank = sorted(ids, key=self.ranks.__getitem__)
-        addresses = [] if slurm else [f"{ids[e]['host_address']}:{self.client[e].apply_sync(_free_port)}"
-                                      for e in by_rank]
+        addresses = [] if slurm else _distinct_ports(self.client, by_rank, ids)
+        hosts = [ids[e]["host"] for e in by_rank]
+        gpus = {}
         for eid in by_rank:
             rank = self.ranks[eid]
             config = None if slurm else make_tf_config(addresses, rank)
-            self.client[eid].apply_sync(_configure_engine, rank, config)
+            # under Slurm the resolver binds GPUs (helpers.gpus.plan_for_task); here: a share each
+            share = None if slurm else (hosts.count(ids[eid]["host"]), hosts[:rank].count(ids[eid]["host"]))
+            gpus[eid] = self.client[eid].apply_sync(_configure_engine, rank, config, share)
         return [{"rank": self.ranks[e], "engine": e, "host": ids[e]["host"],
-                 "address": "slurm" if slurm else addresses[self.ranks[e]]} for e in by_rank]
+                 "address": "slurm" if slurm else addresses[self.ranks[e]], "gpus": gpus[e]} for e in by_rank]
 
     def stop(self) -> float:
         """Stop engines and controller; returns the seconds it took. Safe to call twice."""
         started = time.perf_counter()
+        if not self.owned:
+            self.client.close()
+            print(f"cluster {self.cluster_id or 'of the profile'} left running (attached, not started here)")
+            return time.perf_counter() - started
         if _running.pop(self.cluster_id, None) is None:
             return 0.0
         _stop_cluster(self.cluster, self.client)
+        if self.release is not None:
+            self.release()
         return time.perf_counter() - started
 
 
@@ -125,7 +154,7 @@ def _engine_identity() -> dict:
     except OSError:
         address = "127.0.0.1"
     procid = os.environ.get("SLURM_PROCID")
-    return {"host": host, "pid": os.getpid(),
+    return {"host": host, "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             "procid": int(procid) if procid is not None and procid.isdigit() else None,
             "slurm_step": "SLURM_STEP_NUM_TASKS" in os.environ and procid is not None,
             "host_address": "localhost" if os.environ.get("IPP_COURSE_LOCAL") else address}
@@ -137,14 +166,34 @@ def _free_port() -> int:
     return free_port("0.0.0.0")
 
 
-def _configure_engine(rank: int, tf_config: dict | None) -> None:
+def _distinct_ports(client, by_rank: list[int], ids: dict) -> list[str]:
+    """`host:port` per engine in rank order; engines on one host never get the same port."""
+    addresses: list[str] = []
+    for eid in by_rank:
+        for _ in range(20):
+            address = f"{ids[eid]['host_address']}:{client[eid].apply_sync(_free_port)}"
+            if address not in addresses:
+                break
+        else:
+            raise CourseError(f"no distinct free port for engine {eid}: widen COURSE_PORT_RANGE")
+        addresses.append(address)
+    return addresses
+
+
+def _configure_engine(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | None = None) -> str:
+    """Make this engine worker `rank`; returns the GPUs it uses ("" on CPU)."""
     import json
     import logging
     import os
     import sys
 
+    from helpers import gpus
     from helpers.environment import import_tensorflow, remove_proxies
 
+    if gpu_share is not None:
+        plan = gpus.apply(gpus.plan_for_local_worker(*gpu_share))
+        if plan.note and rank == 0:
+            print(f"note: {plan.note}")
     remove_proxies()
     import_tensorflow()  # quietly: no C++ start-up lines in %%px cells (creates no TF context)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # no INFO lines in %%px cells
@@ -155,6 +204,7 @@ def _configure_engine(rank: int, tf_config: dict | None) -> None:
         os.environ["TF_CONFIG"] = json.dumps(tf_config)
     if not isinstance(sys.stdout, _RankPrefixed):
         sys.stdout = _RankPrefixed(sys.stdout, f"[rank {rank}] ")
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "") if gpus.visible_gpus() else ""
 
 
 class _RankPrefixed:
@@ -187,10 +237,15 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     else an `sbatch` job (`request`: a `helpers.slurm_engines.SlurmRequest`); the controller
     then listens on this host's address on the cluster network. Engines are stopped when this
     Python process exits, unless `keep=True` (the CLI, whose engines outlive it). In IPython,
-    `%%px` targets them.
+    `%%px` targets them. With `COURSE_CLUSTER` set, the lesson attaches to that running cluster
+    instead (`helpers.ipcluster`).
     """
     if n < 1:
         raise CourseError(f"cannot start {n} engines: ask for at least 1")
+    from .ipcluster import attach_running, cluster_setting
+
+    if cluster_setting() and not keep:
+        return attach_running(cluster_setting(), n, timeout=timeout or 300.0, activate=activate)
     import ipyparallel as ipp
     from traitlets.config import Config
 
@@ -201,9 +256,12 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     config, options = (_slurm_options(n, request, Config(), cluster_id) if slurm
                        else _local_options(Config()))
     timeout = (300.0 if slurm else 60.0) if timeout is None else timeout
+    if not keep:  # the kernel that owns it: `cluster stop --all` leaves the cluster alone while it runs
+        config.LocalControllerLauncher.environment = ownership.owner_env()
 
     started = time.perf_counter()
-    cluster = ipp.Cluster(n=n, cluster_id=cluster_id, delay=0,
+    # keep=True: the cluster outlives this process (ipyparallel would stop it at exit otherwise)
+    cluster = ipp.Cluster(n=n, cluster_id=cluster_id, delay=0, shutdown_atexit=not keep,
                           engine_timeout=int(timeout), log_level=40, config=config, **options)
     client = None
     try:
@@ -226,11 +284,13 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     _running[engines.cluster_id] = engines
     if not keep:
         atexit.register(engines.stop)
+        engines.release = kernel_watch.watch("cluster", engines.cluster_id)  # also on SIGKILL
     else:
         cluster.write_cluster_file()
     _make_private(cluster)
     if activate:
         _activate(client)
+        print(f"{n} engines ready in {engines.started_s:.1f} s: {engines.placement()}")
     return engines
 
 
@@ -266,6 +326,7 @@ def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
     engines.assign_ranks()
     _running[engines.cluster_id] = engines
     atexit.register(engines.stop)
+    engines.release = kernel_watch.watch("job", job.job_id)  # the job is cancelled even on SIGKILL
     if activate:
         _activate(client)
     return engines
@@ -300,7 +361,7 @@ def connect(url_file, timeout: float = 30.0):
 
 def _local_options(config) -> tuple:
     config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
-    return config, dict(controller_args=[*HEARTBEAT, "--ip=127.0.0.1"])
+    return config, dict(controller_args=[*HEARTBEAT, *CURVE, "--ip=127.0.0.1"])
 
 
 def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
@@ -310,13 +371,17 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     slurm_engines.require_slurm()
     request = request or slurm_engines.SlurmRequest.from_env()
     address = slurm_engines.controller_ip(request.partition)
+    # engines read the key from the owner-only connection file (home is shared with the nodes,
+    # `doctor` checks it), not from $IPP_CONNECTION_INFO: a job's environment may be stored in
+    # Slurm's accounting, readable by other users where the site has no PrivateData=jobs
     options = dict(controller_ip=address, controller_location=address,
-                   controller_args=list(HEARTBEAT))
+                   controller_args=[*HEARTBEAT, *CURVE], send_engines_connection_env=False)
     if slurm_engines.in_allocation():
         slurm_engines.check_tasks_available(n)
         config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
         options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
     else:
+        request = request.spread(n)
         config.SlurmEngineSetLauncher.batch_template = slurm_engines.batch_template(request)
         # ipyparallel writes the batch script into the current directory (the notebooks'),
         # where it would be left behind: keep it with the cluster's logs instead
@@ -355,6 +420,10 @@ def _activate(client) -> None:
 
 
 def _stop_cluster(cluster, client) -> None:
+    # the controller's tree is taken first: once the controller is gone, its children are orphans
+    # (the schedulers outlived a killed controller in CI; stopping the engines raises first when
+    # sbatch refused the engines' job)
+    tree = ownership.controller_tree(cluster)
     try:
         cluster.signal_engines_sync(signal.SIGKILL)
     except Exception:  # noqa: BLE001 - engines may already be gone
@@ -365,26 +434,40 @@ def _stop_cluster(cluster, client) -> None:
         cluster.stop_cluster_sync()
     except Exception:  # noqa: BLE001
         pass
+    ownership.kill(tree + ownership.controllers_of(cluster.cluster_id))
 
 
-def stop_all() -> int:
-    """Stop every course cluster of this user, also those a crashed kernel left behind."""
+def stop_all(force: bool = False) -> tuple[int, list[str]]:
+    """Stop the course clusters of this user that nothing uses: those a crashed kernel or the
+    command line left (and this process's own). A cluster whose kernel still runs is left alone
+    unless `force`. Returns how many were stopped and a line per cluster left alone."""
     import ipyparallel as ipp
 
-    stopped = 0
+    stopped, kept = 0, []
     for name in list(_running):
         _running[name].stop()
         stopped += 1
-    manager = ipp.ClusterManager()
-    for key, cluster in manager.load_clusters().items():
-        if cluster.cluster_id.startswith(CLUSTER_PREFIX):
-            _stop_cluster(cluster, None)
-            cluster.remove_cluster_file()
-            stopped += 1
-    return stopped
+    for key, cluster in ipp.ClusterManager().load_clusters().items():
+        if not cluster.cluster_id.startswith(CLUSTER_PREFIX):
+            continue
+        owner = ownership.living_owner(cluster)
+        if owner and not force:
+            kept.append(f"{cluster.cluster_id}: in use by the running kernel PID {owner} (--force stops it anyway)")
+            continue
+        kept.extend(f"{cluster.cluster_id}: left alone {what}" for what in _stop_loaded(cluster))
+        stopped += 1
+    return stopped, kept
 
 
-def stop_by_id(cluster_id: str | None) -> int:
+def _stop_loaded(cluster) -> list[str]:
+    """Stop a cluster rebuilt from its file, signalling only what is provably its own."""
+    left = ownership.prune_foreign(cluster)
+    _stop_cluster(cluster, None)
+    cluster.remove_cluster_file()
+    return left
+
+
+def stop_by_id(cluster_id: str | None) -> tuple[int, list[str]]:
     """Stop one cluster by its id (as printed by `cluster start`)."""
     if not cluster_id:
         raise CourseError("say which cluster: --cluster-id ID, or --all")
@@ -392,9 +475,7 @@ def stop_by_id(cluster_id: str | None) -> int:
 
     for key, cluster in ipp.ClusterManager().load_clusters().items():
         if cluster.cluster_id == cluster_id:
-            _stop_cluster(cluster, None)
-            cluster.remove_cluster_file()
-            return 1
+            return 1, [f"{cluster_id}: left alone {what}" for what in _stop_loaded(cluster)]
     raise CourseError(f"no running cluster {cluster_id!r}: `ipcluster list` shows what runs")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import atomic
 from .errors import CourseError
 
 DATA_DIR_ENV = "COURSE_DATA_DIR"
@@ -68,13 +69,11 @@ def synth_archive(out: str | os.PathLike, train: int = 2048, test: int = 512, se
     members[PREFIX + META_FILE] = ("\n".join(LABELS) + "\n").encode()
     members[PREFIX + "readme.html"] = (b"SYNTHETIC data in CIFAR-10 binary format, made by "
                                        b"`python -m helpers data synth`. Not CIFAR-10.\n")
-    tmp = out.with_name(out.name + ".partial")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with atomic.replaced(out) as tmp, tarfile.open(tmp, "w:gz") as tar:  # never half an archive
         for name, payload in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             tar.addfile(info, _BytesReader(payload))
-    os.replace(tmp, out)  # never leave a half-written archive under the real name
     return out
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
 from .errors import CourseError
 
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+# gRPC's C core reads grpc_proxy, https_proxy, http_proxy (first one set wins; gRPC's
+# doc/environment_variables.md); the upper-case and all_proxy forms are read by other clients
+# and tools a job may run, and are removed too. The one list: `python -m helpers proxies`
+# prints it for the batch scripts (`unset $(... -m helpers proxies)`).
+PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy", "GRPC_PROXY", "HTTPS_PROXY", "HTTP_PROXY",
                    "all_proxy", "ALL_PROXY")
 
 
@@ -40,17 +42,10 @@ def cpu_count() -> int:
 
 
 def gpu_count_without_tf() -> int:
-    """GPUs visible to this process, found without initialising TensorFlow."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    """GPUs visible to this process, found without initialising TensorFlow (see `helpers.gpus`)."""
+    from .gpus import visible_gpus
+
+    return len(visible_gpus())
 
 
 @dataclass
@@ -191,28 +186,85 @@ def report() -> dict:
 
 def output_dir() -> "Path":
     """Where runs write models, results and figures: `COURSE_OUTPUT_DIR`, else build/ of
-    the course checkout when this user may write there, else ~/tf-hpc-course-output (a course
-    installed once for everybody, e.g. for a JupyterHub, is read-only for its users).
+    the course checkout when it is this user's own, else ~/tf-hpc-course-output (a course
+    installed once for everybody, e.g. for a JupyterHub, or a team's group-writable checkout).
     Multi-node runs need it on a shared filesystem."""
     from pathlib import Path
 
     if os.environ.get("COURSE_OUTPUT_DIR"):
         return Path(os.environ["COURSE_OUTPUT_DIR"])
-    repo = Path(__file__).resolve().parents[1]
+    return checkout_build(Path(__file__).resolve().parents[1]) or Path.home() / "tf-hpc-course-output"
+
+
+def checkout_build(repo: "Path") -> "Path | None":
+    """build/ of a checkout that is this user's own. A checkout someone else owns (a group-writable
+    one shared by a team included) gives each user an output directory of their own instead:
+    otherwise they would share one build/, where lesson 06 removes the backup directory."""
     build = repo / "build"
-    if (repo / "pyproject.toml").is_file() and os.access(build if build.exists() else repo, os.W_OK):
-        return build
-    return Path.home() / "tf-hpc-course-output"
+    try:
+        mine = repo.stat().st_uid == os.getuid() and (not build.exists() or build.stat().st_uid == os.getuid())
+    except OSError:
+        return None
+    writable = os.access(build if build.exists() else repo, os.W_OK)
+    return build if (repo / "pyproject.toml").is_file() and mine and writable else None
 
 
 def local_replicas(cpu_replicas: int = 2) -> int:
     """Make sure this process has replicas for MirroredStrategy; returns how many.
 
-    GPUs: one replica per GPU, nothing to do. CPU only: split the CPU into `cpu_replicas`
-    logical devices (before TensorFlow initialises). On CPU the logical devices share the
-    same cores, so they show the mechanics of data parallelism, not a speed-up.
+    Two GPUs or more: one replica per GPU, nothing to do. One GPU: the lessons compare replicas
+    (mirrored copies, the loss divisor, batch-norm statistics), so the GPU is split into
+    `cpu_replicas` logical GPUs, and a line says so. CPU only: the CPU is split into
+    `cpu_replicas` logical devices. Logical devices share one GPU or one set of cores: they show
+    the mechanics of data parallelism, not a speed-up. All of it before TensorFlow initialises.
     """
     gpus = gpu_count_without_tf()
-    if gpus:
+    if gpus >= 2 or (gpus == 1 and cpu_replicas < 2):
         return gpus
+    if gpus == 1:
+        devices = split_gpu(cpu_replicas)
+        print(f"one GPU: split into {len(devices)} logical GPUs, so this lesson has {len(devices)} replicas "
+              "(they share the GPU: the mechanics are real, the speed-up is not)")
+        return len(devices)
     return len(split_cpu(cpu_replicas))
+
+
+def logical_gpu_memory_mib(total_mib: int | None, parts: int) -> int:
+    """Memory limit of each logical GPU when one GPU is split in `parts` (90 % shared out)."""
+    if parts < 1:
+        raise CourseError(f"cannot split a GPU into {parts} devices: ask for 1 or more")
+    return max(256, int((total_mib or 8192) * 0.9) // parts)
+
+
+def split_gpu(replicas: int) -> list:
+    """Split the one visible GPU into `replicas` logical GPUs (memory limits from nvidia-smi).
+
+    MirroredStrategy then falls back from NCCL (which cannot reduce within one device) to
+    reduction to one device by itself. Memory growth is left off: the limits bound each part.
+    """
+    os.environ.pop("TF_FORCE_GPU_ALLOW_GROWTH", None)
+    tf = import_tensorflow()
+    found = tf.config.list_physical_devices("GPU")
+    if not found:
+        raise CourseError(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r} names a GPU but "
+                          "TensorFlow sees none: on GPU nodes install tensorflow[and-cuda] (make install "
+                          "EXTRA=gpu); elsewhere unset CUDA_VISIBLE_DEVICES")
+    gpu = found[0]
+    limit = logical_gpu_memory_mib(_gpu_memory_mib(), replicas)
+    try:
+        tf.config.set_logical_device_configuration(
+            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit) for _ in range(replicas)])
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("GPU"))
+        if have == replicas:
+            return tf.config.list_logical_devices("GPU")
+        raise CourseError(f"TensorFlow already initialised with {have} GPU device(s); split the GPU into "
+                          f"{replicas} before any TensorFlow op (restart the kernel)") from None
+    return tf.config.list_logical_devices("GPU")
+
+
+def _gpu_memory_mib() -> int | None:
+    from .gpus import nvidia_smi
+
+    out = nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits").split()
+    return int(out[0]) if out and out[0].isdigit() else None

@@ -15,7 +15,9 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .environment import PROXY_VARIABLES
 from .errors import CourseError
+from .gpus import plan_for_local_worker
 from .resolver import free_port, make_tf_config
 
 
@@ -28,11 +30,12 @@ class WorkerOutcome:
 
 
 def worker_env(workers: list[str], rank: int, base: dict | None = None) -> dict:
-    """Environment of local worker `rank`: TF_CONFIG, quiet TensorFlow logs, no proxies."""
+    """Environment of local worker `rank`: TF_CONFIG, its own GPUs, quiet logs, no proxies."""
     env = dict(os.environ if base is None else base)
     env["TF_CONFIG"] = json.dumps(make_tf_config(workers, rank))
+    env.update(plan_for_local_worker(len(workers), rank, env).env())
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+    for name in PROXY_VARIABLES:
         env.pop(name, None)
     return env
 
@@ -46,6 +49,9 @@ def run_local_workers(args: list[str], n: int, deadline_s: float = 300.0,
     if n < 1:
         raise CourseError(f"cannot run {n} workers: ask for at least 1")
     workers = [f"localhost:{free_port()}" for _ in range(n)]
+    note = plan_for_local_worker(n, 0, env).note
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     procs = [subprocess.Popen([sys.executable, *args], env=worker_env(workers, rank, env),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)

@@ -4,7 +4,8 @@ Two sources, one result (a TensorFlow cluster resolver):
 - inside a Slurm step, Slurm's variables (`SlurmClusterResolver`), rank = `SLURM_PROCID`;
 - elsewhere, a `TF_CONFIG` JSON that we write for each local process or ipyparallel engine.
 Worker ports stay inside a configurable range (`COURSE_PORT_RANGE`, default 10000-20000),
-as large centres open only such a range between compute nodes.
+as large centres open only such a range between compute nodes; under Slurm every step takes
+its own block of it (`helpers.slurm_step.port_base`), so jobs sharing a node do not collide.
 """
 
 from __future__ import annotations
@@ -36,18 +37,25 @@ def port_range() -> tuple[int, int]:
     return low, high
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` can be bound on `host` right now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def check_port(port: int, host: str = "127.0.0.1") -> int:
     """`port`, if it is inside the allowed range and free on `host`; else a CourseError."""
     low, high = port_range()
     if not low <= port <= high:
         raise CourseError(f"port {port} is outside the allowed range {low}-{high} "
                           f"(set {PORT_RANGE_ENV} to change the range)")
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            raise CourseError(f"port {port} on {host} is already in use: pick another port "
-                              f"or free it (`ss -ltnp 'sport = :{port}'` shows who holds it)") from None
+    if not port_is_free(port, host):
+        raise CourseError(f"port {port} on {host} is already in use: pick another port "
+                          f"or free it (`ss -ltnp 'sport = :{port}'` shows who holds it)")
     return port
 
 
@@ -55,11 +63,7 @@ def free_port(host: str = "127.0.0.1", attempts: int = 200) -> int:
     """A port inside the allowed range that is free on `host` right now."""
     low, high = port_range()
     for port in random.sample(range(low, high + 1), min(attempts, high - low + 1)):
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
+        if port_is_free(port, host):
             return port
     raise CourseError(f"no free port in {low}-{high} on {host}: widen {PORT_RANGE_ENV}")
 
@@ -111,59 +115,100 @@ def _slurm_resolver_class():
     SlurmClusterResolver = tf.distribute.cluster_resolver.SlurmClusterResolver
 
     class CourseSlurmClusterResolver(SlurmClusterResolver):
-        """SlurmClusterResolver that tells the truth about GPUs on CPU-only nodes.
+        """SlurmClusterResolver with the workers where Slurm put them and the GPUs each really has.
 
-        Upstream asks `nvidia-smi` (absent on CPU nodes) and cannot be given zero GPUs
-        (`range()` with step 0), so on CPU we pass one placeholder GPU per task with
-        `auto_set_gpu=False`, and report the real count (0) to the strategy here.
+        Upstream orders hosts alphabetically and assumes a block distribution, asks `nvidia-smi`
+        for GPUs (absent on CPU nodes; zero GPUs then divide by zero), and divides the GPUs it
+        counts by the tasks per node, which fails or over-counts when Slurm already bound GPUs
+        to tasks. Here `helpers.slurm_step` places the ranks and `helpers.gpus` decides the GPUs
+        (and sets CUDA_VISIBLE_DEVICES); upstream is given one placeholder GPU per task with
+        `auto_set_gpu=False` so that its own bookkeeping stays valid.
         """
 
-        def __init__(self, real_gpus_per_task: int, **kwargs):
-            self._real_gpus_per_task = real_gpus_per_task
-            super().__init__(**kwargs)
+        def __init__(self, layout, workers: list[str], plan):
+            self.layout, self.workers, self.gpu_plan = layout, list(workers), plan
+            super().__init__(port_base=0, gpus_per_node=layout.max_tasks_per_node, gpus_per_task=1,
+                             tasks_per_node=dict(zip(layout.nodes, layout.tasks)), auto_set_gpu=False)
+
+        def cluster_spec(self):
+            self.task_type, self.task_id = "worker", self.layout.rank
+            return tf.train.ClusterSpec({"worker": self.workers})
 
         def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
-            return {"GPU": self._real_gpus_per_task}
+            return {"GPU": self.gpu_plan.replicas}
 
     return CourseSlurmClusterResolver
 
 
-def slurm_resolver(gpus_per_node: int | None = None, port_base: int | None = None):
-    """A resolver for the current Slurm step; `gpus_per_node` None means detect."""
+def resolve_step(port_base: int | None = None) -> tuple:
+    """(layout, GPU plan, workers) of this Slurm task, without TensorFlow.
+
+    Sets this process's CUDA_VISIBLE_DEVICES to the GPUs its worker uses (so it must run before
+    TensorFlow starts) and checks that the worker's port is free on this node.
+    """
+    from . import gpus
+    from .slurm_step import step_layout
+
     info = slurm_info()
     if info is None or not info.step:
         raise CourseError("not inside a Slurm step: run the workers with `srun` (SLURM_PROCID, "
                           "SLURM_STEP_NUM_TASKS and SLURM_STEP_NODELIST must be set)")
-    from .environment import gpu_count_without_tf
+    layout = step_layout()
+    plan = gpus.apply(gpus.plan_for_task(layout.tasks_on_my_node, layout.local_rank,
+                                         layout.max_tasks_per_node))
+    return layout, plan, step_workers(layout, port_base)
 
-    gpus = gpu_count_without_tf() if gpus_per_node is None else gpus_per_node
+
+def step_workers(layout, port_base: int | None = None) -> list[str]:
+    """`host:port` of every rank of the step, this task's own port checked free on its node."""
+    from .slurm_step import port_base as step_port_base
+
     low, high = port_range()
-    base = port_base if port_base is not None else low
-    if not low <= base <= high:
-        raise CourseError(f"port base {base} is outside the allowed range {low}-{high}")
-    cls = _slurm_resolver_class()
+    base = step_port_base(layout, low, high) if port_base is None else port_base
+    if not (low <= base and base + layout.max_tasks_per_node - 1 <= high):
+        raise CourseError(f"ports {base}-{base + layout.max_tasks_per_node - 1} are outside the allowed "
+                          f"range {low}-{high}")
+    port = base + layout.local_rank
+    if port not in _own_listening_ports():  # resolved again after this process's server started
+        _check_step_port(port, layout)
+    return layout.workers(base)
+
+
+def _check_own_tf_config_port(config: dict) -> None:
+    """This worker's TF_CONFIG port: inside COURSE_PORT_RANGE and free on every interface (where
+    TensorFlow's server binds it), unless this process's own server already holds it."""
+    task = config["task"]
+    port = int(str(config["cluster"][task["type"]][task["index"]]).rpartition(":")[2])
+    if port not in _own_listening_ports():
+        try:
+            check_port(port, host="0.0.0.0")
+        except CourseError as exc:
+            raise CourseError(f"TF_CONFIG of {task['type']} {task['index']}: {exc}") from None
+
+
+def _own_listening_ports() -> set[int]:
+    import psutil
+
     try:
-        if gpus > 0:
-            return cls(gpus, port_base=base, auto_set_gpu=True)
-        # CPU: one placeholder "GPU" per task keeps upstream's allocation arithmetic valid
-        tasks = _max_tasks_per_node(info.tasks_per_node)
-        return cls(0, port_base=base, gpus_per_node=tasks, gpus_per_task=1, auto_set_gpu=False)
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise CourseError(f"Slurm step variables do not describe a valid step ({exc}): "
-                          "check SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE") from None
+        return {c.laddr.port for c in psutil.Process().net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN}
+    except (psutil.Error, OSError):
+        return set()
 
 
-def _max_tasks_per_node(spec: str | None) -> int:
-    """Largest per-node task count in Slurm's compact form, e.g. '2(x3),1' -> 2."""
-    if not spec:
-        raise CourseError("SLURM_STEP_TASKS_PER_NODE is not set: run the workers with `srun`")
-    counts = []
-    for part in spec.split(","):
-        number = part.split("(")[0]
-        if not number.isdigit():
-            raise CourseError(f"SLURM_STEP_TASKS_PER_NODE={spec!r} is malformed: expected e.g. '2(x2)'")
-        counts.append(int(number))
-    return max(counts)
+def slurm_resolver(port_base: int | None = None):
+    """The resolver for the current Slurm step: ranks on their nodes, GPUs bound, own ports."""
+    layout, plan, workers = resolve_step(port_base)
+    return _slurm_resolver_class()(layout, workers, plan)
+
+
+def _check_step_port(port: int, layout) -> None:
+    try:
+        check_port(port, host="0.0.0.0")
+    except CourseError as exc:
+        raise CourseError(f"{exc} (job {layout.job_id} step {layout.step_id}, rank {layout.rank} on "
+                          f"{layout.node}; another job on this node may hold it: set {PORT_RANGE_ENV} "
+                          "to a range of your own)") from None
 
 
 def cluster_resolver():
@@ -175,6 +220,7 @@ def cluster_resolver():
     if config is not None:
         import tensorflow as tf
 
+        _check_own_tf_config_port(config)
         return tf.distribute.cluster_resolver.TFConfigClusterResolver()
     info = slurm_info()
     if info is not None and info.step and (info.ntasks or 1) > 1:
@@ -183,8 +229,10 @@ def cluster_resolver():
 
 
 def describe(resolver) -> dict:
-    """Rank, task address and all workers of a resolver, for printing in `%%px` cells."""
+    """Rank, task address, all workers and this worker's GPUs, for printing in `%%px` cells."""
     spec = resolver.cluster_spec().as_dict()
     task_type, task_id = resolver.task_type, resolver.task_id
+    plan = getattr(resolver, "gpu_plan", None)
     return {"kind": type(resolver).__name__, "task_type": task_type, "rank": task_id,
-            "address": spec[task_type][task_id], "workers": spec.get(task_type, [])}
+            "address": spec[task_type][task_id], "workers": spec.get(task_type, []),
+            "gpus": plan.describe() if plan is not None else None}

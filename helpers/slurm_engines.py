@@ -29,6 +29,7 @@ from .errors import CourseError
 
 CONTROLLER_IP_ENV = "COURSE_CONTROLLER_IP"
 ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks start their engines
+ENGINES_JOB_NAME = "tf-course-engines"  # slurm/engines.sbatch's --job-name: attach() touches no other job
 
 
 def want_slurm(slurm: bool | None) -> bool:
@@ -51,13 +52,14 @@ class SlurmRequest:
     """What the engines' job asks Slurm for; None leaves it to the site's defaults."""
 
     tasks_per_node: int | None = None
+    nodes: int | None = None
     time: str | None = "01:00:00"
     partition: str | None = None
     account: str | None = None
     cpus_per_task: int | None = None
     gpus_per_task: int | None = None
 
-    INTEGER_FIELDS = ("tasks_per_node", "cpus_per_task", "gpus_per_task")
+    INTEGER_FIELDS = ("tasks_per_node", "nodes", "cpus_per_task", "gpus_per_task")
 
     @classmethod
     def from_env(cls) -> "SlurmRequest":
@@ -76,24 +78,72 @@ class SlurmRequest:
                     raise CourseError(f"COURSE_SLURM_{name.upper()}={raw!r} must be a whole number >= 1")
                 values[name] = int(raw)
             else:
-                values[name] = raw
+                values[name] = _checked_word(f"COURSE_SLURM_{name.upper()}", raw)
         return cls(**values)
 
+    def spread(self, n: int) -> "SlurmRequest":
+        """This request with `n` engines spread the way the partition's nodes say.
+
+        Asked for tasks only, Slurm packs engines onto as few nodes as fit (2 and 3 engines all
+        landed on node1 of the 2-node local Slurm). Unless the request (or COURSE_SLURM_*)
+        already places them: on GPU nodes one engine per GPU (`--gpus-per-task=1`, as many per
+        node as it has GPUs), on CPU nodes one engine per node while there are nodes.
+        """
+        from dataclasses import replace
+
+        if self.tasks_per_node is not None or self.nodes is not None:
+            return self
+        nodes, gpus = partition_shape(self.partition)
+        if self.gpus_per_task is not None or gpus:
+            per_task = self.gpus_per_task or 1
+            per_node = max(1, min(n, gpus // per_task)) if gpus else 1
+            return replace(self, gpus_per_task=per_task, tasks_per_node=per_node, nodes=-(-n // per_node))
+        use = max(1, min(n, nodes))
+        return replace(self, nodes=use, tasks_per_node=-(-n // use))
+
+    def spread_any(self) -> tuple["SlurmRequest", list[str]]:
+        """`spread` for a batch script written before `n` is known (the ipcluster profile's): on
+        GPU nodes `--gpus-per-task` alone (Slurm then fills a node's GPUs before the next node;
+        adding `--ntasks-per-node=G` was refused for fewer than G tasks); on CPU nodes
+        `--spread-job` spreads the tasks over as many nodes as there are."""
+        from dataclasses import replace
+
+        if self.tasks_per_node is not None or self.nodes is not None:
+            return self, []
+        nodes, gpus = partition_shape(self.partition)
+        if self.gpus_per_task is not None or gpus:
+            per_task = self.gpus_per_task or 1
+            return replace(self, gpus_per_task=per_task), []
+        return self, ["#SBATCH --spread-job"]
+
     def sbatch_lines(self) -> list[str]:
-        pairs = [("ntasks-per-node", self.tasks_per_node), ("time", self.time), ("partition", self.partition),
+        for name in ("time", "partition", "account"):
+            if getattr(self, name):
+                _checked_word(name, str(getattr(self, name)))
+        pairs = [("nodes", self.nodes), ("ntasks-per-node", self.tasks_per_node), ("time", self.time),
+                 ("partition", self.partition),
                  ("account", self.account), ("cpus-per-task", self.cpus_per_task),
                  ("gpus-per-task", self.gpus_per_task)]
         return [f"#SBATCH --{key}={value}" for key, value in pairs if value not in (None, "")]
 
 
-def batch_template(request: SlurmRequest) -> str:
+def _checked_word(name: str, value: str) -> str:
+    """A partition, account or time as Slurm writes them; anything else (a newline would add a
+    line to the batch script, braces break its template) is refused."""
+    if not re.fullmatch(r"[A-Za-z0-9_.,:+-]{1,64}", value):
+        raise CourseError(f"{name}={value!r} is not a Slurm name or time: use letters, digits and _ . , : + - "
+                          "only (e.g. gpu, myproject, 01:00:00)")
+    return value
+
+
+def batch_template(request: SlurmRequest, extra: list[str] | tuple = ()) -> str:
     """The engines' batch script, with ipyparallel's placeholders ({n}, {program_and_args}, ...).
 
     `--ntasks={n}` is spelled out so ipyparallel adds no #SBATCH lines of its own, and
     SLURM_EXPORT_ENV is unset so that `srun` passes the controller's connection info on.
     """
     lines = ["#!/bin/bash", "#SBATCH --job-name=ipengine-{cluster_id}", "#SBATCH --ntasks={n}",
-             "#SBATCH --output={output_file}", *request.sbatch_lines(),
+             "#SBATCH --output={output_file}", *request.sbatch_lines(), *extra,
              "unset SLURM_EXPORT_ENV", "srun --export=ALL {program_and_args}", ""]
     return "\n".join(lines)
 
@@ -139,7 +189,7 @@ def controller_ip(partition: str | None = None) -> str:
     partition's first node (a UDP socket's route lookup: no packet is sent).
     """
     if os.environ.get(CONTROLLER_IP_ENV):
-        return os.environ[CONTROLLER_IP_ENV]
+        return checked_controller_ip(os.environ[CONTROLLER_IP_ENV])
     args = ["sinfo", "-h", "-N", "-o", "%N"] + (["-p", partition] if partition else [])
     nodes = _run(args).split()
     if not nodes:
@@ -148,6 +198,37 @@ def controller_ip(partition: str | None = None) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((node_address(nodes[0]), 9))
         return probe.getsockname()[0]
+
+
+def checked_controller_ip(address: str) -> str:
+    """An address the controller may listen on: one interface, never all of them (every user on
+    every network the host is on could then connect, and read the engines' output)."""
+    if address.strip() in ("*", "0.0.0.0", "::", "[::]", ""):
+        raise CourseError(f"{CONTROLLER_IP_ENV}={address!r} would make the controller listen on every interface: "
+                          "give this host's address on the compute nodes' network (e.g. `hostname -I`)")
+    return address.strip()
+
+
+def partition_shape(partition: str | None = None) -> tuple[int, int]:
+    """(usable nodes, GPUs per node) of a partition (the default one when None), from sinfo."""
+    rows = [line.split() for line in _run(["sinfo", "-h", "-o", "%P %D %G %t"]).splitlines()]
+    chosen = [r for r in rows if len(r) == 4 and (r[0].rstrip("*") == partition if partition else r[0].endswith("*"))]
+    if not chosen:
+        raise CourseError("Slurm reports no nodes" + (f" in partition {partition}: check COURSE_SLURM_PARTITION "
+                                                      "(`sinfo -s` lists the partitions)" if partition else
+                                                      " in a default partition: set COURSE_SLURM_PARTITION"))
+    usable = sum(int(r[1]) for r in chosen if not r[3].rstrip("*~#$@").startswith(("down", "drain", "fail")))
+    gpus = [int(m.group(1)) for r in chosen for m in [re.search(r"gpu(?::[^:,(]+)?:(\d+)", r[2])] if m]
+    return usable, min(gpus) if gpus else 0
+
+
+def backoff(first: float = 0.2, limit: float = 5.0):
+    """Pauses between polls: quick at first (a job that starts at once), then rarer, so that a
+    class of learners waiting for the queue does not hammer slurmctld or the shared file system."""
+    pause = first
+    while True:
+        yield pause
+        pause = min(limit, pause * 1.5)
 
 
 def job_state(job_id: str) -> str:
@@ -232,16 +313,18 @@ class SlurmJob:
             raise CourseError(f"{job_id!r} is not a Slurm job id (sbatch prints it: 'Submitted batch job 1234')")
         self.job_id = job_id
         self.cluster_id = f"course-job{job_id}"
+        self.ours = False  # set once Slurm confirms it is this user's engines job: only then cancel it
 
     def wait_running(self, timeout: float) -> int:
         """Wait until the job runs; returns its number of tasks."""
-        deadline = time.monotonic() + timeout
+        deadline, pauses = time.monotonic() + timeout, backoff(0.5, 5.0)
         while True:
             try:
                 info = _run(["scontrol", "show", "job", "-o", self.job_id])
             except CourseError as exc:
                 raise CourseError(f"Slurm job {self.job_id} not found (finished, or never submitted?): "
                                   f"{exc}") from None
+            self._check_ours(info)
             state = re.search(r"JobState=(\S+)", info).group(1)
             if state == "RUNNING":
                 return int(re.search(r"NumTasks=(\d+)", info).group(1))
@@ -250,7 +333,26 @@ class SlurmJob:
             if time.monotonic() > deadline:
                 raise CourseError(f"Slurm job {self.job_id} still waits ({job_state(self.job_id)}) after "
                                   f"{timeout:.0f} s; it was cancelled: ask for fewer resources or try later")
-            time.sleep(0.5)
+            time.sleep(min(next(pauses), max(0.0, deadline - time.monotonic()) + 0.01))
+
+    def _check_ours(self, info: str) -> None:
+        """A mistyped id may name a multi-day training run, or another user's job: never touch those."""
+        import getpass
+
+        name = (re.search(r"JobName=(\S+)", info) or [None, "?"])[1]
+        user = (re.search(r"UserId=([^(\s]+)", info) or [None, "?"])[1]
+        if user != getpass.getuser() or not name.startswith(ENGINES_JOB_NAME):
+            raise CourseError(f"Slurm job {self.job_id} is {name!r} of user {user}, not an engines job of yours "
+                              f"(slurm/engines.sbatch, name {ENGINES_JOB_NAME}): not attached, left alone")
+        self.ours = True
+
+    def cancel_if_ours(self) -> None:
+        """Cancel the job if Slurm still lists it as this user's engines job (the kernel-death watcher)."""
+        try:
+            self._check_ours(_run(["scontrol", "show", "job", "-o", self.job_id]))
+        except CourseError:
+            return
+        self.stop_cluster_sync()
 
     def connection_file(self) -> Path:
         from IPython.paths import get_ipython_dir
@@ -258,18 +360,20 @@ class SlurmJob:
         return Path(get_ipython_dir()) / "profile_default" / "security" / f"ipcontroller-{self.cluster_id}-client.json"
 
     def wait_connection_file(self, timeout: float) -> Path:
-        path, deadline = self.connection_file(), time.monotonic() + timeout
+        path, deadline, pauses = self.connection_file(), time.monotonic() + timeout, backoff(0.2, 2.0)
         while not (path.is_file() and path.stat().st_size > 0):
             if time.monotonic() > deadline:
                 raise CourseError(f"the controller of Slurm job {self.job_id} wrote no {path.name} within "
                                   f"{timeout:.0f} s: is your home directory shared with the compute nodes?")
-            time.sleep(0.2)
+            time.sleep(min(next(pauses), max(0.0, deadline - time.monotonic()) + 0.01))
         return path
 
     def signal_engines_sync(self, sig) -> None:
-        subprocess.run(["scancel", f"--signal={int(sig)}", self.job_id], capture_output=True, timeout=30)
+        if self.ours:
+            subprocess.run(["scancel", f"--signal={int(sig)}", self.job_id], capture_output=True, timeout=30)
 
     def stop_cluster_sync(self) -> None:
-        subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
+        if self.ours:
+            subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
         for suffix in ("client", "engine"):
             self.connection_file().with_name(f"ipcontroller-{self.cluster_id}-{suffix}.json").unlink(missing_ok=True)

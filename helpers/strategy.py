@@ -13,11 +13,36 @@ import os
 from . import keras_fix, tuning
 from .environment import gpu_count_without_tf, import_tensorflow
 from .errors import CourseError
+from .gpus import GROWTH_ENV
 from .deadline import rendezvous_deadline
 from .resolver import cluster_resolver, describe, slurm_resolver
 
 KINDS = ("auto", "mirrored", "multiworker", "default")
-DEFAULT_COLLECTIVE_TIMEOUT = float(os.environ.get("COURSE_COLLECTIVE_TIMEOUT", "300"))
+COLLECTIVE_TIMEOUT_ENV = "COURSE_COLLECTIVE_TIMEOUT"
+DEFAULT_COLLECTIVE_TIMEOUT = 300.0
+
+
+def collective_timeout() -> float:
+    """Seconds a collective may wait for a lost peer: `COURSE_COLLECTIVE_TIMEOUT`, else 300.
+
+    Read when a strategy is made (not at import), so a bad value is one clear error there and
+    a value set in a notebook before `make_strategy` counts."""
+    text = os.environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_COLLECTIVE_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise CourseError(f"{COLLECTIVE_TIMEOUT_ENV}={text!r} must be a number of seconds above 0, e.g. 300")
+    return value
+
+
+def worker_gpus(resolver) -> int:
+    """GPUs (replicas) of this worker: the Slurm resolver's plan, else what the process sees."""
+    plan = getattr(resolver, "gpu_plan", None)
+    return plan.replicas if plan is not None else gpu_count_without_tf()
 
 
 def communication_for(gpus: int) -> str:
@@ -40,6 +65,8 @@ def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
         raise CourseError("multi-worker strategy asked for, but this process is not part of a "
                           "cluster: set TF_CONFIG or run the workers under `srun`")
     tuning.configure_graph_optimizer()
+    if gpu_count_without_tf():  # before TensorFlow starts: GPU memory as needed, not all of it
+        os.environ.setdefault(GROWTH_ENV, "true")
     if resolver is not None:
         return _multiworker(resolver, timeout_seconds, communication)
     return _single_process(kind)
@@ -51,8 +78,10 @@ def _single_process(kind: str):
     if kind == "default":
         return tf.distribute.get_strategy()
     gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
+    if gpus and len(tf.config.list_logical_devices("GPU")) == len(gpus):
         return tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.NcclAllReduce())
+    if gpus:  # one GPU split into logical GPUs (environment.local_replicas): NCCL cannot reduce there
+        return tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.ReductionToOneDevice())
     return tf.distribute.MirroredStrategy(
         devices=[d.name for d in tf.config.list_logical_devices("CPU")])
 
@@ -60,11 +89,11 @@ def _single_process(kind: str):
 def _multiworker(resolver, timeout_seconds: float | None, communication: str | None):
     tf = import_tensorflow()
 
-    implementation = (communication or communication_for(gpu_count_without_tf())).upper()
+    implementation = (communication or communication_for(worker_gpus(resolver))).upper()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=getattr(tf.distribute.experimental.CommunicationImplementation, implementation),
         bytes_per_pack=tuning.pack_bytes(implementation),
-        timeout_seconds=timeout_seconds if timeout_seconds is not None else DEFAULT_COLLECTIVE_TIMEOUT)
+        timeout_seconds=timeout_seconds if timeout_seconds is not None else collective_timeout())
     keras_fix.apply()
     me = describe(resolver)
     tuning.configure_threads(workers_on_my_host(me))

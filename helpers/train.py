@@ -147,12 +147,9 @@ def _worker_count(strategy) -> int:
 
 def write_results(results: dict, path: str | os.PathLike) -> Path:
     """Write one run's results as JSON, atomically (temporary name, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(results, indent=2))
-    os.replace(tmp, path)
-    return path
+    from .atomic import write_text
+
+    return write_text(path, json.dumps(results, indent=2))
 
 
 def load_results(directory: str | os.PathLike) -> list[dict]:

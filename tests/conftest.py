@@ -36,7 +36,7 @@ def report():
 
 def pytest_terminal_summary(terminalreporter):
     if REPORT:
-        terminalreporter.section("measured by the browser tests")
+        terminalreporter.section("measured by the tests")
         for line in REPORT:
             terminalreporter.write_line(line)
 
@@ -83,23 +83,39 @@ def nothing_left_behind():
     yield
     deadline = time.monotonic() + 10
     while True:
-        left = [p for p in psutil.Process().children(recursive=True)
-                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and _running(p)]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    assert not left, "left running: " + "; ".join(f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in left)
+    described = [f"{p.pid} {_cmdline(p)[:100]}" for p in left if _running(p)]
+    assert not described, "left running: " + "; ".join(described)
+
+
+def _running(proc) -> bool:
+    """Alive and not a zombie; a process that exits while we look is not running (no race)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _cmdline(proc) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return "(exited)"
 
 
 class Lab:
     """JupyterLab as `make lab` starts it (127.0.0.1, token), serving `root`."""
 
-    def __init__(self, root: Path, runtime: Path):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--port=0", "--ServerApp.ip=127.0.0.1",
-             f"--ServerApp.root_dir={root}", *(["--allow-root"] if os.geteuid() == 0 else [])],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "COURSE_MODE": "quick"})
+    def __init__(self, root: Path, runtime: Path, command: list[str] | None = None):
+        command = command or [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--port=0",
+                              "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}",
+                              *(["--allow-root"] if os.geteuid() == 0 else [])]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True,
+                                     env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "COURSE_MODE": "quick"})
         deadline, seen = time.monotonic() + 90, []
         while time.monotonic() < deadline and self.proc.poll() is None:
             line = self.proc.stdout.readline()
@@ -132,8 +148,16 @@ class Lab:
         with self.get(path) as answer:
             return json.loads(answer.read())
 
+    def processes(self) -> list:
+        """The command and what it started (`make lab` runs JupyterLab as a child)."""
+        top = psutil.Process(self.proc.pid)
+        return [top, *top.children(recursive=True)]
+
     def stop(self) -> None:
-        self.proc.kill()
+        try:
+            os.killpg(self.proc.pid, 9)  # the command and its children (make, the shell, jupyter)
+        except ProcessLookupError:
+            pass
         self.proc.wait(timeout=30)
 
 
@@ -168,7 +192,9 @@ def slurm():
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(mode=0o755)
     env = {**os.environ, "COURSE_SLURM_DIR": str(state / "cluster")}
-    up = subprocess.run([str(ROOT / "slurm/local/up"), "--nodes", "2"], env=env, capture_output=True,
+    # default partition: node1, node2 with 4 simulated GPUs each (gres on fake devices; CPU jobs do
+    # not see them); partition cpu: node3, node4 without GPUs
+    up = subprocess.run([str(ROOT / "slurm/local/up"), "--nodes", "2", "--gpus", "4", "--cpu-nodes", "2"], env=env, capture_output=True,
                         text=True, timeout=600)
     if up.returncode != 0:
         subprocess.run([str(ROOT / "slurm/local/down")], env=env, timeout=120)
@@ -200,3 +226,34 @@ def squeue_empty(env, within: float = 15.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.5)
+
+
+# ------------------------------------------------------------------ a second Unix user
+@pytest.fixture
+def other_user():
+    """A non-root Unix user for this test (an attacker, or a learner), removed after; the removal
+    is checked: a user left behind would be a silent leak between runs."""
+    import pwd
+    import secrets
+
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tests with a second Unix user must run in CI (root, useradd)")
+        pytest.skip("a second Unix user needs root and useradd")
+    name = f"ctest{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True, timeout=60)
+    try:
+        probe = subprocess.run(["runuser", "-u", name, "--", sys.executable, "-c", "import helpers, zmq"],
+                               capture_output=True, text=True, timeout=120, cwd="/")
+        if probe.returncode != 0:
+            pytest.fail(f"user {name} cannot use the course's Python {sys.executable} (is the checkout "
+                        f"readable by other users?): {probe.stderr[-500:]}")
+        yield {"name": name, "home": Path(pwd.getpwnam(name).pw_dir)}
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", name], timeout=30)
+        for _ in range(20):  # userdel refuses while a process of the user is still exiting
+            removed = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True, timeout=60)
+            if removed.returncode in (0, 6):  # 6: no such user
+                break
+            time.sleep(0.5)
+        assert removed.returncode == 0, f"test user {name} was not removed: {removed.stderr}"

@@ -39,3 +39,45 @@ def test_synth_then_prepare_from_the_command_line(tmp_path):
     done = run_cli("data", "prepare", "--archive", str(archive), "--data-dir", str(tmp_path / "d"))
     assert done.returncode == 0, done.stderr
     assert "SYNTHETIC" in done.stdout and "50 train, 20 test" in done.stdout
+
+
+def test_cluster_start_keeps_its_cluster_until_stop_from_another_process():
+    """`cluster start` returns, its controller and engines go on running and its cluster file
+    stays; `cluster stop --cluster-id` from another process stops them and removes the files."""
+    import re
+    import time
+    from pathlib import Path
+
+    import psutil
+    from IPython.paths import get_ipython_dir
+
+    from tests.conftest import run_cli
+
+    started = run_cli("cluster", "start", "-n", "2")
+    assert started.returncode == 0, started.stderr
+    cluster_id = re.search(r"cluster (course-[0-9a-f]+): 2 engines ready: rank 0 on .*rank 1 on", started.stdout).group(1)
+
+    def ours():
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if cluster_id in " ".join(p.info["cmdline"] or []) or cluster_id in " ".join(
+                        f"{k}={v}" for k, v in p.environ().items() if k.startswith("IPP")):
+                    found.append(p.pid)
+            except psutil.Error:
+                continue
+        return found
+
+    security = Path(get_ipython_dir()) / "profile_default" / "security"
+    try:
+        time.sleep(3)  # the CLI process is gone; what it started must not follow it
+        assert (security / f"cluster-{cluster_id}.json").exists()
+        assert len(ours()) >= 3, "controller and 2 engines should still run"
+    finally:
+        stopped = run_cli("cluster", "stop", "--cluster-id", cluster_id)
+    assert stopped.returncode == 0 and "stopped 1 cluster(s)" in stopped.stdout, stopped.stderr
+    deadline = time.monotonic() + 10
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ours(), "processes of the stopped cluster are still running"
+    assert not list(security.glob(f"*{cluster_id}*")), "files of the stopped cluster are left"

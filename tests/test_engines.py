@@ -58,7 +58,8 @@ def test_stop_all_cleans_up_a_kept_cluster():
 
     engines = start_engines(1, keep=True, activate=False)
     pids = _engine_pids(engines)
-    assert stop_all() >= 1
+    stopped, _ = stop_all()
+    assert stopped >= 1
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
 
@@ -87,3 +88,48 @@ def test_engines_stop_when_a_notebook_cell_fails(tmp_path):
     while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
         time.sleep(0.2)
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+@pytest.mark.parametrize("visible, expected", [("0,1", ["0", "1"]), ("0", ["", ""])])
+def test_local_engines_get_a_gpu_each(monkeypatch, capsys, visible, expected):
+    """Two local engines on a node whose process sees `visible` GPUs: one GPU each, or (one GPU
+    for two engines) CPU for both with a note. This TensorFlow is the CPU wheel: the engines
+    get their CUDA_VISIBLE_DEVICES and memory growth, which is what is checked."""
+    from helpers.cluster import start_engines
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    engines = start_engines(2, timeout=60, activate=False)
+    try:
+        workers = engines.setup_multiworker()
+        assert [w["gpus"] for w in workers] == expected
+        engines.view.execute("import os; cvd = os.environ.get('CUDA_VISIBLE_DEVICES'); "
+                             "growth = os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH')", block=True)
+        assert engines.view.pull("cvd", block=True) == expected
+        assert engines.view.pull("growth", block=True) == ["true", "true"]
+        assert ("rank 1 on" in engines.placement()) and (("GPU 1" in engines.placement()) == (visible == "0,1"))
+    finally:
+        engines.stop()
+
+
+def test_local_engines_that_cannot_start_are_a_clear_error(monkeypatch):
+    """The local path: engines that die at start (here: a broken Python environment) end the wait
+    with one line at the deadline, and nothing is left running."""
+    import time
+
+    from helpers import cluster
+    from helpers.errors import CourseError
+
+    monkeypatch.setattr(cluster, "ENGINE_ENV", {**cluster.ENGINE_ENV, "PYTHONHOME": "/nonexistent"})
+    started = time.perf_counter()
+    with pytest.raises(CourseError, match=r"only 0 of 2 engines registered within 5 s: check that engines can start"):
+        cluster.start_engines(2, timeout=5, activate=False)
+    assert time.perf_counter() - started < 30
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "ipyparallel" in " ".join(proc.info["cmdline"] or []) and proc.environ().get(
+                    "PYTEST_CURRENT_TEST", "").endswith("test_local_engines_that_cannot_start_are_a_clear_error (call)"):
+                left.append(proc.pid)
+        except psutil.Error:
+            continue
+    assert not left, f"processes left: {left}"

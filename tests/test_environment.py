@@ -4,16 +4,38 @@ from helpers import environment, mode
 from helpers.errors import CourseError
 
 
-def test_remove_proxies_removes_both_cases(monkeypatch):
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+GRPC_READS = {"grpc_proxy", "https_proxy", "http_proxy"}  # gRPC C core, doc/environment_variables.md
+
+
+def test_remove_proxies_removes_what_grpc_reads(monkeypatch):
+    """With grpc_proxy set, two MWMS workers on localhost hung (80 s, tried): it must go too."""
+    for name in (*GRPC_READS, "HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.setenv(name, "http://proxy.example:3128")
     monkeypatch.setenv("no_proxy", "localhost")
     removed = environment.remove_proxies()
-    assert {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"} <= set(removed)
+    assert GRPC_READS | {"HTTP_PROXY", "HTTPS_PROXY"} <= set(removed)
     import os
 
     assert not any(n in os.environ for n in removed)
     assert os.environ["no_proxy"] == "localhost"  # only what breaks gRPC goes
+
+
+def test_one_proxy_list_everywhere(monkeypatch):
+    """Local workers and the batch scripts use environment.PROXY_VARIABLES, not lists of their own."""
+    from pathlib import Path
+
+    from helpers.launch import worker_env
+
+    env = worker_env(["localhost:1", "localhost:2"], 0, {name: "http://p:1" for name in environment.PROXY_VARIABLES})
+    assert not set(env) & set(environment.PROXY_VARIABLES)
+    root = Path(__file__).resolve().parents[1]
+    for script in ("slurm/train.sbatch", "slurm/engines.sbatch"):
+        text = (root / script).read_text()
+        assert 'PROXIES=$("$PYTHON" -m helpers proxies)' in text and "unset $PROXIES" in text, script
+        assert "http_proxy" not in text.lower(), f"{script} keeps a proxy list of its own"
+    from tests.conftest import run_cli
+
+    assert run_cli("proxies").stdout.split() == list(environment.PROXY_VARIABLES)
 
 
 def test_slurm_info_outside_and_inside():
@@ -65,3 +87,45 @@ def test_output_dir_falls_back_to_home_when_the_course_is_read_only(monkeypatch,
     assert environment.output_dir() == tmp_path / "tf-hpc-course-output"
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "elsewhere"))
     assert environment.output_dir() == tmp_path / "elsewhere"
+
+
+def test_one_gpu_node_still_has_two_replicas(monkeypatch, capsys):
+    """A single GPU is split into logical GPUs for the lessons that compare replicas (the real
+    split needs a GPU: here the decision, the memory split and the error without a GPU)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    asked = []
+    monkeypatch.setattr(environment, "split_gpu", lambda n: asked.append(n) or [f"/GPU:{i}" for i in range(n)])
+    assert environment.local_replicas(2) == 2 and asked == [2]
+    assert "one GPU: split into 2 logical GPUs" in capsys.readouterr().out
+    assert environment.local_replicas(1) == 1 and asked == [2]  # one replica asked for: the GPU as it is
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    assert environment.local_replicas(2) == 3 and asked == [2]
+    assert environment.logical_gpu_memory_mib(16000, 2) == 7200
+    assert environment.logical_gpu_memory_mib(None, 2) == 3686
+
+
+def test_a_gpu_tensorflow_cannot_see_is_a_clear_error(monkeypatch):
+    from helpers.environment import split_gpu
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # this machine's TensorFlow is the CPU wheel
+    with pytest.raises(CourseError, match="names a GPU but TensorFlow sees none"):
+        split_gpu(2)
+
+
+def test_a_shared_checkout_gives_each_user_their_own_output(tmp_path):
+    """A group-writable checkout owned by someone else: its build/ is not this user's output directory."""
+    import os
+
+    import pytest
+
+    from helpers.environment import checkout_build
+
+    repo = tmp_path / "course"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text("")
+    assert checkout_build(repo) == repo / "build"
+    if os.geteuid() != 0:
+        pytest.skip("giving the checkout to another user needs root")
+    repo.chmod(0o775)
+    os.chown(repo, 65534, os.getgid())  # a teammate's checkout, writable by our group
+    assert checkout_build(repo) is None

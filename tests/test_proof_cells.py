@@ -46,8 +46,9 @@ def test_sharding_proof_passes_and_fails():
 
 
 RESUME_OK = {"first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2, "CRASH_EPOCH": 2,
-             "epochs": 4, "results": [{"rank": 0, "epochs run": [2, 3], "weights": "a"},
-                                      {"rank": 1, "epochs run": [2, 3], "weights": "a"}]}
+             "epochs": 4, "backup_weights": "b", "small_cnn": lambda: None, "weights_digest": lambda model: "init",
+             "results": [{"rank": 0, "epochs run": [2, 3], "weights at start": "b", "weights": "a"},
+                         {"rank": 1, "epochs run": [2, 3], "weights at start": "b", "weights": "a"}]}
 
 
 def test_fault_tolerance_proof_passes_and_fails():
@@ -62,6 +63,34 @@ def test_fault_tolerance_proof_passes_and_fails():
     shared_dir = {**RESUME_OK, "backups": ["shared"]}
     with pytest.raises(AssertionError, match="one backup directory per worker"):
         _run("06_fault_tolerance.ipynb", shared_dir)
+    only_the_epoch = {**RESUME_OK, "results": [{**r, "weights at start": "init"} for r in RESUME_OK["results"]]}
+    with pytest.raises(AssertionError, match="did not start from the backup's weights"):
+        _run("06_fault_tolerance.ipynb", only_the_epoch)
+
+
+class _Engines:
+    """What the 03 proof pulls from its engines."""
+
+    def __init__(self, **pulled):
+        self.pulled = pulled
+        self.view = self
+
+    def pull(self, name, block=True):
+        return self.pulled[name]
+
+    def __len__(self):
+        return len(self.pulled["digest"])
+
+
+def test_multiworker_proof_asks_the_strategy_and_can_fail():
+    ok = dict(digest=["d", "d"], in_sync=[2, 2], task_id=[0, 1], moved=[0.5, 0.5])
+    _run("03_multiworker_ipyparallel.ipynb", {"engines": _Engines(**ok)})
+    for broken, match in ((dict(in_sync=[1, 1]), "did not form one cluster"),  # each worker alone
+                          (dict(moved=[0.0, 0.0]), "did not change the weights"),
+                          (dict(digest=["d", "e"]), "different weights"),
+                          (dict(task_id=[0, 0]), "task ids")):
+        with pytest.raises(AssertionError, match=match):
+            _run("03_multiworker_ipyparallel.ipynb", {"engines": _Engines(**{**ok, **broken})})
 
 
 def _point(kind, replicas, step_s, agree=True):

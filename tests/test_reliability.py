@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 
 import psutil
@@ -14,15 +13,25 @@ from helpers.errors import CourseError
 from tests.conftest import run_cli, run_python
 
 
+def _unused_ports(n: int = 1) -> list[int]:
+    """Distinct ports free now, inside COURSE_PORT_RANGE (workers check theirs before binding)."""
+    from helpers.resolver import free_port
+
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _unused_ports(1)[0]
 
 
 def test_missing_worker_ends_the_rendezvous_with_a_clear_error(prepared_dir):
     """MWMS's constructor waits for ever for a peer that never starts; the deadline ends it."""
-    me, peer = _unused_port(), _unused_port()
+    me, peer = _unused_ports(2)
     config = {"cluster": {"worker": [f"localhost:{me}", f"localhost:{peer}"]}, "task": {"type": "worker", "index": 0}}
     done = run_cli("train", "--strategy", "multiworker", "--mode", "quick", "--epochs", "1", "--steps-per-epoch", "1",
                    "--data-dir", str(prepared_dir), timeout=120,

@@ -51,14 +51,11 @@ def test_port_outside_range_or_in_use(monkeypatch):
             resolver.check_port(port)
 
 
-@pytest.mark.parametrize("spec, expected", [("2(x3)", 2), ("4,2", 4), ("1", 1), ("3(x2),1", 3)])
-def test_max_tasks_per_node(spec, expected):
-    assert resolver._max_tasks_per_node(spec) == expected
-
-
 def _slurm_env(monkeypatch, procid="1"):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a CPU node, whatever this machine has
+    for name in ("SLURM_NODEID", "SLURM_LOCALID", "SLURM_DISTRIBUTION", "SLURM_STEP_ID", "SLURM_GPUS_ON_NODE"):
+        monkeypatch.delenv(name, raising=False)
     for name, value in {"SLURM_JOB_ID": "7", "SLURM_PROCID": procid, "SLURM_STEP_NUM_TASKS": "4",
                         "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}.items():
         monkeypatch.setenv(name, value)
@@ -67,24 +64,50 @@ def _slurm_env(monkeypatch, procid="1"):
 def test_slurm_resolver_on_cpu_nodes(monkeypatch):
     _slurm_env(monkeypatch)
     monkeypatch.setenv(resolver.PORT_RANGE_ENV, "15000-15100")
-    res = resolver.slurm_resolver(gpus_per_node=0)
+    res = resolver.slurm_resolver()
     spec = res.cluster_spec().as_dict()
-    assert spec == {"worker": ["node1:15000", "node1:15001", "node2:15000", "node2:15001"]}
+    # job 7, step 0: block 7*16 of 2 ports -> 15000 + (112 % 50) * 2 = 15024
+    assert spec == {"worker": ["node1:15024", "node1:15025", "node2:15024", "node2:15025"]}
     assert (res.task_type, res.task_id) == ("worker", 1)
     assert res.num_accelerators() == {"GPU": 0}  # upstream would claim one GPU per task
     described = resolver.describe(res)
-    assert described["rank"] == 1 and described["address"] == "node1:15001"
+    assert described["rank"] == 1 and described["address"] == "node1:15025"
+    assert described["gpus"] == "CPU"
     assert resolver.cluster_resolver() is not None  # auto-detected from the step
+
+
+def test_slurm_port_in_use_is_named(monkeypatch):
+    """The port a step derives is checked free on this node before TensorFlow would bind it."""
+    import subprocess
+    import sys
+
+    _slurm_env(monkeypatch, procid="0")
+    monkeypatch.setenv(resolver.PORT_RANGE_ENV, "15000-15100")
+    # another process (another job's worker) holds it; a port this process holds is its own server's
+    holder = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                               "s.bind(('0.0.0.0', 15024)); s.listen(); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(CourseError, match=r"port 15024 on 0.0.0.0 is already in use.*job 7 step 0, rank 0"):
+            resolver.slurm_resolver()
+    finally:
+        holder.kill()
+        holder.wait()
+    with socket.socket() as mine:  # held by this process: resolving again after its server started
+        mine.bind(("0.0.0.0", 15024))
+        mine.listen()
+        assert resolver.describe(resolver.slurm_resolver())["address"] == "node1:15024"
 
 
 def test_slurm_malformed_variables(monkeypatch):
     _slurm_env(monkeypatch, procid="one")
     with pytest.raises(CourseError, match="SLURM_PROCID='one' is not a whole number"):
-        resolver.slurm_resolver(gpus_per_node=0)
+        resolver.slurm_resolver()
     _slurm_env(monkeypatch)
     monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "two")
     with pytest.raises(CourseError, match="malformed"):
-        resolver.slurm_resolver(gpus_per_node=0)
+        resolver.slurm_resolver()
 
 
 def test_no_slurm_step(monkeypatch):
@@ -94,3 +117,19 @@ def test_no_slurm_step(monkeypatch):
     with pytest.raises(CourseError, match="not inside a Slurm step"):
         resolver.slurm_resolver()
     assert resolver.cluster_resolver() is None
+
+
+def test_tf_config_port_outside_the_range_or_in_use_is_named(monkeypatch):
+    """The worker's own path (cluster_resolver with TF_CONFIG) checks its port before TensorFlow binds it."""
+    import json
+
+    monkeypatch.setenv(resolver.PORT_RANGE_ENV, "15000-15100")
+    monkeypatch.setenv("TF_CONFIG", json.dumps(resolver.make_tf_config(["localhost:9999", "localhost:15001"], 0)))
+    with pytest.raises(CourseError, match=r"TF_CONFIG of worker 0: port 9999 is outside the allowed range 15000-15100"):
+        resolver.cluster_resolver()
+    monkeypatch.setenv("TF_CONFIG", json.dumps(resolver.make_tf_config(["localhost:15000", "localhost:15001"], 1)))
+    with socket.socket() as other:  # bound by another process in real life; by a plain socket here
+        other.bind(("0.0.0.0", 15001))
+        with pytest.raises(CourseError, match=r"port 15001 on 0.0.0.0 is already in use"):
+            resolver.cluster_resolver()
+    assert resolver.describe(resolver.cluster_resolver())["address"] == "localhost:15001"

@@ -42,6 +42,15 @@ print("ENGINES " + json.dumps({"identities": engines.identities(), "ranks": engi
 """
 
 
+def _no_slurm_settings(monkeypatch) -> None:
+    """A user who set nothing: outside an allocation, no COURSE_SLURM_* variable."""
+    import os
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    for name in [k for k in os.environ if k.startswith("COURSE_SLURM_")]:
+        monkeypatch.delenv(name)
+
+
 def _engines_report(stdout: str) -> dict:
     line = next((l for l in stdout.splitlines() if l.startswith("ENGINES ")), None)
     assert line, stdout
@@ -60,6 +69,11 @@ def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch):
         assert [(i["procid"], i["host"]) for i in found] == [(0, "node1"), (1, "node2")]
         assert all(i["slurm_step"] for i in found)
         assert engines.ranks == {i["engine_id"]: i["procid"] for i in found}
+        # the key reaches the engines through the owner-only connection file, never the job's
+        # environment (which Slurm may store in its accounting, readable by others)
+        engines.view.execute("import os; keys = [k for k in os.environ if k.startswith('IPP_CONN')]", block=True)
+        in_env = engines.view.pull("keys", block=True)
+        assert in_env == [[], []], f"the connection info is in the engines' job environment: {in_env}"
         workers = engines.setup_multiworker()
         assert [w["address"] for w in workers] == ["slurm", "slurm"]
     finally:
@@ -131,8 +145,9 @@ def test_mwms_across_two_nodes_with_slurm_resolver(slurm, loop, prepared_dir):
     done = subprocess.run(["srun", "-N", "2", "--ntasks-per-node", "1", "--time", "10",
                            sys.executable, "-m", "helpers", "train", "--strategy", "multiworker", "--loop", loop,
                            "--data-dir", str(prepared_dir), *TRAIN],
-                          env={**slurm["env"], "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+                          # a web proxy gRPC would use (tried: workers then hang); the course removes it
+                          env={**slurm["env"], "TF_CPP_MIN_LOG_LEVEL": "2", "grpc_proxy": "http://127.0.0.1:9"},
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = sorted(parse_result_lines(done.stdout), key=lambda r: r["rank"])
     assert [(r["rank"], r["host"]) for r in results] == [(0, "node1"), (1, "node2")]
@@ -143,7 +158,7 @@ def test_mwms_across_two_nodes_with_slurm_resolver(slurm, loop, prepared_dir):
 
 def test_batch_training_script(slurm, prepared_dir, tmp_path):
     env = {**slurm["env"], "COURSE_DATA_DIR": str(prepared_dir), "COURSE_OUTPUT_DIR": str(tmp_path),
-           "COURSE_PYTHON": sys.executable}
+           "COURSE_PYTHON": sys.executable, "grpc_proxy": "http://127.0.0.1:9"}
     done = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=2", "--ntasks-per-node=1",
                            "--cpus-per-task=1", "--time=10", f"--output={tmp_path}/job-%j.out",
                            str(ROOT / "slurm/train.sbatch"), *TRAIN],
@@ -213,8 +228,8 @@ def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(CourseError, match="no nodes in partition nosuch: check COURSE_SLURM_PARTITION"):
         start_engines(2, slurm=True, request=SlurmRequest(partition="nosuch"), activate=False)
-    with pytest.raises(CourseError, match="`sbatch` refused the engines' job"):  # no GPUs on these nodes
-        start_engines(2, slurm=True, request=SlurmRequest(gpus_per_task=1), activate=False)
+    with pytest.raises(CourseError, match="`sbatch` refused the engines' job"):  # nodes have 4 GPUs each
+        start_engines(2, slurm=True, request=SlurmRequest(gpus_per_task=5), activate=False)
     hold = subprocess.run(["sbatch", "--parsable", "-N", "2", "--exclusive", "--time=5", "--output=/dev/null",
                            "--wrap", "sleep 300"], env=slurm["env"], capture_output=True, text=True, timeout=60)
     assert hold.returncode == 0, hold.stderr
@@ -224,3 +239,177 @@ def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
     finally:
         subprocess.run(["scancel", hold.stdout.strip().split(";")[0]], env=slurm["env"], timeout=30)
     assert _squeue_empty(slurm["env"])
+    # controllers are not always our children (ipyparallel may reparent them): look for them by name
+    import psutil
+
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if ("ipyparallel.controller" in " ".join(proc.info["cmdline"] or [])
+                    and "test_engines_that_cannot_start" in proc.environ().get("PYTEST_CURRENT_TEST", "")):
+                left.append(proc.pid)
+        except psutil.Error:
+            continue
+    assert not left, f"controllers left running after refused/pending engine jobs: {left}"
+
+
+def test_engines_with_no_settings_spread_one_per_gpu_and_leave_the_queue(slurm, monkeypatch, report):
+    """6 engines, no COURSE_SLURM_* at all, on nodes with 4 (simulated) GPUs: one engine per GPU,
+    so they fill node1 and go on to node2 (asked for tasks only, Slurm put them all on node1);
+    with TensorFlow loaded on them, their job leaves squeue within seconds of stop()."""
+    from helpers.cluster import start_engines
+
+    _no_slurm_settings(monkeypatch)
+    engines = start_engines(6, slurm=True, timeout=120, activate=False)
+    try:
+        placement = engines.placement()
+        found = engines.identities()
+        assert sorted({i["host"] for i in found}) == ["node1", "node2"], placement
+        for host in ("node1", "node2"):
+            gpus = [i["gpus"] for i in found if i["host"] == host]
+            assert all(len(g.split(",")) == 1 for g in gpus) and len(set(gpus)) == len(gpus), placement
+        engines.view.execute("from helpers.environment import import_tensorflow; "
+                             "tf = import_tensorflow(); x = tf.constant(1.0) + 1", block=True)
+    finally:
+        stop_s = engines.stop()
+    started = time.monotonic()
+    assert _squeue_empty(slurm["env"], within=10), "the engines' job is still in squeue 10 s after stop()"
+    report(f"6 engines, no settings: {placement}; stop() {stop_s:.2f} s, squeue empty "
+           f"{time.monotonic() - started:.1f} s later")
+    left = _job_processes()
+    assert not left, left
+
+
+@pytest.mark.parametrize("n, expected", [(2, [("node3", 1), ("node4", 1)]), (3, [("node3", 2), ("node4", 1)])])
+def test_engines_with_no_settings_spread_one_per_cpu_node(slurm, monkeypatch, n, expected):
+    """The partition of CPU nodes: one engine per node while there are nodes, then evenly."""
+    from collections import Counter
+
+    from helpers.cluster import start_engines
+
+    _no_slurm_settings(monkeypatch)
+    monkeypatch.setenv("COURSE_SLURM_PARTITION", "cpu")
+    engines = start_engines(n, slurm=True, timeout=120, activate=False)
+    try:
+        hosts = Counter(i["host"] for i in engines.identities())
+        assert sorted(hosts.items()) == expected, engines.placement()
+        assert all(i["gpus"] == "" for i in engines.identities())
+    finally:
+        engines.stop()
+    assert _squeue_empty(slurm["env"], within=10)
+
+
+@pytest.mark.parametrize("plant", ["another user's directory", "a symbolic link"])
+def test_local_slurm_scripts_refuse_a_planted_state_directory(tmp_path, plant):
+    """Root runs slurm/local/up and down and trusts the state directory: one created first by
+    another user (or a link to elsewhere) is refused before anything is read, killed or removed."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the scripts run as root)")
+    target = tmp_path / "victim"
+    target.mkdir()
+    (target / "keep").write_text("not Slurm's")
+    state = tmp_path / "state"
+    if plant == "a symbolic link":
+        state.symlink_to(target)
+    else:
+        state.mkdir(mode=0o777)
+        shutil.chown(state, user="nobody")
+        (state / "slurmctld.pid").write_text(str(os.getpid()))  # "kill this" for root
+    for script in ("up", "down"):
+        done = subprocess.run([str(ROOT / "slurm/local" / script)], env={**os.environ, "COURSE_SLURM_DIR": str(state)},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and "refusing" in done.stderr, (script, done.stdout, done.stderr)
+    assert (target / "keep").exists() and state.exists()
+
+
+def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: str) -> None:
+    """Submit a job that is not this user's engines job, attach to its id: refused, still queued."""
+    from helpers.cluster import attach
+    from helpers.errors import CourseError
+
+    submitted = subprocess.run([*submit, "--parsable", "--time=5", "--output=/dev/null", "--chdir=/tmp",
+                                "--wrap", "sleep 120"], env=slurm["env"], capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    try:
+        with pytest.raises(CourseError, match=refusal.format(job=job)):
+            attach(job, timeout=10, activate=False)
+        time.sleep(1)
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm["env"], capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+        assert state in ("RUNNING", "PENDING"), f"the job was touched: {state!r}"
+    finally:
+        subprocess.run(["scancel", job], env=slurm["env"], timeout=30)
+    assert _squeue_empty(slurm["env"])
+
+
+def test_attach_to_a_job_that_is_not_an_engines_job_leaves_it_alone(slurm):
+    """A mistyped id that names the user's long training run: refused, and the job still runs."""
+    _attach_is_refused_and_job_left_running(slurm, ["sbatch", "--job-name=multi-day-training"],
+                                            "Slurm job {job} is 'multi-day-training' of user .*left alone")
+
+
+def test_attach_to_another_users_engines_job_leaves_it_alone(slurm, other_user):
+    """An account coordinator (root here, who could cancel anything) attaches to an id that names
+    another user's engines job, even one with the engines job's own name: refused, left running."""
+    _attach_is_refused_and_job_left_running(
+        slurm, ["runuser", "-u", other_user["name"], "--", "sbatch", "--job-name=tf-course-engines"],
+        "Slurm job {job} is 'tf-course-engines' of user " + other_user["name"])
+
+
+KILLED_KERNEL = """
+import time
+from helpers.cluster import start_engines
+engines = start_engines(2, slurm=True, timeout=120, activate=False)
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def test_slurm_engines_job_cancelled_when_the_kernel_is_killed(slurm, monkeypatch, report):
+    """A kernel with Slurm engines is SIGKILLed: the watcher cancels the engines' job (it would
+    otherwise hold its nodes until the time limit)."""
+    import signal
+
+    env = {k: v for k, v in slurm["env"].items() if k != "SLURM_JOB_ID"}
+    kernel = subprocess.Popen([sys.executable, "-c", KILLED_KERNEL], env=env, stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    try:
+        assert kernel.stdout.readline().strip() == "READY"
+        assert "ipengine" in (subprocess.run(["squeue", "-h", "-o", "%j"], env=env, capture_output=True,
+                                             text=True).stdout)
+        killed = time.perf_counter()
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait(timeout=30)
+        assert _squeue_empty(slurm["env"], within=30), "the killed kernel's engines job is still queued"
+        report(f"SIGKILL of a kernel with Slurm engines: squeue empty {time.perf_counter() - killed:.1f} s later")
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+    assert not _job_processes()
+
+
+def test_slurm_engines_stopped_when_a_notebook_cell_fails(slurm, monkeypatch, report):
+    """The user's path: a notebook starts Slurm engines, a later cell fails, nbclient shuts the kernel
+    down; the engines' job is gone from the queue."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    nb = new_notebook(cells=[
+        new_code_cell("from helpers import cluster\nengines = cluster.start_engines(2, slurm=True)"),
+        new_code_cell("import subprocess\nprint(subprocess.run(['squeue', '-h', '-o', '%j'], capture_output=True, "
+                      "text=True).stdout)"),
+        new_code_cell("raise RuntimeError('a lesson cell fails')"),
+    ])
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    queued = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert "ipengine-course-" in queued, f"the engines' job should have been queued while the notebook ran: {queued}"
+    assert _squeue_empty(slurm["env"], within=30), "the failed notebook's engines job is still queued"
+    assert not _job_processes()
+    report("notebook with Slurm engines and a failing cell: engines' job gone from squeue after the kernel ended")

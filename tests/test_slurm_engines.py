@@ -62,3 +62,41 @@ def test_slurm_asked_for_without_slurm_commands(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sinfo, sbatch, srun
     with pytest.raises(CourseError, match="`sinfo` not found: Slurm's commands must be on PATH"):
         start_engines(2, slurm=True)
+
+
+@pytest.mark.parametrize("shape, n, expected", [
+    ((2, 0), 2, (2, 1, None)),  # CPU nodes: one engine per node
+    ((2, 0), 3, (2, 2, None)),  # more engines than nodes: spread evenly (2 + 1)
+    ((8, 0), 3, (3, 1, None)),
+    ((2, 4), 2, (1, 2, 1)),  # GPU nodes: one engine per GPU, a node filled first
+    ((2, 4), 6, (2, 4, 1)),
+])
+def test_engines_are_spread_the_way_the_nodes_say(monkeypatch, shape, n, expected):
+    from helpers import slurm_engines
+
+    monkeypatch.setattr(slurm_engines, "partition_shape", lambda partition=None: shape)
+    request = SlurmRequest().spread(n)
+    assert (request.nodes, request.tasks_per_node, request.gpus_per_task) == expected
+    assert f"#SBATCH --nodes={expected[0]}" in batch_template(request)
+    assert SlurmRequest(tasks_per_node=3).spread(n).nodes is None  # what the user asked for stays
+
+
+@pytest.mark.parametrize("name, value", [("PARTITION", "gpu\n#SBATCH --uid=0"), ("ACCOUNT", "{cluster_id}"),
+                                         ("TIME", "1:00:00 --mem=1T")])
+def test_slurm_settings_cannot_add_lines_to_the_batch_script(monkeypatch, name, value):
+    monkeypatch.setenv(f"COURSE_SLURM_{name}", value)
+    with pytest.raises(CourseError, match=f"COURSE_SLURM_{name}=.* is not a Slurm name or time"):
+        SlurmRequest.from_env()
+    with pytest.raises(CourseError, match="is not a Slurm name or time"):
+        batch_template(SlurmRequest(**{name.lower(): value}))
+
+
+def test_polling_backs_off_to_a_few_seconds():
+    """Waiting for a queued job: quick first polls, then at most one every 5 s (scontrol) per learner."""
+    from itertools import islice
+
+    from helpers.slurm_engines import backoff
+
+    pauses = list(islice(backoff(0.5, 5.0), 30))
+    assert pauses[0] == 0.5 and pauses == sorted(pauses) and max(pauses) == 5.0
+    assert sum(pauses) > 100, "30 polls should span minutes, not the 15 s of a fixed 0.5 s"

@@ -10,7 +10,8 @@ then run the hub with this file (`jupyterhub -f slurm/jupyterhub/jupyterhub_conf
 behind the centre's HTTPS front end. Everything site-specific is an environment variable:
 
     COURSE_DIR             the course checkout (default: two levels above this file)
-    COURSE_HUB_IP          the hub API address compute nodes can reach (default: all)
+    COURSE_HUB_IP          the hub API address compute nodes can reach (default: this host's
+                           address on their network; never all interfaces)
     COURSE_HUB_PARTITION   partition for the servers (default: the site's default)
     COURSE_HUB_TIME        time limit of a server (default 02:00:00)
     COURSE_HUB_OPTIONS     extra #SBATCH options, e.g. "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1"
@@ -37,7 +38,17 @@ VENV_BIN = COURSE_DIR / ".venv" / "bin"
 
 c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
 c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # the public side, behind the centre's HTTPS proxy
-c.JupyterHub.hub_ip = os.environ.get("COURSE_HUB_IP", "")  # servers on compute nodes call the hub here
+
+def _hub_ip() -> str:
+    """Where servers on compute nodes call the hub: one address, never every interface (the hub
+    API would then answer anyone on any network this host is on)."""
+    from helpers.slurm_engines import checked_controller_ip, controller_ip
+
+    given = os.environ.get("COURSE_HUB_IP")
+    return checked_controller_ip(given) if given is not None else controller_ip(os.environ.get("COURSE_HUB_PARTITION"))
+
+
+c.JupyterHub.hub_ip = _hub_ip()
 
 # The single-user server: the course's Python, JupyterLab, the course's notebooks.
 c.Spawner.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
@@ -49,7 +60,13 @@ c.Spawner.environment = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 
-c.SlurmSpawner.batch_script = (HERE / "server.sbatch.j2").read_text()
+def _batch_script() -> str:
+    from helpers.environment import PROXY_VARIABLES  # the one list of them
+
+    return (HERE / "server.sbatch.j2").read_text().replace("@PROXY_VARIABLES@", " ".join(PROXY_VARIABLES))
+
+
+c.SlurmSpawner.batch_script = _batch_script()
 c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebook gets the job's CPUs
 c.SlurmSpawner.req_runtime = os.environ.get("COURSE_HUB_TIME", "02:00:00")
 c.SlurmSpawner.req_partition = os.environ.get("COURSE_HUB_PARTITION", "")

@@ -1,0 +1,54 @@
+"""The batch scripts refuse to run a Python someone else could have put in the submit directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _planted_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    checkout = tmp_path / "shared-dir"
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    python = checkout / ".venv" / "bin" / "python"
+    python.write_text(f"#!/bin/sh\ntouch {marker}\necho 'http_proxy'\n")
+    python.chmod(0o755)
+    return checkout, marker
+
+
+@pytest.mark.parametrize("script", ["train.sbatch", "engines.sbatch"])
+@pytest.mark.parametrize("how", ["another user's", "world-writable"])
+def test_batch_script_refuses_a_python_it_cannot_trust(tmp_path, script, how):
+    checkout, marker = _planted_checkout(tmp_path)
+    if how == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("giving files to another user needs root")
+        for path in (checkout, checkout / ".venv", checkout / ".venv" / "bin", checkout / ".venv" / "bin" / "python"):
+            os.chown(path, 65534, 65534)
+    else:
+        checkout.chmod(0o777)
+    env = {**os.environ, "SLURM_SUBMIT_DIR": str(checkout), "SLURM_JOB_ID": "42", "COURSE_DATA_DIR": str(tmp_path),
+           "SLURM_NTASKS": "1"}
+    env.pop("COURSE_DIR", None)
+    done = subprocess.run(["bash", str(ROOT / "slurm" / script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "not running its Python" in done.stderr, done.stderr
+    assert not marker.exists(), "the planted Python ran"
+
+
+def test_batch_script_runs_your_own_checkout_python_check_only(tmp_path):
+    """The check passes for the course's own checkout (CI's, owned by the runner)."""
+    done = subprocess.run(["bash", "-c", f"COURSE_DIR={ROOT}; PYTHON={ROOT}/.venv/bin/python; set -e; "
+                           + _check_block()], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+def _check_block() -> str:
+    text = (ROOT / "slurm" / "train.sbatch").read_text()
+    start = text.index("for path in \"$COURSE_DIR\"")
+    return text[start:text.index("done\n", start) + 5]

@@ -1,0 +1,41 @@
+"""The JupyterHub template a centre adapts: the hub API on one address, private files by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from traitlets.config import Config
+
+from helpers.errors import CourseError
+
+CONFIG = Path(__file__).resolve().parents[1] / "slurm" / "jupyterhub" / "jupyterhub_config.py"
+
+
+def _load(monkeypatch, **env) -> Config:
+    for name in ("COURSE_HUB_IP", "COURSE_CONTROLLER_IP"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = Config()
+    monkeypatch.setattr("os.umask", lambda mask: 0o022)  # the file sets the hub's umask: not this test's
+    exec(compile(CONFIG.read_text(), str(CONFIG), "exec"), {"get_config": lambda: config, "__file__": str(CONFIG)})
+    return config
+
+
+def test_hub_api_defaults_to_the_cluster_address_never_all_interfaces(monkeypatch):
+    config = _load(monkeypatch, COURSE_CONTROLLER_IP="10.9.8.7")  # what the route to the nodes gives
+    assert config.JupyterHub.hub_ip == "10.9.8.7"
+    assert _load(monkeypatch, COURSE_HUB_IP="10.1.1.1").JupyterHub.hub_ip == "10.1.1.1"
+    for wildcard in ("", "0.0.0.0"):
+        with pytest.raises(CourseError, match="every interface"):
+            _load(monkeypatch, COURSE_HUB_IP=wildcard)
+
+
+def test_server_files_are_private_and_no_proxy_reaches_grpc(monkeypatch):
+    from helpers.environment import PROXY_VARIABLES
+
+    script = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1").SlurmSpawner.batch_script
+    assert "umask 077" in script and "umask 022" not in script
+    unset = next(line for line in script.splitlines() if line.startswith("unset ") and "proxy" in line)
+    assert set(unset.split()[1:]) == set(PROXY_VARIABLES), unset
