@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 course: install
-	$(PY) -m helpers.course_run --out build
+	$(PY) -m helpers.tools.course_run --out build
 
 test: install
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(PYTEST_ARGS)

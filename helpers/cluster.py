@@ -133,7 +133,6 @@ class Engines:
         started = time.perf_counter()
         if not self.owned:
             self.client.close()
-            print(f"cluster {self.cluster_id or 'of the profile'} left running (attached, not started here)")
             return time.perf_counter() - started
         if _running.pop(self.cluster_id, None) is None:
             return 0.0
@@ -141,6 +140,13 @@ class Engines:
         if self.release is not None:
             self.release()
         return time.perf_counter() - started
+
+    def finish(self) -> str:
+        """Stop what this kernel started (leave attached engines running) and say which."""
+        seconds = self.stop()
+        if not self.owned:
+            return f"cluster {self.cluster_id or 'of the profile'} left running (attached, not started here)"
+        return f"engines and controller stopped in {seconds:.2f} s"
 
 
 # ---------------------------------------------------------------- run on the engines

@@ -1,4 +1,4 @@
-"""CIFAR-10 through tensorflow-datasets, offline, and the input pipeline of the course.
+"""CIFAR-10 through tensorflow-datasets, offline: preparing it and reading its splits.
 
 Compute nodes have no internet, and a plain `tfds.load('cifar10')` offline retries for
 minutes before failing. So the course never lets tfds download: a user downloads
@@ -261,67 +261,3 @@ def load_split(split: str, data_dir: str | os.PathLike, limit: int | None = None
     ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=shuffle_files,
                             read_config=read_config)
     return ds.take(limit) if limit else ds
-
-
-# -------------------------------------------------------------------------- pipeline
-def global_batch_size(per_replica: int, replicas: int) -> int:
-    """Global batch = per-replica batch x replicas in sync."""
-    if per_replica < 1 or replicas < 1:
-        raise CourseError(f"batch {per_replica} x {replicas} replicas: both must be at least 1")
-    return per_replica * replicas
-
-
-def check_divisible(global_batch: int, replicas: int) -> int:
-    """The per-replica batch, or a clear error when the global batch does not split evenly."""
-    if global_batch % replicas:
-        lower = global_batch - global_batch % replicas
-        raise CourseError(f"global batch {global_batch} does not split over {replicas} replicas: "
-                          f"use a multiple of {replicas} (e.g. {lower or replicas} or "
-                          f"{lower + replicas})")
-    return global_batch // replicas
-
-
-def scale_learning_rate(base_lr: float, global_batch: int, base_batch: int = 256) -> float:
-    """Linear scaling rule (Goyal et al. 2017): the rate grows with the global batch."""
-    return base_lr * global_batch / base_batch
-
-
-SHARD_POLICIES = ("AUTO", "FILE", "DATA", "OFF")
-
-
-def normalize(image, label):
-    import tensorflow as tf
-
-    return tf.cast(image, tf.float32) / 255.0, tf.cast(label, tf.int32)
-
-
-def make_pipeline(split: str, global_batch: int, *, data_dir: str | os.PathLike,
-                  training: bool = True, limit: int | None = None, seed: int = 42,
-                  shard_policy: str = "DATA", input_context=None, cache: bool = True):
-    """The course's input pipeline, in the order the seeds teach.
-
-    read -> map(normalize, AUTOTUNE) -> cache -> shuffle (seeded, before batching) ->
-    batch(global batch, drop_remainder) -> prefetch, with an explicit auto-shard policy.
-    With an `input_context` (from `distribute_datasets_from_function`) each input pipeline
-    reads its own shard and batches by the per-replica size.
-    """
-    import tensorflow as tf
-
-    if shard_policy not in SHARD_POLICIES:
-        raise CourseError(f"shard policy {shard_policy!r}: use one of {', '.join(SHARD_POLICIES)}")
-    batch = global_batch
-    ds = load_split(split, data_dir, limit=limit, seed=seed)
-    if input_context is not None:
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        batch = input_context.get_per_replica_batch_size(global_batch)
-    ds = ds.map(normalize, num_parallel_calls=tf.data.AUTOTUNE)
-    if cache:
-        ds = ds.cache()
-    if training:
-        ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = getattr(
-        tf.data.experimental.AutoShardPolicy, shard_policy)
-    options.deterministic = True
-    return ds.with_options(options)

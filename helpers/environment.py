@@ -12,7 +12,9 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
+from . import tuning
 from .errors import CourseError
+from .host import cpu_count, gpu_count_without_tf, import_tensorflow, tensorflow_initialised  # noqa: F401 - this process, as report() shows it
 
 # gRPC's C core reads grpc_proxy, https_proxy, http_proxy (first one set wins; gRPC's
 # doc/environment_variables.md); the upper-case and all_proxy forms are read by other clients
@@ -31,21 +33,6 @@ def remove_proxies() -> dict[str, str]:
     caller can report it.
     """
     return {name: os.environ.pop(name) for name in PROXY_VARIABLES if name in os.environ}
-
-
-def cpu_count() -> int:
-    """CPUs this process may run on (the Slurm/cgroup affinity, not the machine's total)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
-
-
-def gpu_count_without_tf() -> int:
-    """GPUs visible to this process, found without initialising TensorFlow (see `helpers.gpus`)."""
-    from .gpus import visible_gpus
-
-    return len(visible_gpus())
 
 
 @dataclass
@@ -92,40 +79,6 @@ def slurm_info(environ: dict | None = None) -> SlurmInfo | None:
                                                 "SLURMD_NODENAME") if k in env})
 
 
-def import_tensorflow():
-    """Import TensorFlow without the C++ start-up lines it writes straight to stderr.
-
-    TensorFlow 2.21 logs "oneDNN custom operations are on" and CPU-feature notes through absl
-    before logging is initialised, ignoring TF_CPP_MIN_LOG_LEVEL; in a `%%px` cell that is two
-    screens of noise per engine. Only the import is silenced (file descriptor 2 points at
-    /dev/null for its duration); errors still raise as usual.
-    """
-    if "tensorflow" in sys.modules:
-        return sys.modules["tensorflow"]
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            try:
-                import tensorflow as tf
-            finally:
-                os.dup2(saved, 2)
-    finally:
-        os.close(saved)
-    tf.get_logger().setLevel("ERROR")
-    return tf
-
-
-def tensorflow_initialised() -> bool:
-    """Whether TensorFlow's runtime context already exists in this process."""
-    if "tensorflow" not in sys.modules:
-        return False
-    from tensorflow.python.eager import context
-
-    return context.context()._context_handle is not None  # noqa: SLF001 - no public API
-
-
 def split_cpu(replicas: int) -> list:
     """Split the CPU into `replicas` logical devices so MirroredStrategy has replicas.
 
@@ -141,9 +94,7 @@ def split_cpu(replicas: int) -> list:
     current = tf.config.get_logical_device_configuration(cpu)
     if current is not None and len(current) == replicas:
         return tf.config.list_logical_devices("CPU")
-    from .tuning import configure_threads
-
-    configure_threads(replicas)  # before the runtime starts, like the device split
+    tuning.configure_threads(replicas)  # before the runtime starts, like the device split
     try:
         tf.config.set_logical_device_configuration(cpu, wanted)
     except RuntimeError:
@@ -220,6 +171,7 @@ def local_replicas(cpu_replicas: int = 2) -> int:
     """
     gpus = gpu_count_without_tf()
     if gpus >= 2 or (gpus == 1 and cpu_replicas < 2):
+        import_tensorflow()  # quietly, before the lesson's own import
         return gpus
     if gpus == 1:
         devices = split_gpu(cpu_replicas)

@@ -156,7 +156,7 @@ def plan_for_local_worker(workers_on_host: int, index: int, environ: dict | None
 
 def apply(plan: GpuPlan) -> GpuPlan:
     """Put the plan into this process's environment; it must come before TensorFlow starts."""
-    from .environment import tensorflow_initialised
+    from .host import tensorflow_initialised
 
     wanted = plan.env()
     changes = {k: v for k, v in wanted.items() if os.environ.get(k) != v}

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from . import keras_fix, tuning
 from .environment import gpu_count_without_tf, import_tensorflow
@@ -115,62 +116,30 @@ def workers_on_my_host(me: dict) -> int:
     return sum(1 for w in me["workers"] if str(w).rsplit(":", 1)[0] == host)
 
 
-def is_chief(strategy) -> bool:
-    """Whether this worker writes checkpoints, logs and results (worker 0, or single process)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
-        return True
-    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
+@dataclass(frozen=True)
+class StrategyInfo:
+    """What a run needs to know about its strategy, asked in one place."""
+
+    name: str     # the public class name (MWMS's own class is CollectiveAllReduceStrategy)
+    rank: int     # this worker's index in the cluster, 0 in a single process
+    chief: bool   # whether this worker writes checkpoints, logs and results
+    workers: int  # worker processes in the cluster, 1 in a single process
 
 
-def worker_rank(strategy) -> int:
-    """This worker's index in the cluster (0 in a single process)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or resolver.task_id is None:
-        return 0
-    return int(resolver.task_id)
-
-
-__all__ = ["make_strategy", "is_chief", "worker_rank", "communication_for", "replica_values",
-           "slurm_resolver"]
-
-
-def replica_values(strategy, variable) -> list:
-    """The value of a variable on each local replica, as NumPy arrays.
-
-    A Keras 3 variable wraps the strategy's distributed variable (`.value`); its local
-    results are the per-replica copies, which is where "mirrored" can be checked.
-    """
-    value = getattr(variable, "value", variable)
-    return [v.numpy() for v in strategy.experimental_local_results(value)]
-
-
-def strategy_name(strategy) -> str:
-    """The public name of a strategy (MWMS's class is CollectiveAllReduceStrategy)."""
+def describe_strategy(strategy) -> StrategyInfo:
+    """Name, rank, chief and worker count of `strategy`, from its cluster resolver."""
     import tensorflow as tf
 
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return "MultiWorkerMirroredStrategy"
-    return type(strategy).__name__
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not spec:
+        return StrategyInfo(type(strategy).__name__, 0, True, 1)
+    name = ("MultiWorkerMirroredStrategy" if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            else type(strategy).__name__)
+    rank = int(resolver.task_id or 0)
+    chief = resolver.task_type == "chief" or (resolver.task_type == "worker" and rank == 0)
+    workers = max(1, sum(len(v) for k, v in spec.items() if k in ("worker", "chief")))
+    return StrategyInfo(name, rank, chief, workers)
 
 
-def save_model(model, path, strategy):
-    """Save a model the multi-worker way: every worker saves, only the chief keeps its copy.
-
-    Saving may need collectives (every worker must take part), so non-chief workers save to
-    a private temporary directory that is removed at once. Returns the chief's path or None.
-    """
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    if is_chief(strategy):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        model.save(path)
-        return Path(path)
-    scratch = tempfile.mkdtemp(prefix=f"worker{worker_rank(strategy)}-")
-    try:
-        model.save(str(Path(scratch) / Path(path).name))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return None
+__all__ = ["make_strategy", "describe_strategy", "communication_for", "slurm_resolver"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-from .environment import cpu_count, gpu_count_without_tf
+from .host import cpu_count, gpu_count_without_tf, import_tensorflow
 
 TUNING_ENV = "COURSE_TUNING"
 RING_PACK_BYTES = 4 * 1024 * 1024
@@ -54,8 +54,6 @@ def configure_threads(sharers: int) -> tuple[int, int] | None:
     """
     if not enabled() or sharers < 2 or gpu_count_without_tf():
         return None
-    from .environment import import_tensorflow
-
     tf = import_tensorflow()
     intra, inter = threads_for(sharers)
     try:
@@ -71,8 +69,6 @@ def configure_graph_optimizer() -> bool:
     whether it was turned off."""
     if not enabled() or gpu_count_without_tf():
         return False
-    from .environment import import_tensorflow
-
     import_tensorflow().config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     return True
 

@@ -7,7 +7,7 @@ import json
 import os
 
 from helpers.data import synth_archive
-from helpers.train import write_results
+from helpers.results import write_results
 
 
 def test_planted_links_at_predictable_names_redirect_nothing(tmp_path):

@@ -84,32 +84,3 @@ def test_bad_archive_never_replaces_a_good_dataset(tmp_path, synthetic_archive, 
     assert sorted(p.name for p in (target / "cifar10" / "3.0.2").iterdir()) == before
     assert data.dataset_info(target).train_size == 300
     assert not [p for p in target.iterdir() if p.name.startswith(".prepare-")]
-
-
-def test_pipeline_batches_and_shards(prepared_dir):
-    import tensorflow as tf
-
-    ds = data.make_pipeline("train", 64, data_dir=prepared_dir)
-    batches = list(ds)
-    assert len(batches) == 300 // 64  # drop_remainder
-    assert all(x.shape == (64, 32, 32, 3) and x.dtype == tf.float32 for x, _ in batches)
-    assert float(tf.reduce_max(batches[0][0])) <= 1.0
-    opts = ds.options().experimental_distribute.auto_shard_policy
-    assert opts == tf.data.experimental.AutoShardPolicy.DATA
-    with pytest.raises(CourseError, match="shard policy"):
-        data.make_pipeline("train", 64, data_dir=prepared_dir, shard_policy="ROWS")
-
-
-def test_pipeline_is_seeded(prepared_dir):
-    first = [y.numpy().tolist() for _, y in data.make_pipeline("train", 32, data_dir=prepared_dir, seed=3)]
-    again = [y.numpy().tolist() for _, y in data.make_pipeline("train", 32, data_dir=prepared_dir, seed=3)]
-    other = [y.numpy().tolist() for _, y in data.make_pipeline("train", 32, data_dir=prepared_dir, seed=4)]
-    assert first == again and first != other
-
-
-def test_batch_arithmetic():
-    assert data.global_batch_size(32, 4) == 128
-    assert data.check_divisible(128, 4) == 32
-    with pytest.raises(CourseError, match="does not split over 3 replicas"):
-        data.check_divisible(128, 3)
-    assert data.scale_learning_rate(0.1, 512, base_batch=256) == pytest.approx(0.2)

@@ -11,12 +11,13 @@ TRAIN_CELL = """
 from helpers.strategy import make_strategy
 strategy = make_strategy()
 import tensorflow as tf
-from helpers.data import make_pipeline
-from helpers.models import small_cnn, compile_for_classification
-from helpers.train import weights_digest
-ds = make_pipeline("train", 32 * strategy.num_replicas_in_sync, data_dir=DATA_DIR, limit=256)
+from helpers.data import load_split
+from helpers.lesson import compile_model, small_cnn, training_dataset, weights_digest
+examples = load_split("train", DATA_DIR, limit=256)
+ds = strategy.distribute_datasets_from_function(
+    lambda context: training_dataset(examples, 32 * strategy.num_replicas_in_sync, context))
 with strategy.scope():
-    model = compile_for_classification(small_cnn(), 0.05)
+    model = compile_model(small_cnn(), 0.05)
 model.fit(ds, epochs=1, steps_per_epoch=4, verbose=0)
 digest = weights_digest(model)
 print("digest", digest)

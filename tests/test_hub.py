@@ -224,7 +224,7 @@ def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, re
         hub.stop()
     report(f"{Path(__file__).stem}: screenshot {shot}")
     report(f"{Path(__file__).stem}: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
-    assert "2 workers formed one cluster of 2 replicas, trained, and hold identical weights" in proof, proof
+    assert "2 workers formed one cluster of 2 replicas, trained on disjoint data, and hold identical weights" in proof, proof
     assert hosts >= 1, "an engine should have run on node2"
     left = [p for p in leftovers() if user in p or "jupyterhub" in p or "ipengine" in p]
     assert not left, left

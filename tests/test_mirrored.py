@@ -9,9 +9,8 @@ import json, numpy as np
 from helpers import environment
 environment.split_cpu(2)
 import tensorflow as tf, keras
-from helpers.models import small_cnn
-from helpers.strategy import make_strategy, replica_values
-from helpers.training import DistributedLoop
+from helpers.strategy import make_strategy
+from helpers.lesson import make_train_step, replica_values, small_cnn
 
 rng = np.random.default_rng(0)
 images = rng.uniform(size=(16, 32, 32, 3)).astype("float32")
@@ -20,12 +19,12 @@ labels = rng.integers(0, 10, size=16).astype("int32")
 def one_step(devices, divisor=None):
     strategy = tf.distribute.MirroredStrategy(devices=devices)
     with strategy.scope():
-        model = small_cnn(seed=1, sync_bn=True)  # per-replica BN statistics would differ
+        model = small_cnn(seed=1, synchronized=True)  # per-replica BN statistics would differ
         opt = keras.optimizers.SGD(0.1)
-    loop = DistributedLoop(strategy, model, opt, global_batch=16, per_replica_divisor=divisor)
+    step = make_train_step(strategy, model, opt, global_batch=16, loss_divisor=divisor)
     ds = tf.data.Dataset.from_tensor_slices((images, labels)).batch(16)
     batch = next(iter(strategy.experimental_distribute_dataset(ds)))
-    loop.train_step(batch)
+    step(batch)
     per_replica = [replica_values(strategy, var) for var in model.trainable_variables]
     return strategy.num_replicas_in_sync, [w.numpy() for w in model.trainable_variables], per_replica
 

@@ -3,7 +3,7 @@
 import pytest
 
 from helpers.launch import run_local_workers
-from helpers.train import parse_result_lines
+from helpers.results import parse_result_lines
 
 pytestmark = pytest.mark.multiprocess
 TRAIN = ["-m", "helpers", "train", "--mode", "quick", "--epochs", "1", "--steps-per-epoch", "3",
@@ -59,14 +59,23 @@ EVALUATE_REPEATEDLY = """
 import sys
 from helpers.strategy import make_strategy
 strategy = make_strategy("multiworker")
-from helpers import data
-from helpers.models import compile_for_classification, small_cnn
+import tensorflow as tf
+from helpers.data import load_split
+from helpers.lesson import compile_model, normalize, small_cnn
+
+def cached(split, limit, training):  # a plain cached pipeline, auto-sharded by DATA (the bug's setting)
+    ds = load_split(split, sys.argv[1], limit=limit).map(normalize).cache()
+    if training:
+        ds = ds.shuffle(10_000, seed=42)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.batch(64, drop_remainder=True).prefetch(tf.data.AUTOTUNE).with_options(options)
+
 with strategy.scope():
-    model = compile_for_classification(small_cnn(), 0.01)
-model.fit(data.make_pipeline("train", 64, data_dir=sys.argv[1], limit=256), verbose=0)
+    model = compile_model(small_cnn(), 0.01)
+model.fit(cached("train", 256, True), verbose=0)
 for i in range(int(sys.argv[2])):
-    test = data.make_pipeline("test", 64, data_dir=sys.argv[1], training=False, limit=512)
-    model.evaluate(test, verbose=0)
+    model.evaluate(cached("test", 512, False), verbose=0)
     print("evaluated", i, flush=True)
 """
 

@@ -1,13 +1,14 @@
-"""The proof cells of the notebooks raise when their claim is false.
+"""Every notebook's proof cell raises when its claim is false.
 
-Each notebook ends with a cell that asserts what the lesson claims. Here that cell's own
-source runs twice: on figures like those a correct run produces (it must pass), and on
-figures where the claim is broken (it must raise), so a proof cell cannot silently stop
-proving anything.
+Each notebook ends with a cell that asserts what the lesson claims, on figures a cell before
+it measured. Here that cell's own source runs on figures like those a correct run produces
+(it must pass) and on figures where one claim is broken (it must raise, naming the claim),
+so no proof cell can silently stop proving anything.
 """
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -21,95 +22,144 @@ def proof_source(name: str) -> str:
     return proofs[-1]
 
 
-class _Timer:
-    def __init__(self, rate):
-        self.images_per_second = rate
-
-
 def _run(name: str, namespace: dict) -> None:
     exec(compile(proof_source(name), name, "exec"), dict(namespace))
 
 
-SHARDING_OK = {"per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]], "global_batch": 8,
-               "seen": {0: {"DATA": [0, 1], "OFF": [0, 1, 2, 3]}, 1: {"DATA": [2, 3], "OFF": [0, 1, 2, 3]}},
-               "pipeline_rate": 5000.0, "timer": _Timer(300.0)}
+def _strategy(replicas: int):
+    return SimpleNamespace(num_replicas_in_sync=replicas)
 
 
-def test_sharding_proof_passes_and_fails():
-    _run("02_input_pipelines.ipynb", SHARDING_OK)
-    overlapping = {**SHARDING_OK, "per_replica": [[0, 1, 2, 3], [0, 1, 2, 3]]}
-    with pytest.raises(AssertionError, match="cover the global batch|same example"):
-        _run("02_input_pipelines.ipynb", overlapping)
-    same_data = {**SHARDING_OK, "seen": {0: {"DATA": [0, 1], "OFF": [0]}, 1: {"DATA": [0, 1], "OFF": [0]}}}
-    with pytest.raises(AssertionError, match="disjoint"):
-        _run("02_input_pipelines.ipynb", same_data)
+OK: dict[str, dict] = {
+    "00_environment.ipynb": {
+        "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="SYNTHETIC"),
+        "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick"),
+        "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
+    "01_mirrored_strategy.ipynb": {
+        "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07},
+    "02_input_pipelines.ipynb": {
+        "per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]], "from_fn_per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]],
+        "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "first_pass_rate": 5000.0,
+        "timer": SimpleNamespace(images_per_second=300.0),
+        "seen": {r: {"DATA": [4 * r, 4 * r + 1], "OFF": [0, 1], "dataset_fn": list(range(r, 32, 2)),
+                     "decoded with DATA": 32, "decoded with dataset_fn": 16, "FILE, 1 file": "InvalidArgumentError"}
+                 for r in (0, 1)}},
+    "03_multiworker_ipyparallel.ipynb": {
+        "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]], "overlap": 0,
+        "moved": [0.5, 0.5], "digests": ["d", "d"]},
+    "04_custom_training_loop.ipynb": {
+        "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
+        "right_gap": 1e-7, "wrong_gap": 1e-2, "test": {"examples": 512}, "test_images": 512,
+        "worker_test_counts": [512, 512],
+        "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0},
+                      "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None}}},
+    "05_sync_batch_norm.ipynb": {
+        "strategy": _strategy(2), "forward_all_reduces": 3, "spread_plain": 0.05, "spread_sync": 0.0,
+        "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
+                 "ordinary vs global": 2.0}},
+    "06_fault_tolerance.ipynb": {
+        "first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2,
+        "CRASH_EPOCH": 2, "epochs": 4, "backup_weights": "b", "fresh_weights": "init",
+        "results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b", "weights": "a"} for r in (0, 1)]},
+}
 
 
-RESUME_OK = {"first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2, "CRASH_EPOCH": 2,
-             "epochs": 4, "backup_weights": "b", "small_cnn": lambda: None, "weights_digest": lambda model: "init",
-             "results": [{"rank": 0, "epochs run": [2, 3], "weights at start": "b", "weights": "a"},
-                         {"rank": 1, "epochs run": [2, 3], "weights at start": "b", "weights": "a"}]}
+def _point(label, replicas, agree=True):
+    return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree}
 
 
-def test_fault_tolerance_proof_passes_and_fails():
-    _run("06_fault_tolerance.ipynb", RESUME_OK)
-    from_scratch = {**RESUME_OK, "results": [{"rank": r, "epochs run": [0, 1, 2, 3], "weights": "a"} for r in (0, 1)]}
-    with pytest.raises(AssertionError, match="ran epochs"):
-        _run("06_fault_tolerance.ipynb", from_scratch)
-    with pytest.raises(AssertionError, match="should have failed"):
-        _run("06_fault_tolerance.ipynb", {**RESUME_OK, "first_failed": False})
-    with pytest.raises(AssertionError, match="not wait for its dead peer"):
-        _run("06_fault_tolerance.ipynb", {**RESUME_OK, "survivor_stopped": False})
-    shared_dir = {**RESUME_OK, "backups": ["shared"]}
-    with pytest.raises(AssertionError, match="one backup directory per worker"):
-        _run("06_fault_tolerance.ipynb", shared_dir)
-    only_the_epoch = {**RESUME_OK, "results": [{**r, "weights at start": "init"} for r in RESUME_OK["results"]]}
-    with pytest.raises(AssertionError, match="did not start from the backup's weights"):
-        _run("06_fault_tolerance.ipynb", only_the_epoch)
+OK["07_scaling_performance.ipynb"] = {
+    "points": [_point("MirroredStrategy", 1), _point("MirroredStrategy", 2), _point("MultiWorkerMirroredStrategy", 2)],
+    "per_replica": 32, "STEPS": 10,
+    "wall_ratio": {("MirroredStrategy", 1): 1.0, ("MirroredStrategy", 2): 1.1, ("MultiWorkerMirroredStrategy", 2): 1.0}}
 
 
-class _Engines:
-    """What the 03 proof pulls from its engines."""
-
-    def __init__(self, **pulled):
-        self.pulled = pulled
-        self.view = self
-
-    def pull(self, name, block=True):
-        return self.pulled[name]
-
-    def __len__(self):
-        return len(self.pulled["digest"])
+def _seen(changes: dict) -> dict:
+    good = OK["02_input_pipelines.ipynb"]["seen"]
+    return {r: {**good[r], **changes.get(r, {})} for r in good}
 
 
-def test_multiworker_proof_asks_the_strategy_and_can_fail():
-    ok = dict(digest=["d", "d"], in_sync=[2, 2], task_id=[0, 1], moved=[0.5, 0.5])
-    _run("03_multiworker_ipyparallel.ipynb", {"engines": _Engines(**ok)})
-    for broken, match in ((dict(in_sync=[1, 1]), "did not form one cluster"),  # each worker alone
-                          (dict(moved=[0.0, 0.0]), "did not change the weights"),
-                          (dict(digest=["d", "e"]), "different weights"),
-                          (dict(task_id=[0, 0]), "task ids")):
-        with pytest.raises(AssertionError, match=match):
-            _run("03_multiworker_ipyparallel.ipynb", {"engines": _Engines(**{**ok, **broken})})
+BROKEN: list[tuple[str, dict, str]] = [
+    ("00_environment.ipynb", {"labels": [1, 2, 3]}, "all ten classes"),
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=False, label="x")}, "synthetic"),
+    ("01_mirrored_strategy.ipynb", {"strategy": _strategy(1), "copies": {1}}, "at least 2"),
+    ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
+    ("01_mirrored_strategy.ipynb", {"updated_gap": 1e-3}, "differ between replicas"),
+    ("01_mirrored_strategy.ipynb", {"moving_gap": 0.0}, "moving statistics should differ"),
+    ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [0, 1, 2, 3]]}, "cover the global batch"),
+    ("02_input_pipelines.ipynb", {"from_fn_per_replica": [[0, 1, 2, 3, 4, 5, 6, 7], [0]]}, "cover the global batch"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(0, 32, 2))}})},
+     "dataset_fn the workers must get disjoint"),  # the unsharded dataset_fn of issue 13
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": [0, 1]}})}, "DATA the workers must get disjoint"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"OFF": [2, 3]}})}, "same examples"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"decoded with dataset_fn": 32}})}, "only its half"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"decoded with DATA": 16}})}, "every example on every worker"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "no error"}})}, "should raise"),
+    ("02_input_pipelines.ipynb", {"counted_once": {1: True, 2: False, 3: True}}, "every example once"),
+    ("02_input_pipelines.ipynb", {"first_pass_rate": 100.0}, "slower than training"),
+    ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1, 1]}, "did not form one cluster"),
+    ("03_multiworker_ipyparallel.ipynb", {"task_ids": [0, 0]}, "task ids"),
+    ("03_multiworker_ipyparallel.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
+    ("03_multiworker_ipyparallel.ipynb", {"moved": [0.0, 0.0]}, "did not change the weights"),
+    ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different weights"),
+    ("04_custom_training_loop.ipynb", {"in_sync": [1, 1]}, "not one cluster"),
+    ("04_custom_training_loop.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
+    ("04_custom_training_loop.ipynb", {"digests": ["i", "i"]}, "did not change the weights"),
+    ("04_custom_training_loop.ipynb", {"digests": ["d", "e"]}, "different weights"),
+    ("04_custom_training_loop.ipynb", {"right_gap": 1e-3}, "disagree"),
+    ("04_custom_training_loop.ipynb", {"wrong_gap": 1e-7}, "per-replica batch should change"),
+    ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
+    ("04_custom_training_loop.ipynb", {"worker_test_counts": [512, 448]}, "evaluation counted"),
+    ("04_custom_training_loop.ipynb", {"precision": {"mixed_float16": {"compute": "float16", "loss scale": None},
+                                                     "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None}}},
+     "mixed_float16"),
+    ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1)}, "two replicas"),
+    ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "synchronized vs global": 2.0}},
+     "global batch"),
+    ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 1e-7}},
+     "each replica's own"),
+    ("05_sync_batch_norm.ipynb", {"forward_all_reduces": 1}, "3 all-reduces"),
+    ("05_sync_batch_norm.ipynb", {"spread_plain": 0.0}, "different statistics"),
+    ("05_sync_batch_norm.ipynb", {"spread_sync": 0.01}, "identical statistics"),
+    ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
+    ("06_fault_tolerance.ipynb", {"survivor_stopped": False}, "not wait for its dead peer"),
+    ("06_fault_tolerance.ipynb", {"backups": ["shared"]}, "one backup directory per worker"),
+    ("06_fault_tolerance.ipynb", {"results": [{"rank": r, "epochs run": [0, 1, 2, 3], "weights at start": "b",
+                                               "weights": "a"} for r in (0, 1)]}, "ran epochs"),
+    ("06_fault_tolerance.ipynb", {"results": [{"rank": r, "epochs run": [2, 3], "weights at start": "init",
+                                               "weights": "a"} for r in (0, 1)]}, "backup's weights"),  # epoch only
+    ("06_fault_tolerance.ipynb", {"backup_weights": "init", "results": [
+        {"rank": r, "epochs run": [2, 3], "weights at start": "init", "weights": "a"} for r in (0, 1)]}, "trained weights"),
+    ("06_fault_tolerance.ipynb", {"results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b",
+                                               "weights": str(r)} for r in (0, 1)]}, "different weights"),
+    ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1)]}, "more than one replica"),
+    ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), dict(_point("MirroredStrategy", 2), global_batch=32)]},
+     "global_batch"),
+    ("07_scaling_performance.ipynb", {"points": [dict(_point("MirroredStrategy", 1), steps=3), _point("MirroredStrategy", 2)]},
+     "ran 3 steps"),
+    ("07_scaling_performance.ipynb", {"wall_ratio": {**OK["07_scaling_performance.ipynb"]["wall_ratio"],
+                                                     ("MirroredStrategy", 2): 4.0}}, "hides stalls"),
+    ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), _point("MultiWorkerMirroredStrategy", 2, agree=False)]},
+     "weights differ"),
+]
 
 
-def _point(kind, replicas, step_s, agree=True):
-    return {"kind": kind, "label": kind, "replicas": replicas, "global_batch": 32 * replicas,
-            "median_step_s": step_s, "images_per_s": 32 * replicas / step_s, "steps": 11, "weights_agree": agree}
+@pytest.mark.parametrize("name", sorted(OK))
+def test_proof_passes_on_a_correct_run(name):
+    _run(name, {"math": math, **OK[name]})
 
 
-def test_scaling_proof_passes_and_fails():
-    ok = {"points": [_point("single", 1, 0.1), _point("multiworker", 2, 0.2)], "per_replica": 32, "STEPS": 10,
-          "math": math}
-    _run("07_scaling_performance.ipynb", ok)
-    disagree = {**ok, "points": [_point("single", 1, 0.1), _point("multiworker", 2, 0.2, agree=False)]}
-    with pytest.raises(AssertionError, match="weights differ"):
-        _run("07_scaling_performance.ipynb", disagree)
-    inflated = dict(_point("single", 1, 0.1), images_per_s=1e6)
-    with pytest.raises(AssertionError):
-        _run("07_scaling_performance.ipynb", {**ok, "points": [inflated]})
+@pytest.mark.parametrize("name,broken,match", BROKEN, ids=[f"{n[:2]}-{m[:24]}" for n, _, m in BROKEN])
+def test_proof_raises_on_a_broken_claim(name, broken, match):
+    with pytest.raises(AssertionError, match=match):
+        _run(name, {"math": math, **OK[name], **broken})
 
 
-def test_every_notebook_has_a_proof_cell():
-    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
-        assert "assert" in proof_source(path.name), path.name
+def test_every_notebook_has_a_proof_cell_and_broken_variants():
+    names = sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    assert names == sorted(OK), "a notebook without a correct-run namespace here"
+    for name in names:
+        assert "assert" in proof_source(name), name
+        asserts = proof_source(name).count("assert ")
+        variants = sum(1 for n, _, _ in BROKEN if n == name)
+        assert variants >= min(asserts, 2), f"{name}: {asserts} asserts, only {variants} broken variants"

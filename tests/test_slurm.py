@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.train import parse_result_lines
+from helpers.results import parse_result_lines
 from tests.conftest import leftovers as _leftovers
 from tests.conftest import squeue_empty as _squeue_empty
 

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from .errors import CourseError
+from ..errors import CourseError
 
 
 def _positive(text: str) -> int:
@@ -21,6 +21,28 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def _add_train_options(parser: argparse.ArgumentParser) -> None:
+    """One option per field of `TrainConfig`, which declares the defaults and help texts."""
+    import dataclasses
+
+    from .train import TrainConfig
+
+    for spec in dataclasses.fields(TrainConfig):
+        meta, kind = spec.metadata, str(spec.type)
+        flag = meta.get("flag") or "--" + spec.name.replace("_", "-")
+        options = {"dest": spec.name, "help": meta.get("help")}
+        if kind == "bool":
+            options["action"] = "store_false" if spec.default else "store_true"
+        else:
+            options["default"] = spec.default
+            options["type"] = (float if kind.startswith("float") else
+                               int if spec.name == "seed" else
+                               _positive if kind.startswith("int") else str)
+            if "choices" in meta:
+                options["choices"] = meta["choices"]
+        parser.add_argument(flag, **options)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,26 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--test", type=int, default=512, help="test images (default 512)")
     synth.add_argument("--seed", type=int, default=0)
 
-    train = sub.add_parser("train", help="train once (what a Slurm batch script runs with srun)")
-    train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker", "default"], default="auto")
-    train.add_argument("--model", choices=["cnn", "resnet50"], default="cnn")
-    train.add_argument("--sync-bn", action="store_true", help="synchronized batch normalisation")
-    train.add_argument("--loop", choices=["fit", "custom"], default="fit")
-    train.add_argument("--data-dir", help="prepared CIFAR-10 (default: COURSE_DATA_DIR, or synthetic in quick mode)")
-    train.add_argument("--mode", choices=["quick", "full", "auto"], help="default: COURSE_MODE or auto")
-    train.add_argument("--epochs", type=_positive)
-    train.add_argument("--batch", type=_positive, dest="per_replica_batch", help="per-replica batch")
-    train.add_argument("--steps-per-epoch", type=_positive)
-    train.add_argument("--train-examples", type=_positive)
-    train.add_argument("--cpu-replicas", type=_positive, default=1,
-                       help="logical CPU devices for MirroredStrategy on a CPU-only node")
-    train.add_argument("--lr", type=float, default=0.05, dest="learning_rate")
-    train.add_argument("--seed", type=int, default=42)
-    train.add_argument("--results", help="JSON file the chief writes the results to")
-    train.add_argument("--mixed-precision", action="store_true", help="mixed_float16 (GPUs)")
-    train.add_argument("--xla", action="store_true", help="compile the train step with XLA")
-    train.add_argument("--skip-eval", action="store_false", dest="evaluate",
-                       help="no evaluation after training (benchmarks)")
+    _add_train_options(sub.add_parser("train", help="train once (what a Slurm batch script runs with srun)"))
 
     cluster = sub.add_parser("cluster", help="start or stop ipyparallel engines from a shell")
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -113,22 +116,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args) -> int:
     if args.command == "info":
-        from .environment import report
+        from ..environment import report
 
         print(json.dumps(report(), indent=2))
     elif args.command == "doctor":
-        from . import doctor
+        from .. import doctor
 
         if args.probe:
             doctor.probe_task()
             return 0
         return doctor.main(args.slurm, args.partition, args.bandwidth)
     elif args.command == "proxies":
-        from .environment import PROXY_VARIABLES
+        from ..environment import PROXY_VARIABLES
 
         print(" ".join(PROXY_VARIABLES))
     elif args.command == "data":
-        from . import data
+        from .. import data
 
         if args.data_command == "synth":
             path = data.synth_archive(args.out, args.train, args.test, args.seed)
@@ -141,9 +144,9 @@ def _dispatch(args) -> int:
         from .train import TrainConfig, run
 
         fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
-        run(TrainConfig(**fields))
+        run(TrainConfig(**fields))  # options and fields share their names (_add_train_options)
     elif args.command == "cluster":
-        from . import cluster
+        from .. import cluster
 
         if args.cluster_command == "start":
             engines = cluster.start_engines(args.n, slurm=args.slurm, keep=True, activate=False)
@@ -152,7 +155,7 @@ def _dispatch(args) -> int:
                   f"  from Python: ipyparallel.Client(cluster_id={engines.cluster_id!r})\n"
                   f"  stop it: python -m helpers cluster stop --cluster-id {engines.cluster_id}")
         elif args.cluster_command == "profile":
-            from .ipcluster import PROFILE, write_profile
+            from ..ipcluster import PROFILE, write_profile
 
             name = args.name or PROFILE
             path, decided = write_profile(name, slurm=args.slurm)
@@ -166,8 +169,8 @@ def _dispatch(args) -> int:
             for line in kept:
                 print(f"  {line}")
     elif args.command == "results":
-        from .environment import output_dir
-        from .train import load_results, results_table
+        from ..environment import output_dir
+        from ..results import load_results, results_table
 
         directory = args.dir or output_dir() / "results"
         runs = load_results(directory)

@@ -29,7 +29,7 @@ def main() -> None:
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from helpers.models import build_model  # the architecture only
+    from helpers.lesson import build_model  # the architecture only
 
     keras.utils.set_random_seed(42)
     ds = tfds.load("cifar10", data_dir=args.data_dir, split="train", as_supervised=True, download=False)

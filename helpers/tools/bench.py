@@ -4,7 +4,7 @@ Each compared pair runs interleaved (ours, baseline, ours, baseline, ...) and re
 over repeats of median step times, so a busy machine slows both sides alike. "Ours" is the
 helpers with their defaults (`helpers.tuning`, `helpers.cluster`); the baseline is the same
 code with TensorFlow's and ipyparallel's defaults (`COURSE_TUNING=off`), or hand-written
-Keras (`helpers.bench_baseline`). Training runs each take fresh processes. Writes bench.json
+Keras (`helpers.tools.bench_baseline`). Training runs each take fresh processes. Writes bench.json
 and bench.csv (notebook 07 plots them). Nothing here is asserted by tests on wall-clock time:
 it prints figures for people to read, and says for each whether its target is met.
 """
@@ -24,10 +24,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .environment import cpu_count, gpu_count_without_tf
-from .errors import CourseError
-from .tuning import TUNING_ENV
-from .train import parse_result_lines
+from ..environment import cpu_count, gpu_count_without_tf
+from ..errors import CourseError
+from ..tuning import TUNING_ENV
+from ..results import parse_result_lines
 
 ROWS = ("engines", "distribution", "overhead", "pipeline", "course", "gpu")
 GLOBAL_BATCH = 64
@@ -80,7 +80,7 @@ def _say(text: str) -> None:
 # ------------------------------------------------------------------------------ engines
 def bench_engines(repeats: int = 3) -> list[Row]:
     """2 local engines: ready for %%px, and stopped while holding TensorFlow."""
-    from .cluster import start_engines
+    from ..cluster import start_engines
 
     ours_start, ours_stop, base_start, base_stop = [], [], [], []
     for i in range(repeats):
@@ -158,7 +158,7 @@ def training_point(kind: str, n: int, model: str, data_dir: str, steps: int = 10
     GPUs, or logical CPU devices) or "multiworker" (n local worker processes). `env` adds
     to the environment (e.g. `DEFAULTS_ENV` for TensorFlow's defaults).
     """
-    from .launch import run_local_workers
+    from ..launch import run_local_workers
 
     args = ["-m", "helpers", "train", "--model", model, "--batch", str(per_replica_batch), "--skip-eval",
             *_warm_cache_args(per_replica_batch * n, steps), "--data-dir", data_dir, *extra]
@@ -224,7 +224,7 @@ def bench_overhead(model: str, data_dir: str, steps: int, repeats: int = 2) -> l
     rows = []
     name = MODEL_NAMES[model]
     for loop in ("fit", "custom"):
-        base_args = ["-m", "helpers.bench_baseline", "--model", model, "--loop", loop, "--data-dir", data_dir,
+        base_args = ["-m", "helpers.tools.bench_baseline", "--model", model, "--loop", loop, "--data-dir", data_dir,
                      "--batch", str(GLOBAL_BATCH), "--steps", str(steps),
                      "--examples", str(GLOBAL_BATCH * WARM_BATCHES)]
         ours, base = [], []
@@ -243,11 +243,13 @@ def bench_overhead(model: str, data_dir: str, steps: int, repeats: int = 2) -> l
 def bench_pipeline(data_dir: str, consumed: float | None, consumer: str, batch: int = GLOBAL_BATCH,
                    epochs: int = 5) -> Row:
     """The input pipeline alone (after its cache is warm) against what training consumes."""
-    from .data import make_pipeline
-    from .environment import import_tensorflow
+    from ..data import load_split
+    from ..environment import import_tensorflow
 
     import_tensorflow()  # without its C++ start-up lines in the table's output
-    ds = make_pipeline("train", batch, data_dir=data_dir)
+    from ..lesson import training_dataset
+
+    ds = training_dataset(load_split("train", data_dir), batch)
     for _ in ds:  # fill the cache
         pass
     count, started = 0, time.perf_counter()
@@ -264,7 +266,7 @@ def bench_course() -> Row:
     """`make course`'s run (every notebook, quick mode, local engines) into a scratch directory."""
     with tempfile.TemporaryDirectory(prefix="bench-course-") as out:
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "helpers.course_run", "--out", out],
+        done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", out],
                               capture_output=True, text=True, timeout=1800,
                               env={**os.environ, "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": out})
         seconds = time.perf_counter() - started
@@ -281,15 +283,15 @@ def bench_gpu(data_dir: str, steps: int) -> tuple[list[Row], str | None]:
         return [], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)"
     rows = []
     per_gpu = {}
-    for name, extra in {"float32": (), "mixed precision": ("--mixed-precision",), "XLA": ("--xla",),
-                        "mixed precision + XLA": ("--mixed-precision", "--xla")}.items():
+    for name, extra in {"float32": (), "mixed precision": ("--precision", "mixed_float16"), "XLA": ("--xla",),
+                        "mixed precision + XLA": ("--precision", "mixed_float16", "--xla")}.items():
         point = training_point("mirrored", 1, "resnet50", data_dir, steps, 128, extra)
         per_gpu[name] = point["images_per_s"]
         rows.append(Row(f"ResNet50 images/s on 1 GPU, batch 128, {name}", point["images_per_s"],
                         per_gpu["float32"], "images/s", True, "report"))
     counts = [n for n in (2, 4, 8) if n <= gpus]
     for n in counts:
-        point = training_point("mirrored", n, "resnet50", data_dir, steps, 128, ("--mixed-precision", "--xla"))
+        point = training_point("mirrored", n, "resnet50", data_dir, steps, 128, ("--precision", "mixed_float16", "--xla"))
         rows.append(Row(f"ResNet50 images/s on {n} GPUs (mixed precision + XLA) / {n} x 1 GPU",
                         point["images_per_s"], n * per_gpu["mixed precision + XLA"], "images/s", True, "report",
                         "scaling efficiency = ratio"))
@@ -310,8 +312,8 @@ def format_table(rows: list[Row]) -> str:
 
 
 def main(out: str | None = None, steps: int = 12, only: str | None = None, repeats: int = 2) -> int:
-    from .data import ensure_data
-    from .environment import output_dir
+    from ..data import ensure_data
+    from ..environment import output_dir
 
     wanted = set(only.split(",")) if only else set(ROWS)
     unknown = wanted - set(ROWS)
@@ -370,9 +372,3 @@ def write_tables(rows: list[Row], machine: dict, target: Path, gpu_skipped: str 
         writer = csv.DictWriter(handle, fieldnames=list(records[0]) if records else ["figure"])
         writer.writeheader()
         writer.writerows(records)
-
-
-def load_table(directory: str | os.PathLike) -> dict | None:
-    """The last bench.json in `directory`, or None (notebook 07 shows it when present)."""
-    path = Path(directory) / "bench.json"
-    return json.loads(path.read_text()) if path.is_file() else None

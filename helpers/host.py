@@ -1,0 +1,70 @@
+"""Facts about this process that every other module needs, found without starting TensorFlow.
+
+Kept apart from `environment` and `tuning` so that both can use them without importing each
+other.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the Slurm/cgroup affinity, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def gpu_count_without_tf() -> int:
+    """GPUs visible to this process, found without initialising TensorFlow (see `helpers.gpus`)."""
+    from .gpus import visible_gpus
+
+    return len(visible_gpus())
+
+
+def import_tensorflow():
+    """Import TensorFlow without the C++ start-up lines it writes straight to stderr, and
+    without the two kinds of log line that only alarm a learner (below). Lessons call it
+    through `environment.local_replicas` or the engines' start, before their own
+    `import tensorflow as tf`, which then finds TensorFlow loaded.
+
+    TensorFlow 2.21 logs "oneDNN custom operations are on" and CPU-feature notes through absl
+    before logging is initialised, ignoring TF_CPP_MIN_LOG_LEVEL; in a `%%px` cell that is two
+    screens of noise per engine. Only the import is silenced (file descriptor 2 points at
+    /dev/null for its duration); errors still raise as usual.
+    """
+    if "tensorflow" in sys.modules:
+        tf = sys.modules["tensorflow"]
+        tf.get_logger().setLevel("ERROR")
+        return tf
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # C++ INFO and WARNING lines (rendezvous CANCELLED, ...)
+    # Our pipelines shuffle before batching, as the course teaches; Keras would warn on every
+    # `fit` that its own `shuffle=True` does not apply to a tf.data.Dataset.
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed", category=UserWarning)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                import tensorflow as tf
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+    tf.get_logger().setLevel("ERROR")
+    return tf
+
+
+def tensorflow_initialised() -> bool:
+    """Whether TensorFlow's runtime context already exists in this process."""
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.eager import context
+
+    return context.context()._context_handle is not None  # noqa: SLF001 - no public API
