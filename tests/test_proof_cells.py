@@ -46,7 +46,7 @@ OK: dict[str, dict] = {
                  for r in (0, 1)}},
     "03_multiworker_ipyparallel.ipynb": {
         "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]], "overlap": 0,
-        "moved": [0.5, 0.5], "digests": ["d", "d"]},
+        "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512]},
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "right_gap": 1e-7, "wrong_gap": 1e-2, "test": {"examples": 512}, "test_images": 512,
@@ -102,6 +102,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
     ("03_multiworker_ipyparallel.ipynb", {"moved": [0.0, 0.0]}, "did not change the weights"),
     ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different weights"),
+    ("03_multiworker_ipyparallel.ipynb", {"predicted_rows": [256, 256]}, "all workers' rows"),
     ("04_custom_training_loop.ipynb", {"in_sync": [1, 1]}, "not one cluster"),
     ("04_custom_training_loop.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
     ("04_custom_training_loop.ipynb", {"digests": ["i", "i"]}, "did not change the weights"),

@@ -85,8 +85,14 @@ def run(config: TrainConfig) -> dict:
                                       else run_settings.train_examples)
     train_examples = load_split("train", data.data_dir, limit=limit, seed=config.seed)
     test_examples = load_split("test", data.data_dir, limit=run_settings.test_examples, seed=config.seed)
+    batches = int(train_examples.cardinality()) // global_batch
+    if batches < 1:
+        raise CourseError(f"{int(train_examples.cardinality())} training examples do not fill one global batch of "
+                          f"{global_batch} ({per_replica} x {replicas} replicas): use more examples or a smaller --batch")
+    repeat = config.loop == "fit"  # fit counts epochs in steps: the data repeats, steps_per_epoch ends an epoch
     train_ds = strategy.distribute_datasets_from_function(
-        lambda context: lesson.training_dataset(train_examples, global_batch, context, seed=config.seed))
+        lambda context: lesson.training_dataset(train_examples, global_batch, context, seed=config.seed).repeat(
+            -1 if repeat else 1))
     test_ds = strategy.distribute_datasets_from_function(
         lambda context: lesson.evaluation_dataset(test_examples, global_batch, context))
     epochs = config.epochs or (run_settings.resnet_epochs if config.model == "resnet50" else run_settings.epochs)
@@ -100,7 +106,7 @@ def run(config: TrainConfig) -> dict:
     if config.loop == "fit":
         with strategy.scope():
             lesson.compile_model(model, config.learning_rate, jit_compile=config.xla)
-        history = model.fit(train_ds, epochs=epochs, steps_per_epoch=config.steps_per_epoch,
+        history = model.fit(train_ds, epochs=epochs, steps_per_epoch=config.steps_per_epoch or batches,
                             callbacks=[keras_callback(timer)], verbose=0)
         train_loss = history.history["loss"]
     else:
