@@ -6,7 +6,10 @@ that was not started) freezes a `%%px` cell or a batch job until its time limit.
 interrupt that call, and it holds the GIL while it waits, so no thread of ours can run either.
 A tiny watcher *process* does the only thing that works: when the deadline passes before the
 constructor returns, it names the peers that are not listening (on the worker's stderr, i.e.
-the job log) and kills the worker.
+the job log) and ends the worker with exit status `DEADLINE_EXIT` (42). That status comes
+from a C-level signal handler (`_exit` installed for signal 42 with ctypes), which needs
+neither the GIL nor Python, so the shell shows status 42 instead of "Killed" and 137. If the
+handler cannot be installed or the worker still runs 2 s later, SIGKILL follows.
 """
 
 from __future__ import annotations
@@ -20,6 +23,24 @@ from contextlib import contextmanager
 
 RENDEZVOUS_ENV = "COURSE_RENDEZVOUS_TIMEOUT"
 DEFAULT_RENDEZVOUS_S = 120.0
+DEADLINE_EXIT = 42  # exit status of a worker ended by the rendezvous deadline (README "When things go wrong")
+_DEADLINE_SIGNAL = DEADLINE_EXIT  # a real-time signal on Linux; its handler _exit()s with its own number
+
+
+def _exit_on_deadline_signal(install: bool) -> bool:
+    """Install (or remove) `_exit` as the C handler of signal 42: it runs without the GIL."""
+    import ctypes
+
+    if not (signal.SIGRTMIN <= _DEADLINE_SIGNAL <= signal.SIGRTMAX):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+        handler = ctypes.cast(libc._exit, ctypes.c_void_p) if install else ctypes.c_void_p(0)  # 0: SIG_DFL
+        return libc.signal(_DEADLINE_SIGNAL, handler) != ctypes.c_void_p(-1).value
+    except (OSError, AttributeError):
+        return False
 
 
 def rendezvous_seconds() -> float:
@@ -64,10 +85,11 @@ def expiry_message(workers: list[str], rank: int, seconds: float) -> str:
 def rendezvous_deadline(workers: list[str], rank: int, seconds: float | None = None):
     """Run the body (the strategy's constructor); kill this process if it outlasts the deadline."""
     seconds = rendezvous_seconds() if seconds is None else seconds
+    handled = _exit_on_deadline_signal(True)
     done_read, done_write = os.pipe()
     watcher = subprocess.Popen(
         [sys.executable, "-c", "from helpers.deadline import _watch; _watch()",
-         str(done_read), str(os.getpid()), str(seconds), str(rank), *workers],
+         str(done_read), str(os.getpid()), str(seconds), str(int(handled)), str(rank), *workers],
         pass_fds=(done_read,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.close(done_read)
@@ -79,19 +101,28 @@ def rendezvous_deadline(workers: list[str], rank: int, seconds: float | None = N
             watcher.wait(timeout=5)
         except subprocess.TimeoutExpired:
             watcher.kill()
+        if handled:
+            _exit_on_deadline_signal(False)
 
 
 def _watch() -> None:
     """The watcher process: wait for end-of-file on the pipe, or the deadline."""
     import select
 
-    done_fd, pid, seconds, rank, *workers = sys.argv[1:]
+    import time
+
+    done_fd, pid, seconds, handled, rank, *workers = sys.argv[1:]
     ready, _, _ = select.select([int(done_fd)], [], [], float(seconds))
     if ready:
         return
     message = "error: " + expiry_message(workers, int(rank), float(seconds))
     print(message, file=sys.stderr, flush=True)
     try:
+        if handled == "1":
+            os.kill(int(pid), _DEADLINE_SIGNAL)  # the worker _exit()s with status DEADLINE_EXIT
+            for _ in range(20):
+                time.sleep(0.1)
+                os.kill(int(pid), 0)  # raises once it is gone
         os.kill(int(pid), signal.SIGKILL)
     except ProcessLookupError:
         pass
