@@ -210,7 +210,21 @@ def _configure_engine(rank: int, tf_config: dict | None, gpu_share: tuple[int, i
         os.environ["TF_CONFIG"] = json.dumps(tf_config)
     if not isinstance(sys.stdout, _RankPrefixed):
         sys.stdout = _RankPrefixed(sys.stdout, f"[rank {rank}] ")
+        _flush_after_every_cell()
     return os.environ.get("CUDA_VISIBLE_DEVICES", "") if gpus.visible_gpus() else ""
+
+
+def _flush_after_every_cell() -> None:
+    """Send a cell's last output before its result: `%%px` streams output only until the result
+    arrives, so a line still in the engine's buffer then (ipykernel flushes on a timer) was
+    missing from the cell now and then (the chief's line of notebook 03's evaluate cell)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.events.register("post_execute", lambda: (sys.stdout.flush(), sys.stderr.flush()))
 
 
 class _RankPrefixed:

@@ -40,11 +40,6 @@ def small_cnn(num_classes: int = NUM_CLASSES, synchronized: bool = False, seed: 
         name="small_cnn")
 
 
-def scaled_learning_rate(base_lr: float, global_batch: int, base_batch: int = 64) -> float:
-    """The linear scaling rule (Goyal et al. 2017): the rate grows with the global batch."""
-    return base_lr * global_batch / base_batch
-
-
 def compile_model(model: keras.Model, learning_rate: float, *, steps_per_execution: int = 1,
                   jit_compile: bool = False) -> keras.Model:
     """SGD with momentum and cross-entropy on logits; call inside `strategy.scope()`.
@@ -60,7 +55,8 @@ def compile_model(model: keras.Model, learning_rate: float, *, steps_per_executi
 
 
 def weights_digest(model: keras.Model, trainable_only: bool = True) -> str:
-    """A short hash of the weights: equal digests mean bit-identical weights (01, 03, 06)."""
+    """A short hash of the weights: equal digests mean bit-identical weights (03, "Evaluate,
+    and let only the chief save"; reused in 04, 06 and 07)."""
     digest = hashlib.sha256()
     for variable in (model.trainable_weights if trainable_only else model.weights):
         digest.update(variable.numpy().tobytes())
@@ -68,12 +64,12 @@ def weights_digest(model: keras.Model, trainable_only: bool = True) -> str:
 
 
 def replica_values(strategy, variable) -> list:
-    """The value of a variable on each local replica (01: "the variables are mirrored")."""
+    """The value of a variable on each local replica (01, "Proof: what is mirrored")."""
     return [v.numpy() for v in strategy.experimental_local_results(variable.value)]
 
 
 # --------------------------------------------------------------------------------------------
-# 02 · "The course pipeline" and "One input pipeline per worker"
+# 02 · "The course pipeline" and "Every test image exactly once"
 # --------------------------------------------------------------------------------------------
 def normalize(image, label):
     return tf.cast(image, tf.float32) / 255.0, tf.cast(label, tf.int32)
@@ -127,24 +123,7 @@ def evaluation_dataset(examples: tf.data.Dataset, global_batch: int, input_conte
 
 
 # --------------------------------------------------------------------------------------------
-# 03 · "Evaluate, and let only the chief save"
-# --------------------------------------------------------------------------------------------
-def save_on_chief(model: keras.Model, path, chief: bool):
-    """Every worker saves (saving may need collectives); only the chief keeps its file."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    target = Path(path) if chief else Path(tempfile.mkdtemp(prefix="not-chief-")) / Path(path).name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    model.save(target)
-    if not chief:
-        shutil.rmtree(target.parent, ignore_errors=True)
-    return target if chief else None
-
-
-# --------------------------------------------------------------------------------------------
-# 04 · "The replica step", "The distributed step" and "Evaluation"
+# 04 · "The replica step", "The distributed evaluation step", "The loops around the steps"
 # --------------------------------------------------------------------------------------------
 def make_train_step(strategy, model: keras.Model, optimizer, global_batch: int, loss_divisor: int | None = None):
     """The distributed training step: per-example loss / global batch, `strategy.run`, SUM.
