@@ -218,13 +218,20 @@ def _flush_after_every_cell() -> None:
     """Send a cell's last output before its result: `%%px` streams output only until the result
     arrives, so a line still in the engine's buffer then (ipykernel flushes on a timer) was
     missing from the cell now and then (the chief's line of notebook 03's evaluate cell)."""
+    import sys as engine_sys  # this runs on the engine: no module globals there
+
     try:
         from IPython import get_ipython
     except ImportError:
         return
     shell = get_ipython()
+
+    def flush() -> None:
+        engine_sys.stdout.flush()
+        engine_sys.stderr.flush()
+
     if shell is not None:
-        shell.events.register("post_execute", lambda: (sys.stdout.flush(), sys.stderr.flush()))
+        shell.events.register("post_execute", flush)
 
 
 class _RankPrefixed:

@@ -134,3 +134,25 @@ def test_local_engines_that_cannot_start_are_a_clear_error(monkeypatch):
         except psutil.Error:
             continue
     assert not left, f"processes left: {left}"
+
+
+def test_px_cells_show_every_engines_last_line_every_time(capsys):
+    """%%px streams output until the result arrives; a line still buffered on an engine then
+    was lost now and then. Engines flush after every cell: 15 cells, every line shown."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from helpers.cluster import start_engines
+
+    shell = InteractiveShell.instance()
+    engines = start_engines(2, timeout=60)
+    try:
+        engines.setup_multiworker()
+        capsys.readouterr()
+        for i in range(15):
+            shell.run_cell_magic("px", "", f"import time\nprint('first {i}')\ntime.sleep(0.02)\nprint('last {i}', end='')")
+        shown = capsys.readouterr().out
+    finally:
+        engines.stop()
+    assert "Error in callback" not in shown, shown[-2000:]
+    missing = [f"[rank {r}] last {i}" for i in range(15) for r in (0, 1) if f"[rank {r}] last {i}" not in shown]
+    assert not missing, f"lines missing from %%px output: {missing}\n{shown[-2000:]}"
