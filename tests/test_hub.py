@@ -27,7 +27,7 @@ from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait
 pytestmark = pytest.mark.slurm
 BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes
 CHP_DIR = Path.home() / ".cache" / "tf-hpc-course" / "configurable-http-proxy"
-PROOF = "trained, and hold identical weights"
+PROOF = "trained on disjoint data, and hold identical weights"
 
 
 def _free_port() -> int:
