@@ -61,6 +61,7 @@ def run(config: TrainConfig) -> dict:
     if config.precision not in PRECISIONS:
         raise CourseError(f"unknown precision {config.precision!r}: use one of {', '.join(PRECISIONS)}")
     environment.remove_proxies()
+    environment.import_tensorflow()  # quietly, before the resolver imports it with its start-up lines
     run_settings = settings(config.mode)
     from ..resolver import cluster_resolver
 
