@@ -165,9 +165,8 @@ def make_eval_step(strategy, model: keras.Model):
 
     def replica_step(images, labels, weights):
         logits = model(images, training=False)
-        hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
         return (tf.reduce_sum(loss_object(labels, logits) * weights),
-                tf.reduce_sum(hits * weights), tf.reduce_sum(weights))
+                correct_predictions(labels, logits, weights), tf.reduce_sum(weights))
 
     @tf.function
     def eval_step(batch):
@@ -177,9 +176,9 @@ def make_eval_step(strategy, model: keras.Model):
     return eval_step
 
 
-def correct_predictions(labels, logits):
+def correct_predictions(labels, logits, weights=1.0):
     hits = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(labels, tf.int32))
-    return tf.reduce_sum(tf.cast(hits, tf.float32))
+    return tf.reduce_sum(tf.cast(hits, tf.float32) * weights)
 
 
 def train_epoch(train_step, dist_dataset, global_batch: int, steps: int | None = None, timer=None) -> dict:
