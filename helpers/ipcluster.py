@@ -39,7 +39,7 @@ def write_profile(name: str = PROFILE, *, slurm: bool | None = None) -> tuple[Pa
     from . import cluster, slurm_engines
 
     directory = Path(ProfileDir.create_profile_dir_by_name(get_ipython_dir(), name).location)
-    slurm = _slurm_reachable() if slurm is None else slurm
+    slurm = slurm_engines.slurm_reachable() if slurm is None else slurm
     if slurm:
         request = slurm_engines.SlurmRequest.from_env()
         address = slurm_engines.controller_ip(request.partition)
@@ -59,16 +59,6 @@ def write_profile(name: str = PROFILE, *, slurm: bool | None = None) -> tuple[Pa
         path.write_text(content)
         path.chmod(0o600)
     return config, [f"controller on {address}", f"Slurm engines: {placement}"]
-
-
-def _slurm_reachable() -> bool:
-    from . import slurm_engines
-
-    try:
-        slurm_engines.require_slurm()
-    except CourseError:
-        return False
-    return True
 
 
 _CONFIG = '''\

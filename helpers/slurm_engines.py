@@ -258,6 +258,15 @@ def require_slurm() -> None:
     _run(["sinfo", "-h", "-o", "%P"])
 
 
+def slurm_reachable() -> bool:
+    """Whether a Slurm cluster answers here (its commands on PATH, its controller reachable)."""
+    try:
+        require_slurm()
+    except CourseError:
+        return False
+    return True
+
+
 def step_ids(job_id: str, name: str) -> list[str]:
     """The ids (`job.step`) of the running steps of `job_id` called `name`."""
     out = _run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"])

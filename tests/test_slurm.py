@@ -413,3 +413,17 @@ def test_slurm_engines_stopped_when_a_notebook_cell_fails(slurm, monkeypatch, re
     assert _squeue_empty(slurm["env"], within=30), "the failed notebook's engines job is still queued"
     assert not _job_processes()
     report("notebook with Slurm engines and a failing cell: engines' job gone from squeue after the kernel ended")
+
+
+def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
+    """Notebook 08 writes the take-home script and sbatch file, submits them to the local Slurm,
+    waits, and proves from the job's output that its workers ran on both nodes."""
+    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                           "--nbval-current-env", "--nbval-cell-timeout=600", "notebooks/08_batch_job.ipynb"],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-6000:]
+    logs = list((tmp_path / "batch_job").glob("tf-mwms-*.out"))
+    assert len(logs) == 1, "the notebook ran its job without Slurm"
+    assert "WORKER" in logs[0].read_text() and (tmp_path / "batch_job" / "run" / "model.keras").exists()
+    assert _squeue_empty(slurm["env"])

@@ -197,3 +197,46 @@ print("HELD", port)
     held = [int(l.split()[1]) for out, _ in outputs for l in out.splitlines() if l.startswith("HELD")]
     assert len(held) == 4 and len(set(held)) == 4, held
     assert squeue_empty(slurm["env"])
+
+
+# ------------------------------------------------------------ notebook 08's take-home script
+@pytest.fixture(scope="module")
+def batch_job(tmp_path_factory) -> Path:
+    """Notebook 08's script and sbatch file, as the notebook writes them, in a directory of their own."""
+    from tests.test_notebook_programs import written_program
+
+    directory = tmp_path_factory.mktemp("batch_job")
+    (directory / "train_mwms.py").write_text(written_program("08_batch_job.ipynb", "{script}"))
+    (directory / "train_mwms.sbatch").write_text(written_program("08_batch_job.ipynb", "{sbatch_file}"))
+    return directory
+
+
+@pytest.mark.parametrize("layout", list(MATRIX))
+def test_batch_job_script_plans_every_layout(slurm, batch_job, layout, report):
+    """The script that imports nothing from the course places workers and GPUs as the course does."""
+    args, replicas, cvd = MATRIX[layout]
+    done = subprocess.run(["srun", "--time=5", *args, sys.executable, str(batch_job / "train_mwms.py"), "--plan"],
+                          env=_env(slurm, replicas > 0), capture_output=True, text=True, timeout=300, cwd=batch_job)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    tasks = _tasks(done.stdout)
+    assert [t["cvd"] for t in tasks] == cvd, tasks
+    _assert_sound(tasks, replicas)
+    assert squeue_empty(slurm["env"])
+
+
+def test_batch_job_trains_with_one_gpu_per_task(slurm, batch_job, prepared_dir, tmp_path):
+    """The sbatch file as written, with the usual GPU request added on the command line: two
+    workers on two nodes, each bound to GPU 0 of its node, train to identical weights (on CPU:
+    the TensorFlow here is the CPU wheel, so it trains with ring all-reduce)."""
+    env = {**_env(slurm), "PYTHON": sys.executable, "DATA_DIR": str(prepared_dir), "OUT": str(tmp_path / "run")}
+    done = subprocess.run(["sbatch", "--wait", "--parsable", "--gpus-per-task=1", "train_mwms.sbatch", "--epochs", "1",
+                           "--train-examples", "256", "--test-examples", "64"], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=batch_job)
+    job = done.stdout.strip()
+    log = (batch_job / f"tf-mwms-{job}.out").read_text()
+    assert done.returncode == 0, log[-4000:]
+    workers = sorted((json.loads(l[7:]) for l in log.splitlines() if l.startswith("WORKER ")), key=lambda w: w["rank"])
+    assert [(w["host"], w["cvd"]) for w in workers] == [("node1", "0"), ("node2", "0")], workers
+    assert len({w["weights"] for w in workers}) == 1, workers
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["workers"] == 2
+    assert squeue_empty(slurm["env"])

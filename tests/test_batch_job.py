@@ -1,0 +1,116 @@
+"""Notebook 08's take-home script makes the course's decisions without the course.
+
+The script (assembled from the notebook's `%%writefile` cells, as the notebook writes it) must
+place ranks on hosts and choose GPUs exactly as `helpers.slurm_step` and `helpers.gpus` do,
+which CI runs on every GPU layout of the local Slurm; here the same decisions are compared
+case by case, with Slurm's `scontrol show hostnames` replaced by the course's own expansion.
+The real `srun` runs are in `tests/test_slurm_gpus.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from helpers import keras_fix
+from helpers.environment import PROXY_VARIABLES
+from helpers.gpus import plan_for_task
+from helpers.slurm_step import expand_hostlist, expand_tasks_per_node, hosts_by_rank
+from tests.test_notebook_programs import written_program
+
+SCRIPT = written_program("08_batch_job.ipynb", "{script}")
+SBATCH = written_program("08_batch_job.ipynb", "{sbatch_file}")
+
+
+@pytest.fixture
+def program(monkeypatch):
+    """The script's functions, with a clean Slurm-free environment to fill in."""
+    for name in [k for k in os.environ if k.startswith("SLURM") or k in ("CUDA_VISIBLE_DEVICES", "TF_CONFIG")]:
+        monkeypatch.delenv(name)
+    namespace = {"__name__": "train_mwms"}
+    exec(compile(SCRIPT, "train_mwms.py", "exec"), namespace)
+    scontrol = lambda args, **kw: SimpleNamespace(stdout="\n".join(expand_hostlist(args[-1])))  # noqa: E731
+    namespace["subprocess"] = SimpleNamespace(run=scontrol)
+    return namespace
+
+
+@pytest.mark.parametrize("nodelist, tasks, distribution", [
+    ("node[1-2]", "4(x2)", None), ("node[1-2]", "2,1", None), ("node[1-2]", "2(x2)", "cyclic"),
+    ("gpu[9-10]", "2(x2)", None), ("gpu[9-10],login1", "2,1,1", "cyclic"), ("node1", "3", "block"),
+])
+def test_ranks_land_where_the_course_puts_them(program, monkeypatch, nodelist, tasks, distribution):
+    monkeypatch.setenv("SLURM_STEP_NODELIST", nodelist)
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", tasks)
+    if distribution:
+        monkeypatch.setenv("SLURM_DISTRIBUTION", distribution)
+    expected = hosts_by_rank(expand_hostlist(nodelist), expand_tasks_per_node(tasks), distribution or "block")
+    assert program["slurm_hosts"]() == expected
+
+
+def _layout(hosts_spec: str, tasks: str, distribution: str = "block") -> list[str]:
+    return hosts_by_rank(expand_hostlist(hosts_spec), expand_tasks_per_node(tasks), distribution)
+
+
+# hosts of the step, CUDA_VISIBLE_DEVICES Slurm gives each rank, GPUs the job has per node
+GPU_CASES = {
+    "one task per GPU": (_layout("node[1-2]", "4(x2)"), ["0", "1", "2", "3"] * 2, "4"),
+    "4 tasks share 4": (_layout("node[1-2]", "4(x2)"), ["0,1,2,3"] * 8, "4"),
+    "2 tasks share 4": (_layout("node[1-2]", "2(x2)"), ["0,1,2,3"] * 4, "4"),
+    "one task, all GPUs": (_layout("node[1-2]", "1(x2)"), ["0,1,2,3"] * 2, "4"),
+    "bound by --gpu-bind": (_layout("node[1-2]", "2(x2)"), ["0", "1"] * 2, "4"),
+    "uneven": (_layout("node[1-2]", "2,1"), ["0,1,2,3"] * 3, "4"),
+    "cyclic": (_layout("node[1-2]", "2(x2)", "cyclic"), ["0,1,2,3"] * 4, "4"),
+    "ConstrainDevices, bound": (_layout("node[1-2]", "4(x2)"), ["0"] * 8, "4"),
+    "CPU nodes": (_layout("node[1-2]", "2(x2)"), [None] * 4, None),
+}
+
+
+@pytest.mark.parametrize("case", list(GPU_CASES))
+def test_every_worker_chooses_the_gpus_the_course_would(program, monkeypatch, case):
+    hosts, visible, on_node = GPU_CASES[case]
+    for rank, host in enumerate(hosts):
+        env = {"SLURM_GPUS_ON_NODE": on_node} if on_node else {}
+        if visible[rank] is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible[rank]
+        for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        course = plan_for_task(hosts.count(host), hosts[:rank].count(host), max(map(hosts.count, hosts)), env)
+        assert program["choose_gpus"](hosts, rank) == list(course.gpus), f"rank {rank}"
+        if course.gpus:
+            assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(course.gpus)
+
+
+def test_more_tasks_than_shared_gpus_is_one_line(program, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
+    with pytest.raises(SystemExit, match="4 tasks per node share 2 GPU"):
+        program["choose_gpus"](["node1"] * 4, 0)
+
+
+def test_the_sbatch_file_removes_every_proxy_variable_grpc_reads():
+    unset = next(line.split()[1:] for line in SBATCH.splitlines() if line.startswith("unset "))
+    assert set(PROXY_VARIABLES) <= set(unset), set(PROXY_VARIABLES) - set(unset)
+
+
+def test_the_scripts_keras_fix_covers_the_versions_the_course_fixes():
+    """The script carries its own copy of helpers.keras_fix (it must import nothing from the course):
+    both must switch off at the same Keras version."""
+    gate = re.search(r">= \((\d+), (\d+)\)", SCRIPT)
+    assert gate and tuple(map(int, gate.groups())) == keras_fix.AFFECTED[1]
+
+
+def test_a_missing_dataset_is_one_line_not_a_traceback(tmp_path):
+    script = tmp_path / "train_mwms.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM") and k != "TF_CONFIG"}
+    done = subprocess.run([sys.executable, str(script), "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 1
+    assert "no prepared cifar10 in --data-dir" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
