@@ -74,6 +74,18 @@ OK["07_scaling_performance.ipynb"] = {
     "wall_ratio": {("MirroredStrategy", 1): 1.0, ("MirroredStrategy", 2): 1.1, ("MultiWorkerMirroredStrategy", 2): 1.0}}
 
 
+def _plan(rank: int, host: str) -> dict:
+    return {"rank": rank, "host": host, "address": f"{host}:20000"}
+
+
+OK["08_batch_job.ipynb"] = {
+    "imported": ["json", "keras", "tensorflow"], "NODES": 2, "use_slurm": True,
+    "plans": [_plan(0, "node1"), _plan(1, "node2")], "reports": [{"weights": "w"}, {"weights": "w"}],
+    "hosts": ["node1", "node2"], "result": {"workers": 2, "replicas": 2, "loss": [2.3, 2.1]}, "digests": {"w"},
+    "event_files": ["tensorboard/train/events.out.tfevents.1.node1"],
+    "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"]}
+
+
 def _seen(changes: dict) -> dict:
     good = OK["02_input_pipelines.ipynb"]["seen"]
     return {r: {**good[r], **changes.get(r, {})} for r in good}
@@ -142,6 +154,17 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                      ("MirroredStrategy", 2): 4.0}}, "hides stalls"),
     ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), _point("MultiWorkerMirroredStrategy", 2, agree=False)]},
      "weights differ"),
+    ("08_batch_job.ipynb", {"imported": ["helpers", "keras"]}, "imports the course"),
+    ("08_batch_job.ipynb", {"reports": [{"weights": "w"}]}, "1 reports"),
+    ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(1, "node1") | {"address": "node1:20000"}]},
+     "share an address"),
+    ("08_batch_job.ipynb", {"hosts": ["node1"]}, "one worker on each"),
+    ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 2.1]}}, "one cluster"),
+    ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [2.3, 2.3]}}, "lower the loss"),
+    ("08_batch_job.ipynb", {"digests": {"w", "v"}}, "differ"),
+    ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"]},
+     "more than one writer"),
+    ("08_batch_job.ipynb", {"written": ["result.json"]}, "chief's model"),
 ]
 
 
