@@ -25,3 +25,48 @@ def test_lab_requires_its_token_and_listens_on_loopback(tmp_path):
         assert ips and ips <= {"127.0.0.1", "::1"}, ips
     finally:
         lab.stop()
+
+
+def test_tensorboard_opens_through_jupyterlab_with_its_token(tmp_path):
+    """Notebook 09's way to open TensorBoard: on 127.0.0.1 and a free port, reached as
+    <Jupyter URL>/proxy/<port>/ through jupyter-server-proxy, which asks for Jupyter's token
+    (JupyterHub's login, on a hub) like every other page of the server."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from helpers.resolver import free_port
+
+    writer = EventFileWriter(str(tmp_path / "logs" / "run" / "train"))
+    writer.add_event(event_pb2.Event(step=0, summary=summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag="epoch_loss", simple_value=1.5)])))
+    writer.close()
+    port = free_port()
+    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "logs"),
+                              "--host", "127.0.0.1", "--port", str(port)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lab = Lab(ROOT / "notebooks", tmp_path / "runtime")
+    try:
+        deadline, runs = time.monotonic() + 60, None
+        while runs is None:
+            try:
+                runs = lab.api(f"/proxy/{port}/data/runs")
+            except (urllib.error.HTTPError, OSError, json.JSONDecodeError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        assert runs == ["run/train"], runs
+        try:  # without the token: sent to Jupyter's login page (or refused), never TensorBoard's data
+            with lab.get(f"/proxy/{port}/data/runs", token=False) as answer:
+                landed, body = answer.geturl(), answer.read()
+            assert "/login" in landed and b"run/train" not in body, (landed, body[:200])
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 403, exc.code
+    finally:
+        lab.stop()
+        board.kill()
+        board.wait(timeout=30)

@@ -86,6 +86,14 @@ OK["08_batch_job.ipynb"] = {
     "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"]}
 
 
+OK["09_monitoring.ipynb"] = {
+    "event_files": {"starved": 1, "healthy": 1}, "histories": {"starved": {"loss": [1.5, 0.5]}, "healthy": {"loss": [1.5, 0.5]}},
+    "logged": {"starved": {"epoch_loss": [1.5, 0.5]}, "healthy": {"epoch_loss": [1.5, 0.5]}}, "loss_gap": 0.0,
+    "PROFILED_STEPS": 8, "traces": {"starved": {"steps": 8}, "healthy": {"steps": 8}},
+    "shares": {"starved": 0.66, "healthy": 0.02}, "per_step_ms": {"starved": 94.0, "healthy": 24.0},
+    "served_runs": ["healthy/train", "starved/train"]}
+
+
 def _seen(changes: dict) -> dict:
     good = OK["02_input_pipelines.ipynb"]["seen"]
     return {r: {**good[r], **changes.get(r, {})} for r in good}
@@ -165,6 +173,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"]},
      "more than one writer"),
     ("08_batch_job.ipynb", {"written": ["result.json"]}, "chief's model"),
+    ("09_monitoring.ipynb", {"event_files": {"starved": 2, "healthy": 1}}, "one event file per run"),
+    ("09_monitoring.ipynb", {"logged": {"starved": {"epoch_loss": [1.5]}, "healthy": {"epoch_loss": [1.5, 0.5]}}},
+     "epoch_loss"),
+    ("09_monitoring.ipynb", {"loss_gap": 0.1}, "differs from fit"),
+    ("09_monitoring.ipynb", {"traces": {"starved": {"steps": 8}, "healthy": {"steps": 3}}}, "healthy"),
+    ("09_monitoring.ipynb", {"shares": {"starved": 0.1, "healthy": 0.02}}, "starved pipeline should spend"),
+    ("09_monitoring.ipynb", {"shares": {"starved": 0.66, "healthy": 0.5}}, "wait far less"),
+    ("09_monitoring.ipynb", {"per_step_ms": {"starved": 94.0, "healthy": 95.0}}, "train faster"),
+    ("09_monitoring.ipynb", {"served_runs": []}, "TensorBoard served"),
 ]
 
 
