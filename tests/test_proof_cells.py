@@ -94,6 +94,21 @@ OK["09_monitoring.ipynb"] = {
     "served_runs": ["healthy/train", "starved/train"]}
 
 
+_RUNS = {f"batch 32{s}": None for s in ("",)} | {f"batch 512, {s}": None for s in
+                                                   ("same rate", "linear, no warm-up", "linear + warm-up", "sqrt + warm-up")}
+OK["10_large_batches.ipynb"] = {
+    "runs": _RUNS, "base_lr": 0.025, "FACTOR": 16, "count": 2048, "SMALL": 32, "large": 512,
+    "rates": {"start": 0.025, "after warm-up": 0.4, "end": 0.0, "sqrt peak": 0.1},
+    "final": {"batch 32": 0.07, "batch 512, same rate": 1.4, "batch 512, linear, no warm-up": 0.7,
+              "batch 512, linear + warm-up": 0.1, "batch 512, sqrt + warm-up": 0.67},
+    "first": {"batch 32": 1.4, "batch 512, same rate": 2.8, "batch 512, linear, no warm-up": 3.1,
+              "batch 512, linear + warm-up": 2.7, "batch 512, sqrt + warm-up": 2.76}}
+
+
+def _lb(key: str, **changes) -> dict:
+    return {key: {**OK["10_large_batches.ipynb"][key], **changes}}
+
+
 def _seen(changes: dict) -> dict:
     good = OK["02_input_pipelines.ipynb"]["seen"]
     return {r: {**good[r], **changes.get(r, {})} for r in good}
@@ -182,6 +197,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("09_monitoring.ipynb", {"shares": {"starved": 0.66, "healthy": 0.5}}, "wait far less"),
     ("09_monitoring.ipynb", {"per_step_ms": {"starved": 94.0, "healthy": 95.0}}, "train faster"),
     ("09_monitoring.ipynb", {"served_runs": []}, "TensorBoard served"),
+    ("10_large_batches.ipynb", _lb("rates", **{"after warm-up": 0.1}), "linear warm-up"),
+    ("10_large_batches.ipynb", _lb("rates", start=0.4), "linear warm-up"),
+    ("10_large_batches.ipynb", _lb("rates", end=0.1), "decay"),
+    ("10_large_batches.ipynb", {"count": 2048 + 480}, "fewer steps"),
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.1}), "end far behind"),
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.0}), "close most of the gap"),
+    ("10_large_batches.ipynb", _lb("first", **{"batch 512, linear, no warm-up": 2.0}), "without warm-up"),
 ]
 
 
