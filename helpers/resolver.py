@@ -38,8 +38,13 @@ def port_range() -> tuple[int, int]:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether `port` can be bound on `host` right now."""
+    """Whether a server could listen on `port` on `host` right now.
+
+    With SO_REUSEADDR, as TensorFlow's gRPC server binds: connections of a worker that just ended
+    (TIME_WAIT, for a minute after a requeued job's first run) do not count, a listening socket
+    does."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -18,7 +18,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 def proof_source(name: str) -> str:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    proofs = [c.source for c in nb.cells if c.cell_type == "code" and "assert" in c.source]
+    proofs = [c.source for c in nb.cells if c.cell_type == "code" and "assert" in c.source
+              and "solution" not in c.metadata.get("tags", [])]  # exercises' solutions check themselves too
     return proofs[-1]
 
 
@@ -107,6 +108,20 @@ OK["10_large_batches.ipynb"] = {
 
 def _lb(key: str, **changes) -> dict:
     return {key: {**OK["10_large_batches.ipynb"][key], **changes}}
+
+
+def _requeued(final: str, **changes) -> dict:
+    return {"runs": [0, 1], "outcomes": ["stopped", "finished"], "stopped at": ["s"], "saved before stop": "s",
+            "resumed from": ["s"], "final": [final], **changes}
+
+
+OK["11_checkpoints_requeue.ipynb"] = {"result": {
+    "custom, warned": _requeued("u"), "fit, warned": _requeued("f"),
+    "custom, never warned": {"runs": [0], "outcomes": ["finished"], "final": ["u"]}}}
+
+
+def _rq(name: str, summary: dict) -> dict:
+    return {"result": {**OK["11_checkpoints_requeue.ipynb"]["result"], name: summary}}
 
 
 def _seen(changes: dict) -> dict:
@@ -204,6 +219,16 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.1}), "end far behind"),
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.0}), "close most of the gap"),
     ("10_large_batches.ipynb", _lb("first", **{"batch 512, linear, no warm-up": 2.0}), "without warm-up"),
+    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", runs=[0])), "one resumed run"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
+    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"stopped at": ["s", "t"]})),
+     "different weights"),
+    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"saved before stop": "r"})), "lost work"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"resumed from": ["init"]})),
+     "checkpoint's weights"),
+    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", {**_requeued("u"), "final": ["u", "v"]}), "finished with different"),
+    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("v")), "equal the uninterrupted"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("u")), "repeats steps"),
 ]
 
 

@@ -133,3 +133,24 @@ def test_tf_config_port_outside_the_range_or_in_use_is_named(monkeypatch):
         with pytest.raises(CourseError, match=r"port 15001 on 0.0.0.0 is already in use"):
             resolver.cluster_resolver()
     assert resolver.describe(resolver.cluster_resolver())["address"] == "localhost:15001"
+
+
+def test_a_port_whose_last_worker_just_ended_is_free_a_listening_one_is_not():
+    """A requeued job's next run gets the same ports; its first run's connections linger in
+    TIME_WAIT for a minute. TensorFlow's server binds with SO_REUSEADDR and can use the port, so the
+    check must not call it taken (it did: the requeue lesson's second run failed); a listener must."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    assert not resolver.port_is_free(port), "a listening socket must count as taken"
+    accepted.close()  # the server side closes first: its connection stays in TIME_WAIT on `port`
+    client.close()
+    server.close()
+    with socket.socket() as plain:  # what the check did before: a bind without SO_REUSEADDR
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    assert resolver.port_is_free(port), "only TIME_WAIT connections are left on the port"

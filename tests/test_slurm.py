@@ -427,3 +427,43 @@ def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     assert len(logs) == 1, "the notebook ran its job without Slurm"
     assert "WORKER" in logs[0].read_text() and (tmp_path / "batch_job" / "run" / "model.keras").exists()
     assert _squeue_empty(slurm["env"])
+
+
+def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
+    """Notebook 11 on the local Slurm: each warned job (scancel --signal=USR1, what --signal=USR1@120
+    sends before the time limit) saves, stops, requeues itself, runs again from its checkpoint and
+    completes; the notebook's proof checks the weights. Here: Slurm's side, from the jobs' logs."""
+    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                           "--nbval-current-env", "--nbval-cell-timeout=900", "notebooks/11_checkpoints_requeue.ipynb"],
+                          env=env, capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-6000:]
+    logs = sorted((tmp_path / "requeue_job").glob("tf-requeue-*.out"))
+    assert len(logs) == 3, "the notebook ran its jobs without Slurm"
+    timelines = []
+    for log in logs:
+        text = log.read_text()
+        runs = [line.split() for line in text.splitlines() if line.startswith("RUN ")]
+        events = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("EVENT ") and '"rank": 0' in l]
+        restarts = [int(r[2]) for r in runs]
+        assert restarts in ([0], [0, 1]), f"{log.name}: runs {restarts}"
+        start, saved = float(runs[0][3]), None
+        line = [f"job run {r[2]} began at {float(r[3]) - start:.1f} s" for r in runs[:1]]
+        for e in events:
+            where = f"step {e['step']}" if "step" in e else f"epoch {e.get('epoch')} + {e.get('batch')} steps"
+            if e["event"] == "saved":
+                saved = where
+            elif e["event"] == "stopped":
+                line.append(f"warned ({', '.join(e['warnings']) or 'by a peer'}), saved at {saved} and stopped at "
+                            f"{e['time'] - start:.1f} s")
+            elif e["event"] == "start" and e.get("run"):
+                line.append(f"requeued run {e['run']} began at {float(runs[1][3]) - start:.1f} s and resumed from "
+                            f"{where} at {e['time'] - start:.1f} s")
+            elif e["event"] == "finished":
+                line.append(f"finished at {e['time'] - start:.1f} s")
+        timelines.append(f"{log.name}: " + "; ".join(line))
+    assert sum(len([l for l in log.read_text().splitlines() if l.startswith("RUN ")]) == 2 for log in logs) == 2, \
+        "both warned jobs should have been requeued once"
+    for line in timelines:
+        report("requeue timeline " + line)
+    assert _squeue_empty(slurm["env"])

@@ -126,80 +126,8 @@ def test_layout_through_sbatch(slurm, tmp_path):
     assert squeue_empty(slurm["env"])
 
 
-# ------------------------------------------------------------ with device cgroups
-DEVICES = """
-import errno, glob, os
-allowed = []
-for path in sorted(glob.glob(os.environ["COURSE_TEST_GPU_DEVICES"] + "/nvidia*")):
-    try:
-        os.close(os.open(path, os.O_RDONLY))
-    except OSError as exc:
-        if exc.errno != errno.EPERM:  # ENXIO: allowed, but nothing behind the fake device
-            allowed.append(path.rsplit("nvidia", 1)[1])
-    else:
-        allowed.append(path.rsplit("nvidia", 1)[1])
-print("DEVICES " + json.dumps({"rank": me["rank"], "allowed": allowed}))
-"""
-
-
-@pytest.fixture(scope="module")
-def cgroup_slurm(slurm):
-    """The same cluster restarted with ConstrainDevices=yes, and back without it afterwards."""
-    def up(*extra: str) -> None:
-        done = subprocess.run([str(ROOT / "slurm/local/up"), "--nodes", "2", "--gpus", "4", "--cpu-nodes", "2",
-                               *extra], env=slurm["env"], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stdout + done.stderr
-
-    up("--cgroup")
-    try:
-        yield {**slurm, "devices": str(Path(slurm["env"]["COURSE_SLURM_DIR"]) / "dev")}
-    finally:
-        up()
-
-
-@pytest.mark.parametrize("layout", ["one task per GPU (--gpus-per-task=1)", "4 tasks share --gres=gpu:4",
-                                    "2 tasks share --gres=gpu:4", "bound by --gpu-bind"])
-def test_layout_resolves_with_device_cgroups(cgroup_slurm, layout, report):
-    """Each task sees its GPUs numbered from 0 and may open only those; after resolution every
-    worker uses GPUs of its own (the device files it may open, indexed by its CUDA_VISIBLE_DEVICES)."""
-    args, replicas, _ = MATRIX[layout]
-    env = {**_env(cgroup_slurm), "COURSE_TEST_GPU_DEVICES": cgroup_slurm["devices"]}
-    done = subprocess.run(["srun", "--time=5", *args, sys.executable, "-c", PROBE + DEVICES], env=env,
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    tasks = _tasks(done.stdout)
-    allowed = {d["rank"]: d["allowed"] for d in (json.loads(l[8:]) for l in done.stdout.splitlines()
-                                                 if l.startswith("DEVICES "))}
-    if "share" not in layout:
-        assert all(t["cvd"] == "0" for t in tasks), tasks  # bound: renumbered from 0
-    for t in tasks:
-        t["cvd"] = ",".join(allowed[t["rank"]][int(i)] for i in t["cvd"].split(","))  # the node's device
-    _assert_sound(tasks, replicas)
-    report(f"GPU layout {layout}, ConstrainDevices=yes: " + "; ".join(
-        f"rank {t['rank']} {t['address']} device {t['cvd']} x{t['replicas']}" for t in tasks))
-    assert squeue_empty(cgroup_slurm["env"])
-
-
-def test_two_jobs_on_one_node_get_different_ports(slurm):
-    """Two steps sharing node1 at the same time: their workers bind their ports and hold them."""
-    hold = PROBE + """
-import socket, time
-port = int(me["address"].rsplit(":", 1)[1])
-with socket.socket() as s:
-    s.bind(("0.0.0.0", port)); s.listen(); time.sleep(4)
-print("HELD", port)
-"""
-    jobs = [subprocess.Popen(["srun", "--time=5", "-w", "node1", "-n2", sys.executable, "-c", hold], env=_env(slurm),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(2)]
-    outputs = [job.communicate(timeout=300) for job in jobs]
-    for job, (out, err) in zip(jobs, outputs):
-        assert job.returncode == 0, out[-2000:] + err[-2000:]
-    held = [int(l.split()[1]) for out, _ in outputs for l in out.splitlines() if l.startswith("HELD")]
-    assert len(held) == 4 and len(set(held)) == 4, held
-    assert squeue_empty(slurm["env"])
-
-
 # ------------------------------------------------------------ notebook 08's take-home script
+# (before the device-cgroup tests below: their module fixture keeps ConstrainDevices on to the end)
 @pytest.fixture(scope="module")
 def batch_job(tmp_path_factory) -> Path:
     """Notebook 08's script and sbatch file, as the notebook writes them, in a directory of their own."""
@@ -239,4 +167,90 @@ def test_batch_job_trains_with_one_gpu_per_task(slurm, batch_job, prepared_dir, 
     assert [(w["host"], w["cvd"]) for w in workers] == [("node1", "0"), ("node2", "0")], workers
     assert len({w["weights"] for w in workers}) == 1, workers
     assert json.loads((tmp_path / "run" / "result.json").read_text())["workers"] == 2
+    assert squeue_empty(slurm["env"])
+
+
+# ------------------------------------------------------------ with device cgroups
+DEVICES = """
+import errno, glob, os
+allowed = []
+for path in sorted(glob.glob(os.environ["COURSE_TEST_GPU_DEVICES"] + "/nvidia*")):
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+    except OSError as exc:
+        if exc.errno != errno.EPERM:  # ENXIO: allowed, but nothing behind the fake device
+            allowed.append(path.rsplit("nvidia", 1)[1])
+    else:
+        allowed.append(path.rsplit("nvidia", 1)[1])
+print("DEVICES " + json.dumps({"rank": me["rank"], "allowed": allowed}))
+"""
+
+
+@pytest.fixture(scope="module")
+def cgroup_slurm(slurm):
+    """The same cluster restarted with ConstrainDevices=yes, and back without it afterwards."""
+    def up(*extra: str) -> None:
+        done = subprocess.run([str(ROOT / "slurm/local/up"), "--nodes", "2", "--gpus", "4", "--cpu-nodes", "2",
+                               *extra], env=slurm["env"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    up("--cgroup")
+    try:
+        yield {**slurm, "devices": str(Path(slurm["env"]["COURSE_SLURM_DIR"]) / "dev")}
+    finally:
+        up()
+
+
+# notebook 08's script as a probe: its plan (which sets CUDA_VISIBLE_DEVICES), then the device check
+BATCH_JOB_PROBE = """
+import json, os, runpy, sys
+sys.argv = [os.environ["COURSE_TEST_SCRIPT"], "--plan"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+me = {"rank": int(os.environ["SLURM_PROCID"])}
+"""
+
+
+@pytest.mark.parametrize("program", ["course", "batch job script"])
+@pytest.mark.parametrize("layout", ["one task per GPU (--gpus-per-task=1)", "4 tasks share --gres=gpu:4",
+                                    "2 tasks share --gres=gpu:4", "bound by --gpu-bind"])
+def test_layout_resolves_with_device_cgroups(cgroup_slurm, batch_job, layout, program, report):
+    """Each task sees its GPUs numbered from 0 and may open only those; after resolution every
+    worker uses GPUs of its own (the device files it may open, indexed by its CUDA_VISIBLE_DEVICES).
+    The same for the course's resolver and for notebook 08's script, which imports no course code."""
+    args, replicas, _ = MATRIX[layout]
+    env = {**_env(cgroup_slurm), "COURSE_TEST_GPU_DEVICES": cgroup_slurm["devices"],
+           "COURSE_TEST_SCRIPT": str(batch_job / "train_mwms.py")}
+    probe = PROBE if program == "course" else BATCH_JOB_PROBE
+    done = subprocess.run(["srun", "--time=5", *args, sys.executable, "-c", probe + DEVICES], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    tasks = _tasks(done.stdout)
+    allowed = {d["rank"]: d["allowed"] for d in (json.loads(l[8:]) for l in done.stdout.splitlines()
+                                                 if l.startswith("DEVICES "))}
+    if "share" not in layout:
+        assert all(t["cvd"] == "0" for t in tasks), tasks  # bound: renumbered from 0
+    for t in tasks:
+        t["cvd"] = ",".join(allowed[t["rank"]][int(i)] for i in t["cvd"].split(","))  # the node's device
+    _assert_sound(tasks, replicas)
+    report(f"GPU layout {layout}, ConstrainDevices=yes, {program}: " + "; ".join(
+        f"rank {t['rank']} {t['address']} device {t['cvd']} x{t['replicas']}" for t in tasks))
+    assert squeue_empty(cgroup_slurm["env"])
+
+
+def test_two_jobs_on_one_node_get_different_ports(slurm):
+    """Two steps sharing node1 at the same time: their workers bind their ports and hold them."""
+    hold = PROBE + """
+import socket, time
+port = int(me["address"].rsplit(":", 1)[1])
+with socket.socket() as s:
+    s.bind(("0.0.0.0", port)); s.listen(); time.sleep(4)
+print("HELD", port)
+"""
+    jobs = [subprocess.Popen(["srun", "--time=5", "-w", "node1", "-n2", sys.executable, "-c", hold], env=_env(slurm),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(2)]
+    outputs = [job.communicate(timeout=300) for job in jobs]
+    for job, (out, err) in zip(jobs, outputs):
+        assert job.returncode == 0, out[-2000:] + err[-2000:]
+    held = [int(l.split()[1]) for out, _ in outputs for l in out.splitlines() if l.startswith("HELD")]
+    assert len(held) == 4 and len(set(held)) == 4, held
     assert squeue_empty(slurm["env"])
