@@ -103,7 +103,9 @@ OK["10_large_batches.ipynb"] = {
     "final": {"batch 32": 0.07, "batch 512, same rate": 1.4, "batch 512, linear, no warm-up": 0.7,
               "batch 512, linear + warm-up": 0.1, "batch 512, sqrt + warm-up": 0.67},
     "first": {"batch 32": 1.4, "batch 512, same rate": 2.8, "batch 512, linear, no warm-up": 3.1,
-              "batch 512, linear + warm-up": 2.7, "batch 512, sqrt + warm-up": 2.76}}
+              "batch 512, linear + warm-up": 2.7, "batch 512, sqrt + warm-up": 2.76},
+    "epochs": 6, "iterations": {"batch 32": 384, **{n: 24 for n in _RUNS if n != "batch 32"}},
+    "last_rate": {n: 0.0 for n in _RUNS}}
 
 
 def _lb(key: str, **changes) -> dict:
@@ -215,7 +217,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("10_large_batches.ipynb", _lb("rates", **{"after warm-up": 0.1}), "linear warm-up"),
     ("10_large_batches.ipynb", _lb("rates", start=0.4), "linear warm-up"),
     ("10_large_batches.ipynb", _lb("rates", end=0.1), "decay"),
-    ("10_large_batches.ipynb", {"count": 2048 + 480}, "fewer steps"),
+    ("10_large_batches.ipynb", _lb("iterations", **{"batch 512, same rate": 384}), "updates"),
+    ("10_large_batches.ipynb", _lb("last_rate", **{"batch 32": 0.01}), "decayed to 0"),
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.1}), "end far behind"),
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.0}), "close most of the gap"),
     ("10_large_batches.ipynb", _lb("first", **{"batch 512, linear, no warm-up": 2.0}), "without warm-up"),

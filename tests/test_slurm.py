@@ -105,6 +105,14 @@ def test_more_engines_than_allocated_tasks_is_a_clear_error(slurm):
     assert _squeue_empty(slurm["env"])
 
 
+def _nbval(notebook: str, env: dict, cell_timeout: int = 600) -> None:
+    """Run one notebook under nbval in a fresh process with `env`; fail with its output."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                           "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}", f"notebooks/{notebook}.ipynb"],
+                          env=env, capture_output=True, text=True, timeout=2 * cell_timeout, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-6000:]
+
+
 @pytest.mark.parametrize("notebook", ["03_multiworker_ipyparallel", "04_custom_training_loop",
                                       "06_fault_tolerance"])
 def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
@@ -113,10 +121,7 @@ def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
     env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
            "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                           "--nbval-current-env", "--nbval-cell-timeout=600", f"notebooks/{notebook}.ipynb"],
-                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-6000:]
+    _nbval(notebook, env)
     if notebook.startswith("03"):
         assert (tmp_path / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
     after = sorted(p.name for p in (ROOT / "notebooks").iterdir() if not p.name.startswith("."))
@@ -419,10 +424,7 @@ def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     """Notebook 08 writes the take-home script and sbatch file, submits them to the local Slurm,
     waits, and proves from the job's output that its workers ran on both nodes."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                           "--nbval-current-env", "--nbval-cell-timeout=600", "notebooks/08_batch_job.ipynb"],
-                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-6000:]
+    _nbval("08_batch_job", env)
     logs = list((tmp_path / "batch_job").glob("tf-mwms-*.out"))
     assert len(logs) == 1, "the notebook ran its job without Slurm"
     assert "WORKER" in logs[0].read_text() and (tmp_path / "batch_job" / "run" / "model.keras").exists()
@@ -434,10 +436,7 @@ def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
     sends before the time limit) saves, stops, requeues itself, runs again from its checkpoint and
     completes; the notebook's proof checks the weights. Here: Slurm's side, from the jobs' logs."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                           "--nbval-current-env", "--nbval-cell-timeout=900", "notebooks/11_checkpoints_requeue.ipynb"],
-                          env=env, capture_output=True, text=True, timeout=1200, cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-6000:]
+    _nbval("11_checkpoints_requeue", env, cell_timeout=900)
     logs = sorted((tmp_path / "requeue_job").glob("tf-requeue-*.out"))
     assert len(logs) == 3, "the notebook ran its jobs without Slurm"
     timelines = []
