@@ -278,7 +278,9 @@ def test_engines_with_no_settings_spread_one_per_gpu_and_leave_the_queue(slurm, 
     finally:
         stop_s = engines.stop()
     started = time.monotonic()
-    assert _squeue_empty(slurm["env"], within=10), "the engines' job is still in squeue 10 s after stop()"
+    # 6.7 s in an earlier session, 8.2-8.7 s here on 2026-11-23 (with or without the requeue settings
+    # of slurm/local/up), once over 10 s in CI: Slurm's completing and purge, not the course
+    assert _squeue_empty(slurm["env"], within=20), "the engines' job is still in squeue 20 s after stop()"
     report(f"6 engines, no settings: {placement}; stop() {stop_s:.2f} s, squeue empty "
            f"{time.monotonic() - started:.1f} s later")
     left = _job_processes()
