@@ -78,7 +78,7 @@ class SlurmRequest:
                     raise CourseError(f"COURSE_SLURM_{name.upper()}={raw!r} must be a whole number >= 1")
                 values[name] = int(raw)
             else:
-                values[name] = _checked_word(f"COURSE_SLURM_{name.upper()}", raw)
+                values[name] = checked_word(f"COURSE_SLURM_{name.upper()}", raw)
         return cls(**values)
 
     def spread(self, n: int) -> "SlurmRequest":
@@ -119,7 +119,7 @@ class SlurmRequest:
     def sbatch_lines(self) -> list[str]:
         for name in ("time", "partition", "account"):
             if getattr(self, name):
-                _checked_word(name, str(getattr(self, name)))
+                checked_word(name, str(getattr(self, name)))
         pairs = [("nodes", self.nodes), ("ntasks-per-node", self.tasks_per_node), ("time", self.time),
                  ("partition", self.partition),
                  ("account", self.account), ("cpus-per-task", self.cpus_per_task),
@@ -127,7 +127,7 @@ class SlurmRequest:
         return [f"#SBATCH --{key}={value}" for key, value in pairs if value not in (None, "")]
 
 
-def _checked_word(name: str, value: str) -> str:
+def checked_word(name: str, value: str) -> str:
     """A partition, account or time as Slurm writes them; anything else (a newline would add a
     line to the batch script, braces break its template) is refused."""
     if not re.fullmatch(r"[A-Za-z0-9_.,:+-]{1,64}", value):

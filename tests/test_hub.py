@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -22,34 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, leftovers, squeue, squeue_empty
+from tests.hub_support import new_hub
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
-BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes
-CHP_DIR = Path.home() / ".cache" / "tf-hpc-course" / "configurable-http-proxy"
 PROOF = "trained on disjoint data, and hold identical weights"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _configurable_http_proxy() -> str:
-    """JupyterHub's proxy, from npm, installed once into the course's cache."""
-    binary = CHP_DIR / "node_modules" / ".bin" / "configurable-http-proxy"
-    if not binary.exists():
-        if shutil.which("npm") is None:
-            if shutil.which("apt-get") is None:
-                pytest.fail("npm is missing and cannot be installed (no apt-get)")
-            subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm",
-                           shell=True, check=True, capture_output=True, timeout=900)
-        CHP_DIR.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["npm", "install", "--silent", "--prefix", str(CHP_DIR), "configurable-http-proxy@5"],
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0 and binary.exists(), done.stderr[-2000:]
-    return str(binary)
 
 
 @pytest.fixture
@@ -65,107 +41,15 @@ def test_user(other_user):
     return {**other_user, "password": secrets.token_urlsafe(16)}
 
 
-def _write_config(directory: Path, user: dict, ports: dict, token: str, slurm_env: dict) -> Path:
-    config = directory / "jupyterhub_config.py"
-    config.write_text(f'''
-load_subconfig({str(ROOT / "slurm" / "jupyterhub" / "jupyterhub_config.py")!r})
-
-from batchspawner import SlurmSpawner
-from helpers.slurm_engines import node_address
-
-
-class LocalSlurmSpawner(SlurmSpawner):
-    """The emulated nodes' names resolve only inside their namespaces: ask Slurm for the address."""
-
-    def state_gethost(self):
-        return node_address(super().state_gethost())
-
-
-c.JupyterHub.spawner_class = LocalSlurmSpawner
-c.JupyterHub.bind_url = "http://127.0.0.1:{ports["public"]}"
-c.JupyterHub.hub_ip = {BRIDGE_ADDR!r}
-c.JupyterHub.hub_port = {ports["hub"]}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{ports["proxy_api"]}"
-c.ConfigurableHTTPProxy.command = [{_configurable_http_proxy()!r}]
-c.JupyterHub.db_url = "sqlite:///{directory}/jupyterhub.sqlite"
-c.JupyterHub.cookie_secret_file = "{directory}/jupyterhub_cookie_secret"
-c.JupyterHub.pid_file = "{directory}/jupyterhub.pid"
-c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = {user["password"]!r}
-c.Authenticator.allowed_users = {{{user["name"]!r}}}
-c.JupyterHub.services = [{{"name": "course-test", "api_token": {token!r}}}]
-c.JupyterHub.load_roles = [{{"name": "course-test", "scopes": ["admin:servers", "read:users"],
-                             "services": ["course-test"]}}]
-c.SlurmSpawner.exec_prefix = "runuser -p -u {{username}} --"
-c.SlurmSpawner.req_options = "--nodes=2 --ntasks-per-node=1"
-c.SlurmSpawner.start_timeout = 120
-c.Spawner.environment.update({{"COURSE_MODE": "quick", "SLURM_CONF": {slurm_env["SLURM_CONF"]!r}}})
-''')
-    return config
-
-
-class Hub:
-    def __init__(self, config: Path, directory: Path, env: dict, public: int):
-        self.log = open(directory / "jupyterhub.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=directory,
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{public}"
-        self.directory = directory
-
-    def request(self, method: str, path: str, token: str) -> int:
-        import urllib.error
-        import urllib.request
-
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        req = urllib.request.Request(f"{self.url}{path}", method=method, headers={"Authorization": f"token {token}"})
-        try:
-            with opener.open(req, timeout=30) as answer:
-                return answer.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-
-    def wait_up(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "JupyterHub exited:\n" + self.tail()
-            try:
-                if self.request("GET", "/hub/api/", "") == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError("JupyterHub did not answer:\n" + self.tail())
-
-    def tail(self) -> str:
-        self.log.flush()
-        return (self.directory / "jupyterhub.log").read_text()[-4000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self.log.close()
-
-
 def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, report):
     executable = ensure_chromium()
     from playwright.sync_api import sync_playwright
 
-    directory = tmp_path / "hub"
-    directory.mkdir(mode=0o700)
-    ports = {"public": _free_port(), "hub": _free_port(), "proxy_api": _free_port()}
-    token = secrets.token_hex(32)
-    config = _write_config(directory, test_user, ports, token, slurm["env"])
-    env = {**slurm["env"], "COURSE_DIR": str(ROOT)}
     timings, user = {}, test_user["name"]
     started = time.monotonic()
-    hub = Hub(config, directory, env, ports["public"])
+    hub, token = new_hub(tmp_path, slurm, {user: test_user["password"]})
+    directory = hub.directory
     try:
-        hub.wait_up(60)
         timings["hub up"] = time.monotonic() - started
         for name in ("jupyterhub_cookie_secret", "jupyterhub.sqlite"):
             mode = stat.S_IMODE((directory / name).stat().st_mode)

@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="every course cluster no running kernel uses (what a crashed kernel left behind)")
     stop.add_argument("--force", action="store_true", help="with --all: also clusters of running kernels")
 
+    klass = sub.add_parser("class", help="a class on the hub: who is where, and ending it (instructors)")
+    klass.add_argument("action", choices=("who", "end"),
+                       help="who: learner, server job, node, engines; end: stop every learner's server and "
+                            "jobs and wait until squeue shows none (COURSE_HUB_URL, COURSE_HUB_TOKEN, "
+                            "COURSE_HUB_RESERVATION)")
+
     results = sub.add_parser("results", help="table of batch training results (e.g. a scaling sweep)")
     results.add_argument("--dir", help="results directory (default: COURSE_OUTPUT_DIR/results)")
 
@@ -168,6 +174,10 @@ def _dispatch(args) -> int:
             print(f"stopped {stopped} cluster(s)")
             for line in kept:
                 print(f"  {line}")
+    elif args.command == "class":
+        from .class_admin import main as class_main
+
+        return class_main(args.action)
     elif args.command == "results":
         from ..environment import output_dir
         from ..results import load_results, results_table

@@ -16,6 +16,20 @@ behind the centre's HTTPS front end. Everything site-specific is an environment 
     COURSE_HUB_TIME        time limit of a server (default 02:00:00)
     COURSE_HUB_OPTIONS     extra #SBATCH options, e.g. "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1"
 
+For a class (README, "Running a class"):
+
+    COURSE_HUB_RESERVATION  a Slurm reservation made for the day: servers run in it, and so do
+                            the engines' and batch jobs learners submit from their server
+                            (SBATCH_RESERVATION and SALLOC_RESERVATION are set for them)
+    COURSE_HUB_SPAWN_LIMIT  servers starting at once (default 20); the rest are told to retry
+    COURSE_HUB_IDLE_TIMEOUT seconds without activity before a server is stopped (default 3600;
+                            0 turns the culler off)
+    COURSE_HUB_START_TIMEOUT seconds a server may wait in the queue and start (default 300)
+
+Stopping or restarting the hub leaves the learners' servers running (they are Slurm jobs); the
+hub finds them again from its database. `python -m helpers class who` lists who is where, and
+`python -m helpers class end` stops every learner's server and jobs.
+
 The server runs in the job's batch step (`req_srun = ""`), so the notebook can start the
 course's engines as an `srun` step of the same allocation (COURSE_ENGINES=slurm is set for
 it): ask for as many tasks as a lesson has workers (one per GPU). A server whose job has one
@@ -36,7 +50,8 @@ HERE = Path(__file__).resolve().parent
 COURSE_DIR = Path(os.environ.get("COURSE_DIR", HERE.parents[1]))
 VENV_BIN = COURSE_DIR / ".venv" / "bin"
 
-c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
+# batchspawner's SlurmSpawner, with squeue failures, early job ends and queue waits handled
+c.JupyterHub.spawner_class = "helpers.hub_spawner.CourseSlurmSpawner"
 c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # the public side, behind the centre's HTTPS proxy
 
 def _hub_ip() -> str:
@@ -71,8 +86,38 @@ c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebo
 c.SlurmSpawner.req_runtime = os.environ.get("COURSE_HUB_TIME", "02:00:00")
 c.SlurmSpawner.req_partition = os.environ.get("COURSE_HUB_PARTITION", "")
 c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", "--nodes=1 --ntasks=2")
-c.SlurmSpawner.start_timeout = 300      # a busy partition; the page shows the job as pending
+# a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
+c.SlurmSpawner.start_timeout = int(os.environ.get("COURSE_HUB_START_TIMEOUT", "300"))
 c.SlurmSpawner.http_timeout = 120
 # Submit as the user. With sudo rules in place use the default ("sudo -E -u {username}");
 # a hub running as root without sudo can use runuser:
 c.SlurmSpawner.exec_prefix = os.environ.get("COURSE_HUB_EXEC_PREFIX", "sudo -E -u {username}")
+
+# --- a class ---------------------------------------------------------------------------------
+RESERVATION = os.environ.get("COURSE_HUB_RESERVATION", "")
+if RESERVATION:
+    from helpers.slurm_engines import checked_word
+
+    c.SlurmSpawner.req_reservation = checked_word("COURSE_HUB_RESERVATION", RESERVATION)
+    # what learners submit from their server (engines' job, batch jobs) lands in it too
+    c.Spawner.environment.update({"SBATCH_RESERVATION": RESERVATION, "SALLOC_RESERVATION": RESERVATION})
+# a whole class logging in at once: at most this many servers start together, the others get
+# "too many users trying to log in right now, try again" (HTTP 429) instead of slowing everyone
+c.JupyterHub.concurrent_spawn_limit = int(os.environ.get("COURSE_HUB_SPAWN_LIMIT", "20"))
+# the servers are Slurm jobs: a hub restart must not stop them (it finds them in its database)
+c.JupyterHub.cleanup_servers = False
+
+IDLE = int(os.environ.get("COURSE_HUB_IDLE_TIMEOUT", "3600"))
+if IDLE > 0:
+    import sys
+
+    c.JupyterHub.services = [{
+        "name": "idle-culler",
+        "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE}",
+                    f"--cull-every={max(5, min(300, IDLE // 4))}"],
+    }]
+    c.JupyterHub.load_roles = [{
+        "name": "idle-culler",
+        "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+        "services": ["idle-culler"],
+    }]
