@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course test lab kernel bench clean
+.PHONY: install course test classtest lab kernel bench clean
 
 install: $(STAMP)
 
@@ -31,6 +31,14 @@ course: install
 
 test: install
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(PYTEST_ARGS)
+
+# A class of 30 learners logging in at once on a hub and the local Slurm (root; about 10 min):
+# login-to-server and engines-ready p50/p95, failures, peak memory, and nothing left afterwards.
+# 4 emulated nodes declaring 16 CPUs each hold 30 servers of 2 tasks.
+CLASS_LEARNERS ?= 30
+classtest: install
+	COURSE_CLASS_LEARNERS=$(CLASS_LEARNERS) COURSE_SLURM_CPUS=16 COURSE_REQUIRE_SLURM=1 \
+	  $(PY) -m pytest tests/test_class_load.py -p no:cacheprovider -rA $(PYTEST_ARGS)
 
 kernel: install
 	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "TF HPC course"

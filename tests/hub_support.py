@@ -226,18 +226,24 @@ def unix_learners(n: int, prefix: str = "cl"):
 
 
 # ------------------------------------------------------------------ a kernel through the hub
-def run_in_kernel(hub: Hub, user: str, token: str, cells: list[str], timeout: float = 300) -> list[str]:
+def run_in_kernel(hub: Hub, user: str, token: str, cells: list[str], timeout: float = 300,
+                  keep: bool = False) -> list[str]:
     """Run `cells` in a new kernel of `user`'s server, through the hub's proxy, as JupyterLab does
     (REST to create the kernel, its websocket to execute); returns each cell's text output.
-    A cell that raises fails here with the kernel's error."""
+    A cell that raises fails here with the kernel's error. `keep`: the kernel stays running
+    (what it started, e.g. engines, with it) until its server stops."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     status, kernel = hub.call("POST", f"/user/{user}/api/kernels", token, {"name": "python3"})
     assert status == 201, f"{user}: creating a kernel answered {status}: {kernel}"
-    try:
-        return asyncio.run(asyncio.wait_for(_execute(hub, user, token, kernel["id"], cells), timeout))
+    try:  # a thread of its own: the caller may run an event loop already (Playwright's sync API)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: asyncio.run(asyncio.wait_for(
+                _execute(hub, user, token, kernel["id"], cells), timeout))).result()
     finally:
-        hub.call("DELETE", f"/user/{user}/api/kernels/{kernel['id']}", token)
+        if not keep:
+            hub.call("DELETE", f"/user/{user}/api/kernels/{kernel['id']}", token)
 
 
 async def _execute(hub: Hub, user: str, token: str, kernel_id: str, cells: list[str]) -> list[str]:
