@@ -53,6 +53,7 @@ class Engines:
     started_s: float = 0.0
     owned: bool = True  # False: attached to a running cluster (COURSE_CLUSTER), which stop() leaves running
     release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: controller, launch, register (the bench)
 
     @property
     def cluster_id(self) -> str:
@@ -290,11 +291,15 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     # keep=True: the cluster outlives this process (ipyparallel would stop it at exit otherwise)
     cluster = ipp.Cluster(n=n, cluster_id=cluster_id, delay=0, shutdown_atexit=not keep,
                           engine_timeout=int(timeout), log_level=40, config=config, **options)
-    client = None
+    client, phases = None, {}
     try:
-        cluster.start_cluster_sync(n=n)
+        cluster.start_controller_sync()  # what start_cluster does, timed by phase
+        phases["controller"] = time.perf_counter() - started
+        cluster.start_engines_sync(n=n)
         client = cluster.connect_client_sync()
+        phases["launch"] = time.perf_counter() - started - phases["controller"]
         client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
+        phases["register"] = time.perf_counter() - started - phases["controller"] - phases["launch"]
     except (TimeoutError, ipp.error.TimeoutError):
         where = _describe_engine_job(cluster) if slurm else "check that engines can start (`ipengine --help`)"
         _stop_cluster(cluster, client)
@@ -306,7 +311,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         raise CourseError(f"`{exc.cmd[0]}` refused the engines' job (exit status {exc.returncode}; its "
                           "message is printed above): check COURSE_SLURM_PARTITION, _ACCOUNT, _TIME "
                           "and what the partition allows (`sinfo`)") from None
-    engines = Engines(cluster, client, n, started_s=time.perf_counter() - started)
+    engines = Engines(cluster, client, n, started_s=time.perf_counter() - started, phases=phases)
     engines.assign_ranks()
     _running[engines.cluster_id] = engines
     if not keep:

@@ -13,7 +13,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "slurm" / "jupyterhub" / "jupyter
 
 
 def _load(monkeypatch, **env) -> Config:
-    for name in ("COURSE_HUB_IP", "COURSE_CONTROLLER_IP"):
+    for name in ("COURSE_HUB_IP", "COURSE_CONTROLLER_IP", "COURSE_HUB_RESERVATION", "COURSE_HUB_IDLE_TIMEOUT",
+                 "COURSE_HUB_SPAWN_LIMIT"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -39,3 +40,26 @@ def test_server_files_are_private_and_no_proxy_reaches_grpc(monkeypatch):
     assert "umask 077" in script and "umask 022" not in script
     unset = next(line for line in script.splitlines() if line.startswith("unset ") and "proxy" in line)
     assert set(unset.split()[1:]) == set(PROXY_VARIABLES), unset
+
+
+def test_a_class_reservation_reaches_the_servers_and_what_learners_submit(monkeypatch):
+    config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_RESERVATION="course-day1")
+    assert config.SlurmSpawner.req_reservation == "course-day1"
+    env = config.Spawner.environment
+    assert env["SBATCH_RESERVATION"] == env["SALLOC_RESERVATION"] == "course-day1"
+    assert "#SBATCH --reservation={{reservation}}" in config.SlurmSpawner.batch_script
+    with pytest.raises(CourseError, match="not a Slurm name"):
+        _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_RESERVATION="day1\n#SBATCH --uid=0")
+    assert "SBATCH_RESERVATION" not in _load(monkeypatch, COURSE_HUB_IP="10.1.1.1",
+                                             COURSE_HUB_RESERVATION="").Spawner.environment
+
+
+def test_class_defaults_spawn_limit_culler_and_servers_outlive_the_hub(monkeypatch):
+    config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1")
+    assert config.JupyterHub.spawner_class == "helpers.hub_spawner.CourseSlurmSpawner"
+    assert config.JupyterHub.concurrent_spawn_limit == 20 and config.JupyterHub.cleanup_servers is False
+    (culler,) = config.JupyterHub.services
+    assert "--timeout=3600" in culler["command"]
+    assert {"delete:servers", "read:users:activity"} <= set(config.JupyterHub.load_roles[0]["scopes"])
+    config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_IDLE_TIMEOUT="0", COURSE_HUB_SPAWN_LIMIT="5")
+    assert "services" not in config.JupyterHub and config.JupyterHub.concurrent_spawn_limit == 5

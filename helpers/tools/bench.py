@@ -78,38 +78,86 @@ def _say(text: str) -> None:
 
 
 # ------------------------------------------------------------------------------ engines
-def bench_engines(repeats: int = 3) -> list[Row]:
-    """2 local engines: ready for %%px, and stopped while holding TensorFlow."""
+ENGINE_COUNTS = (2, 8, 32)  # a learner's lesson, a node's GPUs, a class-sized cluster
+
+
+def bench_engines(repeats: int = 3, counts: tuple[int, ...] = ENGINE_COUNTS) -> list[Row]:
+    """Engines ready for %%px as N grows, ours next to ipyparallel's defaults, and where our time goes."""
     from ..cluster import start_engines
 
-    ours_start, ours_stop, base_start, base_stop = [], [], [], []
+    rows = []
+    for n in counts:
+        ours, base, stops, base_stops, phases = [], [], [], [], []
+        for i in range(repeats if n <= 8 else max(1, repeats - 1)):
+            started = time.perf_counter()
+            engines = start_engines(n, activate=False)
+            ours.append(time.perf_counter() - started)
+            phases.append(engines.phases)
+            if n == 2:
+                engines.client[:].execute("import tensorflow", block=True)
+            stops.append(engines.stop())
+            start_s, stop_s = _ipyparallel_defaults(n, hold_tf=n == 2)
+            base.append(start_s)
+            base_stops.append(stop_s)
+            _say(f"  {n} engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {start_s:.2f} s "
+                 f"(controller {engines.phases['controller']:.2f} s, launch {engines.phases['launch']:.2f} s, "
+                 f"register {engines.phases['register']:.2f} s)")
+        split = ", ".join(f"{k} {_median([p[k] for p in phases]):.2f} s" for k in ("controller", "launch", "register"))
+        rows.append(Row(f"{n} local engines ready for %%px", _median(ours), _median(base), "s", False,
+                        "<= 1" if n == 2 else "beat the baseline", f"baseline: ipyparallel defaults; ours: {split}"))
+        if n == 2:
+            rows.append(Row("2 engines holding TensorFlow stopped", _median(stops), _median(base_stops), "s", False,
+                            "<= 1", "baseline: Cluster.stop_cluster"))
+    rows.append(Row("one engine's interpreter start and imports", _engine_import_s(), None, "s", False, "report",
+                    "paid once per engine, in parallel on as many cores as there are"))
+    rows += _bench_slurm_engines(repeats)
+    return rows
+
+
+def _engine_import_s() -> float:
+    """What every engine pays before it can register: a Python process importing ipyparallel's engine."""
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "from ipyparallel.engine.app import IPEngine"], check=True)
+        times.append(time.perf_counter() - started)
+    return _median(times)
+
+
+def _bench_slurm_engines(repeats: int) -> list[Row]:
+    """2 engines as a Slurm job on two nodes, where Slurm answers (the local Slurm included)."""
+    from ..cluster import start_engines
+    from ..slurm_engines import SlurmRequest, controller_ip, slurm_reachable
+
+    if not slurm_reachable() or "SLURM_JOB_ID" in os.environ:
+        _say("  Slurm engines skipped: no Slurm answers here (or this runs inside a job)")
+        return []
+    request = SlurmRequest.from_env()
+    address = controller_ip(request.partition)
+    ours, base = [], []
     for i in range(repeats):
         started = time.perf_counter()
-        engines = start_engines(2, activate=False)
-        ours_start.append(time.perf_counter() - started)
-        engines.client[:].execute("import tensorflow", block=True)
-        ours_stop.append(engines.stop())
-        start_s, stop_s = _ipyparallel_defaults()
-        base_start.append(start_s)
-        base_stop.append(stop_s)
-        _say(f"  repeat {i + 1}/{repeats}: ready {ours_start[-1]:.2f} s vs {start_s:.2f} s, "
-             f"stopped {ours_stop[-1]:.2f} s vs {stop_s:.2f} s")
-    return [Row("2 local engines ready for %%px", _median(ours_start), _median(base_start), "s", False,
-                "<= 2", "baseline: ipyparallel defaults"),
-            Row("2 engines holding TensorFlow stopped", _median(ours_stop), _median(base_stop), "s", False,
-                "<= 1", "baseline: Cluster.stop_cluster")]
+        engines = start_engines(2, slurm=True, activate=False)
+        ours.append(time.perf_counter() - started)
+        where = engines.placement()
+        engines.stop()
+        base.append(_ipyparallel_defaults(2, engines="slurm", controller_ip=address, controller_location=address)[0])
+        _say(f"  2 Slurm engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {base[-1]:.2f} s ({where})")
+    return [Row("2 Slurm engines (sbatch) ready for %%px", _median(ours), _median(base), "s", False,
+                "beat the baseline", "baseline: ipyparallel defaults, engines='slurm'")]
 
 
-def _ipyparallel_defaults() -> tuple[float, float]:
+def _ipyparallel_defaults(n: int = 2, hold_tf: bool = True, **options) -> tuple[float, float]:
     import ipyparallel as ipp
 
     started = time.perf_counter()
-    cluster = ipp.Cluster(n=2, log_level=40)
+    cluster = ipp.Cluster(n=n, log_level=40, **options)
     cluster.start_cluster_sync()
     client = cluster.connect_client_sync()
-    client.wait_for_engines(2, timeout=120, interactive=False)
+    client.wait_for_engines(n, timeout=300, interactive=False)
     start_s = time.perf_counter() - started
-    client[:].execute("import tensorflow", block=True)
+    if hold_tf:
+        client[:].execute("import tensorflow", block=True)
     client.close()
     started = time.perf_counter()
     cluster.stop_cluster_sync()
