@@ -53,7 +53,7 @@ class Engines:
     started_s: float = 0.0
     owned: bool = True  # False: attached to a running cluster (COURSE_CLUSTER), which stop() leaves running
     release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
-    phases: dict[str, float] = field(default_factory=dict)  # seconds: controller, launch, register (the bench)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: controller up, then engines registered (the bench)
 
     @property
     def cluster_id(self) -> str:
@@ -293,13 +293,12 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
                           engine_timeout=int(timeout), log_level=40, config=config, **options)
     client, phases = None, {}
     try:
-        cluster.start_controller_sync()  # what start_cluster does, timed by phase
-        phases["controller"] = time.perf_counter() - started
-        cluster.start_engines_sync(n=n)
+        cluster.start_controller_sync()  # what start_cluster does, timed by phase:
+        cluster.start_engines_sync(n=n)  # waits for the controller's connection file, then launches
         client = cluster.connect_client_sync()
-        phases["launch"] = time.perf_counter() - started - phases["controller"]
+        phases["controller up"] = time.perf_counter() - started
         client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
-        phases["register"] = time.perf_counter() - started - phases["controller"] - phases["launch"]
+        phases["engines registered"] = time.perf_counter() - started - phases["controller up"]
     except (TimeoutError, ipp.error.TimeoutError):
         where = _describe_engine_job(cluster) if slurm else "check that engines can start (`ipengine --help`)"
         _stop_cluster(cluster, client)
@@ -313,6 +312,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
                           "and what the partition allows (`sinfo`)") from None
     engines = Engines(cluster, client, n, started_s=time.perf_counter() - started, phases=phases)
     engines.assign_ranks()
+    phases["ranks assigned"] = time.perf_counter() - started - engines.started_s  # asks each engine where it runs
     _running[engines.cluster_id] = engines
     if not keep:
         atexit.register(engines.stop)

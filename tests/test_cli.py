@@ -4,7 +4,7 @@ from conftest import run_cli
 
 
 def test_help_everywhere():
-    for args in ([], ["data"], ["train"], ["cluster"], ["bench"]):
+    for args in ([], ["data"], ["train"], ["cluster"], ["class"], ["bench"]):
         done = run_cli(*args, "--help")
         assert done.returncode == 0 and "usage:" in done.stdout
 
@@ -81,3 +81,12 @@ def test_cluster_start_keeps_its_cluster_until_stop_from_another_process():
         time.sleep(0.2)
     assert not ours(), "processes of the stopped cluster are still running"
     assert not list(security.glob(f"*{cluster_id}*")), "files of the stopped cluster are left"
+
+
+def test_class_commands_without_slurm_say_what_is_missing(tmp_path):
+    """`class who|end` where no Slurm answers: one line naming the problem, never a traceback."""
+    env = {"PATH": str(tmp_path), "COURSE_HUB_TOKEN": ""}  # no squeue on PATH
+    for action in ("who", "end"):
+        done = run_cli("class", action, env=env)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "error: squeue is not on PATH" in done.stderr, done.stderr

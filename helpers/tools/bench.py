@@ -100,9 +100,9 @@ def bench_engines(repeats: int = 3, counts: tuple[int, ...] = ENGINE_COUNTS) -> 
             base.append(start_s)
             base_stops.append(stop_s)
             _say(f"  {n} engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {start_s:.2f} s "
-                 f"(controller {engines.phases['controller']:.2f} s, launch {engines.phases['launch']:.2f} s, "
-                 f"register {engines.phases['register']:.2f} s)")
-        split = ", ".join(f"{k} {_median([p[k] for p in phases]):.2f} s" for k in ("controller", "launch", "register"))
+                 f"(controller up {engines.phases['controller up']:.2f} s, then engines registered "
+                 f"{engines.phases['engines registered']:.2f} s, ranks assigned {engines.phases['ranks assigned']:.2f} s)")
+        split = ", ".join(f"{k} {_median([p[k] for p in phases]):.2f} s" for k in ("controller up", "engines registered", "ranks assigned"))
         rows.append(Row(f"{n} local engines ready for %%px", _median(ours), _median(base), "s", False,
                         "<= 1" if n == 2 else "beat the baseline", f"baseline: ipyparallel defaults; ours: {split}"))
         if n == 2:
