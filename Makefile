@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course test classtest lab kernel bench clean
+.PHONY: install course test classtest lab kernel bench horovod clean
 
 install: $(STAMP)
 
@@ -46,6 +46,11 @@ kernel: install
 # loopback only, token on (JupyterLab's default): reach it through `ssh -L` from elsewhere
 lab: kernel
 	cd notebooks && ../$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 $(LAB_ARGS) $(LAB_OPTS)
+
+# Horovod 0.28.1 compiled against this TensorFlow (CPU, Gloo) into build/horovod, for lesson 13:
+# a few minutes; as root it installs the two header packages it needs with apt-get.
+horovod: install
+	$(PY) -m helpers horovod build
 
 bench: install
 	$(PY) -m helpers bench --out build/bench

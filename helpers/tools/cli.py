@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "jobs and wait until squeue shows none (COURSE_HUB_URL, COURSE_HUB_TOKEN, "
                             "COURSE_HUB_RESERVATION)")
 
+    horovod = sub.add_parser("horovod", help="build Horovod 0.28.1 against this TensorFlow (CPU, Gloo; lesson 13)")
+    horovod.add_argument("action", choices=("build",), help="build: compile it into --into (root installs the "
+                         "headers it needs with apt-get)")
+    horovod.add_argument("--into", help="directory (default: COURSE_HOROVOD_DIR, else build/horovod)")
+
     results = sub.add_parser("results", help="table of batch training results (e.g. a scaling sweep)")
     results.add_argument("--dir", help="results directory (default: COURSE_OUTPUT_DIR/results)")
 
@@ -187,6 +192,10 @@ def _dispatch(args) -> int:
         if not runs:
             raise CourseError(f"no results in {directory}: run `slurm/sweep` or `python -m helpers train --results FILE`")
         print(results_table(runs))
+    elif args.command == "horovod":
+        from .horovod_build import build
+
+        build(args.into)
     elif args.command == "bench":
         from .bench import main as bench_main
 

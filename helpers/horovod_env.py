@@ -1,0 +1,63 @@
+"""Where the course's Horovod build lives, and running a script under `horovodrun` with it.
+
+Horovod is not a dependency of the course: `make horovod` (`python -m helpers horovod build`,
+in `helpers.tools.horovod_build`) compiles it into its own directory, and only the processes
+that use it see it, on PYTHONPATH. Lesson 13 runs the Horovod recipe for real when it is there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import CourseError
+
+VERSION = "0.28.1"
+DIR_ENV = "COURSE_HOROVOD_DIR"
+
+
+def default_dir() -> Path:
+    """`COURSE_HOROVOD_DIR`, else horovod/ in the course's output directory (build/ in a checkout)."""
+    if os.environ.get(DIR_ENV):
+        return Path(os.environ[DIR_ENV])
+    from .environment import output_dir
+
+    return output_dir() / "horovod"
+
+
+def importable(site: Path) -> bool:
+    """True when `site` holds a Horovod with its compiled TensorFlow library."""
+    return any((Path(site) / "horovod" / "tensorflow").glob("mpi_lib*.so"))
+
+
+def site_dir() -> Path | None:
+    """The built Horovod's directory, or None when `make horovod` has not run."""
+    site = default_dir() / "site"
+    return site if importable(site) else None
+
+
+def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
+        deadline_s: float = 300.0) -> subprocess.CompletedProcess:
+    """`horovodrun -np n --gloo` on this host: `n` processes of `script`, killed at the deadline."""
+    from .launch import kill_group
+
+    site = site_dir()
+    if site is None:
+        raise CourseError(f"Horovod is not built here: run `make horovod` (or `python -m helpers horovod build`), "
+                          f"which compiles it into {default_dir()}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, str(site / "bin" / "horovodrun"), "-np", str(n), "--gloo", "-H", f"localhost:{n}",
+               sys.executable, str(script), *(args or [])]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        kill_group(process.pid)
+        output, _ = process.communicate()
+        raise CourseError(f"horovodrun did not finish within {deadline_s:.0f} s (killed); its output ends with: "
+                          f"{output.strip().splitlines()[-1:] or ['nothing']}") from None
+    return subprocess.CompletedProcess(command, process.returncode, output, "")

@@ -1,0 +1,122 @@
+"""`python -m helpers horovod build`: Horovod 0.28.1 built against this TensorFlow (CPU, Gloo).
+
+Horovod's last release (June 2023) predates Keras 3 and does not build against TensorFlow 2.21
+as it is. Tried as a user would (`HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
+HOROVOD_WITHOUT_MPI=1 pip install --no-build-isolation horovod==0.28.1`), it fails in three
+places, in this order; this build makes exactly these changes and nothing else:
+
+1. `fatal error: highwayhash/arch_specific.h` and then `farmhash.h`: TensorFlow's headers
+   include them, its wheel does not ship them. Debian packages them (`libhighwayhash-dev`,
+   `libfarmhash-dev`).
+2. `horovod/tensorflow/xla_mpi_ops.cc`: `tensorflow/compiler/xla/client/xla_builder.h: No such
+   file or directory` (XLA moved to `xla/...` in TensorFlow). Those ops only matter with
+   `HOROVOD_ENABLE_XLA_OPS=1`; the build leaves the file out.
+3. At run time, with Keras 3: `broadcast_variables` and `DistributedGradientTape.gradient` need
+   TensorFlow variables (`'SymbolicTensor' object has no attribute 'assign'`, `'Variable' object
+   has no attribute 'ref'`): pass each Keras variable's `.value` (lesson 13's script does).
+
+Horovod goes into its own directory (`--target`), not into the course's environment: processes
+that use it get it on PYTHONPATH (`helpers.horovod_env`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from ..errors import CourseError
+from ..horovod_env import VERSION, default_dir, importable
+
+HEADERS = {"highwayhash/arch_specific.h": "libhighwayhash-dev", "farmhash.h": "libfarmhash-dev"}
+TOOLS = {"cmake": "cmake", "c++": "g++"}
+XLA_LINE = 'list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")'
+BUILD_ENV = {"HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1",
+             "HOROVOD_WITHOUT_PYTORCH": "1", "HOROVOD_WITHOUT_MXNET": "1"}
+
+
+def build(into: Path | None = None, *, quiet: bool = False) -> Path:
+    """Build Horovod into `into` (default build/horovod) unless it is there; returns its site dir."""
+    into = Path(into or default_dir())
+    site = into / "site"
+    if importable(site):
+        _say(quiet, f"Horovod {VERSION} is already built in {site}")
+        return site
+    started = time.perf_counter()
+    _system_packages(quiet)
+    source = _patched_source(into / "src", quiet)
+    _say(quiet, f"compiling Horovod {VERSION} with Gloo against TensorFlow (a few minutes on 2 cores; "
+                f"log: {into / 'build.log'})")
+    env = {**os.environ, **BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 2}"}
+    with open(into / "build.log", "w") as log:
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
+                               "--target", str(site), str(source)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0 or not importable(site):
+        raise CourseError(f"Horovod did not build (exit status {done.returncode}): the first error is in "
+                          f"{into / 'build.log'} (grep -n 'error' it)")
+    _dependencies(site)
+    _say(quiet, f"Horovod {VERSION} built in {time.perf_counter() - started:.0f} s: {site}")
+    return site
+
+
+def _say(quiet: bool, text: str) -> None:
+    if not quiet:
+        print(text, flush=True)
+
+
+def _system_packages(quiet: bool) -> None:
+    """The headers TensorFlow's wheel lacks, and a compiler; installed with apt when root."""
+    missing = sorted({package for header, package in HEADERS.items() if not Path("/usr/include", header).exists()}
+                     | {package for tool, package in TOOLS.items() if shutil.which(tool) is None})
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise CourseError(f"Horovod's build needs {', '.join(missing)}: ask for them "
+                          f"(`apt-get install {' '.join(missing)}`, or your centre's modules), then run this again")
+    _say(quiet, f"installing {', '.join(missing)} with apt-get")
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def _patched_source(where: Path, quiet: bool) -> Path:
+    """Horovod's sdist from PyPI, with the XLA ops left out of its TensorFlow library."""
+    where.mkdir(parents=True, exist_ok=True)
+    source = where / f"horovod-{VERSION}"
+    if not source.exists():
+        _say(quiet, f"downloading horovod=={VERSION} (source)")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                        "-d", str(where), f"horovod=={VERSION}"], check=True)
+        with tarfile.open(where / f"horovod-{VERSION}.tar.gz") as archive:
+            archive.extractall(where, filter="data")
+    leave_out_xla_ops(source / "horovod" / "tensorflow" / "CMakeLists.txt")
+    return source
+
+
+def leave_out_xla_ops(cmake: Path) -> bool:
+    """Comment out the XLA ops in Horovod's TensorFlow CMakeLists; False when already done."""
+    text = cmake.read_text()
+    lines = text.splitlines(keepends=True)
+    listed = [i for i, line in enumerate(lines) if line.strip() == XLA_LINE]
+    if not listed:
+        if XLA_LINE in text:  # commented out by an earlier build
+            return False
+        raise CourseError(f"{cmake} does not list xla_mpi_ops.cc: this build recipe is for Horovod {VERSION} only")
+    for i in listed:
+        lines[i] = f"# left out by the course (TensorFlow moved XLA's headers): {lines[i]}"
+    cmake.write_text("".join(lines))
+    return True
+
+
+def _dependencies(site: Path) -> None:
+    """What Horovod imports and the course's environment lacks, into Horovod's directory."""
+    import importlib.util
+
+    missing = [package for module, package in (("cloudpickle", "cloudpickle"), ("psutil", "psutil"), ("yaml", "pyyaml"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--no-deps", *missing],
+                       check=True)
