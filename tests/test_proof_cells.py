@@ -131,6 +131,20 @@ def _seen(changes: dict) -> dict:
     return {r: {**good[r], **changes.get(r, {})} for r in good}
 
 
+_PS = "/job:ps/replica:0/task:0/device:CPU:0"
+OK["12_strategy_tour.ipynb"] = {
+    "roles": [("chief", 0, 11), ("worker", 0, 12), ("worker", 1, 13), ("ps", 0, 14)], "PS_WORKERS": 2,
+    "variable_devices": [_PS], "applied_updates": 41, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * 40, "overlapping": 30,
+    "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 2.2, "sync_first": 2.31, "sync_last": 2.25,
+    "sync_digests": ["d", "d"], "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "replicas": 2,
+    "central_bn_error": "You must specify an aggregation method to update a AggregatingVariable in Replica Context"}
+OK["13_from_horovod.ipynb"] = {
+    "ranks": [0, 1], "sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
+    "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05, "collective": [[[10.5], [10.0, 11.0], [10.0]]] * 2,
+    "chiefs": [True, False], "kept": ["step-1.data-00000-of-00001", "step-1.index"],
+    "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1.5e-6}}
+
+
 BROKEN: list[tuple[str, dict, str]] = [
     ("00_environment.ipynb", {"labels": [1, 2, 3]}, "all ten classes"),
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=False, label="x")}, "synthetic"),
@@ -232,6 +246,32 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", {**_requeued("u"), "final": ["u", "v"]}), "finished with different"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("v")), "equal the uninterrupted"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("u")), "repeats steps"),
+    ("12_strategy_tour.ipynb", {"roles": [("chief", 0, 11), ("worker", 0, 11), ("worker", 1, 13), ("ps", 0, 14)]},
+     "separate processes"),
+    ("12_strategy_tour.ipynb", {"roles": [("chief", 0, 11), ("worker", 0, 12), ("worker", 1, 13)]}, "separate processes"),
+    ("12_strategy_tour.ipynb", {"variable_devices": [_PS, "/job:worker/replica:0/task:0/device:CPU:0"]},
+     "not on the parameter server"),
+    ("12_strategy_tour.ipynb", {"variable_devices": []}, "not on the parameter server"),
+    ("12_strategy_tour.ipynb", {"applied_updates": 40}, "updates for"),  # one update lost
+    ("12_strategy_tour.ipynb", {"overlapping": 0, "staleness": [0] * 40}, "did not train asynchronously"),
+    ("12_strategy_tour.ipynb", {"staleness": [0] * 40}, "did not train asynchronously"),
+    ("12_strategy_tour.ipynb", {"last": 2.4}, "did not lower its loss"),
+    ("12_strategy_tour.ipynb", {"sync_last": 2.4}, "did not lower its loss"),
+    ("12_strategy_tour.ipynb", {"sync_digests": ["d", "e"]}, "different weights"),
+    ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}}, "copies per strategy"),
+    ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}, "copies per strategy"),
+    ("12_strategy_tour.ipynb", {"central_bn_error": None}, "batch norm should fail"),
+    ("13_from_horovod.ipynb", {"ranks": [0, 0]}, "not one job"),
+    ("13_from_horovod.ipynb", {"sizes": [1, 1]}, "not one job"),
+    ("13_from_horovod.ipynb", {"initial_digests": ["i", "j"], "start_gap": 0.1}, "rank 0's weights"),
+    ("13_from_horovod.ipynb", {"gradient_gap": 0.01}, "Horovod's average"),
+    ("13_from_horovod.ipynb", {"update_gap": 0.01}, "update differs"),
+    ("13_from_horovod.ipynb", {"rates": [0.05, 0.05]}, "scale with the workers"),
+    ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [11.0]]] * 2}, "collectives"),
+    ("13_from_horovod.ipynb", {"chiefs": [True, True]}, "chief alone"),
+    ("13_from_horovod.ipynb", {"kept": []}, "chief alone"),
+    ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 0.02, "weights": 7e-9, "recipe": 1.5e-6}},
+     "Horovod's own run"),
 ]
 
 
