@@ -91,7 +91,8 @@ def _patched_source(where: Path, quiet: bool) -> Path:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                         "-d", str(where), f"horovod=={VERSION}"], check=True)
         with tarfile.open(where / f"horovod-{VERSION}.tar.gz") as archive:
-            archive.extractall(where, filter="data")
+            # the "data" filter refuses links out of the tree (Python 3.11.4+; PyPI's own sdist otherwise)
+            archive.extractall(where, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     leave_out_xla_ops(source / "horovod" / "tensorflow" / "CMakeLists.txt")
     return source
 
