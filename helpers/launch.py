@@ -41,10 +41,12 @@ def worker_env(workers: list[str], rank: int, base: dict | None = None) -> dict:
 
 
 def run_local_workers(args: list[str], n: int, deadline_s: float = 300.0,
-                      env: dict | None = None) -> list[WorkerOutcome]:
+                      env: dict | None = None, ok_statuses: tuple[int, ...] = (0,)) -> list[WorkerOutcome]:
     """Run `python args...` as `n` workers of one cluster on localhost; wait at most `deadline_s`.
 
-    If any worker fails, the others are killed at once (they would wait for it for ever).
+    If any worker fails, the others are killed at once (they would wait for it for ever). An exit
+    status in `ok_statuses` is not a failure: e.g. a program that saved and asks to be requeued
+    (notebook 11), whose peers are still writing their own last lines.
     """
     if n < 1:
         raise CourseError(f"cannot run {n} workers: ask for at least 1")
@@ -56,12 +58,13 @@ def run_local_workers(args: list[str], n: int, deadline_s: float = 300.0,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
              for rank in range(n)]
-    outputs = _wait_all(procs, deadline_s)
+    outputs = _wait_all(procs, deadline_s, ok_statuses)
     return [WorkerOutcome(rank, proc.returncode if not why else None, out, why)
             for rank, (proc, (out, why)) in enumerate(zip(procs, outputs))]
 
 
-def _wait_all(procs: list[subprocess.Popen], deadline_s: float) -> list[tuple[str, str | None]]:
+def _wait_all(procs: list[subprocess.Popen], deadline_s: float,
+              ok_statuses: tuple[int, ...] = (0,)) -> list[tuple[str, str | None]]:
     import threading
 
     chunks: list[list[str]] = [[] for _ in procs]
@@ -72,7 +75,7 @@ def _wait_all(procs: list[subprocess.Popen], deadline_s: float) -> list[tuple[st
     end = time.monotonic() + deadline_s
     killed: list[str | None] = [None] * len(procs)
     while any(p.poll() is None for p in procs):
-        failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, 0)), None)
+        failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, *ok_statuses)), None)
         if failed is not None or time.monotonic() > end:
             why = "deadline" if failed is None else f"rank {failed} failed"
             for i, p in enumerate(procs):

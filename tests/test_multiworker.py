@@ -59,6 +59,19 @@ def test_a_failing_worker_takes_the_others_down_fast():
     assert outcomes[1].returncode is None and outcomes[1].killed_because == "rank 0 failed"
 
 
+
+def test_an_agreed_status_is_not_a_failure():
+    """Notebook 11's workers all exit with 3 (saved, requeue me) at one checkpoint: the first to
+    exit must not get the others killed before they write their own last line."""
+    outcomes = run_local_workers(["-c", "import os, sys, time\n"
+                                  "rank = int(os.environ['TF_CONFIG'][-3])\n"
+                                  "time.sleep(2 * rank)\n"
+                                  "print(f'rank {rank} stopped', flush=True)\n"
+                                  "sys.exit(3)"], 2, deadline_s=60, ok_statuses=(0, 3))
+    assert [o.returncode for o in outcomes] == [3, 3] and not any(o.killed_because for o in outcomes)
+    assert [o.output.strip() for o in outcomes] == ["rank 0 stopped", "rank 1 stopped"]
+
+
 EVALUATE_REPEATEDLY = """
 import sys
 from helpers.strategy import make_strategy
