@@ -1,0 +1,94 @@
+"""All-reduce time for several message sizes between workers: the bandwidth the scaling model needs.
+
+Run as every worker of one cluster (local processes with TF_CONFIG, or the tasks of an srun step):
+
+    python -m helpers.allreduce_probe --sizes-mb 1 4 16 94     # prints one ALLREDUCE line per size
+
+Each worker times the same all-reduce (ring on CPU, NCCL on GPUs: `helpers.strategy`'s choice)
+after one warm-up, and prints its median. The slowest worker's time is the step's: a
+synchronous all-reduce ends when the last worker has its result. `measure_local` runs it as
+local processes and `helpers.scaling_model.fit_link` turns the times into bandwidth and latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from .errors import CourseError
+
+PREFIX = "ALLREDUCE "
+DEFAULT_SIZES_MB = (1.0, 4.0, 16.0, 94.0)  # 94 MB: ResNet50's gradients in float32
+
+
+def probe(sizes_mb: list[float], repeats: int) -> list[dict]:
+    """On this worker: the median all-reduce time of each message size."""
+    from .strategy import make_strategy
+
+    strategy = make_strategy("multiworker", timeout_seconds=60)
+    import socket
+
+    import tensorflow as tf
+
+    rows = []
+    for size in sizes_mb:
+        elements = max(1, int(size * 1e6 / 4))
+        x = tf.ones([elements], tf.float32)
+
+        @tf.function
+        def step():
+            return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", x))
+
+        strategy.experimental_local_results(step())[0].numpy()  # warm-up: traces, sets up the ring
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            strategy.experimental_local_results(step())[0].numpy()
+            times.append(time.perf_counter() - started)
+        rows.append({"host": socket.gethostname(), "rank": strategy.cluster_resolver.task_id,
+                     "workers": strategy.cluster_resolver.cluster_spec().num_tasks("worker"),
+                     "bytes": elements * 4, "seconds": statistics.median(times)})
+    return rows
+
+
+def parse(output: str) -> dict[int, float]:
+    """Message bytes -> the slowest worker's median seconds, from the workers' ALLREDUCE lines."""
+    slowest: dict[int, float] = {}
+    for line in output.splitlines():
+        if line.startswith(PREFIX):
+            row = json.loads(line[len(PREFIX):])
+            slowest[row["bytes"]] = max(slowest.get(row["bytes"], 0.0), row["seconds"])
+    return dict(sorted(slowest.items()))
+
+
+def measure_local(workers: int = 2, sizes_mb: tuple[float, ...] = DEFAULT_SIZES_MB, repeats: int = 5,
+                  deadline_s: float = 300.0) -> dict[int, float]:
+    """All-reduce times between `workers` local processes (ring over loopback on CPU)."""
+    from .launch import run_local_workers
+
+    outcomes = run_local_workers(["-m", "helpers.allreduce_probe", "--repeats", str(repeats), "--sizes-mb",
+                                  *(str(s) for s in sizes_mb)], workers, deadline_s=deadline_s)
+    failed = [o for o in outcomes if o.returncode != 0]
+    if failed:
+        tail = (failed[0].output.strip().splitlines() or ["no output"])[-1]
+        raise CourseError(f"the all-reduce probe failed on rank {failed[0].rank} "
+                          f"({failed[0].killed_because or f'exit status {failed[0].returncode}'}): {tail}")
+    times = parse("".join(o.output for o in outcomes))
+    if len(times) != len(sizes_mb):
+        raise CourseError(f"the all-reduce probe reported {len(times)} of {len(sizes_mb)} message sizes")
+    return times
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m helpers.allreduce_probe", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes-mb", type=float, nargs="+", default=list(DEFAULT_SIZES_MB))
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    for row in probe(args.sizes_mb, args.repeats):
+        print(PREFIX + json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
