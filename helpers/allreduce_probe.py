@@ -23,33 +23,40 @@ PREFIX = "ALLREDUCE "
 DEFAULT_SIZES_MB = (1.0, 4.0, 16.0, 94.0)  # 94 MB: ResNet50's gradients in float32
 
 
+def allreduce_seconds(strategy, elements: int, repeats: int = 5) -> float:
+    """Median seconds of an all-reduce of `elements` float32 values under `strategy`, after a warm-up
+    (it traces the function and sets up the ring). Also what `doctor`'s bandwidth check times."""
+    import tensorflow as tf
+
+    x = tf.ones([elements], tf.float32)
+
+    @tf.function
+    def step():
+        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", x))
+
+    strategy.experimental_local_results(step())[0].numpy()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        strategy.experimental_local_results(step())[0].numpy()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def probe(sizes_mb: list[float], repeats: int) -> list[dict]:
     """On this worker: the median all-reduce time of each message size."""
+    import socket
+
     from .strategy import make_strategy
 
     strategy = make_strategy("multiworker", timeout_seconds=60)
-    import socket
-
-    import tensorflow as tf
-
+    resolver = strategy.cluster_resolver
     rows = []
     for size in sizes_mb:
         elements = max(1, int(size * 1e6 / 4))
-        x = tf.ones([elements], tf.float32)
-
-        @tf.function
-        def step():
-            return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", x))
-
-        strategy.experimental_local_results(step())[0].numpy()  # warm-up: traces, sets up the ring
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            strategy.experimental_local_results(step())[0].numpy()
-            times.append(time.perf_counter() - started)
-        rows.append({"host": socket.gethostname(), "rank": strategy.cluster_resolver.task_id,
-                     "workers": strategy.cluster_resolver.cluster_spec().num_tasks("worker"),
-                     "bytes": elements * 4, "seconds": statistics.median(times)})
+        rows.append({"host": socket.gethostname(), "rank": resolver.task_id,
+                     "workers": resolver.cluster_spec().num_tasks("worker"), "bytes": elements * 4,
+                     "seconds": allreduce_seconds(strategy, elements, repeats)})
     return rows
 
 

@@ -288,24 +288,16 @@ def _files_check(tasks: list[dict]) -> Check:
 
 
 ALLREDUCE = """
-import json, os, socket, time
+import json, socket
 from helpers.strategy import make_strategy
 strategy = make_strategy("multiworker", timeout_seconds=60)
 import tensorflow as tf
-n = {elements}
-x = tf.ones([n], tf.float32)
-@tf.function
-def step():
-    return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", x))
-step()
-times = []
-for _ in range(5):
-    start = time.perf_counter(); out = step(); strategy.experimental_local_results(out)[0].numpy()
-    times.append(time.perf_counter() - start)
+from helpers.allreduce_probe import allreduce_seconds
 from helpers.doctor import link_speed
+seconds = allreduce_seconds(strategy, {elements})
 peers = [w.rsplit(":", 1)[0] for w in strategy.cluster_resolver.cluster_spec().as_dict()["worker"]]
 other = next((p for p in peers if p != socket.gethostname()), None)
-print("ALLREDUCE " + json.dumps({{"host": socket.gethostname(), "seconds": sorted(times)[2],
+print("ALLREDUCE " + json.dumps({{"host": socket.gethostname(), "seconds": seconds,
       "tf_gpus": len(tf.config.list_physical_devices("GPU")), "link": link_speed(other) if other else None}}),
       flush=True)
 """
