@@ -40,7 +40,7 @@ class Settings:
 _SETTINGS = {
     "quick": Settings("quick", train_examples=2048, test_examples=512, epochs=3,
                       per_replica_batch=32, steps_per_epoch=None,
-                      resnet_epochs=2, resnet_train_examples=96, resnet_test_examples=32,
+                      resnet_epochs=2, resnet_train_examples=64, resnet_test_examples=32,
                       resnet_per_replica_batch=8),
     "full": Settings("full", train_examples=None, test_examples=None, epochs=30,
                      per_replica_batch=128, steps_per_epoch=None,
