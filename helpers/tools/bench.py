@@ -29,7 +29,7 @@ from ..errors import CourseError
 from ..tuning import TUNING_ENV
 from ..results import parse_result_lines
 
-ROWS = ("engines", "distribution", "overhead", "pipeline", "course", "gpu")
+ROWS = ("engines", "distribution", "scaling", "overhead", "pipeline", "course", "gpu")
 GLOBAL_BATCH = 64
 DEFAULTS_ENV = {TUNING_ENV: "off"}  # the baseline: TensorFlow's own defaults
 MODEL_NAMES = {"cnn": "small CNN", "resnet50": "ResNet50"}
@@ -330,19 +330,21 @@ def bench_gpu(data_dir: str, steps: int) -> tuple[list[Row], str | None]:
     if not gpus:
         return [], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)"
     rows = []
-    per_gpu = {}
+    per_gpu, steps_s = {}, {}
     for name, extra in {"float32": (), "mixed precision": ("--precision", "mixed_float16"), "XLA": ("--xla",),
                         "mixed precision + XLA": ("--precision", "mixed_float16", "--xla")}.items():
         point = training_point("mirrored", 1, "resnet50", data_dir, steps, 128, extra)
-        per_gpu[name] = point["images_per_s"]
+        per_gpu[name], steps_s[name], gradient_bytes = point["images_per_s"], point["median_step_s"], point["gradient_bytes"]
         rows.append(Row(f"ResNet50 images/s on 1 GPU, batch 128, {name}", point["images_per_s"],
                         per_gpu["float32"], "images/s", True, "report"))
-    counts = [n for n in (2, 4, 8) if n <= gpus]
-    for n in counts:
+    from .bench_scaling import gpu_prediction
+
+    for n in [n for n in (2, 4, 8) if n <= gpus]:
         point = training_point("mirrored", n, "resnet50", data_dir, steps, 128, ("--precision", "mixed_float16", "--xla"))
         rows.append(Row(f"ResNet50 images/s on {n} GPUs (mixed precision + XLA) / {n} x 1 GPU",
                         point["images_per_s"], n * per_gpu["mixed precision + XLA"], "images/s", True, "report",
                         "scaling efficiency = ratio"))
+        rows.append(gpu_prediction(steps_s["mixed precision + XLA"], gradient_bytes, n, 128))
     return rows, None
 
 
@@ -383,6 +385,12 @@ def main(out: str | None = None, steps: int = 12, only: str | None = None, repea
         for model in ("resnet50", "cnn"):
             _say(f"{model}: 1 process, MirroredStrategy, 2 workers; helpers and TF defaults, interleaved ...")
             rows += bench_distribution(model, data_dir, model_steps(model, steps), model_repeats(model, repeats))
+    if "scaling" in wanted:
+        from .bench_scaling import scaling_rows
+
+        for model in ("resnet50", "cnn"):
+            _say(f"{model}: the step-time model against 2 and 3 local workers and 2 Slurm nodes, same run ...")
+            rows += scaling_rows(model, data_dir, model_steps(model, steps), max(1, repeats - 1))
     consumed = None
     if "overhead" in wanted:
         for model in ("resnet50", "cnn"):

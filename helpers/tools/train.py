@@ -8,6 +8,7 @@ which is how tests check that all workers end with identical weights.
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ def run(config: TrainConfig) -> dict:
     strategy = make_strategy(config.strategy)
     about = describe_strategy(strategy)  # rank, chief, workers, name: asked once, here
     import keras
+    import numpy as np
 
     from .. import lesson
     from ..throughput import StepTimer, keras_callback
@@ -130,6 +132,7 @@ def run(config: TrainConfig) -> dict:
         "test_loss": None if loss is None else float(loss),
         "test_accuracy": None if accuracy is None else float(accuracy), "test_examples": examples,
         "seconds": time.perf_counter() - started, "weights": lesson.weights_digest(model),
+        "gradient_bytes": sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in model.trainable_variables),
         "all_weights": lesson.weights_digest(model, trainable_only=False),
         **timer.summary(),
     }
