@@ -145,6 +145,22 @@ OK["13_from_horovod.ipynb"] = {
     "chiefs": [True, False], "kept": ["step-1.data-00000-of-00001", "step-1.index"],
     "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1.5e-6}}
 
+_LEVERS = {"as it is: batch 64, float32 gradients, no overlap": 0.31, "per-GPU batch 256 (4x the compute per step)": 0.65,
+           "InfiniBand 200 Gbit/s instead (8x the bandwidth)": 0.79,
+           "TF32 instead of mixed precision (909 images/s: slower GPUs)": 0.54,
+           "batch 256 + float16 gradients + 70% overlap": 0.92}
+OK["14_predicting_scaling.ipynb"] = {
+    "compute_s": 0.06, "allreduce_s": 0.066, "predicted_s": 0.126, "ratio": 1.3,
+    "times": {1_000_000: 0.009, 4_000_000: 0.02, 16_000_000: 0.064},
+    "projection": {(64, "a"): {1: 1.0, 2: 0.87, 8: 0.79}, (64, "b"): {1: 1.0, 2: 0.44}},
+    "monotone": {(64, "a"): True, (64, "b"): True}, "ordered": {64: [0.74, 0.61, 0.28], 128: [0.85, 0.76, 0.44]},
+    "references": [("DGX A100, mixed, b256", 8, 0.915, 0.993)],
+    "levers": {name: {"efficiency": e} for name, e in _LEVERS.items()}}
+
+
+def _levers(**changes) -> dict:
+    return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
+
 
 BROKEN: list[tuple[str, dict, str]] = [
     ("00_environment.ipynb", {"labels": [1, 2, 3]}, "all ten classes"),
@@ -275,6 +291,18 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"kept": []}, "chief alone"),
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 0.02, "weights": 7e-9, "recipe": 1.5e-6}},
      "Horovod's own run"),
+    ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus all-reduce"),
+    ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
+    ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),
+    ("14_predicting_scaling.ipynb", {"ratio": 0.3}, "measure again"),
+    ("14_predicting_scaling.ipynb", {"projection": {(64, "a"): {1: 0.9, 2: 0.8}}}, "by definition"),
+    ("14_predicting_scaling.ipynb", {"monotone": {(64, "a"): False}}, "must fall"),
+    ("14_predicting_scaling.ipynb", {"ordered": {64: [0.28, 0.61, 0.74], 128: [0.85, 0.76, 0.44]}}, "slower link"),
+    ("14_predicting_scaling.ipynb", {"references": [("DGX", 8, 0.995, 0.993)]}, "bounds the nodes"),
+    ("14_predicting_scaling.ipynb", _levers(**{"batch 256 + float16 gradients + 70% overlap": 0.85}), "efficiency"),
+    ("14_predicting_scaling.ipynb", _levers(**{"per-GPU batch 256 (4x the compute per step)": 0.95}), "efficiency"),
+    ("14_predicting_scaling.ipynb", _levers(**{"TF32 instead of mixed precision (909 images/s: slower GPUs)": 0.2}),
+     "efficiency"),
 ]
 
 

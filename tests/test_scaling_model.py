@@ -3,6 +3,7 @@
 import pytest
 
 from helpers.errors import CourseError
+from helpers import scaling_model
 from helpers.scaling_model import Link, efficiency, fit_link, ring_allreduce_s, step_s
 
 LINK = Link("test", bandwidth=1e9, latency=1e-5)
@@ -49,3 +50,24 @@ def test_fit_recovers_the_link_it_was_given():
 def test_bad_input_is_named(call, match):
     with pytest.raises(CourseError, match=match):
         call()
+
+
+def test_notebook_14_writes_out_the_same_model():
+    """Lesson 14 writes the formula out for learners; the bench uses this module: both must agree."""
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "14_predicting_scaling.ipynb", as_version=4)
+    [source] = [c.source for c in nb.cells if c.cell_type == "code" and "def ring_allreduce_s" in c.source]
+    lesson: dict = {}
+    exec(source, lesson)
+    for workers in (1, 2, 3, 8, 64):
+        for size, overlap in ((1e6, 0.0), (94e6, 0.0), (94e6, 0.7)):
+            ours, theirs = lesson["Link"]("x", 3e9, 2e-5), scaling_model.Link("x", 3e9, 2e-5)
+            assert lesson["ring_allreduce_s"](size, workers, ours) == pytest.approx(
+                scaling_model.ring_allreduce_s(size, workers, theirs), rel=1e-12)
+            assert lesson["step_s"](0.05, size, workers, ours, overlap) == pytest.approx(
+                scaling_model.step_s(0.05, size, workers, theirs, overlap), rel=1e-12)
+            assert lesson["efficiency"](0.05, size, workers, ours, overlap) == pytest.approx(
+                scaling_model.efficiency(0.05, size, workers, theirs, overlap), rel=1e-12)
