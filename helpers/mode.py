@@ -38,7 +38,7 @@ class Settings:
 
 
 _SETTINGS = {
-    "quick": Settings("quick", train_examples=2048, test_examples=512, epochs=3,
+    "quick": Settings("quick", train_examples=2048, test_examples=512, epochs=2,
                       per_replica_batch=32, steps_per_epoch=None,
                       resnet_epochs=2, resnet_train_examples=64, resnet_test_examples=32,
                       resnet_per_replica_batch=8),

@@ -3,42 +3,36 @@
 For each configuration (2 and 3 local MultiWorkerMirroredStrategy workers; 2 workers on two
 Slurm nodes when a Slurm cluster answers) the bench measures, interleaved in the same run:
 
-- compute: one process training alone on one core (`TF_NUM_INTRAOP_THREADS=1`), the share of
-  the node each worker gets when N workers share C cores, stretched by N / C when N > C (3
-  workers on 2 cores each get two thirds of a core);
+- compute: the same N processes in the same places (local, or one per Slurm node), with the
+  threads a worker gets, training at the same time *without* communicating. On a CPU node they
+  compete for cores and memory as the workers do, so this is each worker's compute under that
+  sharing; on nodes of their own it is one worker's compute;
 - the link: the all-reduce probe between the same N workers (1 to 94 MB), fitted to the ring
   formula (`helpers.scaling_model.fit_link`);
 - the model: compute + ring all-reduce of the model's gradient bytes over that link, nothing
   hidden (MWMS all-reduces after the whole backward pass);
-- measured: the N workers training, median step.
+- measured: the N workers training as one cluster, median step.
 
-On GPUs (`gpu_predictions`) the same model takes the 1-GPU step and an all-reduce probe over the
+On GPUs (`gpu_prediction`) the same model takes the 1-GPU step and an all-reduce probe over the
 node's GPUs, so a centre running the bench gets prediction and measurement side by side.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from .. import scaling_model
-from ..allreduce_probe import DEFAULT_SIZES_MB, PREFIX, measure_devices, measure_local, parse
+from ..allreduce_probe import DEFAULT_SIZES_MB, measure_devices, measure_local, parse
 from ..errors import CourseError
-from ..host import cpu_count
+from ..launch import run_local_workers
 from ..results import parse_result_lines
+from ..tuning import threads_for
 from .bench import MODEL_NAMES, Row, _median, _say, _warm_cache_args, training_point
 
 PER_REPLICA_BATCH = 32
-ONE_CORE_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}
-
-
-def cpu_share(workers: int, cores: int) -> float:
-    """How much longer one worker's compute takes than on a core of its own: N workers on C cores."""
-    if workers < 1 or cores < 1:
-        raise CourseError(f"workers and cores must be at least 1 (got {workers} workers, {cores} cores)")
-    return max(1.0, workers / cores)
 
 
 def predict(compute_s: float, gradient_bytes: float, times: dict[int, float], workers: int, name: str) -> dict:
@@ -49,31 +43,68 @@ def predict(compute_s: float, gradient_bytes: float, times: dict[int, float], wo
             "step_s": scaling_model.step_s(compute_s, gradient_bytes, workers, link)}
 
 
+def _train_args(model: str, data_dir: str, steps: int, workers: int, strategy: str) -> list[str]:
+    """`helpers train` for one worker's share: the per-replica batch, data cached after 2 steps."""
+    return ["-m", "helpers", "train", "--model", model, "--batch", str(PER_REPLICA_BATCH), "--skip-eval",
+            *_warm_cache_args(PER_REPLICA_BATCH * workers, steps), "--data-dir", data_dir, "--strategy", strategy]
+
+
+def _compute(results: list[dict], expected: int) -> dict:
+    if len(results) != expected:
+        raise CourseError(f"the compute runs printed {len(results)} of {expected} results")
+    return {"median_step_s": _median([r["median_step_s"] for r in results]),
+            "gradient_bytes": results[0]["gradient_bytes"]}
+
+
+def _local_compute(model: str, data_dir: str, steps: int, n: int) -> dict:
+    """n local processes training at once without a cluster, each with a worker's threads."""
+    intra, inter = threads_for(n)
+    outcomes = run_local_workers(_train_args(model, data_dir, steps, n, "default"), n, deadline_s=900,
+                                 env={**os.environ, "TF_NUM_INTRAOP_THREADS": str(intra),
+                                      "TF_NUM_INTEROP_THREADS": str(inter), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    failed = [o for o in outcomes if o.returncode != 0]
+    if failed:
+        raise CourseError(f"compute run {failed[0].rank} failed: {failed[0].output.strip()[-500:]}")
+    return _compute([parse_result_lines(o.output)[-1] for o in outcomes], n)
+
+
 def _srun_output(args: list[str], nodes: int, timeout: float = 900) -> str:
-    """Output of one task per node of an srun step (the local Slurm's nodes included)."""
+    """Output of one task per node of an srun step (the local Slurm's nodes included).
+
+    Each task writes its own file (`--output=...%t`): the tasks' long RESULT lines would otherwise
+    interleave in srun's one stream. The files go under the output directory, which the nodes share."""
+    import shutil
+    import tempfile
+
+    from ..environment import output_dir
+
+    where = Path(tempfile.mkdtemp(prefix="bench-srun-", dir=output_dir()))
     try:
         done = subprocess.run(["srun", "--immediate=120", "--time=20", f"--nodes={nodes}", f"--ntasks={nodes}",
-                               "--ntasks-per-node=1", "--export=ALL", sys.executable, *args], capture_output=True,
-                              text=True, timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+                               "--ntasks-per-node=1", "--export=ALL", f"--output={where}/task-%t.out",
+                               sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        outputs = "".join(path.read_text() for path in sorted(where.glob("task-*.out")))
     except subprocess.TimeoutExpired:
         raise CourseError(f"srun {' '.join(args[:3])} did not finish within {timeout:.0f} s") from None
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
     if done.returncode != 0:
-        raise CourseError(f"srun {' '.join(args[:3])} failed (exit status {done.returncode}): "
-                          f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return done.stdout
+        tail = (done.stderr.strip().splitlines() or outputs.strip().splitlines() or ["no output"])[-1]
+        raise CourseError(f"srun {' '.join(args[:3])} failed (exit status {done.returncode}): {tail}")
+    return outputs
 
 
-def _slurm_point(model: str, data_dir: str, steps: int, nodes: int) -> tuple[dict, dict[int, float], int]:
-    """(chief's training result, all-reduce times, distinct machines) of `nodes` workers on Slurm nodes."""
-    args = ["-m", "helpers", "train", "--model", model, "--batch", str(PER_REPLICA_BATCH), "--skip-eval",
-            *_warm_cache_args(PER_REPLICA_BATCH * nodes, steps), "--data-dir", data_dir, "--strategy", "multiworker"]
-    results = parse_result_lines(_srun_output(args, nodes))
+def _slurm_point(model: str, data_dir: str, steps: int, nodes: int) -> tuple[dict, dict, dict[int, float]]:
+    """(compute, the chief's training result, all-reduce times) of `nodes` tasks, one per Slurm node."""
+    compute = _compute(parse_result_lines(_srun_output(_train_args(model, data_dir, steps, nodes, "default"), nodes)),
+                       nodes)
+    results = parse_result_lines(_srun_output(_train_args(model, data_dir, steps, nodes, "multiworker"), nodes))
     chief = [r for r in results if r.get("rank") == 0]
     if not chief:
         raise CourseError("the Slurm training step printed no result from rank 0")
     probe_out = _srun_output(["-m", "helpers.allreduce_probe", "--sizes-mb", *map(str, DEFAULT_SIZES_MB)], nodes)
-    machines = {json.loads(line[len(PREFIX):]).get("machine") for line in probe_out.splitlines() if line.startswith(PREFIX)}
-    return chief[0], parse(probe_out), len(machines)
+    return compute, chief[0], parse(probe_out)
 
 
 def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, workers: tuple[int, ...] = (2, 3),
@@ -87,41 +118,35 @@ def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, worker
         configs.append(("2 workers on 2 Slurm nodes", 2, "slurm"))
     else:
         _say("  Slurm configuration skipped: no Slurm answers here (or this runs inside a job)")
-    cores = cpu_count()
-    compute, gradient_bytes = [], None
-    measured = {label: [] for label, _, _ in configs}
-    times = {label: [] for label, _, _ in configs}
-    shares = {}
+    runs = {label: {"compute": [], "measured": [], "probe": []} for label, _, _ in configs}
+    gradient_bytes = 0.0
     for i in range(repeats):
-        alone = training_point("single", 1, model, data_dir, steps, PER_REPLICA_BATCH, env=ONE_CORE_ENV)
-        compute.append(alone["median_step_s"])
-        gradient_bytes = alone["gradient_bytes"]
-        _say(f"  {model} alone on one core, repeat {i + 1}/{repeats}: {compute[-1] * 1000:.0f} ms/step; "
-             f"gradients {gradient_bytes / 1e6:.1f} MB")
         for label, n, where in configs:
             if where == "local":
+                compute = _local_compute(model, data_dir, steps, n)
                 point = training_point("multiworker", n, model, data_dir, steps, PER_REPLICA_BATCH)
                 probe = measure_local(n, DEFAULT_SIZES_MB)
-                shares[label] = cpu_share(n, cores)
             else:
-                point, probe, machines = _slurm_point(model, data_dir, steps, n)
-                shares[label] = cpu_share(n, cores) if machines == 1 else 1.0  # emulated nodes share this machine
-            measured[label].append(point["median_step_s"])
-            times[label].append(probe)
-            _say(f"  {model} {label}, repeat {i + 1}/{repeats}: {point['median_step_s'] * 1000:.0f} ms/step; "
-                 f"all-reduce {max(probe.values()) * 1000:.0f} ms for {max(probe) / 1e6:.0f} MB")
+                compute, point, probe = _slurm_point(model, data_dir, steps, n)
+            gradient_bytes = compute["gradient_bytes"]
+            runs[label]["compute"].append(compute["median_step_s"])
+            runs[label]["measured"].append(point["median_step_s"])
+            runs[label]["probe"].append(probe)
+            _say(f"  {model} {label}, repeat {i + 1}/{repeats}: compute {compute['median_step_s'] * 1000:.0f} ms, "
+                 f"as one cluster {point['median_step_s'] * 1000:.0f} ms/step; all-reduce "
+                 f"{max(probe.values()) * 1000:.0f} ms for {max(probe) / 1e6:.0f} MB")
     rows = []
     for label, n, _ in configs:
-        probe = {size: _median([t[size] for t in times[label]]) for size in times[label][0]}
-        model_step = predict(_median(compute) * shares[label], gradient_bytes, probe, n, label)
-        link = model_step["link"]
+        run = runs[label]
+        probe = {size: _median([t[size] for t in run["probe"]]) for size in run["probe"][0]}
+        step = predict(_median(run["compute"]), gradient_bytes, probe, n, label)
+        link = step["link"]
         rows.append(Row(
             f"{MODEL_NAMES[model]} step, {label}, per-replica batch {PER_REPLICA_BATCH}: measured / model",
-            _median(measured[label]) * 1000, model_step["step_s"] * 1000, "ms", False, "report",
-            f"model: compute {model_step['compute_s'] * 1000:.0f} ms (one core {_median(compute) * 1000:.0f} ms x "
-            f"{shares[label]:.2f} share) + ring all-reduce {model_step['allreduce_s'] * 1000:.0f} ms "
-            f"({gradient_bytes / 1e6:.1f} MB at {link.bandwidth / 1e6:.0f} MB/s, latency {link.latency * 1000:.2f} ms)",
-            versus_defaults=False))
+            _median(run["measured"]) * 1000, step["step_s"] * 1000, "ms", False, "report",
+            f"model: compute {step['compute_s'] * 1000:.0f} ms ({n} processes at once, not communicating) + ring "
+            f"all-reduce {step['allreduce_s'] * 1000:.0f} ms ({gradient_bytes / 1e6:.1f} MB at "
+            f"{link.bandwidth / 1e6:.0f} MB/s, latency {link.latency * 1000:.2f} ms)", versus_defaults=False))
     return rows
 
 
