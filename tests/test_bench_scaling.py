@@ -53,8 +53,10 @@ def test_two_local_workers_measured_next_to_the_model(prepared_dir, report):
 
 
 @pytest.mark.slurm
-def test_two_workers_on_two_slurm_nodes_measured_next_to_the_model(slurm, prepared_dir, report):
+def test_two_workers_on_two_slurm_nodes_measured_next_to_the_model(slurm, prepared_dir, tmp_path, report):
+    # an output directory that does not exist yet, as in a fresh clone with no build/
+    fresh = tmp_path / "fresh-output"
     rows = _rows(f"rows = scaling_rows('cnn', {str(prepared_dir)!r}, steps=16, workers=(), slurm=True)",
-                 env=slurm["env"], timeout=900)
+                 env={**slurm["env"], "COURSE_OUTPUT_DIR": str(fresh)}, timeout=900)
     assert len(rows) == 1
     _check(rows[0], "2 Slurm nodes", report)

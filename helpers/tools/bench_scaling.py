@@ -78,7 +78,9 @@ def _srun_output(args: list[str], nodes: int, timeout: float = 900) -> str:
 
     from ..environment import output_dir
 
-    where = Path(tempfile.mkdtemp(prefix="bench-srun-", dir=output_dir()))
+    base = output_dir()
+    base.mkdir(parents=True, exist_ok=True)  # a fresh clone has no build/ yet
+    where = Path(tempfile.mkdtemp(prefix="bench-srun-", dir=base))
     try:
         done = subprocess.run(["srun", "--immediate=120", "--time=20", f"--nodes={nodes}", f"--ntasks={nodes}",
                                "--ntasks-per-node=1", "--export=ALL", f"--output={where}/task-%t.out",
