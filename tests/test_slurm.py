@@ -468,3 +468,23 @@ def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
     for line in timelines:
         report("requeue timeline " + line)
     assert _squeue_empty(slurm["env"])
+
+
+def test_bench_slurm_engines_row_leaves_the_starting_directory_alone(slurm, tmp_path, report):
+    """The bench's Slurm row times our engines against ipyparallel's own Slurm launcher, which
+    writes its batch file into the working directory: started from a learner's directory, the
+    bench leaves nothing there (the file goes under the output directory, which the nodes share)."""
+    started_here = tmp_path / "started-here"
+    started_here.mkdir()
+    out = tmp_path / "output"
+    code = ("import dataclasses, json\nfrom helpers.tools.bench import _bench_slurm_engines\n"
+            "print('ROWS ' + json.dumps([dataclasses.asdict(r) for r in _bench_slurm_engines(1)]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=started_here, capture_output=True, text=True,
+                          timeout=600, env={**slurm["env"], "COURSE_OUTPUT_DIR": str(out)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rows = json.loads(done.stdout.split("ROWS ", 1)[1])
+    assert len(rows) == 1 and rows[0]["ours"] > 0 and rows[0]["baseline"] > 0, rows
+    assert list(started_here.iterdir()) == [], list(started_here.iterdir())
+    assert list((out / "bench" / "ipyparallel-slurm").glob("*sbatch*")), list(out.rglob("*"))
+    report(f"2 Slurm engines ready: ours {rows[0]['ours']:.2f} s, ipyparallel's Slurm launcher "
+           f"{rows[0]['baseline']:.2f} s; its batch file under the output directory")

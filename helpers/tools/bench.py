@@ -11,6 +11,7 @@ it prints figures for people to read, and says for each whether its target is me
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import operator
@@ -24,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..environment import cpu_count, gpu_count_without_tf
+from ..environment import cpu_count, gpu_count_without_tf, output_dir
 from ..errors import CourseError
 from ..tuning import TUNING_ENV
 from ..results import parse_result_lines
@@ -141,10 +142,20 @@ def _bench_slurm_engines(repeats: int) -> list[Row]:
         ours.append(time.perf_counter() - started)
         where = engines.placement()
         engines.stop()
-        base.append(_ipyparallel_defaults(2, engines="slurm", controller_ip=address, controller_location=address)[0])
+        with contextlib.chdir(_launcher_dir()):  # ipyparallel writes its sbatch file into the working directory
+            base.append(_ipyparallel_defaults(2, engines="slurm", controller_ip=address,
+                                              controller_location=address)[0])
         _say(f"  2 Slurm engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {base[-1]:.2f} s ({where})")
     return [Row("2 Slurm engines (sbatch) ready for %%px", _median(ours), _median(base), "s", False,
                 "beat the baseline", "baseline: ipyparallel defaults, engines='slurm'")]
+
+
+def _launcher_dir() -> Path:
+    """Where the baseline's Slurm launcher writes its batch file and the job starts: the output
+    directory, which the nodes share, not the directory the bench was started from."""
+    where = output_dir() / "bench" / "ipyparallel-slurm"
+    where.mkdir(parents=True, exist_ok=True)
+    return where
 
 
 def _ipyparallel_defaults(n: int = 2, hold_tf: bool = True, **options) -> tuple[float, float]:
@@ -363,7 +374,6 @@ def format_table(rows: list[Row]) -> str:
 
 def main(out: str | None = None, steps: int = 12, only: str | None = None, repeats: int = 2) -> int:
     from ..data import ensure_data
-    from ..environment import output_dir
 
     wanted = set(only.split(",")) if only else set(ROWS)
     unknown = wanted - set(ROWS)

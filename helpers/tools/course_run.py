@@ -32,8 +32,12 @@ def run_notebook(path: Path, out_dir: Path, timeout: int) -> tuple[str, float, s
         # kernel, and the kernel has no "running over TCP without encryption" warning to print
         with tempfile.TemporaryDirectory(prefix="course-kernel-") as sockets:
             kernel = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
-            NotebookClient(nb, km=kernel, timeout=timeout,
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
+            try:
+                NotebookClient(nb, km=kernel, timeout=timeout,
+                               resources={"metadata": {"path": str(path.parent)}}).execute()
+            finally:  # nbclient shuts down only kernels it made: each would hold its TensorFlow to the end
+                if kernel.has_kernel:
+                    kernel.shutdown_kernel()
     except CellExecutionError as exc:
         status, detail = "FAILED", _ANSI.sub("", str(exc).strip().splitlines()[-1])[:200]
     except Exception as exc:  # noqa: BLE001 - a dead kernel, a timeout: report and go on
