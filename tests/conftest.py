@@ -113,20 +113,27 @@ class Lab:
         command = command or [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--port=0",
                               "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}",
                               *(["--allow-root"] if os.geteuid() == 0 else [])]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True,
-                                     env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "COURSE_MODE": "quick"})
-        deadline, seen = time.monotonic() + 90, []
+        # The server's log goes to a file, not a pipe: an unread pipe fills up and blocks the server.
+        runtime.mkdir(parents=True, exist_ok=True)
+        self.log_path = runtime / "jupyter-lab.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                         start_new_session=True,
+                                         env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime),
+                                              "COURSE_MODE": "quick"})
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline and self.proc.poll() is None:
-            line = self.proc.stdout.readline()
-            seen.append(line)
-            match = re.search(r"(http://127\.0\.0\.1:\d+)/lab\?token=(\w+)", line)
+            match = re.search(r"(http://127\.0\.0\.1:\d+)/lab\?token=(\w+)", self.log_path.read_text())
             if match:
                 self.url, self.token = match.groups()
                 self._wait_ready(deadline)
                 return
+            time.sleep(0.2)
         self.stop()
-        raise AssertionError("JupyterLab printed no URL:\n" + "".join(seen[-30:]))
+        raise AssertionError("JupyterLab printed no URL:\n" + self.log_tail())
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def _wait_ready(self, deadline: float) -> None:
         """The URL is printed a moment before the server accepts connections."""

@@ -46,15 +46,26 @@ def ensure_chromium() -> str:
     return CHROMIUM
 
 
-def wait_kernel_idle(page, base: str, timeout: float) -> None:
-    """JupyterLab shows idle before the kernel is connected: ask the server (with the page's cookies)."""
-    deadline = time.monotonic() + timeout
+def wait_kernel_idle(page, base: str, timeout: float, token: str | None = None) -> None:
+    """JupyterLab shows idle before the kernel is connected: ask the server.
+
+    With the page's cookies, or with `token` where we have it: once in CI the cookies were not
+    (yet) accepted and the server answered 403 while the page itself worked.
+    """
+    headers = {"Authorization": f"token {token}"} if token else None
+    deadline, last = time.monotonic() + timeout, "no answer"
     while time.monotonic() < deadline:
-        kernels = page.request.get(f"{base}/api/kernels").json()
-        if kernels and all(k["execution_state"] == "idle" and k["connections"] > 0 for k in kernels):
-            return
+        answer = page.request.get(f"{base}/api/kernels", headers=headers)
+        kernels = answer.json() if answer.ok else None
+        if isinstance(kernels, list):
+            if kernels and all(k["execution_state"] == "idle" and k["connections"] > 0 for k in kernels):
+                return
+            last = f"kernels {[(k['execution_state'], k['connections']) for k in kernels]}"
+        else:  # an error object, e.g. {"message": "Forbidden"} (HTTP 403)
+            last = f"HTTP {answer.status}: {answer.text()[:300]}"
+            print(f"wait_kernel_idle: /api/kernels answered {last}")
         page.wait_for_timeout(500)  # lets Playwright process events (time.sleep would not)
-    raise AssertionError(f"kernel not idle and connected within {timeout:.0f} s")
+    raise AssertionError(f"kernel not idle and connected within {timeout:.0f} s; last answer: {last}")
 
 
 def test_run_notebook_00_in_jupyterlab(tmp_path, report):
@@ -74,14 +85,14 @@ def test_run_notebook_00_in_jupyterlab(tmp_path, report):
             t = time.monotonic()
             page.goto(f"{lab.url}/lab/tree/00_environment.ipynb?token={lab.token}")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            wait_kernel_idle(page, lab.url, 90)
+            wait_kernel_idle(page, lab.url, 90, lab.token)
             timings["notebook open, kernel idle"] = time.monotonic() - t
             t = time.monotonic()
             page.click("text=Run", timeout=10_000)             # the menu bar's Run menu
             page.click("text=Run All Cells", timeout=10_000)
             # the proof cell's *output* (its source contains the same words)
             page.wait_for_selector(".jp-OutputArea-output:has-text('environment OK:')", timeout=300_000)
-            wait_kernel_idle(page, lab.url, 300)
+            wait_kernel_idle(page, lab.url, 300, lab.token)
             timings["run all cells"] = time.monotonic() - t
             proof = page.locator(".jp-OutputArea-output", has_text="environment OK:").first.inner_text()
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -94,6 +105,9 @@ def test_run_notebook_00_in_jupyterlab(tmp_path, report):
         failed = [o for c in saved.cells if c.cell_type == "code" for o in c.get("outputs", [])
                   if o.get("output_type") == "error"]
         unrun = [i for i, c in enumerate(saved.cells) if c.cell_type == "code" and not c.get("execution_count")]
+    except Exception:
+        print("the end of JupyterLab's log:\n" + lab.log_tail())
+        raise
     finally:
         lab.stop()
     report(f"{Path(__file__).stem}: screenshot {shot}")
