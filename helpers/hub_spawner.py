@@ -11,22 +11,89 @@ handled and said in words a learner can act on.
 - A job still queued when the start timeout nears is cancelled, and the learner reads that it
   waited in the queue, how long, and Slurm's reason, instead of a bare "timeout".
 
+And what a learner sends never reaches a shell of the hub's:
+- batchspawner 1.3's hub API (`/hub/api/batchspawner`) copies every key of the JSON body onto the
+  spawner with `setattr`, authenticated by the server's token, which every learner's kernel holds.
+  `exec_prefix`, `batch_query_cmd` or `job_id` set that way ran as shell commands of the hub's
+  account at the next poll. `ServerPortHandler` takes its place: a server reports its port, once,
+  while it starts, and nothing else.
+- Every command runs as an argument list (never through a shell), each configured template is
+  split into words before the values go in, the user name and job id are checked, and the
+  command gets a minimal environment (not the hub's: its crypt key or proxy token would be
+  readable by the learner the command runs as).
+
 Used by slurm/jupyterhub/jupyterhub_config.py; importing it needs batchspawner (the `hub` extra).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
 import shlex
 import time
 
 from batchspawner import JobStatus, SlurmSpawner
+from jupyterhub import apihandlers
+from jupyterhub.apihandlers import APIHandler
 from jupyterhub.spawner import SpawnException
+from tornado import web
 from traitlets import Float, Unicode
 
 # Slurm's answer for a job it no longer lists (purged after MinJobAge): the job is gone
 GONE = re.compile(r"Invalid job id specified")
+# what may stand in a command the hub runs: a Unix account name and a Slurm job id
+USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+JOB_ID = re.compile(r"[0-9]{1,12}")
+# the whole environment of a command run as the learner (sbatch adds the server's own variables):
+# nothing of the hub's (JUPYTERHUB_CRYPT_KEY, CONFIGPROXY_AUTH_TOKEN, ...) reaches the learner
+COMMAND_ENV = ("PATH", "SLURM_CONF", "LANG", "LC_ALL", "TZ")
+COMMAND_TIMEOUT = 60.0
+BATCHSPAWNER_API = r"/api/batchspawner"
+
+
+class ServerPortHandler(APIHandler):
+    """The one thing a starting server tells the hub through batchspawner's API: its port.
+
+    Replaces batchspawner's handler, which set any spawner attribute a server's token sent."""
+
+    @web.authenticated
+    def post(self):
+        token = self.get_auth_token()
+        spawner = next((s for s in self.current_user.spawners.values() if s.api_token == token), None)
+        if spawner is None:
+            raise web.HTTPError(403, "only a server's own token reports its port")
+        body = self.get_json_body()
+        if not isinstance(body, dict) or set(body) != {"port"}:
+            self.log.warning("batchspawner API: %s sent %s, refused (a server reports its port only)",
+                             self.current_user.name, sorted(body) if isinstance(body, dict) else type(body).__name__)
+            raise web.HTTPError(400, "a server reports its port and nothing else")
+        port = body["port"]
+        if type(port) is not int or not 1 <= port <= 65535:
+            raise web.HTTPError(400, "port must be a whole number from 1 to 65535")
+        if spawner.pending != "spawn" or spawner.port:
+            self.log.warning("batchspawner API: %s reported port %s outside its server's start, refused",
+                             self.current_user.name, port)
+            raise web.HTTPError(409, "the port is reported once, while the server starts")
+        spawner.port = port
+        self.set_status(201)
+        self.finish(json.dumps({"message": "port recorded"}))
+
+
+def close_batchspawner_api() -> None:
+    """Put ServerPortHandler where batchspawner's handler was (before the hub builds its routes)."""
+    handlers = apihandlers.default_handlers
+    handlers[:] = [h for h in handlers if h[0] != BATCHSPAWNER_API] + [(BATCHSPAWNER_API, ServerPortHandler)]
+
+
+close_batchspawner_api()  # importing this module (the hub's config does) closes it
+
+
+def command(template: str, values: dict[str, str]) -> list[str]:
+    """A configured command template as an argument list: split into words first, then each word
+    filled in, so that no value can add a word, a quote or a shell operator."""
+    return [word.format(**values) for word in shlex.split(template)]
 
 
 class CourseSlurmSpawner(SlurmSpawner):
@@ -77,10 +144,52 @@ class CourseSlurmSpawner(SlurmSpawner):
         fields = self._fields()
         return fields[2].strip("()") if len(fields) == 3 else "not given"
 
-    async def _run_as_user(self, template: str, **extra) -> str:
-        subvars = {**self.get_req_subvars(), "job_id": self.job_id, **extra}
-        prefix = self.exec_prefix.format(**subvars)
-        return await self.run_command(f"{prefix} {template.format(**subvars)}")
+    async def _run_as_user(self, template: str, input: str | None = None, env: dict | None = None,
+                           **extra) -> str:
+        values = {**self.get_req_subvars(), **extra}
+        if not USER_NAME.fullmatch(values.get("username", "")):
+            raise RuntimeError(f"user name {values.get('username')!r} is not a plain Unix account name")
+        if "job_id" not in values and self.job_id:
+            values["job_id"] = self.job_id
+        if "job_id" in values and not JOB_ID.fullmatch(str(values["job_id"])):
+            raise RuntimeError(f"Slurm job id {values['job_id']!r} is not a number")
+        argv = command(self.exec_prefix, values) + command(template, values)
+        base = {name: os.environ[name] for name in COMMAND_ENV if name in os.environ}
+        return await self._run(argv, input, {**base, **(env or {})})
+
+    async def _run(self, argv: list[str], input: str | None, env: dict[str, str]) -> str:
+        proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input.encode() if input else None), COMMAND_TIMEOUT)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise RuntimeError(f"{argv[0]} ... {shlex.join(argv[-3:])} took over {COMMAND_TIMEOUT:.0f} s") from None
+        if proc.returncode != 0:
+            raise RuntimeError(err.decode(errors="replace").strip() or f"exit status {proc.returncode}")
+        return out.decode(errors="replace").strip()
+
+    async def run_command(self, cmd, input=None, env=None):
+        raise RuntimeError("the course's spawner runs no shell command (batchspawner's run_command)")
+
+    async def submit_batch_script(self) -> str:
+        """batchspawner's submit, without a shell and without user_options (the course has no
+        options form; a learner's spawn request could otherwise fill the script's variables)."""
+        subvars = self.get_req_subvars()
+        subvars["cmd"] = self.cmd_formatted_for_batch()
+        script = await self._get_batch_script(**subvars)
+        out = await self._run_as_user(self.batch_submit_cmd, input=script, env=self.get_env())
+        job_id = self.parse_job_id(out)
+        if not JOB_ID.fullmatch(job_id or ""):
+            raise RuntimeError(f"sbatch answered {out[-200:]!r}, not a job id")
+        self.job_id = job_id
+        self.log.info("Job submitted: %s", job_id)
+        return job_id
+
+    async def cancel_batch_job(self) -> None:
+        self.log.info("Cancelling job %s", self.job_id)
+        await self._run_as_user(self.batch_cancel_cmd)
 
     # ------------------------------------------------------------------------- start
     async def start(self):
@@ -147,7 +256,9 @@ class CourseSlurmSpawner(SlurmSpawner):
         said = (f"state {fields.get('JobState', '?')}, reason {fields.get('Reason', '?')}, "
                 f"exit code {fields.get('ExitCode', '?')}") if fields else "Slurm no longer lists it"
         try:
-            log = await self._run_as_user("tail -n 6 " + shlex.quote(self.job_log), job_id=job_id)
+            log = await self._run_as_user("tail -n 6 {job_log}", job_id=job_id,
+                                          job_log=self.job_log.format(homedir=self.get_req_subvars()["homedir"],
+                                                                      job_id=job_id))
         except Exception:  # noqa: BLE001 - no log (the job never ran) or not readable by the hub
             log = ""
         message = f"Your server's Slurm job {job_id} ended {when} ({said})."
