@@ -152,10 +152,12 @@ def test_a_class_starts_works_and_ends_with_nothing_left(slurm, tmp_path, report
     extra = ("c.SlurmSpawner.req_options = '--nodes=1 --ntasks=2'\n"
              "c.SlurmSpawner.req_partition = 'debug,cpu'\n"
              "c.SlurmSpawner.start_timeout = 600\n"
-             f"c.JupyterHub.concurrent_spawn_limit = {limit}\n")
+             f"c.JupyterHub.concurrent_spawn_limit = {limit}\n"
+             "c.JupyterHub.load_groups = {'course': {'users': %r}}\n")
     sampler = Sampler()
     with unix_learners(LEARNERS) as learners:
-        hub, token = new_hub(tmp_path, slurm, {l["name"]: l["password"] for l in learners}, extra)
+        hub, token = new_hub(tmp_path, slurm, {l["name"]: l["password"] for l in learners},
+                             extra % [l["name"] for l in learners])
         results = [dict() for _ in learners]
         barrier = threading.Barrier(LEARNERS)
         who, ended, peak_memory, total, running = "", None, 0, 0.0, -1
@@ -191,7 +193,7 @@ def test_a_class_starts_works_and_ends_with_nothing_left(slurm, tmp_path, report
                         thread.start()
                     _start(hub, learners[0], token, results[0])
                     barrier.wait(timeout=900)
-                    who = subprocess.run([sys.executable, "-m", "helpers", "class", "who"], capture_output=True,
+                    who = subprocess.run([sys.executable, "-m", "helpers", "class", "who", "--group", "course"], capture_output=True,
                                          text=True, timeout=120, cwd=ROOT,
                                          env={**slurm["env"], "COURSE_HUB_URL": hub.url,
                                               "COURSE_HUB_TOKEN": token}).stdout
@@ -208,7 +210,7 @@ def test_a_class_starts_works_and_ends_with_nothing_left(slurm, tmp_path, report
             sampler.done.set()
             status, users = hub.call("GET", "/hub/api/users?state=active", token)
             running = sum(1 for u in users if u["servers"]) if status == 200 else -1
-            ended = subprocess.run([sys.executable, "-m", "helpers", "class", "end"], capture_output=True, text=True,
+            ended = subprocess.run([sys.executable, "-m", "helpers", "class", "end", "--group", "course"], capture_output=True, text=True,
                                    timeout=300, cwd=ROOT,
                                    env={**slurm["env"], "COURSE_HUB_URL": hub.url, "COURSE_HUB_TOKEN": token})
         finally:

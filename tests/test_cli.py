@@ -89,4 +89,7 @@ def test_class_commands_without_slurm_say_what_is_missing(tmp_path):
     for action in ("who", "end"):
         done = run_cli("class", action, env=env)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-        assert "error: squeue is not on PATH" in done.stderr, done.stderr
+        assert "error: say which class: --group NAME" in done.stderr, done.stderr
+        done = run_cli("class", action, "--reservation", "day1", env=env)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "error: scontrol is not on PATH" in done.stderr, done.stderr

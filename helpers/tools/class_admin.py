@@ -1,19 +1,26 @@
 """`python -m helpers class who|end`: an instructor's view of a class on the hub, and its end.
 
-Learners are the hub's users with a server (when the hub's API is given: COURSE_HUB_URL and an
-admin token in COURSE_HUB_TOKEN) and the owners of server jobs (`jupyterhub-course`) in Slurm.
-`end` touches only them: their servers through the hub, then their Slurm jobs (only those in
-the class reservation when COURSE_HUB_RESERVATION is set), and it waits until squeue shows
-none of those jobs before it says the class has ended.
+A class is named, never guessed: its learners are the members of a hub group (`--group`, with
+the hub's API: COURSE_HUB_URL and COURSE_HUB_TOKEN) or the users of a Slurm reservation
+(`--reservation`), and with both, the group's members. `end` stops those learners' servers
+through the hub and cancels the job ids it found for them: with a reservation, their jobs in
+it; without, their server job and engines jobs. Nothing else: not a hub user outside the class,
+not a job of a learner's outside the reservation, not a job someone named like a server
+(`scancel -u` is never used). `--dry-run` prints what `end` would do and does nothing.
+
+The token needs the scopes `read:groups`, `list:users`, `read:servers` and `delete:servers`
+(not an admin token).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -39,6 +46,7 @@ class Learner:
     hub_state: str = "-"  # ready / pending / - (no hub API given)
     server: Job | None = None
     engines: list[str] = field(default_factory=list)  # "N on NODES" per engines job or step
+    engine_jobs: list[str] = field(default_factory=list)  # ids of engines jobs (sbatch)
     other_jobs: list[Job] = field(default_factory=list)
 
 
@@ -86,6 +94,14 @@ class HubAPI:
         except OSError as exc:
             raise CourseError(f"the hub's API at {self.url} does not answer ({exc}): set COURSE_HUB_URL") from None
 
+    def group(self, name: str) -> list[str]:
+        status, body = self.call("GET", f"/groups/{urllib.parse.quote(name, safe='')}")
+        if status == 404:
+            raise CourseError(f"the hub has no group {name!r}")
+        if status != 200:
+            raise CourseError(f"the hub refused the group {name!r} (HTTP {status}): COURSE_HUB_TOKEN needs read:groups")
+        return list(body.get("users", []))
+
     def users(self) -> list[dict]:
         status, body = self.call("GET", "/users?state=active")
         if status != 200:
@@ -94,27 +110,72 @@ class HubAPI:
         return body
 
 
-def learners(hub: HubAPI | None = None) -> dict[str, Learner]:
-    """Who is where: hub users with a server, owners of server jobs, and their other jobs."""
-    found: dict[str, Learner] = {}
+@dataclass
+class ClassSpec:
+    """Which class: a hub group, a Slurm reservation, or both (then learners are the group's)."""
+
+    group: str = ""
+    reservation: str = ""
+
+    def __post_init__(self):
+        if not (self.group or self.reservation):
+            raise CourseError("say which class: --group NAME (the hub group of its learners) or --reservation "
+                              "NAME (the Slurm reservation its servers run in); nobody is guessed from job names")
+
+
+def reservation_users(name: str) -> list[str]:
+    try:
+        done = subprocess.run(["scontrol", "show", "reservation", "-o", name], capture_output=True, text=True,
+                              timeout=60)
+    except FileNotFoundError:
+        raise CourseError("scontrol is not on PATH: run this where Slurm's commands are") from None
+    match = re.search(r"(?:^|\s)Users=(\S+)", done.stdout)
+    if done.returncode != 0 or not match:
+        raise CourseError(f"no Slurm reservation {name!r} with a user list ({(done.stderr or done.stdout).strip()[:200]})")
+    return [user for user in match.group(1).split(",") if user and user != "(null)"]
+
+
+def class_members(spec: ClassSpec, hub: HubAPI | None) -> set[str]:
+    if spec.group:
+        if hub is None:
+            raise CourseError("--group needs the hub's API: set COURSE_HUB_URL and COURSE_HUB_TOKEN")
+        return set(hub.group(spec.group))
+    return set(reservation_users(spec.reservation))
+
+
+def learners(spec: ClassSpec, hub: HubAPI | None = None) -> dict[str, Learner]:
+    """The class's learners, where their servers are, and their jobs that belong to the class."""
+    members = class_members(spec, hub)
+    found = {name: Learner(name) for name in sorted(members)}
     for user in (hub.users() if hub else []):
         server = (user.get("servers") or {}).get("")
-        if server:
-            found[user["name"]] = Learner(user["name"], "ready" if server.get("ready") else "pending")
-    queue = jobs()
-    for job in queue:
+        if user["name"] in found and server:
+            found[user["name"]].hub_state = "ready" if server.get("ready") else "pending"
+    for job in jobs():
+        learner = found.get(job.user)
+        if learner is None or (spec.reservation and job.reservation != spec.reservation):
+            continue
         if job.name == SERVER_JOB:
-            found.setdefault(job.user, Learner(job.user)).server = job
-    for job in queue:
-        if job.user in found and job.name != SERVER_JOB:
-            if job.name.startswith(ENGINE_PREFIXES):
-                found[job.user].engines.append(f"job {job.job_id} {job.state} on {job.nodes or '-'}")
-            else:
-                found[job.user].other_jobs.append(job)
+            learner.server = job
+        elif job.name.startswith(ENGINE_PREFIXES):
+            learner.engines.append(f"job {job.job_id} {job.state} on {job.nodes or '-'}")
+            learner.engine_jobs.append(job.job_id)
+        elif spec.reservation:
+            learner.other_jobs.append(job)
     for step_id, user, name, nodes, tasks in (row[:5] for row in steps()):
-        if user in found and name.startswith(ENGINE_PREFIXES):
+        if user in found and name.startswith(ENGINE_PREFIXES) and found[user].server \
+                and step_id.split(".")[0] == found[user].server.job_id:
             found[user].engines.append(f"{tasks} in step {step_id} on {nodes}")
     return found
+
+
+def class_jobs(found: dict[str, Learner]) -> list[str]:
+    """The job ids `end` cancels: exactly those `learners` found."""
+    ids = []
+    for learner in found.values():
+        ids += ([learner.server.job_id] if learner.server else []) + learner.engine_jobs
+        ids += [job.job_id for job in learner.other_jobs]
+    return sorted(set(ids), key=int)
 
 
 def who_table(found: dict[str, Learner]) -> str:
@@ -129,46 +190,56 @@ def who_table(found: dict[str, Learner]) -> str:
     return "\n".join(lines + [f"{len(found)} learner(s)"])
 
 
-def end_class(hub: HubAPI | None = None, reservation: str = "", within: float = 120.0) -> int:
-    """Stop every learner's server and jobs; 0 when squeue shows none of them afterwards."""
-    found = learners(hub)
+def end_class(spec: ClassSpec, hub: HubAPI | None = None, within: float = 120.0, dry_run: bool = False) -> int:
+    """Stop the class's servers and cancel the jobs found for it; 0 when squeue shows none of them."""
+    found = learners(spec, hub)
+    ids = class_jobs(found)
+    servers = sorted(n for n, learner in found.items() if learner.hub_state != "-") if hub else []
+    if dry_run:
+        print(f"class end would stop the servers of {', '.join(servers) or 'nobody'} through the hub and cancel "
+              f"the jobs {' '.join(ids) or '(none)'} of {len(found)} learner(s); nothing done (--dry-run)")
+        return 0
     started = time.monotonic()
-    if hub:
-        for name in sorted(n for n, learner in found.items() if learner.hub_state != "-"):
-            status, _ = hub.call("DELETE", f"/users/{name}/server")
-            print(f"  {name}: hub stopped the server (HTTP {status})" if status in (202, 204)
-                  else f"  {name}: the hub answered HTTP {status} to stopping the server")
-    for name in sorted(found):
-        command = ["scancel", "-u", name] + ([f"--reservation={reservation}"] if reservation else [])
-        subprocess.run(command, capture_output=True, text=True, timeout=60)
-        server = found[name].server
-        if reservation and server:  # the server job too, in case the hub has no reservation set
-            subprocess.run(["scancel", server.job_id], capture_output=True, timeout=60)
-    left = _remaining(found, reservation)
+    for name in servers:
+        status, _ = hub.call("DELETE", f"/users/{urllib.parse.quote(name, safe='')}/server")
+        print(f"  {name}: hub stopped the server (HTTP {status})" if status in (202, 204)
+              else f"  {name}: the hub answered HTTP {status} to stopping the server")
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
+    left = _remaining(ids)
     while left and time.monotonic() - started < within:
-        time.sleep(1)
-        left = _remaining(found, reservation)
+        time.sleep(2)
+        left = _remaining(ids)
     waited = time.monotonic() - started
     if left:
         print(f"class NOT ended after {waited:.0f} s: still in squeue: "
               + ", ".join(f"{j.job_id} ({j.user}, {j.state})" for j in left))
         return 1
-    print(f"class ended: {len(found)} learner(s); squeue shows none of their "
-          f"{'reservation ' if reservation else ''}jobs ({waited:.1f} s)")
+    print(f"class ended: {len(found)} learner(s), {len(servers)} server(s) stopped, jobs {' '.join(ids) or '-'} "
+          f"gone from squeue ({waited:.1f} s)")
     return 0
 
 
-def _remaining(found: dict[str, Learner], reservation: str) -> list[Job]:
-    servers = {learner.server.job_id for learner in found.values() if learner.server}
-    return [j for j in jobs() if j.user in found and (not reservation or j.reservation == reservation
-                                                      or j.job_id in servers)]
+def _remaining(ids: list[str]) -> list[Job]:
+    """Those of `ids` still in the queue (one squeue for them, not the whole queue)."""
+    if not ids:
+        return []
+    try:
+        rows = _squeue(["-j", ",".join(ids), "-o", "%i|%u|%j|%T|%N|%v"])
+    except CourseError as exc:
+        if "Invalid job id" in str(exc):  # every one of them purged already
+            return []
+        raise
+    return [Job(*row[:6]) for row in rows if row[0] in ids]
 
 
-def main(action: str) -> int:
+def main(action: str, group: str = "", reservation: str = "", dry_run: bool = False) -> int:
+    spec = ClassSpec(group or os.environ.get("COURSE_HUB_GROUP", ""),
+                     reservation or os.environ.get("COURSE_HUB_RESERVATION", ""))
     hub = HubAPI.from_env()
-    if hub is None:
-        print("(no COURSE_HUB_TOKEN: learners from Slurm's server jobs only)")
+    if hub is None and spec.group:
+        raise CourseError("--group needs the hub's API: set COURSE_HUB_URL and COURSE_HUB_TOKEN")
     if action == "who":
-        print(who_table(learners(hub)))
+        print(who_table(learners(spec, hub)))
         return 0
-    return end_class(hub, os.environ.get("COURSE_HUB_RESERVATION", ""))
+    return end_class(spec, hub, dry_run=dry_run)

@@ -91,9 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     klass = sub.add_parser("class", help="a class on the hub: who is where, and ending it (instructors)")
     klass.add_argument("action", choices=("who", "end"),
-                       help="who: learner, server job, node, engines; end: stop every learner's server and "
-                            "jobs and wait until squeue shows none (COURSE_HUB_URL, COURSE_HUB_TOKEN, "
-                            "COURSE_HUB_RESERVATION)")
+                       help="who: learner, server job, node, engines; end: stop the class's servers, cancel "
+                            "the jobs found for them and wait until squeue shows none (COURSE_HUB_URL, "
+                            "COURSE_HUB_TOKEN)")
+    klass.add_argument("--group", default="", help="the hub group of the class's learners (COURSE_HUB_GROUP)")
+    klass.add_argument("--reservation", default="",
+                       help="the class's Slurm reservation: its users are the learners unless --group is given, "
+                            "and only jobs in it are cancelled (COURSE_HUB_RESERVATION)")
+    klass.add_argument("--dry-run", action="store_true", help="end: print what would be stopped, do nothing")
 
     horovod = sub.add_parser("horovod", help="build Horovod 0.28.1 against this TensorFlow (CPU, Gloo; lesson 13)")
     horovod.add_argument("action", choices=("build",), help="build: compile it into --into (root installs the "
@@ -182,7 +187,7 @@ def _dispatch(args) -> int:
     elif args.command == "class":
         from .class_admin import main as class_main
 
-        return class_main(args.action)
+        return class_main(args.action, args.group, args.reservation, args.dry_run)
     elif args.command == "results":
         from ..environment import output_dir
         from ..results import load_results, results_table
