@@ -6,3 +6,13 @@ so each module imports TensorFlow lazily, only where it is needed.
 """
 
 __version__ = "0.1.0"
+
+import os as _os
+
+# On a hub, the learner's Jupyter server holds the hub's API token in its environment, and its
+# kernels inherit it. Nothing a lesson starts needs it (engines, TensorFlow workers, srun steps,
+# batch jobs), and there it would sit in processes with open ports and in Slurm's job records:
+# importing the course drops it from the kernel, so nothing started from it carries it.
+HUB_SECRETS = ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN")
+for _name in HUB_SECRETS:
+    _os.environ.pop(_name, None)

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from . import HUB_SECRETS
 from .environment import PROXY_VARIABLES
 from .errors import CourseError
 from .gpus import plan_for_local_worker
@@ -30,12 +31,12 @@ class WorkerOutcome:
 
 
 def worker_env(workers: list[str], rank: int, base: dict | None = None) -> dict:
-    """Environment of local worker `rank`: TF_CONFIG, its own GPUs, quiet logs, no proxies."""
+    """Environment of local worker `rank`: TF_CONFIG, its own GPUs, quiet logs, no proxies, no hub token."""
     env = dict(os.environ if base is None else base)
     env["TF_CONFIG"] = json.dumps(make_tf_config(workers, rank))
     env.update(plan_for_local_worker(len(workers), rank, env).env())
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    for name in PROXY_VARIABLES:
+    for name in (*PROXY_VARIABLES, *HUB_SECRETS):
         env.pop(name, None)
     return env
 

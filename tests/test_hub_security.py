@@ -97,3 +97,42 @@ def test_a_learners_kernel_cannot_make_the_hub_run_commands(slurm, tmp_path, rep
     assert "SLURM_CONF=" in query_env, "the query wrapper did not run (the test would prove nothing)"
     assert HUB_SECRET not in query_env and "CONFIGPROXY_AUTH_TOKEN" not in query_env, \
         "a command run as the learner got the hub's secrets in its environment"
+
+
+@pytest.mark.slurm
+def test_the_hub_token_reaches_no_engine_worker_or_batch_job(slurm, tmp_path, report):
+    """The learner's server holds the hub's token; what its kernel starts once the course is
+    imported (engines as an srun step, local TensorFlow workers, a batch job) does not."""
+    probe = ("import os\nprint('HUB_TOKEN' if os.environ.get('JUPYTERHUB_API_TOKEN') or os.environ.get('JPY_API_TOKEN')"
+             " else 'no hub token')\n")
+    cells = [
+        "import os\nprint('kernel has it' if os.environ.get('JUPYTERHUB_API_TOKEN') else 'kernel lacks it')",
+        "import helpers\nfrom helpers.cluster import start_engines\nengines = start_engines(2)",
+        "%%px\nimport os\nhas = bool(os.environ.get('JUPYTERHUB_API_TOKEN') or os.environ.get('JPY_API_TOKEN'))",
+        "print('engines', engines.client[:].pull('has', block=True))\n_ = engines.stop()",
+        "import pathlib, sys\nfrom helpers.launch import run_local_workers\n"
+        f"program = pathlib.Path.home() / 'probe.py'\nprogram.write_text({probe!r})\n"
+        "print('workers', [o.output.strip() for o in run_local_workers([str(program)], 2, deadline_s=60)])",
+        "import subprocess\nout = pathlib.Path.home() / 'batch-env'\n"
+        "done = subprocess.run(['sbatch', '--wait', '--time=2', '--nodes=1', '--ntasks=1', '--output', str(out),"
+        " '--wrap', f'{sys.executable} {program}'], capture_output=True, text=True, timeout=180)\n"
+        "print('batch', done.returncode, out.read_text().strip() if out.exists() else done.stderr)",
+    ]
+    with unix_learners(1, prefix="tok") as (learner,):
+        user = learner["name"]
+        hub, token = new_hub(tmp_path, slurm, {user: learner["password"]},
+                             "c.SlurmSpawner.req_options = '--nodes=1 --ntasks=2'\n")
+        try:
+            assert hub.call("POST", f"/hub/api/users/{user}/server", token)[0] in (201, 202)
+            wait_server(hub, user, token, 120)
+            kernel, _, _, engines, workers, batch = run_in_kernel(hub, user, token, cells, timeout=400)
+        finally:
+            hub.call("DELETE", f"/hub/api/users/{user}/server", token)
+            hub.stop()
+        assert squeue_empty(slurm["env"], within=60)
+    report(f"{__name__.rsplit('.', 1)[-1]}: {kernel.strip()} before `import helpers`; {engines.strip()}; "
+           f"{workers.strip()}; {batch.strip()}")
+    assert kernel.strip() == "kernel has it", "the test must start from a kernel that holds the token"
+    assert engines.strip() == "engines [False, False]", engines
+    assert workers.strip() == "workers ['no hub token', 'no hub token']", workers
+    assert batch.strip() == "batch 0 no hub token", batch
