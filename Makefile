@@ -43,9 +43,13 @@ classtest: install
 kernel: install
 	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "TF HPC course"
 
-# loopback only, token on (JupyterLab's default): reach it through `ssh -L` from elsewhere
+# loopback only, token on (JupyterLab's default): reach it through `ssh -L` from elsewhere.
+# Kernels talk over Unix sockets in a directory only you can enter: on TCP loopback any user of
+# the machine could subscribe to a kernel's output and read every cell's code and output.
 lab: kernel
-	cd notebooks && ../$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 $(LAB_ARGS) $(LAB_OPTS)
+	@sockets=$$(mktemp -d "$${TMPDIR:-/tmp}/course-kernels-XXXXXX") && trap 'rm -rf "$$sockets"' EXIT && \
+	cd notebooks && ../$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 \
+	  --KernelManager.transport=ipc --KernelManager.ip="$$sockets/kernel" $(LAB_ARGS) $(LAB_OPTS)
 
 # Horovod 0.28.1 compiled against this TensorFlow (CPU, Gloo) into build/horovod, for lesson 13:
 # a few minutes; as root it installs the two header packages it needs with apt-get.

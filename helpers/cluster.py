@@ -280,6 +280,8 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     from . import slurm_engines
 
     slurm = slurm_engines.want_slurm(slurm)
+    if not slurm:
+        slurm_engines.check_local_workers(f"{n} local engines")
     cluster_id = CLUSTER_PREFIX + secrets.token_hex(4)
     config, options = (_slurm_options(n, request, Config(), cluster_id) if slurm
                        else _local_options(Config()))

@@ -41,18 +41,22 @@ def site_dir() -> Path | None:
 def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
         deadline_s: float = 300.0) -> subprocess.CompletedProcess:
     """`horovodrun -np n --gloo` on this host: `n` processes of `script`, killed at the deadline."""
+    from .kernel_watch import end_with_kernel
     from .launch import kill_group
+    from .slurm_engines import check_local_workers
 
     site = site_dir()
     if site is None:
         raise CourseError(f"Horovod is not built here: run `make horovod` (or `python -m helpers horovod build`), "
                           f"which compiles it into {default_dir()}")
+    check_local_workers(f"horovodrun with {n} processes")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = [sys.executable, str(site / "bin" / "horovodrun"), "-np", str(n), "--gloo", "-H", f"localhost:{n}",
                sys.executable, str(script), *(args or [])]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
+    release = end_with_kernel(process)  # horovodrun's workers and its rendezvous port end with the kernel
     try:
         output, _ = process.communicate(timeout=deadline_s)
     except subprocess.TimeoutExpired:
@@ -60,4 +64,6 @@ def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
         output, _ = process.communicate()
         raise CourseError(f"horovodrun did not finish within {deadline_s:.0f} s (killed); its output ends with: "
                           f"{output.strip().splitlines()[-1:] or ['nothing']}") from None
+    finally:
+        release()
     return subprocess.CompletedProcess(command, process.returncode, output, "")

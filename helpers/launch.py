@@ -19,7 +19,9 @@ from . import HUB_SECRETS
 from .environment import PROXY_VARIABLES
 from .errors import CourseError
 from .gpus import plan_for_local_worker
+from .kernel_watch import end_with_kernel
 from .resolver import free_port, make_tf_config
+from .slurm_engines import check_local_workers
 
 
 @dataclass
@@ -51,6 +53,7 @@ def run_local_workers(args: list[str], n: int, deadline_s: float = 300.0,
     """
     if n < 1:
         raise CourseError(f"cannot run {n} workers: ask for at least 1")
+    check_local_workers(f"{n} local workers")
     workers = [f"localhost:{free_port()}" for _ in range(n)]
     note = plan_for_local_worker(n, 0, env).note
     if note:
@@ -59,7 +62,11 @@ def run_local_workers(args: list[str], n: int, deadline_s: float = 300.0,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
              for rank in range(n)]
-    outputs = _wait_all(procs, deadline_s, ok_statuses)
+    release = end_with_kernel(*procs)  # a killed kernel takes its workers (and their ports) with it
+    try:
+        outputs = _wait_all(procs, deadline_s, ok_statuses)
+    finally:
+        release()
     return [WorkerOutcome(rank, proc.returncode if not why else None, out, why)
             for rank, (proc, (out, why)) in enumerate(zip(procs, outputs))]
 

@@ -161,3 +161,42 @@ def test_stop_all_force_stops_a_running_kernels_cluster(tmp_path):
     finally:
         kernel.kill()
         kernel.wait()
+
+
+KERNEL_WITH_WORKERS = """
+import subprocess, sys, threading, time
+from helpers.kernel_watch import end_with_kernel
+from helpers.launch import run_local_workers
+board = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+end_with_kernel(board)  # as lesson 09 does with TensorBoard
+print("BOARD", board.pid, flush=True)
+worker = "import os, time; time.sleep(600)"
+threading.Thread(target=run_local_workers, args=(["-c", worker], 2), kwargs={"deadline_s": 600}, daemon=True).start()
+time.sleep(600)
+"""
+
+
+def test_a_killed_kernel_takes_its_workers_and_tensorboard_with_it():
+    """Local TensorFlow workers and TensorBoard run in sessions of their own (a Ctrl-C in the
+    notebook must not reach them half-way); when the kernel is SIGKILLed, they still end."""
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL_WITH_WORKERS], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    started = []
+    try:
+        board = int(kernel.stdout.readline().split()[1])
+        deadline, workers = time.monotonic() + 30, []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            workers = [p for p in psutil.Process(kernel.pid).children() if p.pid != board and "TF_CONFIG" in p.environ()]
+            time.sleep(0.2)
+        assert len(workers) == 2, "the kernel's two local workers did not start"
+        started = [psutil.Process(board), *workers]
+        kernel.kill()
+        kernel.wait()
+        alive = _wait_gone(started, within=15)
+    finally:
+        kernel.kill()
+        for proc in started:  # a failed run leaves nothing behind either
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+    assert not alive, f"still running after their kernel was killed: {[p.pid for p in alive]}"

@@ -63,3 +63,14 @@ def test_class_defaults_spawn_limit_culler_and_servers_outlive_the_hub(monkeypat
     assert {"delete:servers", "read:users:activity"} <= set(config.JupyterHub.load_roles[0]["scopes"])
     config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_IDLE_TIMEOUT="0", COURSE_HUB_SPAWN_LIMIT="5")
     assert "services" not in config.JupyterHub and config.JupyterHub.concurrent_spawn_limit == 5
+
+
+def test_servers_are_exclusive_kernels_on_private_sockets_and_the_python_checked(monkeypatch):
+    config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1")
+    assert "--exclusive" in config.SlurmSpawner.req_options.split()
+    script = config.SlurmSpawner.batch_script
+    assert '--KernelManager.transport=ipc --KernelManager.ip="$KERNELS/kernel"' in script
+    assert 'KERNELS=$(mktemp -d' in script  # mode 700: only the learner enters it
+    assert ': "${ADDRESS:?' in script  # no address: the job stops, it never listens everywhere
+    root = str(CONFIG.parents[2])
+    assert f'for path in "{root}" "{root}/.venv" "{root}/.venv/bin"' in script and "@COURSE_DIR@" not in script

@@ -10,6 +10,7 @@ import secrets
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,51 @@ def test_another_user_cannot_read_engine_output(other_user, monkeypatch, report)
     assert "RECEIVED 0 bytes" in seen_with and "secret seen: False" in seen_with, seen_with
     report(f"second Unix user on the output relay {url}: without CurveZMQ '{seen_without}'; "
            f"with the course's settings '{seen_with}'")
+
+
+def test_another_user_cannot_read_a_kernels_output(other_user, tmp_path, report):
+    """`make lab`'s kernels: a second Unix user subscribes to every socket the kernel listens on
+    (what `ss -lx` / `ss -lnt` show anyone) while the learner's cell prints a secret. On TCP
+    loopback (Jupyter's default) that works, the HMAC key signs but does not hide; the course's
+    kernels use Unix sockets in a directory only their owner can enter."""
+    import psutil
+    from jupyter_client import BlockingKernelClient
+
+    from tests.conftest import ROOT, Lab
+
+    lab = Lab(ROOT / "notebooks", tmp_path / "runtime",
+              command=["make", "-s", "-C", str(ROOT), "lab", "LAB_OPTS=--no-browser --port=0"])
+    secret = f"SECRET-{secrets.token_hex(8)}"
+    try:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        request = urllib.request.Request(f"{lab.url}/api/kernels?token={lab.token}", data=b"{}", method="POST")
+        with opener.open(request, timeout=60) as answer:
+            kernel_id = json.loads(answer.read())["id"]
+        info = json.loads((tmp_path / "runtime" / f"kernel-{kernel_id}.json").read_text())
+        kernel = next(p for p in psutil.process_iter(["cmdline"]) if kernel_id in " ".join(p.info["cmdline"] or []))
+        tcp = [f"tcp://127.0.0.1:{c.laddr.port}" for c in kernel.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+        iopub = f"{info['transport']}://{info['ip']}" + (f"-{info['iopub_port']}" if info["transport"] == "ipc"
+                                                        else f":{info['iopub_port']}")
+        urls = sorted(set(tcp) | {iopub})
+        attackers = [subprocess.Popen(["runuser", "-u", other_user["name"], "--", sys.executable, "-c", ATTACKER, url,
+                                       "6", secret], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+                     for url in urls]
+        for attacker in attackers:
+            assert attacker.stdout.readline().strip() == "ready"
+        time.sleep(1)
+        client = BlockingKernelClient()
+        client.load_connection_info(info)
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=60)
+            for _ in range(6):
+                client.execute_interactive(f"print({secret!r})", timeout=30, output_hook=lambda msg: None)
+                time.sleep(0.5)
+        finally:
+            client.stop_channels()
+        seen = [attacker.communicate(timeout=60)[0].strip() for attacker in attackers]
+    finally:
+        lab.stop()
+    report(f"second Unix user on the kernel's sockets {urls}: {seen}")
+    assert all("RECEIVED 0 bytes" in line and "secret seen: False" in line for line in seen), seen
+    assert info["transport"] == "ipc" and not tcp, f"the kernel listens on TCP: {tcp or info}"

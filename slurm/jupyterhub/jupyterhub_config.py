@@ -14,7 +14,8 @@ behind the centre's HTTPS front end. Everything site-specific is an environment 
                            address on their network; never all interfaces)
     COURSE_HUB_PARTITION   partition for the servers (default: the site's default)
     COURSE_HUB_TIME        time limit of a server (default 02:00:00)
-    COURSE_HUB_OPTIONS     extra #SBATCH options, e.g. "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1"
+    COURSE_HUB_OPTIONS     extra #SBATCH options (default "--nodes=1 --ntasks=2 --exclusive"), e.g.
+                           "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --exclusive"
 
 For a class (README, "Running a class"):
 
@@ -78,14 +79,18 @@ c.Spawner.environment = {
 def _batch_script() -> str:
     from helpers.environment import PROXY_VARIABLES  # the one list of them
 
-    return (HERE / "server.sbatch.j2").read_text().replace("@PROXY_VARIABLES@", " ".join(PROXY_VARIABLES))
+    return ((HERE / "server.sbatch.j2").read_text().replace("@PROXY_VARIABLES@", " ".join(PROXY_VARIABLES))
+            .replace("@COURSE_DIR@", str(COURSE_DIR)))
 
 
 c.SlurmSpawner.batch_script = _batch_script()
 c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebook gets the job's CPUs
 c.SlurmSpawner.req_runtime = os.environ.get("COURSE_HUB_TIME", "02:00:00")
 c.SlurmSpawner.req_partition = os.environ.get("COURSE_HUB_PARTITION", "")
-c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", "--nodes=1 --ntasks=2")
+# --exclusive: no other user's job on a learner's node, where the lessons' TensorFlow workers open
+# unauthenticated gRPC ports (README, "Security on a shared cluster"); a partition reserved for the
+# class (one user per node, ExclusiveUser=YES) serves as well
+c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", "--nodes=1 --ntasks=2 --exclusive")
 # a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
 c.SlurmSpawner.start_timeout = int(os.environ.get("COURSE_HUB_START_TIMEOUT", "300"))
 c.SlurmSpawner.http_timeout = 120
