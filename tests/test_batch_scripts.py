@@ -52,3 +52,24 @@ def _check_block() -> str:
     text = (ROOT / "slurm" / "train.sbatch").read_text()
     start = text.index("for path in \"$COURSE_DIR\"")
     return text[start:text.index("done\n", start) + 5]
+
+
+@pytest.mark.parametrize("script", ["train.sbatch", "engines.sbatch"])
+def test_a_helpers_package_planted_in_the_submit_directory_does_not_run(tmp_path, script):
+    """The scripts run `python -m helpers` from the submit directory; Python would put that
+    directory first on sys.path and import a `helpers/` planted there (shared scratch)."""
+    submit = tmp_path / "scratch"
+    (submit / "helpers").mkdir(parents=True)
+    marker = tmp_path / "planted-ran"
+    (submit / "helpers" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (submit / "helpers" / "__main__.py").write_text("print('http_proxy')\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("srun", "sleep"):  # the step itself is not what this test is about
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "COURSE_DIR": str(ROOT), "SLURM_SUBMIT_DIR": str(submit),
+           "SLURM_JOB_ID": "42", "COURSE_DATA_DIR": str(tmp_path), "SLURM_NTASKS": "1", "COURSE_CONTROLLER_IP": "127.0.0.1"}
+    subprocess.run(["bash", str(ROOT / "slurm" / script)], env=env, cwd=submit, capture_output=True, text=True,
+                   timeout=120)
+    assert not marker.exists(), "the helpers package planted in the submit directory ran"

@@ -94,6 +94,9 @@ c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", "--nodes=1 --n
 # a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
 c.SlurmSpawner.start_timeout = int(os.environ.get("COURSE_HUB_START_TIMEOUT", "300"))
 c.SlurmSpawner.http_timeout = 120
+# one squeue a second per starting server, not two (batchspawner's 0.5 s: at the spawn limit of
+# 20, forty sudo+squeue calls a second on the hub and the controller)
+c.SlurmSpawner.startup_poll_interval = 1.0
 # Submit as the user. With sudo rules in place use the default ("sudo -E -u {username}");
 # a hub running as root without sudo can use runuser:
 c.SlurmSpawner.exec_prefix = os.environ.get("COURSE_HUB_EXEC_PREFIX", "sudo -E -u {username}")

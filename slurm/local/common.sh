@@ -1,5 +1,6 @@
 # Shared names of slurm/local/up and down (sourced, not run).
-STATE=${COURSE_SLURM_DIR:-/var/tmp/course-slurm}
+# root's /run by default: no other user can create the directory before root does
+STATE=${COURSE_SLURM_DIR:-/run/course-slurm}
 CONF=$STATE/slurm.conf
 BRIDGE=cslurm0
 NS_PREFIX=cslurm-node
