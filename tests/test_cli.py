@@ -93,3 +93,9 @@ def test_class_commands_without_slurm_say_what_is_missing(tmp_path):
         done = run_cli("class", action, "--reservation", "day1", env=env)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert "error: scontrol is not on PATH" in done.stderr, done.stderr
+
+
+def test_class_commands_refuse_to_send_the_token_over_plain_http(tmp_path):
+    env = {"COURSE_HUB_TOKEN": "secret", "COURSE_HUB_URL": "http://hub.example.org:8000"}
+    done = run_cli("class", "who", "--group", "course", env=env)
+    assert done.returncode == 2 and "unencrypted" in done.stderr and "Traceback" not in done.stderr, done.stderr

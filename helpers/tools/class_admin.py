@@ -75,12 +75,21 @@ class HubAPI:
 
     def __init__(self, url: str, token: str):
         self.url, self.token = url.rstrip("/"), token
+        self._check_transport()
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     @classmethod
     def from_env(cls) -> "HubAPI | None":
         token = os.environ.get("COURSE_HUB_TOKEN", "")
         return cls(os.environ.get("COURSE_HUB_URL", "http://127.0.0.1:8000"), token) if token else None
+
+    def _check_transport(self) -> None:
+        """The token goes in every request: over plain HTTP only to this machine."""
+        parsed = urllib.parse.urlsplit(self.url)
+        local = parsed.hostname in ("127.0.0.1", "localhost", "::1")
+        if parsed.scheme != "https" and not (parsed.scheme == "http" and local):
+            raise CourseError(f"COURSE_HUB_URL={self.url!r}: the hub's token would cross the network unencrypted; "
+                              "use the hub's https:// address (or http:// to 127.0.0.1 on the hub host)")
 
     def call(self, method: str, path: str) -> tuple[int, object]:
         request = urllib.request.Request(f"{self.url}/hub/api{path}", method=method,

@@ -32,6 +32,9 @@ from pathlib import Path
 from ..errors import CourseError
 from ..horovod_env import VERSION, default_dir, importable
 
+# PyPI's sha256 of horovod-0.28.1.tar.gz, the only archive this recipe builds
+SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
+
 HEADERS = {"highwayhash/arch_specific.h": "libhighwayhash-dev", "farmhash.h": "libfarmhash-dev"}
 TOOLS = {"cmake": "cmake", "c++": "g++"}
 XLA_LINE = 'list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")'
@@ -88,8 +91,11 @@ def _patched_source(where: Path, quiet: bool) -> Path:
     source = where / f"horovod-{VERSION}"
     if not source.exists():
         _say(quiet, f"downloading horovod=={VERSION} (source)")
+        # pinned: its setup.py runs as whoever builds (root in CI), so only this exact archive may
+        pinned = where / "horovod-requirement.txt"
+        pinned.write_text(f"horovod=={VERSION} --hash=sha256:{SDIST_SHA256}\n")
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                        "-d", str(where), f"horovod=={VERSION}"], check=True)
+                        "--require-hashes", "-d", str(where), "-r", str(pinned)], check=True)
         with tarfile.open(where / f"horovod-{VERSION}.tar.gz") as archive:
             # the "data" filter refuses links out of the tree (Python 3.11.4+; PyPI's own sdist otherwise)
             archive.extractall(where, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
