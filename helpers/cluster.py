@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import kernel_watch, ownership
 from .errors import CourseError
@@ -294,6 +295,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     cluster = ipp.Cluster(n=n, cluster_id=cluster_id, delay=0, shutdown_atexit=not keep,
                           engine_timeout=int(timeout), log_level=40, config=config, **options)
     client, phases = None, {}
+    _session_key(cluster)
     try:
         cluster.start_controller_sync()  # what start_cluster does, timed by phase:
         cluster.start_engines_sync(n=n)  # waits for the controller's connection file, then launches
@@ -393,6 +395,28 @@ def connect(url_file, timeout: float = 30.0):
                           "host (firewall, wrong interface: set COURSE_CONTROLLER_IP)?") from None
 
 
+def _session_key(cluster) -> Path:
+    """A message-signing key for the cluster, handed to its controller in an owner-only file.
+
+    With CurveZMQ on, ipyparallel drops the HMAC key as redundant, and every engine then logs
+    `Message signing is disabled.  This is insecure and not recommended!`. Signing stays on as
+    defence in depth (and the warning goes for a reason): the key travels in a file, never on a
+    command line or in a job's environment, and reaches the engines in the connection files."""
+    key = _session_key_path(cluster)
+    key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(secrets.token_hex(32))
+    cluster.controller_args = [*cluster.controller_args, f"--Session.keyfile={key}"]
+    return key
+
+
+def _session_key_path(cluster) -> Path:
+    """Beside the connection files: the controller's schedulers read it as they start, and the
+    cluster's stop removes it."""
+    return Path(cluster.profile_dir) / "security" / f"ipcontroller-{cluster.cluster_id}-session.key"
+
+
 def _local_options(config) -> tuple:
     config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
     return config, dict(controller_args=[*HEARTBEAT, *CURVE, "--ip=127.0.0.1"])
@@ -469,6 +493,7 @@ def _stop_cluster(cluster, client) -> None:
     except Exception:  # noqa: BLE001
         pass
     ownership.kill(tree + ownership.controllers_of(cluster.cluster_id))
+    _session_key_path(cluster).unlink(missing_ok=True)
 
 
 def stop_all(force: bool = False) -> tuple[int, list[str]]:

@@ -156,3 +156,31 @@ def test_px_cells_show_every_engines_last_line_every_time(capsys):
     assert "Error in callback" not in shown, shown[-2000:]
     missing = [f"[rank {r}] last {i}" for i in range(15) for r in (0, 1) if f"[rank {r}] last {i}" not in shown]
     assert not missing, f"lines missing from %%px output: {missing}\n{shown[-2000:]}"
+
+
+def test_engines_sign_messages_with_a_key_that_travels_in_owner_only_files():
+    """CurveZMQ made ipyparallel drop the HMAC key, and every engine then warned `Message signing
+    is disabled`; the course keeps a per-cluster key, handed over in files only the owner reads."""
+    import json
+    import stat
+    from pathlib import Path
+
+    from helpers.cluster import start_engines
+
+    engines = start_engines(1, activate=False)
+    try:
+        security = Path(engines.cluster.profile_dir) / "security"
+        keyfile = security / f"ipcontroller-{engines.cluster_id}-session.key"
+        mode = stat.S_IMODE(keyfile.stat().st_mode)
+        infos = [json.loads(f.read_text()) for f in security.glob(f"ipcontroller-{engines.cluster_id}-*.json")]
+        assert engines.view.apply_sync(int, "42") == [42]
+        output = "".join(s.get_output() for s in engines.cluster.engines.values())
+        command_lines = [" ".join(p.cmdline()) for p in __import__("psutil").process_iter() if engines.cluster_id in
+                         " ".join(p.cmdline())]
+    finally:
+        engines.stop()
+    assert mode == 0o600, oct(mode)
+    assert infos and all(info["key"] for info in infos), "the connection files carry no signing key"
+    assert not any(infos[0]["key"] in line for line in command_lines), "the key is on a command line"
+    assert "Completed registration" in output and "Message signing is disabled" not in output, output[-1500:]
+    assert not keyfile.exists(), "the key file outlived its cluster"
