@@ -40,8 +40,11 @@ classtest: install
 	COURSE_CLASS_LEARNERS=$(CLASS_LEARNERS) COURSE_SLURM_CPUS=16 COURSE_REQUIRE_SLURM=1 \
 	  $(PY) -m pytest tests/test_class_load.py -p no:cacheprovider -rA $(PYTEST_ARGS)
 
+# the environment's bin first on PATH: `ipcontroller`, `ipcluster` (%ipcluster of ipcmagic) and
+# `tensorboard` are found from the kernel however Jupyter was started
 kernel: install
-	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "TF HPC course"
+	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "TF HPC course" \
+	  --env PATH '$(abspath $(VENV))/bin:$${PATH}'
 
 # loopback only, token on (JupyterLab's default): reach it through `ssh -L` from elsewhere.
 # Kernels talk over Unix sockets in a directory only you can enter: on TCP loopback any user of

@@ -306,6 +306,9 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
     TensorFlow ignore SIGTERM), then srun itself.
     """
 
+    # the name ipyparallel records in the cluster file and imports back when a later process
+    # (`cluster stop`, COURSE_CLUSTER) loads the cluster: its default, "module:Class", does not import
+    entrypoint_name = "helpers.slurm_engines.SrunEngineSetLauncher"
     mpi_cmd = List(["srun"], config=True, help="srun, and options for the engines' step")
 
     @property

@@ -70,3 +70,32 @@ def test_tensorboard_opens_through_jupyterlab_with_its_token(tmp_path):
         lab.stop()
         board.kill()
         board.wait(timeout=30)
+
+
+def test_make_kernel_puts_the_environments_commands_first_on_path(tmp_path):
+    """A kernel registered with `make kernel` finds the venv's `ipcontroller` (ipcmagic's
+    `%ipcluster start` runs it) even when Jupyter itself was started without the venv on PATH."""
+    import os
+    import subprocess
+
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    env = {**os.environ, "JUPYTER_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), "kernel", "KERNEL_NAME=course-path-test"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
+    manager = KernelManager(kernel_name="course-path-test", kernel_spec_manager=specs)
+    manager.start_kernel(env={**os.environ, "PATH": "/usr/bin:/bin"})
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        seen = []
+        client.execute_interactive("import shutil; print(shutil.which('ipcontroller'))", timeout=60,
+                                   output_hook=lambda msg: seen.append(msg["content"].get("text", "")))
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert "".join(seen).strip() == str(ROOT / ".venv" / "bin" / "ipcontroller"), seen

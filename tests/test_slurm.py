@@ -488,3 +488,33 @@ def test_bench_slurm_engines_row_leaves_the_starting_directory_alone(slurm, tmp_
     assert list((out / "bench" / "ipyparallel-slurm").glob("*sbatch*")), list(out.rglob("*"))
     report(f"2 Slurm engines ready: ours {rows[0]['ours']:.2f} s, ipyparallel's Slurm launcher "
            f"{rows[0]['baseline']:.2f} s; its batch file under the output directory")
+
+
+ALLOCATION_CLI = """
+set -u
+start() { "$PY" -m helpers cluster start -n 2 --slurm | sed -n 's/.*cluster \\(course-[0-9a-f]*\\).*/\\1/p' | head -1; }
+steps() { squeue -h -s -j "$SLURM_JOB_ID" -o '%j' | grep -c '^ipengine-' || true; }
+first=$(start); echo "FIRST $first steps=$(steps)"
+"$PY" -m helpers cluster stop --cluster-id "$first"; echo "STOP_ID $? steps=$(steps)"
+second=$(start); echo "SECOND $second steps=$(steps)"
+"$PY" -m helpers cluster stop --all; echo "STOP_ALL $? steps=$(steps)"
+"""
+
+
+def test_the_command_line_stops_its_cluster_inside_an_allocation(slurm):
+    """A JupyterHub server or salloc: `cluster start --slurm` puts the engines in an srun step;
+    `cluster stop --cluster-id` and `--all` must find that cluster again (ipyparallel recorded
+    the launcher under a name it could not import back), end the step, and free the CPUs for the
+    next start."""
+    done = subprocess.run(["salloc", "-N", "2", "-n", "2", "--time=5", "bash", "-c", ALLOCATION_CLI],
+                          env={**slurm["env"], "PY": sys.executable}, capture_output=True, text=True,
+                          timeout=400, cwd=ROOT)
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.split()[:1]}
+    assert lines.get("FIRST", "").startswith("FIRST course-") and lines["FIRST"].endswith("steps=1"), done.stdout + done.stderr
+    assert lines.get("STOP_ID") == "STOP_ID 0 steps=0", done.stdout + done.stderr[-2000:]
+    assert lines.get("SECOND", "").startswith("SECOND course-") and lines["SECOND"].endswith("steps=1"), \
+        done.stdout + done.stderr[-2000:]
+    assert lines.get("STOP_ALL") == "STOP_ALL 0 steps=0", done.stdout + done.stderr[-2000:]
+    assert _squeue_empty(slurm["env"])
+    left = _job_processes() + [p for p in _leftovers() if "ipcontroller" in p or "ipengine" in p]
+    assert not left, left
