@@ -40,6 +40,7 @@ CURVE = ["--IPController.enable_curve=True"]
 # given to every engine; GPU memory is taken as needed, so engines sharing a node's GPUs with
 # other programs (or a second lesson's engines) do not grab all of it at start
 ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+OVERLAP_ENV = "COURSE_SLURM_OVERLAP"  # 1: the engines' srun step shares CPUs with steps running already
 _running: dict[str, "Engines"] = {}
 
 
@@ -301,7 +302,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         cluster.start_engines_sync(n=n)  # waits for the controller's connection file, then launches
         client = cluster.connect_client_sync()
         phases["controller up"] = time.perf_counter() - started
-        client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
+        _wait_for_engines(cluster, client, n, timeout)
         phases["engines registered"] = time.perf_counter() - started - phases["controller up"]
     except (TimeoutError, ipp.error.TimeoutError):
         where = _describe_engine_job(cluster) if slurm else "check that engines can start (`ipengine --help`)"
@@ -437,6 +438,8 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     if slurm_engines.in_allocation():
         slurm_engines.check_tasks_available(n)
         config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
+        if os.environ.get(OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
+            config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
         options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
     else:
         request = request.spread(n)
@@ -447,6 +450,34 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
         config.SlurmEngineSetLauncher.environment = dict(ENGINE_ENV)
         options["engine_launcher_class"] = "slurm"
     return config, options
+
+
+def _wait_for_engines(cluster, client, n: int, timeout: float) -> None:
+    """`wait_for_engines`, in steps of a second, so that an srun step that cannot start because
+    another step holds the allocation's CPUs is said within seconds, not after the timeout."""
+    import ipyparallel as ipp
+
+    from . import slurm_engines
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            client.wait_for_engines(n, timeout=min(1.0, max(0.1, end - time.monotonic())), interactive=False)
+            return
+        except (TimeoutError, ipp.error.TimeoutError):
+            if time.monotonic() >= end:
+                raise
+        output = "".join(es.get_output() for es in cluster.engines.values()
+                         if isinstance(es, slurm_engines.SrunEngineSetLauncher))
+        if slurm_engines.STEP_WAITS.search(output):
+            job = os.environ.get("SLURM_JOB_ID", "?")
+            held = slurm_engines.other_steps(job, exclude=f"ipengine-{cluster.cluster_id}")
+            _stop_cluster(cluster, client)
+            raise CourseError(
+                f"the engines' srun step cannot start: the CPUs of job {job} are held by "
+                f"{', '.join(held) or 'another step'} (ipcmagic's engines, or a forgotten step): stop it "
+                f"(`%ipcluster stop`, or `scancel {held[0].split()[0] if held else job + '.STEP'}`), or start the "
+                "engines with `srun --overlap` where the site allows it (COURSE_SLURM_OVERLAP=1)")
 
 
 def _describe_engine_job(cluster) -> str:

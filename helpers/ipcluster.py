@@ -111,10 +111,25 @@ def find(spec: str):
         profile, _, cluster_id = key.partition(":")
         if spec in (key, cluster_id) or (spec == profile and cluster_id == ""):
             return found
+    started_elsewhere = _controller_of_profile(spec)
+    if started_elsewhere is not None:
+        return started_elsewhere
     running = ", ".join(sorted(clusters)) or "none"
     raise CourseError(f"{CLUSTER_ENV}={spec!r}: no such running cluster (running, as profile:cluster-id: "
                       f"{running}); start one with `ipcluster start --profile={PROFILE} -n N --daemonize` "
                       "or `python -m helpers cluster start`, or unset it to let the lesson start its own")
+
+
+def _controller_of_profile(name: str):
+    """A controller started in profile `name` without an ipyparallel cluster file (ipcmagic's
+    `%ipcluster start` writes none): a cluster the course can connect to but not launch into."""
+    import ipyparallel as ipp
+    from IPython.paths import get_ipython_dir
+
+    profile = Path(get_ipython_dir()) / f"profile_{name}"
+    if not (profile / "security" / "ipcontroller-client.json").is_file():
+        return None
+    return ipp.Cluster(profile_dir=str(profile), cluster_id="")
 
 
 def attach_running(spec: str, n: int, *, timeout: float = 300.0, activate: bool = True):
@@ -135,7 +150,17 @@ def attach_running(spec: str, n: int, *, timeout: float = 300.0, activate: bool 
     expected = max(n, launched)
     if launched:
         _settle(client, launched, started + timeout)
-    if not client.ids or _used(client) or len(client.ids) < expected:
+    if found.cluster_id == "" and not found.engines:  # started elsewhere: its engines cannot be relaunched here
+        _settle(client, n, started + min(timeout, 30.0), quiet_s=3.0)
+        have = len(client.ids)
+        why = (f"are fewer than the {n} this lesson needs" if have < n
+               else "already ran TensorFlow (a lesson needs fresh ones)" if _used(client) else "")
+        if why:
+            client.close()
+            raise CourseError(f"{CLUSTER_ENV}={spec}: the {have} engines of profile {spec} (started outside the course, "
+                              f"e.g. by ipcmagic) {why}, and the course cannot restart engines it did not start: "
+                              f"`%ipcluster stop`, then `%ipcluster start -n {n}`, and run the lesson again")
+    elif not client.ids or _used(client) or len(client.ids) < expected:
         print(f"restarting the {expected} engines of {spec} (they ran TensorFlow before, or lost one: "
               "TensorFlow sets up multi-worker collectives once per process)")
         old = set(client.ids)

@@ -298,6 +298,21 @@ def step_ids(job_id: str, name: str) -> list[str]:
     return [row.split()[0] for row in out.splitlines() if row.split()[1:] == [name]]
 
 
+# what srun prints while another step holds the allocation's CPUs (it then waits for ever)
+STEP_WAITS = re.compile(r"step creation temporarily disabled|Requested nodes are busy")
+
+
+def other_steps(job_id: str, exclude: str) -> list[str]:
+    """`step (name)` for each running step of `job_id` but the batch and extern steps and `exclude`."""
+    try:
+        out = _run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"])
+    except CourseError:
+        return []
+    rows = [row.split(None, 1) for row in out.splitlines() if row.strip()]
+    return [f"{row[0]} ({row[1] if len(row) > 1 else '?'})" for row in rows
+            if not row[0].endswith((".batch", ".extern")) and row[1:] != [exclude]]
+
+
 class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
     """Engines as one `srun` step of the allocation this process runs in.
 

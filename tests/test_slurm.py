@@ -518,3 +518,31 @@ def test_the_command_line_stops_its_cluster_inside_an_allocation(slurm):
     assert _squeue_empty(slurm["env"])
     left = _job_processes() + [p for p in _leftovers() if "ipcontroller" in p or "ipengine" in p]
     assert not left, left
+
+
+BUSY_ALLOCATION = """
+import subprocess, sys, time
+holder = subprocess.Popen(["srun", "-n", "2", "--job-name=forgotten-step", "sleep", "300"])
+time.sleep(3)  # the step holds the allocation's CPUs
+from helpers.cluster import start_engines
+from helpers.errors import CourseError
+began = time.monotonic()
+try:
+    start_engines(2, slurm=True, timeout=300)
+    print("STARTED")
+except CourseError as exc:
+    print(f"REFUSED after {time.monotonic() - began:.1f} s: {exc}")
+holder.kill()
+"""
+
+
+def test_engines_say_within_seconds_that_another_step_holds_the_cpus(slurm):
+    """ipcmagic's engines (or a forgotten step) hold the allocation: the lesson's srun step would
+    wait for ever; the course says so within seconds, naming the step and the fix."""
+    done = subprocess.run(["salloc", "-N", "1", "-n", "2", "--time=5", sys.executable, "-c", BUSY_ALLOCATION],
+                          env=slurm["env"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    line = next((l for l in done.stdout.splitlines() if l.startswith(("REFUSED", "STARTED"))), done.stdout + done.stderr)
+    assert line.startswith("REFUSED"), line
+    assert float(line.split()[2]) < 30, line
+    assert "forgotten-step" in line and "scancel" in line and "--overlap" in line, line
+    assert _squeue_empty(slurm["env"], within=30)

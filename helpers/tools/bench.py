@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import json
 import operator
 import os
@@ -112,6 +113,7 @@ def bench_engines(repeats: int = 3, counts: tuple[int, ...] = ENGINE_COUNTS) -> 
     rows.append(Row("one engine's interpreter start and imports", _engine_import_s(), None, "s", False, "report",
                     "paid once per engine, in parallel on as many cores as there are"))
     rows += _bench_slurm_engines(repeats)
+    rows += _bench_allocation_engines(repeats)
     return rows
 
 
@@ -148,6 +150,67 @@ def _bench_slurm_engines(repeats: int) -> list[Row]:
         _say(f"  2 Slurm engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {base[-1]:.2f} s ({where})")
     return [Row("2 Slurm engines (sbatch) ready for %%px", _median(ours), _median(base), "s", False,
                 "beat the baseline", "baseline: ipyparallel defaults, engines='slurm'")]
+
+
+# Run inside one `salloc -N2 -n2`: the course's srun step, ipyparallel's MPI launcher with srun
+# (its own way inside an allocation) and CSCS's ipcmagic (`%ipcluster start -n 2`), interleaved.
+IN_ALLOCATION = """
+import json, os, sys, time
+import ipyparallel as ipp
+from IPython.core.interactiveshell import InteractiveShell
+from helpers.cluster import start_engines
+from helpers.slurm_engines import controller_ip
+address = controller_ip(None)
+shell = InteractiveShell.instance()
+shell.run_line_magic("load_ext", "ipcmagic")
+for repeat in range(int(sys.argv[1])):
+    started = time.perf_counter()
+    engines = start_engines(2, slurm=True, activate=False)
+    ours = time.perf_counter() - started
+    engines.stop()
+    started = time.perf_counter()
+    cluster = ipp.Cluster(n=2, engines="mpi", controller_ip=address, controller_location=address, log_level=40,
+                          config={"MPIEngineSetLauncher": {"mpi_cmd": ["srun"]}})
+    cluster.start_cluster_sync()
+    cluster.connect_client_sync().wait_for_engines(2, timeout=300, interactive=False)
+    base = time.perf_counter() - started
+    cluster.stop_cluster_sync()
+    started = time.perf_counter()
+    shell.run_line_magic("ipcluster", "start -n 2")
+    ipcmagic = time.perf_counter() - started
+    started = time.perf_counter()
+    shell.run_line_magic("ipcluster", "stop")
+    print("RESULT " + json.dumps({"ours": ours, "ipyparallel": base, "ipcmagic": ipcmagic,
+                                  "ipcmagic_stop": time.perf_counter() - started}), flush=True)
+"""
+
+
+def _bench_allocation_engines(repeats: int) -> list[Row]:
+    """2 engines inside one allocation of two nodes (a hub server, salloc): three ways side by side."""
+    from ..slurm_engines import slurm_reachable
+
+    if not slurm_reachable() or "SLURM_JOB_ID" in os.environ or importlib.util.find_spec("ipcmagic") is None:
+        _say("  engines in an allocation skipped: no Slurm answers here, this runs inside a job, or ipcmagic-cscs "
+             "is not installed")
+        return []
+    venv_bin = str(Path(sys.executable).parent)
+    done = subprocess.run(["salloc", "-N", "2", "-n", "2", "--time=15", sys.executable, "-c", IN_ALLOCATION, str(repeats)],
+                          capture_output=True, text=True, timeout=900, cwd=_launcher_dir(),
+                          env={**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+                               "IPYTHONDIR": str(_launcher_dir() / "ipython")})
+    results = parse_result_lines(done.stdout)
+    if done.returncode != 0 or not results:
+        raise RuntimeError(f"engines in an allocation failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    for i, r in enumerate(results):
+        _say(f"  2 engines in an allocation, repeat {i + 1}: ready {r['ours']:.2f} s (course) vs "
+             f"{r['ipyparallel']:.2f} s (ipyparallel, srun) vs {r['ipcmagic']:.2f} s (ipcmagic); ipcmagic stop "
+             f"{r['ipcmagic_stop']:.2f} s")
+    return [Row("2 engines in an allocation ready (srun step)", _median([r["ours"] for r in results]),
+                _median([r["ipyparallel"] for r in results]), "s", False, "beat the baseline",
+                "baseline: ipyparallel's MPI launcher with srun"),
+            Row("2 engines in an allocation ready, vs ipcmagic", _median([r["ours"] for r in results]),
+                _median([r["ipcmagic"] for r in results]), "s", False, "beat the baseline",
+                "baseline: ipcmagic-cscs %ipcluster start -n 2")]
 
 
 def _launcher_dir() -> Path:

@@ -1,0 +1,53 @@
+"""Engines someone else started: CSCS's ipcmagic (`%ipcluster start -n 2` inside an allocation,
+engines as an srun step, a controller in the default profile and no ipyparallel cluster file),
+and lesson 03 run by nbval against them with COURSE_CLUSTER=default. Root only; CI requires it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, squeue_empty
+
+pytestmark = pytest.mark.slurm
+
+SESSION = """
+%load_ext ipcmagic
+import os, subprocess, sys, time
+began = time.monotonic()
+%ipcluster start -n 2
+print(f"IPCMAGIC_STARTED {time.monotonic() - began:.2f}", flush=True)
+done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
+                       "notebooks/03_multiworker_ipyparallel.ipynb", "-q"], env={**os.environ, "COURSE_CLUSTER": "default"},
+                      capture_output=True, text=True)
+print(done.stdout[-3000:], done.stderr[-2000:])
+print("NBVAL", done.returncode, flush=True)
+%ipcluster stop
+print("STOPPED", flush=True)
+"""
+
+
+def test_lesson_03_runs_on_engines_ipcmagic_started(slurm, tmp_path, report):
+    pytest.importorskip("ipcmagic", reason="ipcmagic-cscs is in the test extra (make install)")
+    script = tmp_path / "session.ipy"
+    script.write_text(SESSION)
+    venv_bin = str(Path(sys.executable).parent)
+    env = {**slurm["env"], "IPYTHONDIR": str(tmp_path / "ipython"), "PATH": f"{venv_bin}:{os.environ['PATH']}",
+           "COURSE_MODE": "quick"}
+    began = time.monotonic()
+    done = subprocess.run(["salloc", "-N", "2", "-n", "2", "--time=10", str(Path(venv_bin) / "ipython"), str(script)],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    took = time.monotonic() - began
+    out = done.stdout
+    report(f"{Path(__file__).stem}: ipcmagic's %ipcluster start -n 2 in "
+           f"{next((l.split()[1] for l in out.splitlines() if l.startswith('IPCMAGIC_STARTED')), '?')} s; "
+           f"lesson 03 against its engines and stop: {took:.0f} s in all")
+    assert "IPCMAGIC_STARTED" in out, out[-3000:] + done.stderr[-3000:]
+    assert "NBVAL 0" in out, out[-5000:]
+    assert "STOPPED" in out, out[-2000:] + done.stderr[-2000:]
+    assert squeue_empty(slurm["env"], within=60)
