@@ -74,3 +74,18 @@ def test_servers_are_exclusive_kernels_on_private_sockets_and_the_python_checked
     assert ': "${ADDRESS:?' in script  # no address: the job stops, it never listens everywhere
     root = str(CONFIG.parents[2])
     assert f'for path in "{root}" "{root}/.venv" "{root}/.venv/bin"' in script and "@COURSE_DIR@" not in script
+
+
+def test_the_server_script_as_batchspawner_renders_it_is_valid_bash(monkeypatch, tmp_path):
+    """A quoting slip in the template fails every learner's job at once (`unexpected EOF`)."""
+    import subprocess
+
+    import jinja2
+
+    script = jinja2.Template(_load(monkeypatch, COURSE_HUB_IP="10.1.1.1").SlurmSpawner.batch_script).render(
+        homedir="/home/learner", keepvars="PATH,SLURM_CONF", cmd="/opt/course/.venv/bin/jupyterhub-singleuser",
+        options="--nodes=1 --ntasks=2 --exclusive", prologue="", epilogue="", srun="", runtime="02:00:00",
+        reservation="day1")
+    (tmp_path / "server.sbatch").write_text(script)
+    checked = subprocess.run(["bash", "-n", str(tmp_path / "server.sbatch")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
