@@ -30,7 +30,7 @@ course: install
 	$(PY) -m helpers.tools.course_run --out build
 
 test: install
-	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(PYTEST_ARGS)
+	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=30 $(PYTEST_ARGS)
 
 # A class of 30 learners logging in at once on a hub and the local Slurm (root; about 10 min):
 # login-to-server and engines-ready p50/p95, failures, peak memory, and nothing left afterwards.
