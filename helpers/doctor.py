@@ -57,15 +57,17 @@ def check_versions() -> Check:
                      "of one module)", "pip uninstall tensorflow-cpu (GPU nodes) or tensorflow (CPU nodes)")
     if tf == "missing" or keras == "missing":
         return Check("versions", "no-go", text, "make install (or make install EXTRA=gpu)")
-    if keras_fix.keras_needs_fix(keras):
-        if os.environ.get(keras_fix.DISABLE_ENV) == "1":
-            return Check("versions", "no-go", text + ": this Keras has keras-team/keras#20585 (model.fit under "
-                         f"MultiWorkerMirroredStrategy fails) and {keras_fix.DISABLE_ENV}=1 turns the course's fix off",
-                         f"unset {keras_fix.DISABLE_ENV}")
-        return Check("versions", "go", text + ": keras-team/keras#20585 present, the course's fix applies")
-    return Check("versions", "warn", text + ": newer than the Keras versions the course's multi-worker fix knows "
-                 f"({keras_fix.AFFECTED[1][0]}.{keras_fix.AFFECTED[1][1]} and later are untested)",
-                 "run `make test` (tests/test_multiworker.py) on this install before the class")
+    try:
+        keras_fix.keras_needs_fix(keras)
+    except CourseError as exc:
+        return Check("versions", "no-go", text + ": " + str(exc).split(";")[0],
+                     f"pip install 'keras=={keras_fix.VERIFIED[0]}.{keras_fix.VERIFIED[1]}.*' (or make install)")
+    if os.environ.get(keras_fix.DISABLE_ENV) == "1":
+        return Check("versions", "no-go", text + ": this Keras has keras-team/keras#20585 (model.fit under "
+                     f"MultiWorkerMirroredStrategy fails) and {keras_fix.DISABLE_ENV}=1 turns the course's fix off",
+                     f"unset {keras_fix.DISABLE_ENV}")
+    return Check("versions", "go", text + ": keras-team/keras#20585 present, the course's fix (verified on this "
+                 "Keras) applies")
 
 
 def check_proxies() -> Check:

@@ -17,9 +17,12 @@ keras/src/backend/tensorflow/trainer.py two spots break multi-worker training:
 2. `reduce_per_replica` reduces scalar logs with ``strategy.reduce("MEAN", v, axis=0)``:
    ``Invalid reduction dimension 0``. Fix: reduce rank-0 values with ``axis=None``.
 
-Applied only to the Keras versions known to need it (`AFFECTED`); the test
-`tests/test_multiworker.py::test_keras_fit_fails_without_the_fix` shows the failure without it, so a Keras upgrade that
-repairs the bug is noticed there.
+Verified on Keras 3.15.1 only (broken without the patch, right with it): the patch touches
+private `keras.src` code, so on any other Keras minor version `apply()` stops with a line that
+says so, rather than leaving `fit` silently unpatched or patching code it has not seen. The test
+`tests/test_multiworker.py::test_keras_fit_fails_without_the_fix` shows the failure without it.
+Keras 2 code has a documented way of its own: `pip install tf_keras` and `TF_USE_LEGACY_KERAS=1`
+(never beside `tensorflow-cpu`: tf_keras pulls in the full `tensorflow` wheel).
 """
 
 from __future__ import annotations
@@ -27,19 +30,25 @@ from __future__ import annotations
 import functools
 import os
 
-AFFECTED = ((3, 0), (3, 16))  # [low, high): 3.15.1 verified broken on 2026-11
+VERIFIED = (3, 15)  # major.minor: 3.15.1 verified broken without the patch, right with it (2026-11)
 DISABLE_ENV = "COURSE_DISABLE_KERAS_FIX"  # set to 1 to see the upstream failure
 _applied = False
 
 
 def keras_needs_fix(version: str | None = None) -> bool:
-    """Whether this Keras version carries the multi-worker `fit` bug."""
+    """Whether this is the Keras the patch was verified on; any other version is an error."""
     if version is None:
         import keras
 
         version = keras.__version__
-    major_minor = tuple(int(p) for p in version.split(".")[:2])
-    return AFFECTED[0] <= major_minor < AFFECTED[1]
+    if tuple(int(p) for p in version.split(".")[:2]) != VERIFIED:
+        from .errors import CourseError
+
+        raise CourseError(f"Keras {version}: the course's fix for model.fit under MultiWorkerMirroredStrategy "
+                          f"(keras-team/keras#20585) was verified on Keras 3.15.1 only; install keras=={VERIFIED[0]}."
+                          f"{VERIFIED[1]}.* (pyproject.toml), or check that your Keras fixed the bug and update "
+                          "helpers/keras_fix.py; Keras 2 code runs with tf_keras and TF_USE_LEGACY_KERAS=1")
+    return True
 
 
 def _local_spec(spec):
@@ -54,7 +63,7 @@ def apply() -> bool:
     global _applied
     if _applied:
         return True
-    if not keras_needs_fix() or os.environ.get(DISABLE_ENV) == "1":
+    if os.environ.get(DISABLE_ENV) == "1" or not keras_needs_fix():
         return False
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src import tree

@@ -101,9 +101,9 @@ def test_the_sbatch_file_removes_every_proxy_variable_grpc_reads():
 
 def test_the_scripts_keras_fix_covers_the_versions_the_course_fixes():
     """The script carries its own copy of helpers.keras_fix (it must import nothing from the course):
-    both must switch off at the same Keras version."""
-    gate = re.search(r">= \((\d+), (\d+)\)", SCRIPT)
-    assert gate and tuple(map(int, gate.groups())) == keras_fix.AFFECTED[1]
+    both patch the one verified Keras and stop on any other."""
+    gate = re.search(r"!= \((\d+), (\d+)\):\n\s+sys\.exit\(", SCRIPT)
+    assert gate and tuple(map(int, gate.groups())) == keras_fix.VERIFIED
 
 
 def test_a_missing_dataset_is_one_line_not_a_traceback(tmp_path):

@@ -32,15 +32,11 @@ def test_two_workers_end_with_identical_weights(loop, prepared_dir):
 
 
 def test_keras_fit_fails_without_the_fix(prepared_dir):
-    """keras-team/keras#20585: if this starts passing, Keras fixed it; narrow keras_fix.AFFECTED."""
+    """keras-team/keras#20585 on the verified Keras (keras_fix.VERIFIED; any other stops loudly):
+    if this starts passing, Keras fixed it."""
     from helpers.keras_fix import keras_needs_fix
 
-    if not keras_needs_fix():
-        # a skip would also hide that the fix is now off: in CI a Keras outside the known range fails
-        message = "this Keras version is outside keras_fix.AFFECTED: check whether #20585 is fixed"
-        if __import__("os").environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    assert keras_needs_fix()
     outcomes = run_local_workers(TRAIN + ["--loop", "fit", "--data-dir", str(prepared_dir)], 2,
                                  deadline_s=240, env={**__import__("os").environ,
                                                       "COURSE_DISABLE_KERAS_FIX": "1"})

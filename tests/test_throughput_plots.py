@@ -18,11 +18,13 @@ def test_step_timer_reports_median_without_the_tracing_step():
         StepTimer(8).stop()
 
 
-def test_keras_fix_is_gated_to_affected_versions():
-    assert keras_fix.keras_needs_fix("3.15.1")
-    assert keras_fix.keras_needs_fix("3.0.0")
-    assert not keras_fix.keras_needs_fix("3.16.0")
-    assert not keras_fix.keras_needs_fix("2.15.0")
+def test_keras_fix_runs_on_the_verified_keras_and_stops_loudly_elsewhere():
+    from helpers.errors import CourseError
+
+    assert keras_fix.keras_needs_fix("3.15.1") and keras_fix.keras_needs_fix("3.15.2")
+    for unverified in ("3.0.0", "3.14.0", "3.16.0", "2.15.0"):
+        with pytest.raises(CourseError, match=r"verified on Keras 3\.15\.1 only.*TF_USE_LEGACY_KERAS=1"):
+            keras_fix.keras_needs_fix(unverified)
 
 
 def test_figures_name_their_data_and_are_saved(tmp_path, monkeypatch):
