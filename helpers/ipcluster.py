@@ -138,9 +138,12 @@ def attach_running(spec: str, n: int, *, timeout: float = 300.0, activate: bool 
 
     started = time.perf_counter()
     found = find(spec)
+    external = found.controller is None and not found.engines  # _controller_of_profile: no cluster file
+    if external:
+        client = course.connect(Path(found.profile_dir) / "security" / "ipcontroller-client.json", timeout=30)
     _load_profile_config(found)
     try:
-        client = found.connect_client_sync(timeout=30)
+        client = client if external else found.connect_client_sync(timeout=30)
     except Exception as exc:  # noqa: BLE001 - ipyparallel raises several kinds here
         raise CourseError(f"cluster {spec!r} is listed but its controller does not answer ({exc}): "
                           f"stop it (`ipcluster stop` or `python -m helpers cluster stop`) and start it again") from None
@@ -150,7 +153,7 @@ def attach_running(spec: str, n: int, *, timeout: float = 300.0, activate: bool 
     expected = max(n, launched)
     if launched:
         _settle(client, launched, started + timeout)
-    if found.cluster_id == "" and not found.engines:  # started elsewhere: its engines cannot be relaunched here
+    if external:  # started elsewhere: its engines cannot be relaunched here
         _settle(client, n, started + min(timeout, 30.0), quiet_s=3.0)
         have = len(client.ids)
         why = (f"are fewer than the {n} this lesson needs" if have < n
