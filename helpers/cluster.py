@@ -302,7 +302,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         cluster.start_engines_sync(n=n)  # waits for the controller's connection file, then launches
         client = cluster.connect_client_sync()
         phases["controller up"] = time.perf_counter() - started
-        _wait_for_engines(cluster, client, n, timeout)
+        client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
         phases["engines registered"] = time.perf_counter() - started - phases["controller up"]
     except (TimeoutError, ipp.error.TimeoutError):
         where = _describe_engine_job(cluster) if slurm else "check that engines can start (`ipengine --help`)"
@@ -440,6 +440,8 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
         config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
         if os.environ.get(OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
             config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
+        else:
+            slurm_engines.check_cpus_free(n, request.cpus_per_task or 1)
         options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
     else:
         request = request.spread(n)
@@ -450,34 +452,6 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
         config.SlurmEngineSetLauncher.environment = dict(ENGINE_ENV)
         options["engine_launcher_class"] = "slurm"
     return config, options
-
-
-def _wait_for_engines(cluster, client, n: int, timeout: float) -> None:
-    """`wait_for_engines`, in steps of a second, so that an srun step that cannot start because
-    another step holds the allocation's CPUs is said within seconds, not after the timeout."""
-    import ipyparallel as ipp
-
-    from . import slurm_engines
-
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            client.wait_for_engines(n, timeout=min(1.0, max(0.1, end - time.monotonic())), interactive=False)
-            return
-        except (TimeoutError, ipp.error.TimeoutError):
-            if time.monotonic() >= end:
-                raise
-        output = "".join(es.get_output() for es in cluster.engines.values()
-                         if isinstance(es, slurm_engines.SrunEngineSetLauncher))
-        if slurm_engines.STEP_WAITS.search(output):
-            job = os.environ.get("SLURM_JOB_ID", "?")
-            held = slurm_engines.other_steps(job, exclude=f"ipengine-{cluster.cluster_id}")
-            _stop_cluster(cluster, client)
-            raise CourseError(
-                f"the engines' srun step cannot start: the CPUs of job {job} are held by "
-                f"{', '.join(held) or 'another step'} (ipcmagic's engines, or a forgotten step): stop it "
-                f"(`%ipcluster stop`, or `scancel {held[0].split()[0] if held else job + '.STEP'}`), or start the "
-                "engines with `srun --overlap` where the site allows it (COURSE_SLURM_OVERLAP=1)")
 
 
 def _describe_engine_job(cluster) -> str:

@@ -298,19 +298,38 @@ def step_ids(job_id: str, name: str) -> list[str]:
     return [row.split()[0] for row in out.splitlines() if row.split()[1:] == [name]]
 
 
-# what srun prints while another step holds the allocation's CPUs (it then waits for ever)
-STEP_WAITS = re.compile(r"step creation temporarily disabled|Requested nodes are busy")
-
-
-def other_steps(job_id: str, exclude: str) -> list[str]:
-    """`step (name)` for each running step of `job_id` but the batch and extern steps and `exclude`."""
+def busy_steps(job_id: str) -> tuple[int, list[str]]:
+    """CPUs held by the running steps of `job_id` (not its batch, extern or interactive step), and
+    `id (name)` of each. srun waits silently, for ever, for CPUs such steps hold."""
     try:
-        out = _run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"])
+        out = _run(["scontrol", "show", "step", "-o", job_id])
     except CourseError:
-        return []
-    rows = [row.split(None, 1) for row in out.splitlines() if row.strip()]
-    return [f"{row[0]} ({row[1] if len(row) > 1 else '?'})" for row in rows
-            if not row[0].endswith((".batch", ".extern")) and row[1:] != [exclude]]
+        return 0, []
+    held, named = 0, []
+    for line in out.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S+)", line))
+        step = fields.get("StepId", "")
+        if not step or step.endswith((".batch", ".extern", ".interactive")) or fields.get("State") != "RUNNING":
+            continue
+        held += int(fields.get("CPUs", "0")) if fields.get("CPUs", "0").isdigit() else 0
+        named.append(f"{step} ({fields.get('Name', '?')})")
+    return held, named
+
+
+def check_cpus_free(n: int, cpus_per_task: int = 1) -> None:
+    """Inside an allocation, say at once when running steps hold the CPUs `n` engines need."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    held, named = busy_steps(job)
+    if not named:
+        return
+    total = re.search(r"NumCPUs=(\d+)", _run(["scontrol", "show", "job", "-o", job]))
+    if total and int(total.group(1)) - held >= n * cpus_per_task:
+        return
+    raise CourseError(
+        f"the engines' srun step could not start: {held} of the {total.group(1) if total else '?'} CPUs of job {job} "
+        f"are held by {', '.join(named)} (ipcmagic's engines, or a forgotten step): stop it (`%ipcluster stop`, "
+        f"or `scancel {named[0].split()[0]}`), or start the engines with `srun --overlap` where the site allows it "
+        "(COURSE_SLURM_OVERLAP=1)")
 
 
 class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
@@ -348,8 +367,12 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
 
     def signal(self, sig):
         if sig == signal.SIGKILL and self.state == "running" and os.environ.get("SLURM_JOB_ID"):
-            for step in step_ids(os.environ["SLURM_JOB_ID"], self.step_name):
+            job = os.environ["SLURM_JOB_ID"]
+            for step in step_ids(job, self.step_name):
                 subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, timeout=30)
+            deadline = time.monotonic() + 15  # gone from squeue: its CPUs are free for the next start
+            while step_ids(job, self.step_name) and time.monotonic() < deadline:
+                time.sleep(0.2)
         return super().signal(sig)
 
 
