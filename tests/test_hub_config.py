@@ -89,3 +89,9 @@ def test_the_server_script_as_batchspawner_renders_it_is_valid_bash(monkeypatch,
     (tmp_path / "server.sbatch").write_text(script)
     checked = subprocess.run(["bash", "-n", str(tmp_path / "server.sbatch")], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
+
+
+def test_a_starting_server_is_polled_once_a_second_not_twice(monkeypatch):
+    """batchspawner's 0.5 s made forty sudo+squeue calls a second at a spawn limit of 20."""
+    config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1")
+    assert config.SlurmSpawner.startup_poll_interval >= 1.0

@@ -332,6 +332,21 @@ def test_local_slurm_scripts_refuse_a_planted_state_directory(tmp_path, plant):
     assert (target / "keep").exists() and state.exists()
 
 
+def test_local_slurm_keeps_its_state_where_no_other_user_can_create_it_first():
+    """Absent when `down` checks it, a state directory under world-writable /var/tmp could be
+    made by anyone before root reads PID files from it; root's /run cannot."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_SLURM_DIR"}
+    state = subprocess.run(["bash", "-c", f"source {ROOT / 'slurm/local/common.sh'}; echo $STATE"], env=env,
+                           capture_output=True, text=True, timeout=30).stdout.strip()
+    assert state == "/run/course-slurm", state
+    parent = os.stat(os.path.dirname(state))
+    assert parent.st_uid == 0 and not parent.st_mode & 0o022, oct(parent.st_mode)
+    down = (ROOT / "slurm/local/down").read_text()
+    assert down.count('[ -d "$STATE" ] && check_state_dir "$STATE"') == 2  # PID files read only after a check at use
+
+
 def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: str) -> None:
     """Submit a job that is not this user's engines job, attach to its id: refused, still queued."""
     from helpers.cluster import attach
