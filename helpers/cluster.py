@@ -498,7 +498,8 @@ def _stop_cluster(cluster, client) -> None:
     except Exception:  # noqa: BLE001
         pass
     ownership.kill(tree + ownership.controllers_of(cluster.cluster_id))
-    _session_key_path(cluster).unlink(missing_ok=True)
+    if getattr(cluster, "profile_dir", None):  # an engines job (slurm_engines.SlurmJob) has no key of ours
+        _session_key_path(cluster).unlink(missing_ok=True)
 
 
 def stop_all(force: bool = False) -> tuple[int, list[str]]:

@@ -28,7 +28,7 @@ from tests.conftest import ROOT
 BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes
 CHP_DIR = Path.home() / ".cache" / "tf-hpc-course" / "configurable-http-proxy"
 SERVICE_SCOPES = ["admin:users", "admin:servers", "admin:server_state", "access:servers", "list:users", "proxy",
-                  "read:users", "read:servers", "tokens"]
+                  "read:users", "read:servers", "read:groups", "tokens"]
 
 
 def free_port() -> int:

@@ -231,7 +231,7 @@ def test_a_class_starts_works_and_ends_with_nothing_left(slurm, tmp_path, report
            f"{psutil.virtual_memory().total / 2**30:.0f} GiB with every learner's server and engines up; "
            f"CPU busy mean {statistics.mean(sampler.cpu or [0]):.0f}%, peak {max(sampler.cpu or [0]):.0f}% "
            f"({psutil.cpu_count()} cores)")
-    report(f"{Path(__file__).stem}: {running} servers still running (or stopping) for `class end`: {ended.stdout.strip().splitlines()[-1] if ended else '-'}; "
+    report(f"{Path(__file__).stem}: {running} servers still running (or stopping) for `class end`: {(ended.stdout.strip().splitlines() or [ended.stderr.strip()])[-1] if ended else '-'}; "
            f"afterwards squeue {queue!r}, learners' processes {len(at_once)}, "
            f"{len(processes)} of them still there {grace:.1f} s later")
     if at_once:
