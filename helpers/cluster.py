@@ -304,11 +304,13 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         phases["controller up"] = time.perf_counter() - started
         client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
         phases["engines registered"] = time.perf_counter() - started - phases["controller up"]
-    except (TimeoutError, ipp.error.TimeoutError):
+    except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
+        # EngineError: ipyparallel saw the engines exit before the deadline (a race with the timeout)
         where = _describe_engine_job(cluster) if slurm else "check that engines can start (`ipengine --help`)"
         _stop_cluster(cluster, client)
-        raise CourseError(f"only {len(client.ids) if client else 0} of {n} engines registered within "
-                          f"{timeout:.0f} s: {where}; the engines were stopped") from None
+        how = "they exited at start" if isinstance(exc, ipp.error.EngineError) else f"within {timeout:.0f} s"
+        raise CourseError(f"only {len(client.ids) if client else 0} of {n} engines registered ({how}): {where}; "
+                          "the engines were stopped") from None
     except subprocess.CalledProcessError as exc:
         cluster.engines.clear()  # nothing was submitted: there is no job to cancel
         _stop_cluster(cluster, client)

@@ -239,7 +239,7 @@ def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
                            "--wrap", "sleep 300"], env=slurm["env"], capture_output=True, text=True, timeout=60)
     assert hold.returncode == 0, hold.stderr
     try:
-        with pytest.raises(CourseError, match=r"only 0 of 2 engines registered within 5 s: Slurm job \d+ is PENDING"):
+        with pytest.raises(CourseError, match=r"only 0 of 2 engines registered \(within 5 s\): Slurm job \d+ is PENDING"):
             start_engines(2, slurm=True, request=SlurmRequest(tasks_per_node=1), timeout=5, activate=False)
     finally:
         subprocess.run(["scancel", hold.stdout.strip().split(";")[0]], env=slurm["env"], timeout=30)
