@@ -40,7 +40,6 @@ CURVE = ["--IPController.enable_curve=True"]
 # given to every engine; GPU memory is taken as needed, so engines sharing a node's GPUs with
 # other programs (or a second lesson's engines) do not grab all of it at start
 ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-OVERLAP_ENV = "COURSE_SLURM_OVERLAP"  # 1: the engines' srun step shares CPUs with steps running already
 _running: dict[str, "Engines"] = {}
 
 
@@ -398,7 +397,7 @@ def connect(url_file, timeout: float = 30.0):
                           "host (firewall, wrong interface: set COURSE_CONTROLLER_IP)?") from None
 
 
-def _session_key(cluster) -> Path:
+def _session_key(cluster) -> None:
     """A message-signing key for the cluster, handed to its controller in an owner-only file.
 
     With CurveZMQ on, ipyparallel drops the HMAC key as redundant, and every engine then logs
@@ -411,7 +410,6 @@ def _session_key(cluster) -> Path:
     with os.fdopen(descriptor, "w") as out:
         out.write(secrets.token_hex(32))
     cluster.controller_args = [*cluster.controller_args, f"--Session.keyfile={key}"]
-    return key
 
 
 def _session_key_path(cluster) -> Path:
@@ -440,7 +438,7 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     if slurm_engines.in_allocation():
         slurm_engines.check_tasks_available(n)
         config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
-        if os.environ.get(OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
+        if os.environ.get(slurm_engines.OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
             config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
         else:
             slurm_engines.check_cpus_free(n, request.cpus_per_task or 1)

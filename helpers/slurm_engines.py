@@ -298,6 +298,9 @@ def step_ids(job_id: str, name: str) -> list[str]:
     return [row.split()[0] for row in out.splitlines() if row.split()[1:] == [name]]
 
 
+OVERLAP_ENV = "COURSE_SLURM_OVERLAP"  # 1: the engines' srun step shares CPUs with steps running already
+
+
 def busy_steps(job_id: str) -> tuple[int, list[str]]:
     """CPUs held by the running steps of `job_id` (not its batch, extern or interactive step), and
     `id (name)` of each. srun waits silently, for ever, for CPUs such steps hold."""
@@ -329,7 +332,7 @@ def check_cpus_free(n: int, cpus_per_task: int = 1) -> None:
         f"the engines' srun step could not start: {held} of the {total.group(1) if total else '?'} CPUs of job {job} "
         f"are held by {', '.join(named)} (ipcmagic's engines, or a forgotten step): stop it (`%ipcluster stop`, "
         f"or `scancel {named[0].split()[0]}`), or start the engines with `srun --overlap` where the site allows it "
-        "(COURSE_SLURM_OVERLAP=1)")
+        f"({OVERLAP_ENV}=1)")
 
 
 class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
