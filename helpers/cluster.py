@@ -479,7 +479,15 @@ def _activate(client) -> None:
     view = client[:]
     view.block = True  # %%px waits for the engines and shows their output in the cell
     view.activate()
-    shell.run_line_magic("pxconfig", "--progress-after -1")
+    shell.run_line_magic("pxconfig", f"--progress-after {PX_WAIT_S}")
+
+
+# How long a `%%px` cell waits, without a progress bar, for its result *and its output*.
+# ipyparallel's `--progress-after -1` (no bar) waits for the result only: an engine's last
+# line, travelling through the controller's output channel, sometimes arrived after the result
+# and was dropped (a CI run lost "[rank 0] last 10"). With a positive value the magic waits for
+# both until this many seconds have passed; an engine that dies ends the wait at once.
+PX_WAIT_S = 24 * 3600
 
 
 def _stop_cluster(cluster, client) -> None:

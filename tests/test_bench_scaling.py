@@ -41,7 +41,8 @@ def _check(row: dict, label: str, report) -> None:
     measured, model = row["ours"], row["baseline"]
     compute = float(row["note"].split("compute ")[1].split(" ms")[0])
     assert "processes at once, not communicating" in row["note"]
-    assert measured > 0 and model > compute > 0, row
+    # the note shows compute to 0.1 ms: the model adds a positive all-reduce to it
+    assert measured > 0 and compute > 0 and model >= compute - 0.05, row
     assert "ring all-reduce" in row["note"] and "MB/s" in row["note"]
     report(f"{row['figure']}: measured {measured:.0f} ms, model {model:.0f} ms ({row['note']})")
 

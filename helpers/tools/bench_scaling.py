@@ -146,8 +146,8 @@ def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, worker
         rows.append(Row(
             f"{MODEL_NAMES[model]} step, {label}, per-replica batch {PER_REPLICA_BATCH}: measured / model",
             _median(run["measured"]) * 1000, step["step_s"] * 1000, "ms", False, "report",
-            f"model: compute {step['compute_s'] * 1000:.0f} ms ({n} processes at once, not communicating) + ring "
-            f"all-reduce {step['allreduce_s'] * 1000:.0f} ms ({gradient_bytes / 1e6:.1f} MB at "
+            f"model: compute {step['compute_s'] * 1000:.1f} ms ({n} processes at once, not communicating) + ring "
+            f"all-reduce {step['allreduce_s'] * 1000:.1f} ms ({gradient_bytes / 1e6:.1f} MB at "
             f"{link.bandwidth / 1e6:.0f} MB/s, latency {link.latency * 1000:.2f} ms)", versus_defaults=False))
     return rows
 
