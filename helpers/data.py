@@ -212,13 +212,13 @@ def ensure_data(quick: bool, data_dir: str | os.PathLike | None = None) -> DataI
     """The data_dir a run uses: explicit, else `COURSE_DATA_DIR`, else (quick) synthetic.
 
     In quick mode without a data_dir, a small synthetic dataset is made and prepared once
-    (about 3 s); full mode needs a prepared real CIFAR-10 and says how to make one.
+    (about 3 s); workshop and full mode need a prepared real CIFAR-10 and say how to make one.
     """
     chosen = data_dir or os.environ.get(DATA_DIR_ENV)
     if chosen:
         return dataset_info(chosen)
     if not quick:
-        raise CourseError(f"full mode needs real CIFAR-10: set {DATA_DIR_ENV} to a prepared "
+        raise CourseError(f"workshop and full mode need real CIFAR-10: set {DATA_DIR_ENV} to a prepared "
                           f"data_dir ({PREPARE_HINT})")
     target = quick_data_dir()
     try:

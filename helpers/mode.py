@@ -1,51 +1,82 @@
-"""Quick mode and full mode: the one switch that sizes every lesson.
+"""Quick, workshop and full mode: the one place that sizes every lesson.
 
-`COURSE_MODE=quick` runs every notebook on a laptop CPU in minutes (small synthetic data,
-few steps); `COURSE_MODE=full` trains on real CIFAR-10 with full epochs. The default,
-`auto`, picks full where a GPU is visible and quick otherwise, so the same notebook runs
-unchanged on a laptop, in CI and on a GPU node.
+- `quick`: a laptop CPU or CI; small SYNTHETIC data, the whole course in minutes.
+- `workshop`: a live class on GPU nodes with real CIFAR-10; each lesson's training is sized to
+  take a few minutes on one GPU node (the README's lesson table gives the predicted minutes).
+- `full`: the research-size runs (30 epochs of CIFAR-10, ResNet50 on every image): hours.
+
+`COURSE_MODE` picks one; the default, `auto`, picks workshop where a GPU is visible and quick
+otherwise (full only when asked), so the same notebook runs unchanged on a laptop, in CI and on a
+GPU node. Notebooks read every size from `mode_settings()`; none branches on the mode.
+
+Two overrides a trainer sets once for a whole class (they reach every lesson, batch jobs too):
+- `COURSE_EPOCHS=N`: every training in every lesson runs N epochs (lessons that need more to show
+  their point say so, e.g. lesson 06 keeps one epoch to lose after one to keep);
+- `COURSE_MAX_STEPS=N`: no epoch of any training (nor any evaluation) takes more than N steps (the data stays full
+  size: only how much of it an epoch reads shrinks), a budget for slow hardware; the tests run
+  workshop and full mode at 50,000 images on a CPU with it.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import CourseError
 
 MODE_ENV = "COURSE_MODE"
-MODES = ("quick", "full")
+EPOCHS_ENV = "COURSE_EPOCHS"
+MAX_STEPS_ENV = "COURSE_MAX_STEPS"
+MODES = ("quick", "workshop", "full")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Sizes of one run; every notebook reads these instead of hard-coding numbers."""
+    """Sizes of one run; every notebook and batch script reads these instead of numbers of its own."""
 
     mode: str
     train_examples: int | None  # None: the whole split
     test_examples: int | None
-    epochs: int
+    epochs: int  # every small-CNN training (lessons 01-04, 08, 09, 11)
     per_replica_batch: int
-    steps_per_epoch: int | None  # None: one pass over the (possibly limited) split
-    resnet_epochs: int
+    max_steps: int | None  # at most this many steps per epoch (None: one pass over the split)
+    resnet_epochs: int  # lesson 05 and `--model resnet50`
     resnet_train_examples: int | None
     resnet_test_examples: int | None
     resnet_per_replica_batch: int  # small on purpose: where synchronized batch norm matters
+    fault_epochs: int  # lesson 06: a worker is lost in the middle of epoch fault_epochs // 2
+    schedule_epochs: int  # lesson 10: every learning-rate schedule runs this many epochs
+    warmup_fraction: float  # lesson 10: the warm-up's share of the run
+    tour_steps: int  # lesson 12: training steps of every strategy
+    job_model: str  # lesson 08's batch job: "cnn" or "resnet50"
 
     @property
     def quick(self) -> bool:
+        """Quick mode may make its own synthetic data; the others need a prepared data_dir."""
         return self.mode == "quick"
+
+    def steps_per_epoch(self, examples: int, global_batch: int) -> int:
+        """Full batches in `examples`, capped by `max_steps`; at least one batch, or a clear error."""
+        if examples < global_batch:
+            raise CourseError(f"{examples} examples do not fill one global batch of {global_batch}: use more "
+                              f"examples (COURSE_DATA_DIR, the mode's sizes) or a smaller batch")
+        full = examples // global_batch
+        return min(full, self.max_steps) if self.max_steps else full
 
 
 _SETTINGS = {
-    "quick": Settings("quick", train_examples=2048, test_examples=512, epochs=2,
-                      per_replica_batch=32, steps_per_epoch=None,
-                      resnet_epochs=2, resnet_train_examples=64, resnet_test_examples=32,
-                      resnet_per_replica_batch=8),
-    "full": Settings("full", train_examples=None, test_examples=None, epochs=30,
-                     per_replica_batch=128, steps_per_epoch=None,
-                     resnet_epochs=30, resnet_train_examples=None, resnet_test_examples=None,
-                     resnet_per_replica_batch=16),
+    "quick": Settings("quick", train_examples=2048, test_examples=512, epochs=2, per_replica_batch=32,
+                      max_steps=None, resnet_epochs=2, resnet_train_examples=64, resnet_test_examples=32,
+                      resnet_per_replica_batch=8, fault_epochs=4, schedule_epochs=4, warmup_fraction=0.25,
+                      tour_steps=40, job_model="cnn"),
+    "workshop": Settings("workshop", train_examples=None, test_examples=None, epochs=3, per_replica_batch=128,
+                         max_steps=None, resnet_epochs=2, resnet_train_examples=10_000, resnet_test_examples=2_000,
+                         resnet_per_replica_batch=16, fault_epochs=4, schedule_epochs=6, warmup_fraction=0.2,
+                         tour_steps=200, job_model="resnet50"),
+    "full": Settings("full", train_examples=None, test_examples=None, epochs=30, per_replica_batch=128,
+                     max_steps=None, resnet_epochs=30, resnet_train_examples=None, resnet_test_examples=None,
+                     resnet_per_replica_batch=16, fault_epochs=30, schedule_epochs=30, warmup_fraction=0.1,
+                     tour_steps=400, job_model="resnet50"),
 }
 
 
@@ -55,12 +86,29 @@ def resolve_mode(mode: str | None = None) -> str:
     if chosen == "auto":
         from .environment import gpu_count_without_tf
 
-        return "full" if gpu_count_without_tf() > 0 else "quick"
+        return "workshop" if gpu_count_without_tf() > 0 else "quick"
     if chosen not in MODES:
-        raise CourseError(f"{MODE_ENV}={chosen!r} is not a mode: use one of quick, full, auto")
+        raise CourseError(f"{MODE_ENV}={chosen!r} is not a mode: use one of quick, workshop, full, auto")
     return chosen
 
 
-def settings(mode: str | None = None) -> Settings:
-    """The sizes for `mode` (see `resolve_mode`)."""
-    return _SETTINGS[resolve_mode(mode)]
+def _positive(name: str) -> int | None:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise CourseError(f"{name}={text!r} must be a whole number of at least 1 (or unset)")
+    return int(text)
+
+
+def mode_settings(mode: str | None = None) -> Settings:
+    """The sizes for `mode` (see `resolve_mode`), with the class's overrides applied."""
+    chosen = _SETTINGS[resolve_mode(mode)]
+    epochs, max_steps = _positive(EPOCHS_ENV), _positive(MAX_STEPS_ENV)
+    if epochs:
+        chosen = replace(chosen, epochs=epochs, resnet_epochs=epochs, schedule_epochs=epochs,
+                         fault_epochs=max(2, epochs))  # lesson 06: one epoch kept, one lost
+    if max_steps:
+        chosen = replace(chosen, max_steps=max_steps, tour_steps=min(chosen.tour_steps, max_steps))
+    return chosen
+

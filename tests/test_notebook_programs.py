@@ -56,3 +56,56 @@ def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path
     fresh = tmp_path / "fresh"
     assert agree(str(fresh), 0, 2) == {0: 0, 1: 0}  # no backup yet: nothing to agree on
     assert not fresh.exists()
+
+
+def _requeue_runs(program: Path, data_dir: Path, state: Path, warn: bool) -> list[dict]:
+    """Notebook 11's program in one process over 2 logical CPUs (2 local replicas, as a worker with
+    2 GPUs): warned, it stops at a checkpoint (status 3) and a second run resumes; the EVENT lines."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    events, statuses = [], []
+    for restart in range(2):
+        done = subprocess.run([sys.executable, str(program), "--data-dir", str(data_dir), "--state", str(state),
+                               "--loop", "custom", "--epochs", "2", "--per-replica-batch", "8",
+                               "--train-examples", "256", "--cpu-replicas", "2", "--restart", str(restart),
+                               *(["--warn"] if warn else [])],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        statuses.append(done.returncode)
+        assert done.returncode in (0, 3), done.stdout[-1500:] + done.stderr[-3000:]
+        events += [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("EVENT ")]
+        if done.returncode == 0:
+            break
+    assert statuses == ([3, 0] if warn else [0]), statuses
+    return events
+
+
+def test_requeue_resume_skips_the_batches_of_every_local_replica(prepared_dir, tmp_path, report):
+    """Notebook 11: a run that resumes at step s on a worker with R local replicas must skip s x R
+    per-replica batches. With 2 replicas the resumed run ends bit-identical to the uninterrupted one;
+    the same program skipping s batches only (one replica's worth) does not."""
+    source = written_program("11_checkpoints_requeue.ipynb", "{program}")
+    right = tmp_path / "right.py"
+    right.write_text(source)
+    wrong_source = source.replace(".skip(start * local_replicas)", ".skip(start)")
+    assert wrong_source != source, "the program no longer skips `start * local_replicas` batches"
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(wrong_source)
+
+    def final(events):
+        return {e["weights"] for e in events if e["event"] == "finished"}
+
+    reference = _requeue_runs(right, prepared_dir, tmp_path / "reference", warn=False)
+    plan = next(e for e in reference if e["event"] == "plan")
+    assert plan["replicas"] == 2 and plan["steps"] == 2 * plan["steps_per_epoch"], plan
+    resumed = _requeue_runs(right, prepared_dir, tmp_path / "resumed", warn=True)
+    skipped_too_few = _requeue_runs(wrong, prepared_dir, tmp_path / "wrong", warn=True)
+    start = [e["step"] for e in resumed if e["event"] == "start"]
+    assert start[0] == 0 and 0 < start[1] < plan["steps"], start
+    assert len(final(reference)) == 1 and final(resumed) == final(reference), (final(resumed), final(reference))
+    assert final(skipped_too_few) != final(reference), "skipping one batch per step should have changed the data"
+    report(f"lesson 11 resume on 2 local replicas: {plan['steps']} steps, resumed at step {start[1]}, "
+           f"final weights {final(resumed)} = uninterrupted; skipping `start` only gave {final(skipped_too_few)}")

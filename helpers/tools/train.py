@@ -32,7 +32,7 @@ class TrainConfig:
     loop: str = field(default="fit", metadata={"choices": LOOPS})
     data_dir: str | None = field(default=None, metadata={
         "help": "prepared CIFAR-10 (default: COURSE_DATA_DIR, or synthetic in quick mode)"})
-    mode: str | None = field(default=None, metadata={"choices": ("quick", "full", "auto"),
+    mode: str | None = field(default=None, metadata={"choices": ("quick", "workshop", "full", "auto"),
                                                      "help": "default: COURSE_MODE or auto"})
     epochs: int | None = None
     per_replica_batch: int | None = field(default=None, metadata={"flag": "--batch", "help": "per-replica batch"})
@@ -51,11 +51,31 @@ class TrainConfig:
     xla: bool = field(default=False, metadata={"help": "compile the train step with XLA (jit_compile)"})
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """What one run trains on, resolved once: the option when given, else the mode's size."""
+
+    epochs: int
+    per_replica_batch: int
+    train_limit: int | None
+    test_limit: int | None
+
+
+def resolve_sizes(config: TrainConfig, run_settings) -> Sizes:
+    resnet = config.model == "resnet50"
+    return Sizes(
+        epochs=config.epochs or (run_settings.resnet_epochs if resnet else run_settings.epochs),
+        per_replica_batch=config.per_replica_batch or run_settings.per_replica_batch,
+        train_limit=config.train_examples or (run_settings.resnet_train_examples if resnet
+                                              else run_settings.train_examples),
+        test_limit=run_settings.test_examples)
+
+
 def run(config: TrainConfig) -> dict:
     """Train as configured and return the results (also printed as a RESULT line)."""
     from .. import environment
     from ..data import ensure_data, load_split
-    from ..mode import settings
+    from ..mode import mode_settings
 
     if config.loop not in LOOPS:
         raise CourseError(f"unknown loop {config.loop!r}: use one of {', '.join(LOOPS)}")
@@ -63,7 +83,8 @@ def run(config: TrainConfig) -> dict:
         raise CourseError(f"unknown precision {config.precision!r}: use one of {', '.join(PRECISIONS)}")
     environment.remove_proxies()
     environment.import_tensorflow()  # quietly, before the resolver imports it with its start-up lines
-    run_settings = settings(config.mode)
+    run_settings = mode_settings(config.mode)
+    sizes = resolve_sizes(config, run_settings)
     from ..resolver import cluster_resolver
 
     multi = cluster_resolver() is not None and config.strategy in ("auto", "multiworker")
@@ -81,24 +102,18 @@ def run(config: TrainConfig) -> dict:
 
     keras.utils.set_random_seed(config.seed)
     replicas = strategy.num_replicas_in_sync
-    per_replica = config.per_replica_batch or run_settings.per_replica_batch
-    global_batch = per_replica * replicas
+    global_batch = sizes.per_replica_batch * replicas
     data = ensure_data(run_settings.quick, config.data_dir)
-    limit = config.train_examples or (run_settings.resnet_train_examples if config.model == "resnet50"
-                                      else run_settings.train_examples)
-    train_examples = load_split("train", data.data_dir, limit=limit, seed=config.seed)
-    test_examples = load_split("test", data.data_dir, limit=run_settings.test_examples, seed=config.seed)
-    batches = int(train_examples.cardinality()) // global_batch
-    if batches < 1:
-        raise CourseError(f"{int(train_examples.cardinality())} training examples do not fill one global batch of "
-                          f"{global_batch} ({per_replica} x {replicas} replicas): use more examples or a smaller --batch")
+    train_examples = load_split("train", data.data_dir, limit=sizes.train_limit, seed=config.seed)
+    test_examples = load_split("test", data.data_dir, limit=sizes.test_limit, seed=config.seed)
+    steps = config.steps_per_epoch or run_settings.steps_per_epoch(int(train_examples.cardinality()), global_batch)
     repeat = config.loop == "fit"  # fit counts epochs in steps: the data repeats, steps_per_epoch ends an epoch
     train_ds = strategy.distribute_datasets_from_function(
         lambda context: lesson.training_dataset(train_examples, global_batch, context, seed=config.seed).repeat(
             -1 if repeat else 1))
     test_ds = strategy.distribute_datasets_from_function(
         lambda context: lesson.evaluation_dataset(test_examples, global_batch, context))
-    epochs = config.epochs or (run_settings.resnet_epochs if config.model == "resnet50" else run_settings.epochs)
+    epochs = sizes.epochs
 
     keras.mixed_precision.set_global_policy(config.precision)
     with strategy.scope():
@@ -109,7 +124,7 @@ def run(config: TrainConfig) -> dict:
     if config.loop == "fit":
         with strategy.scope():
             lesson.compile_model(model, config.learning_rate, jit_compile=config.xla)
-        history = model.fit(train_ds, epochs=epochs, steps_per_epoch=config.steps_per_epoch or batches,
+        history = model.fit(train_ds, epochs=epochs, steps_per_epoch=steps,
                             callbacks=[keras_callback(timer)], verbose=0)
         train_loss = history.history["loss"]
     else:
@@ -118,7 +133,7 @@ def run(config: TrainConfig) -> dict:
             if config.precision == "mixed_float16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         train_step = lesson.make_train_step(strategy, model, optimizer, global_batch)
-        train_loss = [lesson.train_epoch(train_step, train_ds, global_batch, config.steps_per_epoch, timer)["loss"]
+        train_loss = [lesson.train_epoch(train_step, train_ds, global_batch, steps, timer)["loss"]
                       for _ in range(epochs)]
     if config.evaluate:  # the custom evaluation counts every test example exactly once, for both loops
         result = lesson.evaluate(lesson.make_eval_step(strategy, model), test_ds)
