@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course test classtest lab kernel bench horovod clean
+.PHONY: install course test classtest fullcheck lab kernel bench horovod clean
 
 install: $(STAMP)
 
@@ -31,6 +31,13 @@ course: install
 
 test: install
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=30 $(PYTEST_ARGS)
+
+# Every notebook in workshop and full mode on full-size SYNTHETIC CIFAR-10 (50,000 images), one
+# epoch of at most FULLCHECK_STEPS steps, and again with other replica and worker counts: the
+# modes a GPU class runs, checked on a CPU (about an hour here; figures in build/fullcheck/).
+FULLCHECK_STEPS ?= 4
+fullcheck: install
+	$(PY) -m helpers.tools.fullcheck --out build/fullcheck --max-steps $(FULLCHECK_STEPS) $(FULLCHECK_ARGS)
 
 # A class of 30 learners logging in at once on a hub and the local Slurm (root; about 10 min):
 # login-to-server and engines-ready p50/p95, failures, peak memory, and nothing left afterwards.

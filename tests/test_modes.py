@@ -1,0 +1,93 @@
+"""The modes a GPU class runs, at full data size, and proofs on a machine made 3x slower."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers.tools.course_run import run_notebook
+from helpers.tools.fullcheck import FULL_TEST, FULL_TRAIN, full_size_data, shapes_of, with_parameters
+from tests.conftest import ROOT
+
+NOTEBOOKS = ROOT / "notebooks"
+
+
+@pytest.fixture(scope="session")
+def full_size_dir(tmp_path_factory) -> Path:
+    """SYNTHETIC CIFAR-10 in the real binary format at the real sizes (about 20 s to prepare)."""
+    return full_size_data(tmp_path_factory.mktemp("full-size"))
+
+
+def _outputs(executed: Path) -> str:
+    nb = nbformat.read(executed, as_version=4)
+    return "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_lesson_10_in_full_mode_at_50000_images(full_size_dir, tmp_path, monkeypatch, report):
+    """Full mode, where 50,000 images made 1,562 small-batch updates against 16 x 97 = 1,552 and the
+    proof failed on every GPU node: one epoch (the class override) of the real-size arithmetic."""
+    for name, value in {"COURSE_MODE": "full", "COURSE_EPOCHS": "1", "COURSE_DATA_DIR": str(full_size_dir),
+                        "COURSE_FIGURES_DIR": str(tmp_path / "figures"), "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("COURSE_MAX_STEPS", raising=False)
+    status, seconds, detail = run_notebook(NOTEBOOKS / "10_large_batches.ipynb", tmp_path, timeout=900)
+    shown = _outputs(tmp_path / "10_large_batches.ipynb")
+    assert status == "ok", detail + shown[-3000:]
+    assert f"{FULL_TRAIN} training examples, 49664 per epoch" in shown, shown[:2000]  # 97 batches of 512
+    assert "1552 and 97 steps per epoch" in shown and "16x larger batch" in shown, shown[-2000:]
+    report(f"lesson 10, full mode, {FULL_TRAIN} SYNTHETIC images, 1 epoch: passed in {seconds:.0f} s")
+
+
+def test_the_parameter_cell_takes_other_counts(tmp_path):
+    source = NOTEBOOKS / "12_strategy_tour.ipynb"
+    assert {"CPU_REPLICAS": 4} in shapes_of(source) and {} == shapes_of(source)[0]
+    copy = with_parameters(source, {"CPU_REPLICAS": 4}, tmp_path)
+    first = next(c for c in nbformat.read(copy, as_version=4).cells if c.cell_type == "code").source
+    assert "CPU_REPLICAS = 4" in first and "PS_WORKERS = 2" in first
+    with pytest.raises(ValueError, match="no parameter NODES"):
+        with_parameters(source, {"NODES": 3}, tmp_path)
+
+
+# ------------------------------------------------------------------ 3x slower
+def _throttled(fraction: float):
+    """A cgroup (v1 cpu controller, root) holding its processes to `fraction` of this machine's CPUs."""
+    base = Path("/sys/fs/cgroup/cpu")
+    if os.geteuid() != 0 or not (base / "cpu.cfs_quota_us").exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root with the cgroup v1 cpu controller: the slow-machine test must run")
+        pytest.skip("needs root and the cgroup v1 cpu controller to slow the machine down")
+    group = base / f"course-slow-{os.getpid()}"
+    group.mkdir(exist_ok=True)
+    period = 100_000
+    (group / "cpu.cfs_period_us").write_text(str(period))
+    (group / "cpu.cfs_quota_us").write_text(str(int(os.cpu_count() * period * fraction)))
+    return group
+
+
+@pytest.mark.parametrize("notebook", ["09_monitoring"])
+def test_timing_proofs_hold_on_a_machine_three_times_slower(notebook, tmp_path, report):
+    """Lesson 09's starved/healthy proof on this machine with a third of its CPU time (a cgroup quota)."""
+    group = _throttled(1 / 3)
+    try:
+        env = {**os.environ, "COURSE_MODE": "quick", "COURSE_FIGURES_DIR": str(tmp_path / "figures")}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
+             "--nbval-cell-timeout=900", f"notebooks/{notebook}.ipynb"],
+            env=env, capture_output=True, text=True, timeout=1800, cwd=ROOT,
+            preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())))
+        usage_s = int((group / "cpuacct.usage").read_text()) / 1e9 if (group / "cpuacct.usage").exists() else None
+        throttled = (group / "cpu.stat").read_text()
+    finally:
+        try:
+            group.rmdir()  # empty once the notebook's processes ended
+        except OSError:
+            pass
+    assert done.returncode == 0, done.stdout[-5000:]
+    periods = dict(line.split() for line in throttled.splitlines())
+    assert int(periods["nr_throttled"]) > 0, f"the quota never held the notebook back: {throttled}"
+    report(f"{notebook} with a third of the CPU: passed; throttled in {periods['nr_throttled']} of "
+           f"{periods['nr_periods']} periods" + (f", {usage_s:.0f} s CPU" if usage_s else ""))
