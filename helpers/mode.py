@@ -109,6 +109,7 @@ def mode_settings(mode: str | None = None) -> Settings:
         chosen = replace(chosen, epochs=epochs, resnet_epochs=epochs, schedule_epochs=epochs,
                          fault_epochs=max(2, epochs))  # lesson 06: one epoch kept, one lost
     if max_steps:
-        chosen = replace(chosen, max_steps=max_steps, tour_steps=min(chosen.tour_steps, max_steps))
+        # lesson 12 keeps quick mode's 40 steps at least: fewer do not show every strategy's loss falling
+        chosen = replace(chosen, max_steps=max_steps, tour_steps=max(40, min(chosen.tour_steps, max_steps)))
     return chosen
 
