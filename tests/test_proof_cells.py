@@ -60,7 +60,7 @@ OK: dict[str, dict] = {
                  "ordinary vs global": 2.0}},
     "06_fault_tolerance.ipynb": {
         "first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2,
-        "CRASH_EPOCH": 2, "epochs": 4, "backup_weights": "b", "fresh_weights": "init",
+        "crash_epoch": 2, "epochs": 4, "backup_weights": "b", "fresh_weights": "init",
         "results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b", "weights": "a"} for r in (0, 1)]},
 }
 
@@ -98,7 +98,7 @@ OK["09_monitoring.ipynb"] = {
 _RUNS = {f"batch 32{s}": None for s in ("",)} | {f"batch 512, {s}": None for s in
                                                    ("same rate", "linear, no warm-up", "linear + warm-up", "sqrt + warm-up")}
 OK["10_large_batches.ipynb"] = {
-    "runs": _RUNS, "base_lr": 0.025, "FACTOR": 16, "count": 2048, "SMALL": 32, "large": 512,
+    "runs": _RUNS, "base_lr": 0.025, "FACTOR": 16, "count": 2048, "per_epoch": 2048, "SMALL": 32, "large": 512,
     "rates": {"start": 0.025, "after warm-up": 0.4, "end": 0.0, "sqrt peak": 0.1},
     "final": {"batch 32": 0.07, "batch 512, same rate": 1.4, "batch 512, linear, no warm-up": 0.7,
               "batch 512, linear + warm-up": 0.1, "batch 512, sqrt + warm-up": 0.67},
@@ -251,8 +251,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("10_large_batches.ipynb", _lb("rates", end=0.1), "decay"),
     ("10_large_batches.ipynb", _lb("iterations", **{"batch 512, same rate": 384}), "updates"),
     ("10_large_batches.ipynb", _lb("last_rate", **{"batch 32": 0.01}), "decayed to 0"),
-    ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.1}), "end far behind"),
-    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.0}), "close most of the gap"),
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.05}), "close part of the gap"),
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.5}), "close part of the gap"),
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 0.06}), "close part of the gap"),
     ("10_large_batches.ipynb", _lb("first", **{"batch 512, linear, no warm-up": 2.0}), "without warm-up"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", runs=[0])), "one resumed run"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
