@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from . import keras_fix, tuning
-from .environment import gpu_count_without_tf, import_tensorflow
+from .environment import gpu_count_without_tf, import_tensorflow, split_cpu
 from .errors import CourseError
 from .gpus import GROWTH_ENV
 from .deadline import rendezvous_deadline
@@ -52,11 +52,12 @@ def communication_for(gpus: int) -> str:
 
 
 def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
-                  communication: str | None = None):
+                  communication: str | None = None, cpu_replicas: int = 1):
     """Create the strategy for this process.
 
     `auto` chooses multi-worker when a cluster of more than one worker is described
-    (TF_CONFIG, Slurm step) and MirroredStrategy otherwise. Collectives get a timeout so
+    (TF_CONFIG, Slurm step) and MirroredStrategy otherwise (over the GPUs, or over the CPU split
+    into `cpu_replicas` logical devices, as notebook 01 does). Collectives get a timeout so
     that a lost worker ends in an error instead of a hang.
     """
     if kind not in KINDS:
@@ -70,6 +71,8 @@ def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
         os.environ.setdefault(GROWTH_ENV, "true")
     if resolver is not None:
         return _multiworker(resolver, timeout_seconds, communication)
+    if cpu_replicas > 1 and not gpu_count_without_tf():
+        split_cpu(cpu_replicas)  # before TensorFlow's first op
     return _single_process(kind)
 
 

@@ -1,0 +1,40 @@
+"""Each lesson says how long its training will take, from the mode's sizes and the devices."""
+
+import pytest
+
+from helpers.mode import mode_settings
+from helpers.training_time import lesson_work, seconds, time_lesson
+
+LESSONS = [f"{i:02d}" for i in range(15)]
+
+
+def test_workshop_mode_fits_a_hands_on_segment_on_one_gpu_node():
+    """The workshop sizes: at most a few minutes of training per lesson on a node of 4 GPUs."""
+    workshop, full = mode_settings("workshop"), mode_settings("full")
+    predicted = {n: seconds(lesson_work(n, workshop, 4), 4, 4) for n in LESSONS}
+    assert max(predicted.values()) <= 5 * 60, predicted
+    for n in ("01", "05", "08", "10", "11"):  # the lessons that train for real: full mode is the long one
+        assert seconds(lesson_work(n, full, 4), 4, 4) > 3 * predicted[n], n
+
+
+def test_the_class_overrides_shrink_the_prediction(monkeypatch):
+    before = seconds(lesson_work("05", mode_settings("full"), 2), 0, 2)
+    monkeypatch.setenv("COURSE_EPOCHS", "1")
+    monkeypatch.setenv("COURSE_MAX_STEPS", "4")
+    after = seconds(lesson_work("05", mode_settings("full"), 2), 0, 2)
+    assert after < before / 100
+
+
+def test_the_first_cell_says_it_and_the_last_says_what_it_took(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    clock = time_lesson("10", mode_settings("quick"), 2)
+    said = capsys.readouterr().out
+    assert said.startswith("quick mode: ") and "images through cnn" in said and "on this CPU" in said, said
+    took = clock.report()
+    said = capsys.readouterr().out
+    assert took >= 0 and "lesson 10: took" in said and "predicted for its training" in said, said
+
+
+@pytest.mark.parametrize("lesson", ["00", "13"])
+def test_lessons_that_hardly_train_predict_seconds(lesson):
+    assert seconds(lesson_work(lesson, mode_settings("full"), 4), 4, 4) < 1
