@@ -134,6 +134,9 @@ def _slurm_resolver_class():
             self.layout, self.workers, self.gpu_plan = layout, list(workers), plan
             super().__init__(port_base=0, gpus_per_node=layout.max_tasks_per_node, gpus_per_task=1,
                              tasks_per_node=dict(zip(layout.nodes, layout.tasks)), auto_set_gpu=False)
+            # known from the start (upstream sets them only inside cluster_spec(): a learner who
+            # asks first saw "I am None None", lesson 03 on Slurm)
+            self.task_type, self.task_id = "worker", layout.rank
 
         def cluster_spec(self):
             self.task_type, self.task_id = "worker", self.layout.rank

@@ -65,6 +65,7 @@ def test_slurm_resolver_on_cpu_nodes(monkeypatch):
     _slurm_env(monkeypatch)
     monkeypatch.setenv(resolver.PORT_RANGE_ENV, "15000-15100")
     res = resolver.slurm_resolver()
+    assert (res.task_type, res.task_id) == ("worker", 1)  # before cluster_spec(): lesson 03 asks first
     spec = res.cluster_spec().as_dict()
     # job 7, step 0: block 7*16 of 2 ports -> 15000 + (112 % 50) * 2 = 15024
     assert spec == {"worker": ["node1:15024", "node1:15025", "node2:15024", "node2:15025"]}
