@@ -114,12 +114,13 @@ def _lb(key: str, **changes) -> dict:
 
 def _requeued(final: str, **changes) -> dict:
     return {"runs": [0, 1], "outcomes": ["stopped", "finished"], "stopped at": ["s"], "saved before stop": "s",
-            "resumed from": ["s"], "final": [final], **changes}
+            "resumed from": ["s"], "final": [final], "stopped in": [0, 16], "resumed at epoch": [0], **changes}
 
 
 OK["11_checkpoints_requeue.ipynb"] = {"result": {
     "custom, warned": _requeued("u"), "fit, warned": _requeued("f"),
-    "custom, never warned": {"runs": [0], "outcomes": ["finished"], "final": ["u"]}}}
+    "custom, never warned": {"runs": [0], "outcomes": ["finished"], "final": ["u"]},
+    "fit, never warned": {"runs": [0], "outcomes": ["finished"], "final": ["g"]}}}
 
 
 def _rq(name: str, summary: dict) -> dict:
@@ -139,7 +140,8 @@ OK["12_strategy_tour.ipynb"] = {
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 2.2, "sync_first": 2.31, "sync_last": 2.25,
     "sync_digests": ["d", "d"], "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "replicas": 2,
     "evaluated": {"OneDevice": 0.01, "Mirrored": 0.02, "CentralStorage": 0.0},
-    "central_bn_error": "You must specify an aggregation method to update a AggregatingVariable in Replica Context"}
+    "central_bn_error": "You must specify an aggregation method to update a AggregatingVariable in Replica Context",
+    "fit_error": "Unrecognized data type: x=<DatasetV2 ...>"}
 OK["13_from_horovod.ipynb"] = {
     "ranks": [0, 1], "sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
     "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05, "collective": [[[10.5], [10.0, 11.0], [10.0]]] * 2,
@@ -264,7 +266,11 @@ BROKEN: list[tuple[str, dict, str]] = [
      "checkpoint's weights"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", {**_requeued("u"), "final": ["u", "v"]}), "finished with different"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("v")), "equal the uninterrupted"),
-    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("u")), "repeats steps"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("g")), "repeats steps"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"resumed at epoch": [1]})), "start that epoch again"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"stopped in": [0, 0]})), "start that epoch again"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, never warned", {"runs": [0, 1], "outcomes": ["stopped", "finished"],
+                                                               "final": ["g"]}), "never-warned run"),
     ("12_strategy_tour.ipynb", {"roles": [("chief", 0, 11), ("worker", 0, 11), ("worker", 1, 13), ("ps", 0, 14)]},
      "separate processes"),
     ("12_strategy_tour.ipynb", {"roles": [("chief", 0, 11), ("worker", 0, 12), ("worker", 1, 13)]}, "separate processes"),
@@ -280,6 +286,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"central_bn_error": None}, "batch norm should fail"),
+    ("12_strategy_tour.ipynb", {"fit_error": None}, "should have refused the parameter-server strategy"),
     ("12_strategy_tour.ipynb", {"evaluated": {"OneDevice": 0.01, "Mirrored": 0.02, "CentralStorage": 2.31}},
      "did not train"),
     ("13_from_horovod.ipynb", {"ranks": [0, 0]}, "not one job"),

@@ -455,7 +455,7 @@ def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     _nbval("11_checkpoints_requeue", env, cell_timeout=900)
     logs = sorted((tmp_path / "requeue_job").glob("tf-requeue-*.out"))
-    assert len(logs) == 3, "the notebook ran its jobs without Slurm"
+    assert len(logs) == 4, "the notebook ran its jobs without Slurm"
     timelines = []
     for log in logs:
         text = log.read_text()
