@@ -52,8 +52,9 @@ OK: dict[str, dict] = {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "right_gap": 1e-7, "wrong_gap": 1e-2, "test": {"examples": 512}, "test_images": 512,
         "worker_test_counts": [512, 512],
-        "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0},
-                      "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None}}},
+        "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1},
+                      "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1}},
+        "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328}},
     "05_sync_batch_norm.ipynb": {
         "strategy": _strategy(2), "forward_all_reduces": 3, "spread_plain": 0.05, "spread_sync": 0.0,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
@@ -136,7 +137,7 @@ _PS = "/job:ps/replica:0/task:0/device:CPU:0"
 _PS_STEPS, _PS_WORKERS = 40, 2  # scheduled steps; each worker also takes one warm-up step
 OK["12_strategy_tour.ipynb"] = {
     "roles": [("chief", 0, 11), ("worker", 0, 12), ("worker", 1, 13), ("ps", 0, 14)], "PS_WORKERS": _PS_WORKERS,
-    "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
+    "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 2.2, "sync_first": 2.31, "sync_last": 2.25,
     "sync_digests": ["d", "d"], "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "replicas": 2,
     "evaluated": {"OneDevice": 0.01, "Mirrored": 0.02, "CentralStorage": 0.0},
@@ -197,9 +198,17 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"wrong_gap": 1e-7}, "per-replica batch should change"),
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
     ("04_custom_training_loop.ipynb", {"worker_test_counts": [512, 448]}, "evaluation counted"),
-    ("04_custom_training_loop.ipynb", {"precision": {"mixed_float16": {"compute": "float16", "loss scale": None},
-                                                     "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None}}},
-     "mixed_float16"),
+    ("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": None, "compile wraps": False, "loss": 0.1},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1}}}, "mixed_float16"),
+    ("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": True, "loss": 0.1}}}, "mixed_bfloat16"),
+    ("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": float("nan")},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1}}}, "no finite loss"),
+    ("04_custom_training_loop.ipynb", {"underflow": {"float16": 1e-8, "bfloat16": 1e-8, "float16, scaled by 32768": 3e-4}},
+     "vanish in float16"),
     ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1)}, "two replicas"),
     ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "synchronized vs global": 2.0}},
      "global batch"),
@@ -287,6 +296,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"central_bn_error": None}, "batch norm should fail"),
     ("12_strategy_tour.ipynb", {"fit_error": None}, "should have refused the parameter-server strategy"),
+    ("12_strategy_tour.ipynb", {"optimizer_count": 0}, "the optimizer counted"),
+    ("12_strategy_tour.ipynb", {"optimizer_count": _PS_STEPS + _PS_WORKERS + 1}, "the optimizer counted"),
     ("12_strategy_tour.ipynb", {"evaluated": {"OneDevice": 0.01, "Mirrored": 0.02, "CentralStorage": 2.31}},
      "did not train"),
     ("13_from_horovod.ipynb", {"ranks": [0, 0]}, "not one job"),
