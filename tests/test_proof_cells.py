@@ -31,6 +31,11 @@ def _strategy(replicas: int):
     return SimpleNamespace(num_replicas_in_sync=replicas)
 
 
+class _Sizes:
+    def __init__(self, **sizes):
+        self.__dict__.update(sizes)
+
+
 OK: dict[str, dict] = {
     "00_environment.ipynb": {
         "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="SYNTHETIC"),
@@ -47,7 +52,8 @@ OK: dict[str, dict] = {
                  for r in (0, 1)}},
     "03_multiworker_ipyparallel.ipynb": {
         "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]], "overlap": 0,
-        "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512]},
+        "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512],
+        "val_losses": [[2.1, 1.9], [2.1, 1.9]], "settings": _Sizes(epochs=2)},
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "right_gap": 1e-7, "wrong_gap": 1e-2, "test": {"examples": 512}, "test_images": 512,
@@ -186,6 +192,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("02_input_pipelines.ipynb", {"first_pass_rate": 100.0}, "slower than training"),
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1, 1]}, "did not form one cluster"),
     ("03_multiworker_ipyparallel.ipynb", {"task_ids": [0, 0]}, "task ids"),
+    ("03_multiworker_ipyparallel.ipynb", {"val_losses": [[2.1, 1.9], [2.1, 1.8]]}, "same all-reduced validation loss"),
+    ("03_multiworker_ipyparallel.ipynb", {"val_losses": [[2.1], [2.1]]}, "same all-reduced validation loss"),
     ("03_multiworker_ipyparallel.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
     ("03_multiworker_ipyparallel.ipynb", {"moved": [0.0, 0.0]}, "did not change the weights"),
     ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different weights"),
