@@ -99,7 +99,8 @@ OK["09_monitoring.ipynb"] = {
     "logged": {"starved": {"epoch_loss": [1.5, 0.5]}, "healthy": {"epoch_loss": [1.5, 0.5]}}, "loss_gap": 0.0,
     "PROFILED_STEPS": 8, "traces": {"starved": {"steps": 8}, "healthy": {"steps": 8}},
     "shares": {"starved": 0.66, "healthy": 0.02}, "per_step_ms": {"starved": 94.0, "healthy": 24.0},
-    "served_runs": ["healthy/train", "starved/train"]}
+    "served_runs": ["healthy/train", "starved/train"], "weights_count": 12, "graphs": 1,
+    "histograms": {f"layer{i}/w/histogram": 2 for i in range(12)}}
 
 
 _RUNS = {f"batch 32{s}": None for s in ("",)} | {f"batch 512, {s}": None for s in
@@ -257,6 +258,9 @@ BROKEN: list[tuple[str, dict, str]] = [
      "more than one writer"),
     ("08_batch_job.ipynb", {"written": ["result.json"]}, "chief's model"),
     ("09_monitoring.ipynb", {"event_files": {"starved": 2, "healthy": 1}}, "one event file per run"),
+    ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 2 for i in range(10)}}, "a histogram of every weight"),
+    ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 1 for i in range(12)}}, "a histogram of every weight"),
+    ("09_monitoring.ipynb", {"graphs": 0}, "the model's graph once"),
     ("09_monitoring.ipynb", {"logged": {"starved": {"epoch_loss": [1.5]}, "healthy": {"epoch_loss": [1.5, 0.5]}}},
      "epoch_loss"),
     ("09_monitoring.ipynb", {"loss_gap": 0.1}, "differs from fit"),
