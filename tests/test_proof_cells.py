@@ -175,12 +175,16 @@ def _levers(**changes) -> dict:
 
 BROKEN: list[tuple[str, dict, str]] = [
     ("00_environment.ipynb", {"labels": [1, 2, 3]}, "all ten classes"),
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=16, synthetic=True, label="x")}, "smaller than one batch"),
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=False, label="x")}, "synthetic"),
     ("01_mirrored_strategy.ipynb", {"strategy": _strategy(1), "copies": {1}}, "at least 2"),
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
     ("01_mirrored_strategy.ipynb", {"updated_gap": 1e-3}, "differ between replicas"),
     ("01_mirrored_strategy.ipynb", {"moving_gap": 0.0}, "moving statistics should differ"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [0, 1, 2, 3]]}, "cover the global batch"),
+    ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [4, 5, 6, 7, 7]]}, "exactly once"),  # a duplicate
+    ("02_input_pipelines.ipynb", {"per_replica": [list(range(8))]}, "at least 2 of them"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(1, 31, 2))}})}, "lost examples"),
     ("02_input_pipelines.ipynb", {"from_fn_per_replica": [[0, 1, 2, 3, 4, 5, 6, 7], [0]]}, "cover the global batch"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(0, 32, 2))}})},
      "dataset_fn the workers must get disjoint"),  # the unsharded dataset_fn of issue 13
@@ -193,6 +197,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("02_input_pipelines.ipynb", {"first_pass_rate": 100.0}, "slower than training"),
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1, 1]}, "did not form one cluster"),
     ("03_multiworker_ipyparallel.ipynb", {"task_ids": [0, 0]}, "task ids"),
+    ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1], "task_ids": [0], "seen": [["a"]], "overlap": 0, "moved": [0.5],
+                                          "digests": ["d"], "predicted_rows": [512], "padded": [512],
+                                          "val_losses": [[2.1, 1.9]]}, "at least 2 workers"),
     ("03_multiworker_ipyparallel.ipynb", {"val_losses": [[2.1, 1.9], [2.1, 1.8]]}, "same all-reduced validation loss"),
     ("03_multiworker_ipyparallel.ipynb", {"val_losses": [[2.1], [2.1]]}, "same all-reduced validation loss"),
     ("03_multiworker_ipyparallel.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
@@ -203,7 +210,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
     ("04_custom_training_loop.ipynb", {"digests": ["i", "i"]}, "did not change the weights"),
     ("04_custom_training_loop.ipynb", {"digests": ["d", "e"]}, "different weights"),
-    ("04_custom_training_loop.ipynb", {"right_gap": 1e-3}, "disagree"),
+    ("04_custom_training_loop.ipynb", {"right_gap": 1e-3, "wrong_gap": 1.0}, "disagree"),
     ("04_custom_training_loop.ipynb", {"wrong_gap": 1e-7}, "per-replica batch should change"),
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
     ("04_custom_training_loop.ipynb", {"worker_test_counts": [512, 448]}, "evaluation counted"),
@@ -257,6 +264,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"]},
      "more than one writer"),
     ("08_batch_job.ipynb", {"written": ["result.json"]}, "chief's model"),
+    ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(0, "node2")]}, "node2"),  # two rank 0s
+    ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [float("nan")]}}, "not a number"),
+    ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/events.out.tfevents.1.node1",
+                                            "logs/events.out.tfevents.1.node2"]}, "logs/events"),  # a stray writer
     ("09_monitoring.ipynb", {"event_files": {"starved": 2, "healthy": 1}}, "one event file per run"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 2 for i in range(10)}}, "a histogram of every weight"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 1 for i in range(12)}}, "a histogram of every weight"),
@@ -281,13 +292,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", runs=[0])), "one resumed run"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"stopped at": ["s", "t"]})),
-     "different weights"),
-    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"saved before stop": "r"})), "lost work"),
+     "none differing"),
+    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"saved before stop": "r"})), "no work lost"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"resumed from": ["init"]})),
      "checkpoint's weights"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", {**_requeued("u"), "final": ["u", "v"]}), "finished with different"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("v")), "equal the uninterrupted"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("g")), "repeats steps"),
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", {**_requeued("f"), "final": ["f", "h"]}), "finished with different"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"resumed at epoch": [1]})), "start that epoch again"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"stopped in": [0, 0]})), "start that epoch again"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, never warned", {"runs": [0, 1], "outcomes": ["stopped", "finished"],
@@ -357,3 +369,35 @@ def test_every_notebook_has_a_proof_cell_and_broken_variants():
         asserts = proof_source(name).count("assert ")
         variants = sum(1 for n, _, _ in BROKEN if n == name)
         assert variants >= min(asserts, 2), f"{name}: {asserts} asserts, only {variants} broken variants"
+
+
+def _asserts(source: str) -> list:
+    import ast
+
+    return [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assert)]
+
+
+def _without(source: str, node) -> str:
+    """The source with one assert statement replaced by `pass` (its block stays valid)."""
+    lines = source.splitlines()
+    indent = lines[node.lineno - 1][:node.col_offset]
+    return "\n".join(lines[:node.lineno - 1] + [indent + "pass"] + lines[node.end_lineno:])
+
+
+def _passes(source: str, name: str, namespace: dict) -> bool:
+    try:
+        exec(compile(source, name, "exec"), {"math": math, **namespace})
+    except Exception:  # noqa: BLE001 - any failure still catches the broken case
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(OK))
+def test_every_proof_assert_is_the_only_one_that_catches_some_broken_case(name):
+    """Remove any one assert from a proof cell: some broken variant must then pass unnoticed.
+    An assert no variant needs is one no test holds to account (it could be false or dead)."""
+    source = proof_source(name)
+    variants = [broken for n, broken, _ in BROKEN if n == name]
+    uncovered = [source.splitlines()[node.lineno - 1].strip()[:90] for node in _asserts(source)
+                 if not any(_passes(_without(source, node), name, {**OK[name], **broken}) for broken in variants)]
+    assert not uncovered, f"{name}: no broken variant needs these asserts: {uncovered}"
