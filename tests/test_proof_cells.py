@@ -408,3 +408,36 @@ def test_every_proof_assert_is_the_only_one_that_catches_some_broken_case(name):
     uncovered = [source.splitlines()[node.lineno - 1].strip()[:90] for node in _asserts(source)
                  if not any(_passes(_without(source, node), name, {**OK[name], **broken}) for broken in variants)]
     assert not uncovered, f"{name}: no broken variant needs these asserts: {uncovered}"
+
+
+def _cell_defining(name: str, marker: str) -> str:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "code" and marker in c.source)
+
+
+def _event(event: str, t: float, rank: int = 0, **fields) -> dict:
+    return {"event": event, "time": t, "rank": rank, **fields}
+
+
+def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
+    """The gathering cell itself, on planted job events: a fit warned at step 16 of epoch 0, resumed
+    at epoch 0 (so 16 steps repeated), both workers stopping and finishing together."""
+    warned = [_event("start", 0, r, run=0, epoch=0, batch=0, weights="init") for r in (0, 1)]
+    warned += [_event("saved", 1, r, epoch=0, batch=16, weights="s") for r in (0, 1)]
+    warned += [_event("stopped", 2, r, warnings=["SIGUSR1"], weights="s") for r in (0, 1)]
+    warned += [_event("start", 3, r, run=1, epoch=0, batch=0, weights="s") for r in (0, 1)]
+    warned += [_event("finished", 4, r, warnings=[], weights="f") for r in (0, 1)]
+    never = [_event("start", 0, r, run=0, epoch=0, batch=0, weights="init") for r in (0, 1)]
+    never += [_event("finished", 4, r, warnings=[], weights="g") for r in (0, 1)]
+    namespace = {"events": {"fit, warned": warned, "fit, never warned": never}, "runs": {}, "print": lambda *a: None}
+    exec(compile(_cell_defining("11_checkpoints_requeue.ipynb", "def summary(name)"), "11", "exec"), namespace)
+    got = namespace["summary"]("fit, warned")
+    assert got["runs"] == [0, 1] and got["outcomes"] == ["stopped", "finished"], got
+    assert got["stopped at"] == ["s"] and got["saved before stop"] == "s" and got["resumed from"] == ["s"], got
+    assert got["stopped in"] == [0, 16] and got["resumed at epoch"] == [0] and got["final"] == ["f"], got
+    reference = namespace["summary"]("fit, never warned")
+    assert reference["outcomes"] == ["finished"] and reference["stopped in"] is None and reference["final"] == ["g"]
+    # and the proof cell accepts exactly this
+    _run("11_checkpoints_requeue.ipynb", {"result": {
+        "custom, warned": {**got, "final": ["u"], "stopped in": [None, None], "resumed at epoch": [None]},
+        "fit, warned": got, "custom, never warned": {**reference, "final": ["u"]}, "fit, never warned": reference}})
