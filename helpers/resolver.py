@@ -14,6 +14,7 @@ import json
 import os
 import random
 import socket
+import warnings
 
 from .environment import slurm_info
 from .errors import CourseError
@@ -52,12 +53,20 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def check_port(port: int, host: str = "127.0.0.1") -> int:
-    """`port`, if it is inside the allowed range and free on `host`; else a CourseError."""
+def check_port(port: int, host: str = "127.0.0.1", *, chosen_by_user: bool = False) -> int:
+    """`port`, if it is free on `host` and inside the allowed range; else a CourseError.
+
+    The range is one centre's firewall policy for the ports the course picks itself. A port the
+    user chose (their own TF_CONFIG) is theirs: outside the range it draws a warning, not a refusal.
+    """
     low, high = port_range()
     if not low <= port <= high:
-        raise CourseError(f"port {port} is outside the allowed range {low}-{high} "
-                          f"(set {PORT_RANGE_ENV} to change the range)")
+        if not chosen_by_user:
+            raise CourseError(f"port {port} is outside the allowed range {low}-{high} "
+                              f"(set {PORT_RANGE_ENV} to change the range)")
+        warnings.warn(f"port {port} is outside {PORT_RANGE_ENV}={low}-{high}, the range the course keeps its own "
+                      f"ports in (the ports a centre's firewall lets through between compute nodes): if the "
+                      f"workers cannot reach each other, choose a port in it", stacklevel=2)
     if not port_is_free(port, host):
         raise CourseError(f"port {port} on {host} is already in use: pick another port "
                           f"or free it (`ss -ltnp 'sport = :{port}'` shows who holds it)")
@@ -189,7 +198,7 @@ def _check_own_tf_config_port(config: dict) -> None:
     port = int(str(config["cluster"][task["type"]][task["index"]]).rpartition(":")[2])
     if port not in _own_listening_ports():
         try:
-            check_port(port, host="0.0.0.0")
+            check_port(port, host="0.0.0.0", chosen_by_user=True)
         except CourseError as exc:
             raise CourseError(f"TF_CONFIG of {task['type']} {task['index']}: {exc}") from None
 

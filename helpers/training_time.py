@@ -149,5 +149,18 @@ def measure(steps: int = 12) -> dict[str, float]:
     return found
 
 
+def table(gpus: int = 4) -> str:
+    """Markdown rows: each lesson's predicted training minutes in workshop and full mode on `gpus` GPUs."""
+    from .mode import mode_settings
+
+    rows = ["| lesson | workshop, 1 node of %d A100 (min) | full, same node (min) |" % gpus, "|---|---|---|"]
+    for n in [f"{i:02d}" for i in range(15)]:
+        w, f = (seconds(lesson_work(n, mode_settings(m), gpus), gpus, gpus) / 60 for m in ("workshop", "full"))
+        rows.append(f"| {n} | {w:.1f} | {f:.1f} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
-    measure()
+    import sys
+
+    print(table()) if sys.argv[1:] == ["--table"] else measure()
