@@ -30,9 +30,10 @@ from .mode import Settings
 FULL_TRAIN = 50_000  # CIFAR-10's training split, where the mode takes the whole of it
 A100_RESNET50_224 = 2375.0  # images/s, NVIDIA (see above)
 SMALL_IMAGE_SPEEDUP = 49 / 5  # 224x224 -> 32x32: 49x fewer FLOPs, a fifth of it realised
-# images/s of training on the course's 2-core CPU VM (2026-11-25), measured with `python -m
-# helpers.training_time` (float32, 2 logical replicas, the lessons' per-replica batches)
-CPU_IMAGES_PER_S = {"cnn": 2600.0, "resnet50": 40.0}
+# images/s of training on the course's 2-core CPU VM (AMD EPYC, 2026-11-25), measured with
+# `python -m helpers.training_time` (float32, 2 logical replicas, per-replica batches 32 and 8):
+# 4603 and 63. A VM of the day before ran the same lessons about twice as slowly.
+CPU_IMAGES_PER_S = {"cnn": 4600.0, "resnet50": 63.0}
 GPU_STEP_FLOOR_S = {"cnn": 0.003, "resnet50": 0.025}
 
 

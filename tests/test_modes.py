@@ -68,12 +68,15 @@ def _throttled(fraction: float):
     return group
 
 
-@pytest.mark.parametrize("notebook", ["09_monitoring"])
+@pytest.mark.parametrize("notebook", ["09_monitoring", "07_scaling_performance", "12_strategy_tour",
+                                      "14_predicting_scaling"])
 def test_timing_proofs_hold_on_a_machine_three_times_slower(notebook, tmp_path, report):
-    """Lesson 09's starved/healthy proof on this machine with a third of its CPU time (a cgroup quota)."""
+    """The lessons whose proofs involve time, on this machine with a third of its CPU time (a cgroup
+    quota over the notebook and everything it starts: engines, workers)."""
     group = _throttled(1 / 3)
     try:
-        env = {**os.environ, "COURSE_MODE": "quick", "COURSE_FIGURES_DIR": str(tmp_path / "figures")}
+        env = {**os.environ, "COURSE_MODE": "quick", "COURSE_FIGURES_DIR": str(tmp_path / "figures"),
+               "COURSE_OUTPUT_DIR": str(tmp_path / "output")}
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
              "--nbval-cell-timeout=900", f"notebooks/{notebook}.ipynb"],
