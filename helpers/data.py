@@ -31,6 +31,7 @@ TRAIN_FILES = [f"data_batch_{i}.bin" for i in range(1, 6)]
 TEST_FILE = "test_batch.bin"
 META_FILE = "batches.meta.txt"
 RECORD = 1 + 32 * 32 * 3  # label byte + channel-major image
+TRAIN_SIZE, TEST_SIZE = 50_000, 10_000  # CIFAR-10's splits
 LABELS = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 SOURCE_FILE = "course_source.json"
 MAX_SYNTH = 1_000_000

@@ -25,9 +25,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from .data import TRAIN_SIZE as FULL_TRAIN  # where a mode takes the whole split
 from .mode import Settings
 
-FULL_TRAIN = 50_000  # CIFAR-10's training split, where the mode takes the whole of it
 A100_RESNET50_224 = 2375.0  # images/s, NVIDIA (see above)
 SMALL_IMAGE_SPEEDUP = 49 / 5  # 224x224 -> 32x32: 49x fewer FLOPs, a fifth of it realised
 # images/s of training on the course's 2-core CPU VM (AMD EPYC, 2026-11-25), measured with

@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+from ..data import TEST_SIZE, TRAIN_SIZE
 from .course_run import NOTEBOOKS, run_notebook
 
-FULL_TRAIN, FULL_TEST = 50_000, 10_000
+FULL_TRAIN, FULL_TEST = TRAIN_SIZE, TEST_SIZE
 # other shapes: the parameter cell's names, and the values tried beside the default
 SHAPES = {
     "CPU_REPLICAS": (1, 4),  # logical CPU replicas of the one-process lessons
