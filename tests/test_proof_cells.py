@@ -449,6 +449,8 @@ def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
     ("01_mirrored_strategy.ipynb", {"strategy": _strategy(1), "copies": {1}, "moving_gap": 0.0}),
     ("02_input_pipelines.ipynb", {"per_replica": [list(range(8))], "from_fn_per_replica": [list(range(8))]}),
     ("04_custom_training_loop.ipynb", {"strategy": _strategy(1), "wrong_gap": 0.0}),
+    ("12_strategy_tour.ipynb", {"replicas": 1, "central_bn_error": None,
+                                "copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}),
     ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1), "spread_plain": 0.0,
                                   "gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 1e-7}})])
 def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, one_replica, capsys):
