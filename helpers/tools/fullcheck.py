@@ -5,7 +5,7 @@ class uses on SYNTHETIC CIFAR-10 of the real size (50,000 / 10,000 images in the
 format, prepared once), with the class override turned down to the smallest run that still
 does the full-size arithmetic (`COURSE_EPOCHS=1`, `COURSE_MAX_STEPS`), and the lessons with a
 replica or worker count again with other counts. Prints one row per run (notebook, mode, shape,
-status, minutes) and writes them to `build/fullcheck.md`.
+status, minutes) and writes them to `fullcheck.md` in its output directory.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..data import TEST_SIZE, TRAIN_SIZE
+from ..data import TEST_SIZE as FULL_TEST
+from ..data import TRAIN_SIZE as FULL_TRAIN
+from ..data import quick_data_dir
 from .course_run import NOTEBOOKS, run_notebook
-
-FULL_TRAIN, FULL_TEST = TRAIN_SIZE, TEST_SIZE
 # other shapes: the parameter cell's names, and the values tried beside the default
 SHAPES = {
     "CPU_REPLICAS": (1, 4),  # logical CPU replicas of the one-process lessons
@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tf-hpc-course"
-    data_dir = full_size_data(cache)
+    data_dir = full_size_data(quick_data_dir().parent)  # beside quick mode's synthetic data
     os.environ.update({"COURSE_DATA_DIR": str(data_dir), "COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": str(args.max_steps),
                        "TF_CPP_MIN_LOG_LEVEL": "2", "COURSE_FIGURES_DIR": str(out / "figures")})
     os.environ.pop("SLURM_CONF", None)  # the laptop path: local processes, not a Slurm that may be up
