@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
+import numpy as np
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -164,6 +165,7 @@ _LEVERS = {"as it is: batch 64, float32 gradients, no overlap": 0.31, "per-GPU b
            "batch 256 + float16 gradients + 70% overlap": 0.92}
 OK["14_predicting_scaling.ipynb"] = {
     "compute_s": 0.06, "allreduce_s": 0.066, "predicted_s": 0.126, "ratio": 1.3,
+    "overlap_seen": -0.08, "overlap": 0.0, "packed_ratio": 1.4,
     "times": {1_000_000: 0.009, 4_000_000: 0.02, 16_000_000: 0.064},
     "projection": {(64, "a"): {1: 1.0, 2: 0.87, 8: 0.79}, (64, "b"): {1: 1.0, 2: 0.44}},
     "monotone": {(64, "a"): True, (64, "b"): True}, "ordered": {64: [0.74, 0.61, 0.28], 128: [0.85, 0.76, 0.44]},
@@ -348,6 +350,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
     ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),
     ("14_predicting_scaling.ipynb", {"ratio": 0.3}, "measure again"),
+    ("14_predicting_scaling.ipynb", {"overlap": 0.7}, "not the measured"),  # an assumed overlap, not the packs'
+    ("14_predicting_scaling.ipynb", {"overlap": -0.08}, "not the measured"),  # a negative share taken as it is
+    ("14_predicting_scaling.ipynb", {"packed_ratio": 2.4}, "packed step"),
     ("14_predicting_scaling.ipynb", {"projection": {(64, "a"): {1: 0.9, 2: 0.8}}}, "by definition"),
     ("14_predicting_scaling.ipynb", {"monotone": {(64, "a"): False}}, "must fall"),
     ("14_predicting_scaling.ipynb", {"ordered": {64: [0.28, 0.61, 0.74], 128: [0.85, 0.76, 0.44]}}, "slower link"),
@@ -456,3 +461,39 @@ def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
 def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, one_replica, capsys):
     _run(name, {"math": math, **OK[name], **one_replica})
     assert "one replica" in capsys.readouterr().out
+
+
+class _PlantedEngines:
+    """What lesson 14's engines return, planted: `view.pull(name)` gives one value per worker."""
+
+    def __init__(self, pulled: dict):
+        self.view = SimpleNamespace(pull=lambda name, block=True: pulled[name])
+
+    def finish(self) -> str:
+        return "stopped"
+
+
+@pytest.mark.parametrize("saved_ms,overlap", [(6.0, 6.0 / 28.0), (-2.0, 0.0), (40.0, 1.0)],
+                         ids=["packs hide some", "packs cost time", "more saved than the all-reduce"])
+def test_lesson_14_model_cell_fits_the_link_and_takes_the_overlap_the_packs_got(saved_ms, overlap):
+    """The computing cell itself, on planted engine results: all-reduce times of a known ring (1 GB/s,
+    1 ms per hop, 2 workers), the slowest worker's numbers taken, and the overlap as the time the
+    packs saved over the model's all-reduce, kept between none and all."""
+    namespace = {"print": lambda *a: None}
+    exec(compile(_cell_defining("14_predicting_scaling.ipynb", "def ring_allreduce_s"), "14", "exec"), namespace)
+    link = namespace["Link"]("planted", 1e9, 1e-3)
+    sizes = [1_000_000, 4_000_000, 16_000_000]
+    times = {s: namespace["ring_allreduce_s"](s, 2, link) for s in sizes}
+    gradient_bytes = 26_000_000  # all-reduce 2/2 x 26 MB / 1 GB/s + 2 ms = 28 ms
+    one_pack = 0.05
+    pulled = {"allreduce_times": [times, {s: t * 0.9 for s, t in times.items()}],
+              "together_s": [0.02, 0.021],
+              "step_times": [{0: one_pack, 4: one_pack - saved_ms / 1000}, {0: one_pack - 0.01, 4: 0.01}]}
+    namespace.update(np=np, gradient_bytes=gradient_bytes, WORKERS=2, alone_s=0.015, engines=_PlantedEngines(pulled),
+                     PACKINGS=(0, 4), RING_PACK_BYTES=4)
+    exec(compile(_cell_defining("14_predicting_scaling.ipynb", "overlap_seen ="), "14", "exec"), namespace)
+    assert namespace["link"].bandwidth == pytest.approx(1e9, rel=1e-6)
+    assert namespace["link"].latency == pytest.approx(1e-3, rel=1e-6)
+    assert namespace["compute_s"] == 0.021 and namespace["allreduce_s"] == pytest.approx(0.028)
+    assert namespace["measured_s"] == one_pack and namespace["overlap"] == pytest.approx(overlap)
+    assert namespace["predicted_packed_s"] == pytest.approx(0.021 + (1 - overlap) * 0.028)
