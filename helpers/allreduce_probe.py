@@ -80,7 +80,8 @@ def probe_devices(devices: int, sizes_mb: list[float], repeats: int) -> list[dic
     import socket
 
     from .environment import split_cpu
-    from .host import gpu_count_without_tf, import_tensorflow
+    from .gpus import gpu_count_without_tf
+    from .host import import_tensorflow
 
     gpus = gpu_count_without_tf()
     if gpus and gpus < devices:
@@ -107,7 +108,7 @@ def parse(output: str) -> dict[int, float]:
 def measure_local(workers: int = 2, sizes_mb: tuple[float, ...] = DEFAULT_SIZES_MB, repeats: int = 5,
                   deadline_s: float = 300.0) -> dict[int, float]:
     """All-reduce times between `workers` local processes (ring over loopback on CPU)."""
-    from .launch import run_local_workers
+    from .local_workers import run_local_workers
 
     outcomes = run_local_workers(["-m", "helpers.allreduce_probe", "--repeats", str(repeats), "--sizes-mb",
                                   *(str(s) for s in sizes_mb)], workers, deadline_s=deadline_s)

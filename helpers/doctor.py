@@ -101,7 +101,7 @@ def check_ports(sample: int = 32) -> Check:
 # -------------------------------------------------------------- checks through Slurm
 def slurm_state(partition: str | None) -> tuple[Check, dict | None]:
     """Whether Slurm answers here, and the partition's shape."""
-    from .slurm_engines import partition_shape
+    from .engines.slurm import partition_shape
 
     if shutil.which("sinfo") is None:
         return Check("slurm", "skip", "no Slurm commands on PATH: local engines only"), None
@@ -118,7 +118,7 @@ def slurm_state(partition: str | None) -> tuple[Check, dict | None]:
 
 def _probe_request(shape: dict, partition: str | None):
     """The layout the engines would get for one worker per GPU (or node) on up to 2 nodes."""
-    from .slurm_engines import SlurmRequest
+    from .engines.slurm import SlurmRequest
 
     request = SlurmRequest.from_env()
     if partition:
@@ -162,7 +162,7 @@ class _Listener:
 
 def node_checks(shape: dict, partition: str | None) -> list[Check]:
     """One `srun` over the nodes: GPUs and binding, ports, controller reachable, shared files."""
-    from .slurm_engines import controller_ip
+    from .engines.slurm import controller_ip
 
     request = _probe_request(shape, partition)
     try:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 from dataclasses import dataclass, field
 
 from . import tuning
 from .errors import CourseError
-from .host import cpu_count, gpu_count_without_tf, import_tensorflow, tensorflow_initialised  # noqa: F401 - this process, as report() shows it
+from .gpus import gpu_count_without_tf
+from .host import cpu_count, import_tensorflow
 
 # gRPC's C core reads grpc_proxy, https_proxy, http_proxy (first one set wins; gRPC's
 # doc/environment_variables.md); the upper-case and all_proxy forms are read by other clients

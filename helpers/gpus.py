@@ -66,6 +66,11 @@ class GpuPlan:
         return text + (f"; {self.note}" if self.note else "")
 
 
+def gpu_count_without_tf() -> int:
+    """GPUs visible to this process, found without initialising TensorFlow."""
+    return len(visible_gpus())
+
+
 def visible_gpus(environ: dict | None = None) -> list[str]:
     """The GPU ids this process may use, without starting TensorFlow.
 

@@ -41,9 +41,9 @@ def site_dir() -> Path | None:
 def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
         deadline_s: float = 300.0) -> subprocess.CompletedProcess:
     """`horovodrun -np n --gloo` on this host: `n` processes of `script`, killed at the deadline."""
-    from .kernel_watch import end_with_kernel
-    from .launch import kill_group
-    from .slurm_engines import check_local_workers
+    from .engines.kernel_watch import end_with_kernel
+    from .local_workers import kill_group
+    from .engines.slurm import check_local_workers
 
     site = site_dir()
     if site is None:

@@ -1,7 +1,8 @@
 """Facts about this process that every other module needs, found without starting TensorFlow.
 
-Kept apart from `environment` and `tuning` so that both can use them without importing each
-other.
+Kept apart from `environment`, `tuning` and `gpus` so that all of them can use these without
+importing each other; this module imports nothing of the course. The one place to import
+TensorFlow quietly from (`import_tensorflow`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,6 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
         return os.cpu_count() or 1
-
-
-def gpu_count_without_tf() -> int:
-    """GPUs visible to this process, found without initialising TensorFlow (see `helpers.gpus`)."""
-    from .gpus import visible_gpus
-
-    return len(visible_gpus())
 
 
 def import_tensorflow():

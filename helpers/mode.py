@@ -84,7 +84,7 @@ def resolve_mode(mode: str | None = None) -> str:
     """The mode asked for (argument, then `COURSE_MODE`), with `auto` resolved."""
     chosen = (mode or os.environ.get(MODE_ENV) or "auto").strip().lower()
     if chosen == "auto":
-        from .environment import gpu_count_without_tf
+        from .gpus import gpu_count_without_tf
 
         return "workshop" if gpu_count_without_tf() > 0 else "quick"
     if chosen not in MODES:

@@ -12,10 +12,12 @@ import os
 from dataclasses import dataclass
 
 from . import keras_fix, tuning
-from .environment import gpu_count_without_tf, import_tensorflow, split_cpu
+from .environment import split_cpu
+from .gpus import gpu_count_without_tf
+from .host import import_tensorflow
 from .errors import CourseError
 from .gpus import GROWTH_ENV
-from .deadline import rendezvous_deadline
+from .rendezvous import rendezvous_deadline
 from .resolver import cluster_resolver, describe, slurm_resolver
 
 KINDS = ("auto", "mirrored", "multiworker", "default")

@@ -111,7 +111,7 @@ class Stopwatch:
 
 def time_lesson(lesson: str, s: Settings, replicas: int = 2) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch."""
-    from .environment import gpu_count_without_tf
+    from .gpus import gpu_count_without_tf
 
     gpus = gpu_count_without_tf()
     work = lesson_work(lesson, s, max(replicas, gpus, 1))

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import os
 
-from .host import cpu_count, gpu_count_without_tf, import_tensorflow
+from .gpus import gpu_count_without_tf
+from .host import cpu_count, import_tensorflow
 
 TUNING_ENV = "COURSE_TUNING"
 RING_PACK_BYTES = 4 * 1024 * 1024

@@ -61,7 +61,7 @@ def write_config(directory: Path, passwords: dict[str, str], ports: dict, token:
 load_subconfig({str(ROOT / "slurm" / "jupyterhub" / "jupyterhub_config.py")!r})
 
 from helpers.hub_spawner import CourseSlurmSpawner
-from helpers.slurm_engines import node_address
+from helpers.engines.slurm import node_address
 
 
 class LocalSlurmSpawner(CourseSlurmSpawner):

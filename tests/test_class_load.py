@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slurm
 LEARNERS = int(os.environ.get("COURSE_CLASS_LEARNERS", "6"))
 GRACE = 30.0  # seconds the learners' last processes may take to end after `class end` returns
 CELLS = [  # the engines stop with the kernel (and the job with the server)
-    "from helpers.cluster import start_engines\nengines = start_engines(2)",
+    "from helpers.engines import start_engines\nengines = start_engines(2)",
     "%%px\nimport os, socket\nwhere = f\"engine {os.environ['SLURM_PROCID']} on {socket.gethostname()}\"",
     "print('\\n'.join(sorted(engines.client[:].pull('where', block=True))))",
 ]

@@ -68,7 +68,7 @@ def test_stop_all_leaves_a_reused_pid_alone(tmp_path):
 
 OWNER = """
 import sys, time
-from helpers.cluster import start_engines
+from helpers.engines import start_engines
 engines = start_engines(1, activate=False)
 print("CLUSTER", engines.cluster_id, flush=True)
 time.sleep(600)
@@ -77,7 +77,7 @@ time.sleep(600)
 
 def _watchers(cluster_id: str) -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"])
-            if "helpers.kernel_watch" in " ".join(p.info["cmdline"] or []) and cluster_id in (p.info["cmdline"] or [])]
+            if "helpers.engines.kernel_watch" in " ".join(p.info["cmdline"] or []) and cluster_id in (p.info["cmdline"] or [])]
 
 
 def test_stop_all_spares_a_running_kernel_and_cleans_a_crashed_one(tmp_path, report):
@@ -128,7 +128,7 @@ def test_engines_end_with_a_sigkilled_jupyter_kernel(tmp_path, report):
     cluster_id = ""
     try:
         outputs = []
-        kc.execute_interactive("from helpers import cluster\nengines = cluster.start_engines(2, activate=False)\n"
+        kc.execute_interactive("from helpers.engines import cluster\nengines = cluster.start_engines(2, activate=False)\n"
                                "print('CLUSTER', engines.cluster_id)", timeout=120,
                                output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
         cluster_id = next(t.split()[1] for t in "".join(outputs).splitlines() if t.startswith("CLUSTER"))
@@ -165,8 +165,8 @@ def test_stop_all_force_stops_a_running_kernels_cluster(tmp_path):
 
 KERNEL_WITH_WORKERS = """
 import subprocess, sys, threading, time
-from helpers.kernel_watch import end_with_kernel
-from helpers.launch import run_local_workers
+from helpers.engines.kernel_watch import end_with_kernel
+from helpers.local_workers import run_local_workers
 board = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
 end_with_kernel(board)  # as lesson 09 does with TensorBoard
 print("BOARD", board.pid, flush=True)

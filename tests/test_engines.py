@@ -31,7 +31,7 @@ def _engine_pids(engines):
 def test_px_cells_train_with_mwms_and_leave_nothing(prepared_dir):
     from IPython.core.interactiveshell import InteractiveShell
 
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     shell = InteractiveShell.instance()
     engines = start_engines(2, timeout=60)
@@ -55,7 +55,7 @@ def test_px_cells_train_with_mwms_and_leave_nothing(prepared_dir):
 
 
 def test_stop_all_cleans_up_a_kept_cluster():
-    from helpers.cluster import start_engines, stop_all
+    from helpers.engines.cluster import start_engines, stop_all
 
     engines = start_engines(1, keep=True, activate=False)
     pids = _engine_pids(engines)
@@ -75,7 +75,7 @@ def test_engines_stop_when_a_notebook_cell_fails(tmp_path):
 
     pid_file = tmp_path / "pids.json"
     nb = new_notebook(cells=[
-        new_code_cell("import json\nfrom helpers import cluster\nengines = cluster.start_engines(2)\n"
+        new_code_cell("import json\nfrom helpers.engines import cluster\nengines = cluster.start_engines(2)\n"
                       f"json.dump([i['pid'] for i in engines.identities()], open({str(pid_file)!r}, 'w'))"),
         new_code_cell("raise RuntimeError('a lesson cell fails')"),
     ])
@@ -96,7 +96,7 @@ def test_local_engines_get_a_gpu_each(monkeypatch, capsys, visible, expected):
     """Two local engines on a node whose process sees `visible` GPUs: one GPU each, or (one GPU
     for two engines) CPU for both with a note. This TensorFlow is the CPU wheel: the engines
     get their CUDA_VISIBLE_DEVICES and memory growth, which is what is checked."""
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     engines = start_engines(2, timeout=60, activate=False)
@@ -117,7 +117,7 @@ def test_local_engines_that_cannot_start_are_a_clear_error(monkeypatch):
     with one line at the deadline, and nothing is left running."""
     import time
 
-    from helpers import cluster
+    from helpers.engines import cluster
     from helpers.errors import CourseError
 
     monkeypatch.setattr(cluster, "ENGINE_ENV", {**cluster.ENGINE_ENV, "PYTHONHOME": "/nonexistent"})
@@ -141,7 +141,7 @@ def test_px_cells_show_every_engines_last_line_every_time(capsys):
     was lost now and then. Engines flush after every cell: 15 cells, every line shown."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     shell = InteractiveShell.instance()
     engines = start_engines(2, timeout=60)
@@ -165,7 +165,7 @@ def test_engines_sign_messages_with_a_key_that_travels_in_owner_only_files():
     import stat
     from pathlib import Path
 
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     engines = start_engines(1, activate=False)
     try:

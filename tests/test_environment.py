@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import environment, mode
+from helpers import environment, gpus, mode
 from helpers.errors import CourseError
 
 
@@ -24,7 +24,7 @@ def test_one_proxy_list_everywhere(monkeypatch):
     """Local workers and the batch scripts use environment.PROXY_VARIABLES, not lists of their own."""
     from pathlib import Path
 
-    from helpers.launch import worker_env
+    from helpers.local_workers import worker_env
 
     env = worker_env(["localhost:1", "localhost:2"], 0, {name: "http://p:1" for name in environment.PROXY_VARIABLES})
     assert not set(env) & set(environment.PROXY_VARIABLES)
@@ -54,9 +54,9 @@ def test_slurm_info_malformed():
 
 def test_gpu_count_honours_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert environment.gpu_count_without_tf() == 2
+    assert gpus.gpu_count_without_tf() == 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert environment.gpu_count_without_tf() == 0
+    assert gpus.gpu_count_without_tf() == 0
 
 
 def test_mode_switch(monkeypatch):

@@ -224,7 +224,7 @@ def test_the_class_reservation_reaches_servers_engines_and_batch_jobs(slurm, tmp
                     "import os, subprocess\n"
                     "for k in [k for k in os.environ if k.startswith('SLURM_') and k != 'SLURM_CONF']:\n"
                     "    del os.environ[k]\n"
-                    "from helpers.cluster import start_engines\n"
+                    "from helpers.engines import start_engines\n"
                     "engines = start_engines(2, slurm=True)",
                     "ids = [l.split('|') for l in subprocess.run(['squeue', '-h', '-u', __import__('getpass').getuser(),"
                     " '-o', '%i|%j|%v'], capture_output=True, text=True).stdout.split()]\n"

@@ -107,10 +107,10 @@ def test_the_hub_token_reaches_no_engine_worker_or_batch_job(slurm, tmp_path, re
              " else 'no hub token')\n")
     cells = [
         "import os\nprint('kernel has it' if os.environ.get('JUPYTERHUB_API_TOKEN') else 'kernel lacks it')",
-        "import helpers\nfrom helpers.cluster import start_engines\nengines = start_engines(2)",
+        "import helpers\nfrom helpers.engines import start_engines\nengines = start_engines(2)",
         "%%px\nimport os\nhas = bool(os.environ.get('JUPYTERHUB_API_TOKEN') or os.environ.get('JPY_API_TOKEN'))",
         "print('engines', engines.client[:].pull('has', block=True))\n_ = engines.stop()",
-        "import pathlib, sys\nfrom helpers.launch import run_local_workers\n"
+        "import pathlib, sys\nfrom helpers.local_workers import run_local_workers\n"
         f"program = pathlib.Path.home() / 'probe.py'\nprogram.write_text({probe!r})\n"
         "print('workers', [o.output.strip() for o in run_local_workers([str(program)], 2, deadline_s=60)])",
         "import subprocess\nout = pathlib.Path.home() / 'batch-env'\n"

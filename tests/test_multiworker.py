@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers.launch import run_local_workers
+from helpers.local_workers import run_local_workers
 from helpers.results import parse_result_lines
 
 pytestmark = pytest.mark.multiprocess

@@ -33,7 +33,7 @@ print("RECEIVED", sum(len(f) for f in frames), "bytes; secret seen:", any(sys.ar
 def _attack(user: str, monkeypatch, curve: bool) -> tuple[str, str]:
     """Start engines as this (root) user, let `user` listen on their output relay; returns what
     the attacker printed and the relay's address."""
-    from helpers import cluster
+    from helpers.engines import cluster
 
     if not curve:
         monkeypatch.setattr(cluster, "CURVE", [])

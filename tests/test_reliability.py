@@ -44,7 +44,7 @@ def test_missing_worker_ends_the_rendezvous_with_a_clear_error(prepared_dir):
 
 
 def test_bad_rendezvous_timeout_is_a_clear_error(monkeypatch):
-    from helpers.deadline import rendezvous_seconds
+    from helpers.rendezvous import rendezvous_seconds
 
     monkeypatch.setenv("COURSE_RENDEZVOUS_TIMEOUT", "soon")
     with pytest.raises(CourseError, match="COURSE_RENDEZVOUS_TIMEOUT='soon' is not a number"):
@@ -67,7 +67,7 @@ def test_multiworker_strategy_after_an_op_is_a_clear_error():
 
 def test_unreachable_controller_is_a_clear_error(tmp_path):
     """A connection file whose controller does not answer: an error in seconds, not a hang."""
-    from helpers.cluster import connect
+    from helpers.engines.cluster import connect
 
     port = _unused_port()
     url_file = tmp_path / "ipcontroller-course-test-client.json"
@@ -81,7 +81,7 @@ def test_unreachable_controller_is_a_clear_error(tmp_path):
 
 
 def test_local_controller_listens_on_loopback_only_and_keys_are_private():
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     engines = start_engines(1, slurm=False, activate=False)
     try:

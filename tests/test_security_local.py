@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.errors import CourseError
-from helpers.launch import run_local_workers
+from helpers.local_workers import run_local_workers
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_local_workers_are_refused_where_slurm_answers_outside_an_allocation(slu
     slurm_answers(0)
     with pytest.raises(CourseError, match=r"login node\?.*COURSE_ENGINES=slurm.*COURSE_LOCAL_WORKERS=allow"):
         run_local_workers(["-c", "pass"], 2, deadline_s=30)
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     with pytest.raises(CourseError, match="2 local engines would run multi-worker TensorFlow here"):
         start_engines(2)

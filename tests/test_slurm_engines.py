@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.errors import CourseError
-from helpers.slurm_engines import SlurmRequest, batch_template, check_tasks_available, in_allocation, want_slurm
+from helpers.engines.slurm import SlurmRequest, batch_template, check_tasks_available, in_allocation, want_slurm
 
 
 def test_engines_are_local_unless_slurm_is_asked_for(monkeypatch):
@@ -57,7 +57,7 @@ def test_more_engines_than_tasks(monkeypatch):
 
 
 def test_slurm_asked_for_without_slurm_commands(monkeypatch, tmp_path):
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no sinfo, sbatch, srun
     with pytest.raises(CourseError, match="`sinfo` not found: Slurm's commands must be on PATH"):
@@ -72,7 +72,7 @@ def test_slurm_asked_for_without_slurm_commands(monkeypatch, tmp_path):
     ((2, 4), 6, (2, 4, 1)),
 ])
 def test_engines_are_spread_the_way_the_nodes_say(monkeypatch, shape, n, expected):
-    from helpers import slurm_engines
+    from helpers.engines import slurm as slurm_engines
 
     monkeypatch.setattr(slurm_engines, "partition_shape", lambda partition=None: shape)
     request = SlurmRequest().spread(n)
@@ -95,7 +95,7 @@ def test_polling_backs_off_to_a_few_seconds():
     """Waiting for a queued job: quick first polls, then at most one every 5 s (scontrol) per learner."""
     from itertools import islice
 
-    from helpers.slurm_engines import backoff
+    from helpers.engines.slurm import backoff
 
     pauses = list(islice(backoff(0.5, 5.0), 30))
     assert pauses[0] == 0.5 and pauses == sorted(pauses) and max(pauses) == 5.0

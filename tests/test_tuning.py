@@ -44,7 +44,7 @@ print(json.dumps({"intra": tf.config.threading.get_intra_op_parallelism_threads(
 
 @pytest.mark.parametrize("setting", ["on", "off"])
 def test_mirrored_on_cpu_gets_the_defaults_unless_turned_off(setting):
-    from helpers.environment import cpu_count
+    from helpers.host import cpu_count
 
     done = run_python(SETTINGS, env={"COURSE_TUNING": setting, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr[-3000:]

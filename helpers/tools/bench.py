@@ -2,7 +2,7 @@
 
 Each compared pair runs interleaved (ours, baseline, ours, baseline, ...) and reports medians
 over repeats of median step times, so a busy machine slows both sides alike. "Ours" is the
-helpers with their defaults (`helpers.tuning`, `helpers.cluster`); the baseline is the same
+helpers with their defaults (`helpers.tuning`, `helpers.engines`); the baseline is the same
 code with TensorFlow's and ipyparallel's defaults (`COURSE_TUNING=off`), or hand-written
 Keras (`helpers.tools.bench_baseline`). Training runs each take fresh processes. Writes bench.json
 and bench.csv (notebook 07 plots them). Nothing here is asserted by tests on wall-clock time:
@@ -15,68 +15,28 @@ import contextlib
 import csv
 import importlib.util
 import json
-import operator
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from ..environment import cpu_count, gpu_count_without_tf, output_dir
+from ..environment import output_dir
+from ..gpus import gpu_count_without_tf
+from ..host import cpu_count
 from ..errors import CourseError
 from ..tuning import TUNING_ENV
 from ..results import parse_result_lines
+from .bench_rows import (MODEL_NAMES, WARM_BATCHES, Row, median, model_repeats, model_steps, run_result, say,
+                         training_point)
 
 ROWS = ("engines", "distribution", "scaling", "overhead", "pipeline", "course", "gpu")
 GLOBAL_BATCH = 64
 DEFAULTS_ENV = {TUNING_ENV: "off"}  # the baseline: TensorFlow's own defaults
-MODEL_NAMES = {"cnn": "small CNN", "resnet50": "ResNet50"}
-_OPS = {"<=": operator.le, ">=": operator.ge}
 
-
-@dataclass
-class Row:
-    figure: str
-    ours: float
-    baseline: float | None
-    unit: str
-    higher_is_better: bool
-    target: str = ""  # e.g. "<= 2", ">= 0.97" (checked against `target_on`), "beat the baseline", "report"
-    note: str = ""
-    target_on: str = "ours"  # "ours" or "ratio" (ours / baseline)
-    versus_defaults: bool = True  # False: the baseline is another quantity (pipeline vs training)
-
-    @property
-    def ratio(self) -> float | None:
-        return None if not self.baseline else self.ours / self.baseline
-
-    @property
-    def met(self) -> str:
-        """"yes", "no", or "-" for figures that are only reported."""
-        if self.target == "beat the baseline":
-            if self.baseline is None:
-                return "-"
-            better = self.ours > self.baseline if self.higher_is_better else self.ours < self.baseline
-            return "yes" if better else "no"
-        parts = self.target.split()
-        if len(parts) != 2 or parts[0] not in _OPS:
-            return "-"
-        value = self.ratio if self.target_on == "ratio" else self.ours
-        if value is None:
-            return "-"
-        return "yes" if _OPS[parts[0]](value, float(parts[1])) else "no"
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
 
 
 # ------------------------------------------------------------------------------ engines
@@ -85,7 +45,7 @@ ENGINE_COUNTS = (2, 8, 32)  # a learner's lesson, a node's GPUs, a class-sized c
 
 def bench_engines(repeats: int = 3, counts: tuple[int, ...] = ENGINE_COUNTS) -> list[Row]:
     """Engines ready for %%px as N grows, ours next to ipyparallel's defaults, and where our time goes."""
-    from ..cluster import start_engines
+    from ..engines import start_engines
 
     rows = []
     for n in counts:
@@ -101,14 +61,14 @@ def bench_engines(repeats: int = 3, counts: tuple[int, ...] = ENGINE_COUNTS) -> 
             start_s, stop_s = _ipyparallel_defaults(n, hold_tf=n == 2)
             base.append(start_s)
             base_stops.append(stop_s)
-            _say(f"  {n} engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {start_s:.2f} s "
+            say(f"  {n} engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {start_s:.2f} s "
                  f"(controller up {engines.phases['controller up']:.2f} s, then engines registered "
                  f"{engines.phases['engines registered']:.2f} s, ranks assigned {engines.phases['ranks assigned']:.2f} s)")
-        split = ", ".join(f"{k} {_median([p[k] for p in phases]):.2f} s" for k in ("controller up", "engines registered", "ranks assigned"))
-        rows.append(Row(f"{n} local engines ready for %%px", _median(ours), _median(base), "s", False,
+        split = ", ".join(f"{k} {median([p[k] for p in phases]):.2f} s" for k in ("controller up", "engines registered", "ranks assigned"))
+        rows.append(Row(f"{n} local engines ready for %%px", median(ours), median(base), "s", False,
                         "<= 1" if n == 2 else "beat the baseline", f"baseline: ipyparallel defaults; ours: {split}"))
         if n == 2:
-            rows.append(Row("2 engines holding TensorFlow stopped", _median(stops), _median(base_stops), "s", False,
+            rows.append(Row("2 engines holding TensorFlow stopped", median(stops), median(base_stops), "s", False,
                             "<= 1", "baseline: Cluster.stop_cluster"))
     rows.append(Row("one engine's interpreter start and imports", _engine_import_s(), None, "s", False, "report",
                     "paid once per engine, in parallel on as many cores as there are"))
@@ -124,16 +84,16 @@ def _engine_import_s() -> float:
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", "from ipyparallel.engine.app import IPEngine"], check=True)
         times.append(time.perf_counter() - started)
-    return _median(times)
+    return median(times)
 
 
 def _bench_slurm_engines(repeats: int) -> list[Row]:
     """2 engines as a Slurm job on two nodes, where Slurm answers (the local Slurm included)."""
-    from ..cluster import start_engines
-    from ..slurm_engines import SlurmRequest, controller_ip, slurm_reachable
+    from ..engines import start_engines
+    from ..engines.slurm import SlurmRequest, controller_ip, slurm_reachable
 
     if not slurm_reachable() or "SLURM_JOB_ID" in os.environ:
-        _say("  Slurm engines skipped: no Slurm answers here (or this runs inside a job)")
+        say("  Slurm engines skipped: no Slurm answers here (or this runs inside a job)")
         return []
     request = SlurmRequest.from_env()
     address = controller_ip(request.partition)
@@ -147,8 +107,8 @@ def _bench_slurm_engines(repeats: int) -> list[Row]:
         with contextlib.chdir(_launcher_dir()):  # ipyparallel writes its sbatch file into the working directory
             base.append(_ipyparallel_defaults(2, engines="slurm", controller_ip=address,
                                               controller_location=address)[0])
-        _say(f"  2 Slurm engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {base[-1]:.2f} s ({where})")
-    return [Row("2 Slurm engines (sbatch) ready for %%px", _median(ours), _median(base), "s", False,
+        say(f"  2 Slurm engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {base[-1]:.2f} s ({where})")
+    return [Row("2 Slurm engines (sbatch) ready for %%px", median(ours), median(base), "s", False,
                 "beat the baseline", "baseline: ipyparallel defaults, engines='slurm'")]
 
 
@@ -158,7 +118,7 @@ def _bench_slurm_engines(repeats: int) -> list[Row]:
 IN_ALLOCATION = """
 import json, sys, time
 from IPython.core.interactiveshell import InteractiveShell
-from helpers.cluster import start_engines
+from helpers.engines import start_engines
 shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "ipcmagic")
 for repeat in range(int(sys.argv[1])):
@@ -178,10 +138,10 @@ for repeat in range(int(sys.argv[1])):
 
 def _bench_allocation_engines(repeats: int) -> list[Row]:
     """2 engines inside one allocation of two nodes (a hub server, salloc): the course's and ipcmagic's."""
-    from ..slurm_engines import slurm_reachable
+    from ..engines.slurm import slurm_reachable
 
     if not slurm_reachable() or "SLURM_JOB_ID" in os.environ or importlib.util.find_spec("ipcmagic") is None:
-        _say("  engines in an allocation skipped: no Slurm answers here, this runs inside a job, or ipcmagic-cscs "
+        say("  engines in an allocation skipped: no Slurm answers here, this runs inside a job, or ipcmagic-cscs "
              "is not installed")
         return []
     venv_bin = str(Path(sys.executable).parent)
@@ -193,13 +153,13 @@ def _bench_allocation_engines(repeats: int) -> list[Row]:
     if done.returncode != 0 or not results:
         raise RuntimeError(f"engines in an allocation failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     for i, r in enumerate(results):
-        _say(f"  2 engines in an allocation, repeat {i + 1}: ready {r['ours']:.2f} s (course) vs {r['ipcmagic']:.2f} s "
+        say(f"  2 engines in an allocation, repeat {i + 1}: ready {r['ours']:.2f} s (course) vs {r['ipcmagic']:.2f} s "
              f"(ipcmagic); stopped {r['ours_stop']:.2f} s vs {r['ipcmagic_stop']:.2f} s")
-    return [Row("2 engines in an allocation ready (srun step)", _median([r["ours"] for r in results]),
-                _median([r["ipcmagic"] for r in results]), "s", False, "beat the baseline",
+    return [Row("2 engines in an allocation ready (srun step)", median([r["ours"] for r in results]),
+                median([r["ipcmagic"] for r in results]), "s", False, "beat the baseline",
                 "baseline: ipcmagic-cscs %ipcluster start -n 2"),
-            Row("2 engines in an allocation stopped", _median([r["ours_stop"] for r in results]),
-                _median([r["ipcmagic_stop"] for r in results]), "s", False, "report",
+            Row("2 engines in an allocation stopped", median([r["ours_stop"] for r in results]),
+                median([r["ipcmagic_stop"] for r in results]), "s", False, "report",
                 "baseline: ipcmagic-cscs %ipcluster stop")]
 
 
@@ -229,71 +189,6 @@ def _ipyparallel_defaults(n: int = 2, hold_tf: bool = True, **options) -> tuple[
 
 
 # ----------------------------------------------------------------------------- training
-def _run_result(args: list[str], timeout: float = 900, env: dict | None = None) -> dict:
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
-    results = parse_result_lines(done.stdout)
-    if done.returncode != 0 or not results:
-        raise RuntimeError(f"benchmark run {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return results[-1]
-
-
-WARM_BATCHES = 2  # training data of 2 global batches: cached after the second step
-STEPS_FACTOR = {"resnet50": 1, "cnn": 8}  # the CNN's 25 ms steps need more of them for a stable median
-
-
-def model_steps(model: str, steps: int) -> int:
-    return steps * STEPS_FACTOR.get(model, 1)
-
-
-def model_repeats(model: str, repeats: int) -> int:
-    """Small-CNN runs take seconds: one more repeat, so one slow run (this VM has some, 37
-    instead of 24 ms/step for a whole run) cannot move the median of two."""
-    return repeats + 1 if model == "cnn" else repeats
-
-
-def _warm_cache_args(global_batch: int, steps: int) -> list[str]:
-    """Arguments for `helpers train` that time `steps` steps after the tracing step on data
-    that is cached after its first pass: otherwise every timed step would also read and decode
-    the data (the first epoch fills the cache), which the small CNN's 25 ms steps show."""
-    epochs = -(-(steps + 1) // WARM_BATCHES)
-    return ["--train-examples", str(global_batch * WARM_BATCHES), "--epochs", str(epochs),
-            "--steps-per-epoch", str(WARM_BATCHES)]
-
-
-def training_point(kind: str, n: int, model: str, data_dir: str, steps: int = 10,
-                   per_replica_batch: int = 32, extra: tuple[str, ...] = (),
-                   env: dict | None = None) -> dict:
-    """Train `steps` timed steps in fresh process(es); the chief's results plus a label.
-
-    kind: "single" (one process, no distribution), "mirrored" (one process, n replicas:
-    GPUs, or logical CPU devices) or "multiworker" (n local worker processes). `env` adds
-    to the environment (e.g. `DEFAULTS_ENV` for TensorFlow's defaults).
-    """
-    from ..launch import run_local_workers
-
-    args = ["-m", "helpers", "train", "--model", model, "--batch", str(per_replica_batch), "--skip-eval",
-            *_warm_cache_args(per_replica_batch * n, steps), "--data-dir", data_dir, *extra]
-    if kind == "single":
-        result = _run_result(args + ["--strategy", "default"], env=env)
-        label = "1 process"
-    elif kind == "mirrored":
-        result = _run_result(args + ["--strategy", "mirrored", "--cpu-replicas", str(n)], env=env)
-        label = "MirroredStrategy"
-    elif kind == "multiworker":
-        outcomes = run_local_workers(args + ["--strategy", "multiworker"], n, deadline_s=900,
-                                     env={**os.environ, **(env or {})})
-        failed = [o for o in outcomes if o.returncode != 0]
-        if failed:
-            raise RuntimeError(f"worker {failed[0].rank} failed:\n{failed[0].output[-2000:]}")
-        results = [parse_result_lines(o.output)[-1] for o in outcomes]
-        result = {**results[0], "weights_agree": len({r["weights"] for r in results}) == 1}
-        label = "MultiWorkerMirroredStrategy"
-    else:
-        raise ValueError(f"unknown kind {kind!r}")
-    return {**result, "label": label, "kind": kind}
-
-
 def bench_distribution(model: str, data_dir: str, steps: int, repeats: int = 2) -> list[Row]:
     """Step time of 2 replicas (one process) and of 2 worker processes over one process, same
     global batch, with the helpers' defaults and with TensorFlow's, interleaved."""
@@ -308,10 +203,10 @@ def bench_distribution(model: str, data_dir: str, steps: int, repeats: int = 2) 
                 point = training_point(kind, n, model, data_dir, steps, batch, env=env)
                 steps_s[side, name].append(point["median_step_s"])
                 first_s[side, name].append(point["first_step_s"])
-                _say(f"  {model} {name:<11} {'helpers' if side == 'ours' else 'TF defaults':<11} "
+                say(f"  {model} {name:<11} {'helpers' if side == 'ours' else 'TF defaults':<11} "
                      f"repeat {i + 1}/{repeats}: {point['median_step_s'] * 1000:6.0f} ms/step, "
                      f"first step {point['first_step_s']:.1f} s")
-    med = {key: _median(values) for key, values in steps_s.items()}
+    med = {key: median(values) for key, values in steps_s.items()}
     name = MODEL_NAMES[model]
     targets = {"resnet50": ("<= 1.3", "<= 1.6")}.get(model, ("beat the baseline", "beat the baseline"))
     rows = []
@@ -324,8 +219,8 @@ def bench_distribution(model: str, data_dir: str, steps: int, repeats: int = 2) 
                         f"{med['ours', 'single'] * 1000:.0f}, TF defaults {med['base', key] * 1000:.0f}/"
                         f"{med['base', 'single'] * 1000:.0f}"))
     if model == "resnet50":
-        rows.append(Row(f"{name} first step (tracing) under MirroredStrategy", _median(first_s["ours", "mirrored"]),
-                        _median(first_s["base", "mirrored"]), "s", False, "beat the baseline",
+        rows.append(Row(f"{name} first step (tracing) under MirroredStrategy", median(first_s["ours", "mirrored"]),
+                        median(first_s["base", "mirrored"]), "s", False, "beat the baseline",
                         "report; baseline: TF defaults"))
     return rows
 
@@ -343,11 +238,11 @@ def bench_overhead(model: str, data_dir: str, steps: int, repeats: int = 2) -> l
         for i in range(repeats):
             ours.append(training_point("single", 1, model, data_dir, steps, GLOBAL_BATCH,
                                        ("--loop", loop))["images_per_s"])
-            base.append(_run_result(base_args)["images_per_s"])
-            _say(f"  {model} {loop:<6} repeat {i + 1}/{repeats}: helpers {ours[-1]:.0f} vs plain Keras "
+            base.append(run_result(base_args)["images_per_s"])
+            say(f"  {model} {loop:<6} repeat {i + 1}/{repeats}: helpers {ours[-1]:.0f} vs plain Keras "
                  f"{base[-1]:.0f} images/s")
         rows.append(Row(f"{name} {loop} images/s, batch {GLOBAL_BATCH}, 1 process: helpers / plain Keras",
-                        _median(ours), _median(base), "images/s", True, ">= 0.97", target_on="ratio"))
+                        median(ours), median(base), "images/s", True, ">= 0.97", target_on="ratio"))
     return rows
 
 
@@ -356,7 +251,7 @@ def bench_pipeline(data_dir: str, consumed: float | None, consumer: str, batch: 
                    epochs: int = 5) -> Row:
     """The input pipeline alone (after its cache is warm) against what training consumes."""
     from ..data import load_split
-    from ..environment import import_tensorflow
+    from ..host import import_tensorflow
 
     import_tensorflow()  # without its C++ start-up lines in the table's output
     from ..lesson import training_dataset
@@ -436,49 +331,49 @@ def main(out: str | None = None, steps: int = 12, only: str | None = None, repea
     machine = {"host": platform.node(), "cpus": cpu_count(), "gpus": gpu_count_without_tf(),
                "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
                "data": "SYNTHETIC CIFAR-10-format data"}
-    _say(f"bench on {machine['host']}: {machine['cpus']} CPUs, {machine['gpus']} GPUs, {machine['processor']}; "
+    say(f"bench on {machine['host']}: {machine['cpus']} CPUs, {machine['gpus']} GPUs, {machine['processor']}; "
          f"{machine['data']}; {repeats} interleaved repeats, {steps} timed steps per ResNet50 run "
          f"({model_steps('cnn', steps)} per small-CNN run)")
     rows: list[Row] = []
     started = time.perf_counter()
     if "engines" in wanted:
-        _say("engines: ours and ipyparallel defaults, interleaved ...")
+        say("engines: ours and ipyparallel defaults, interleaved ...")
         rows += bench_engines(repeats + 1)
     if "distribution" in wanted:
         for model in ("resnet50", "cnn"):
-            _say(f"{model}: 1 process, MirroredStrategy, 2 workers; helpers and TF defaults, interleaved ...")
+            say(f"{model}: 1 process, MirroredStrategy, 2 workers; helpers and TF defaults, interleaved ...")
             rows += bench_distribution(model, data_dir, model_steps(model, steps), model_repeats(model, repeats))
     if "scaling" in wanted:
         from .bench_scaling import scaling_rows
 
         for model in ("resnet50", "cnn"):
-            _say(f"{model}: the step-time model against 2 and 3 local workers and 2 Slurm nodes, same run ...")
+            say(f"{model}: the step-time model against 2 and 3 local workers and 2 Slurm nodes, same run ...")
             rows += scaling_rows(model, data_dir, model_steps(model, steps), max(1, repeats - 1))
     consumed = None
     if "overhead" in wanted:
         for model in ("resnet50", "cnn"):
-            _say(f"{model}: helpers fit/custom loop and plain Keras, interleaved ...")
+            say(f"{model}: helpers fit/custom loop and plain Keras, interleaved ...")
             rows += bench_overhead(model, data_dir, model_steps(model, steps), model_repeats(model, repeats))
             if model == "resnet50":
                 consumed = rows[-2].ours
     if "pipeline" in wanted:
-        _say("input pipeline ...")
+        say("input pipeline ...")
         if consumed is None:
             consumed = training_point("single", 1, "resnet50", data_dir, steps, GLOBAL_BATCH)["images_per_s"]
         rows.append(bench_pipeline(data_dir, consumed, "ResNet50 fit"))
     if "course" in wanted:
-        _say("whole course (every notebook, quick mode) ...")
+        say("whole course (every notebook, quick mode) ...")
         rows.append(bench_course())
     gpu_skipped = None
     if "gpu" in wanted:
         gpu_rows, gpu_skipped = bench_gpu(data_dir, steps)
         rows += gpu_rows
         if gpu_skipped:
-            _say(f"GPU section skipped: {gpu_skipped}")
-    _say(f"\nbench took {time.perf_counter() - started:.0f} s\n" + format_table(rows))
+            say(f"GPU section skipped: {gpu_skipped}")
+    say(f"\nbench took {time.perf_counter() - started:.0f} s\n" + format_table(rows))
     target = Path(out) if out else output_dir() / "bench"
     write_tables(rows, machine, target, gpu_skipped)
-    _say(f"wrote {target / 'bench.json'} and {target / 'bench.csv'}")
+    say(f"wrote {target / 'bench.json'} and {target / 'bench.csv'}")
     return 0
 
 

@@ -27,10 +27,10 @@ from pathlib import Path
 from .. import scaling_model
 from ..allreduce_probe import DEFAULT_SIZES_MB, measure_devices, measure_local, parse
 from ..errors import CourseError
-from ..launch import run_local_workers
+from ..local_workers import run_local_workers
 from ..results import parse_result_lines
 from ..tuning import threads_for
-from .bench import MODEL_NAMES, Row, _median, _say, _warm_cache_args, training_point
+from .bench_rows import MODEL_NAMES, Row, median, say, training_point, warm_cache_args
 
 PER_REPLICA_BATCH = 32
 
@@ -46,13 +46,13 @@ def predict(compute_s: float, gradient_bytes: float, times: dict[int, float], wo
 def _train_args(model: str, data_dir: str, steps: int, workers: int, strategy: str) -> list[str]:
     """`helpers train` for one worker's share: the per-replica batch, data cached after 2 steps."""
     return ["-m", "helpers", "train", "--model", model, "--batch", str(PER_REPLICA_BATCH), "--skip-eval",
-            *_warm_cache_args(PER_REPLICA_BATCH * workers, steps), "--data-dir", data_dir, "--strategy", strategy]
+            *warm_cache_args(PER_REPLICA_BATCH * workers, steps), "--data-dir", data_dir, "--strategy", strategy]
 
 
 def _compute(results: list[dict], expected: int) -> dict:
     if len(results) != expected:
         raise CourseError(f"the compute runs printed {len(results)} of {expected} results")
-    return {"median_step_s": _median([r["median_step_s"] for r in results]),
+    return {"median_step_s": median([r["median_step_s"] for r in results]),
             "gradient_bytes": results[0]["gradient_bytes"]}
 
 
@@ -112,14 +112,14 @@ def _slurm_point(model: str, data_dir: str, steps: int, nodes: int) -> tuple[dic
 def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, workers: tuple[int, ...] = (2, 3),
                  slurm: bool | None = None) -> list[Row]:
     """Measured against predicted step time for each configuration (see the module docstring)."""
-    from ..slurm_engines import slurm_reachable
+    from ..engines.slurm import slurm_reachable
 
     use_slurm = slurm_reachable() and "SLURM_JOB_ID" not in os.environ if slurm is None else slurm
     configs = [(f"{n} local workers", n, "local") for n in workers]
     if use_slurm:
         configs.append(("2 workers on 2 Slurm nodes", 2, "slurm"))
     else:
-        _say("  Slurm configuration skipped: no Slurm answers here (or this runs inside a job)")
+        say("  Slurm configuration skipped: no Slurm answers here (or this runs inside a job)")
     runs = {label: {"compute": [], "measured": [], "probe": []} for label, _, _ in configs}
     gradient_bytes = 0.0
     for i in range(repeats):
@@ -134,18 +134,18 @@ def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, worker
             runs[label]["compute"].append(compute["median_step_s"])
             runs[label]["measured"].append(point["median_step_s"])
             runs[label]["probe"].append(probe)
-            _say(f"  {model} {label}, repeat {i + 1}/{repeats}: compute {compute['median_step_s'] * 1000:.0f} ms, "
+            say(f"  {model} {label}, repeat {i + 1}/{repeats}: compute {compute['median_step_s'] * 1000:.0f} ms, "
                  f"as one cluster {point['median_step_s'] * 1000:.0f} ms/step; all-reduce "
                  f"{max(probe.values()) * 1000:.0f} ms for {max(probe) / 1e6:.0f} MB")
     rows = []
     for label, n, _ in configs:
         run = runs[label]
-        probe = {size: _median([t[size] for t in run["probe"]]) for size in run["probe"][0]}
-        step = predict(_median(run["compute"]), gradient_bytes, probe, n, label)
+        probe = {size: median([t[size] for t in run["probe"]]) for size in run["probe"][0]}
+        step = predict(median(run["compute"]), gradient_bytes, probe, n, label)
         link = step["link"]
         rows.append(Row(
             f"{MODEL_NAMES[model]} step, {label}, per-replica batch {PER_REPLICA_BATCH}: measured / model",
-            _median(run["measured"]) * 1000, step["step_s"] * 1000, "ms", False, "report",
+            median(run["measured"]) * 1000, step["step_s"] * 1000, "ms", False, "report",
             f"model: compute {step['compute_s'] * 1000:.1f} ms ({n} processes at once, not communicating) + ring "
             f"all-reduce {step['allreduce_s'] * 1000:.1f} ms ({gradient_bytes / 1e6:.1f} MB at "
             f"{link.bandwidth / 1e6:.0f} MB/s, latency {link.latency * 1000:.2f} ms)", versus_defaults=False))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from ..errors import CourseError
 
 SERVER_JOB = "jupyterhub-course"  # server.sbatch.j2's --job-name
-ENGINE_PREFIXES = ("ipengine-", "tf-course-engines")  # helpers.slurm_engines' job and step names
+ENGINE_PREFIXES = ("ipengine-", "tf-course-engines")  # helpers.engines.slurm' job and step names
 
 
 @dataclass

@@ -162,7 +162,7 @@ def _dispatch(args) -> int:
         fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
         run(TrainConfig(**fields))  # options and fields share their names (_add_train_options)
     elif args.command == "cluster":
-        from .. import cluster
+        from ..engines import cluster
 
         if args.cluster_command == "start":
             engines = cluster.start_engines(args.n, slurm=args.slurm, keep=True, activate=False)
@@ -171,7 +171,7 @@ def _dispatch(args) -> int:
                   f"  from Python: ipyparallel.Client(cluster_id={engines.cluster_id!r})\n"
                   f"  stop it: python -m helpers cluster stop --cluster-id {engines.cluster_id}")
         elif args.cluster_command == "profile":
-            from ..ipcluster import PROFILE, write_profile
+            from ..engines.profile import PROFILE, write_profile
 
             name = args.name or PROFILE
             path, decided = write_profile(name, slurm=args.slurm)

@@ -74,6 +74,8 @@ def resolve_sizes(config: TrainConfig, run_settings) -> Sizes:
 def run(config: TrainConfig) -> dict:
     """Train as configured and return the results (also printed as a RESULT line)."""
     from .. import environment
+    from ..gpus import gpu_count_without_tf
+    from ..host import import_tensorflow
     from ..data import ensure_data, load_split
     from ..mode import mode_settings
 
@@ -82,13 +84,13 @@ def run(config: TrainConfig) -> dict:
     if config.precision not in PRECISIONS:
         raise CourseError(f"unknown precision {config.precision!r}: use one of {', '.join(PRECISIONS)}")
     environment.remove_proxies()
-    environment.import_tensorflow()  # quietly, before the resolver imports it with its start-up lines
+    import_tensorflow()  # quietly, before the resolver imports it with its start-up lines
     run_settings = mode_settings(config.mode)
     sizes = resolve_sizes(config, run_settings)
     from ..resolver import cluster_resolver
 
     multi = cluster_resolver() is not None and config.strategy in ("auto", "multiworker")
-    if not multi and environment.gpu_count_without_tf() == 0 and config.strategy != "default":
+    if not multi and gpu_count_without_tf() == 0 and config.strategy != "default":
         environment.split_cpu(config.cpu_replicas)
     from ..strategy import describe_strategy, make_strategy
 

@@ -58,7 +58,7 @@ c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # the public side, behind the c
 def _hub_ip() -> str:
     """Where servers on compute nodes call the hub: one address, never every interface (the hub
     API would then answer anyone on any network this host is on)."""
-    from helpers.slurm_engines import checked_controller_ip, controller_ip
+    from helpers.engines.slurm import checked_controller_ip, controller_ip
 
     given = os.environ.get("COURSE_HUB_IP")
     return checked_controller_ip(given) if given is not None else controller_ip(os.environ.get("COURSE_HUB_PARTITION"))
@@ -104,7 +104,7 @@ c.SlurmSpawner.exec_prefix = os.environ.get("COURSE_HUB_EXEC_PREFIX", "sudo -E -
 # --- a class ---------------------------------------------------------------------------------
 RESERVATION = os.environ.get("COURSE_HUB_RESERVATION", "")
 if RESERVATION:
-    from helpers.slurm_engines import checked_word
+    from helpers.engines.slurm import checked_word
 
     c.SlurmSpawner.req_reservation = checked_word("COURSE_HUB_RESERVATION", RESERVATION)
     # what learners submit from their server (engines' job, batch jobs) lands in it too

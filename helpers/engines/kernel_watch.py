@@ -4,8 +4,10 @@ A kernel killed by the out-of-memory killer or SIGKILL runs no exit hook: its lo
 (TensorFlow loaded, ports open) would stay on the login node and its Slurm engines job would hold
 its nodes until the time limit. A small watcher process in its own session holds the read end of
 a pipe whose write end only the kernel has: when the kernel ends, the pipe reports end-of-file at
-once (no polling) and the watcher stops the cluster, touching only what is provably its own
-(`helpers.ownership`). A normal stop writes one byte first, and the watcher just leaves.
+once (no polling) and the watcher calls the stop it was handed (the cluster's, which touches
+only what is provably its own, or the engines job's). A normal stop writes one byte first, and
+the watcher just leaves. The watcher imports nothing of the course until it has to stop
+something: it is handed its stop as a function, which it finds again by module and name.
 
 The same watch covers processes a kernel starts in sessions of their own, with ports open:
 local TensorFlow workers, `horovodrun`, TensorBoard (`end_with_kernel`). Each is named by its
@@ -14,21 +16,27 @@ PID and start time, so a PID reused since is never signalled.
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_PACKAGE = __name__.split(".")[0]  # the watcher calls stops of this package only
 
 
-def watch(kind: str, ident: str) -> Callable[[], None]:
-    """Start the watcher of cluster `ident` (kind "cluster") or engines job `ident` (kind "job");
-    returns the function that tells it the kernel stopped them itself."""
+def watch(ident: str, stop: Callable[[str], object]) -> Callable[[], None]:
+    """Start a watcher that calls `stop(ident)` if this kernel ends first; returns the function
+    that tells it the kernel stopped `ident` itself. `stop` is a module-level function of this
+    package: the watcher, another process, imports it by its module and name."""
+    entry = f"{stop.__module__}:{stop.__qualname__}"
+    if not entry.startswith(f"{_PACKAGE}.") or "." in stop.__qualname__:
+        raise ValueError(f"the kernel watcher calls module-level functions of {_PACKAGE} only, not {entry}")
     read_end, write_end = os.pipe()
-    subprocess.Popen([sys.executable, "-c", "from helpers.kernel_watch import _main; _main()",
-                      str(read_end), kind, ident],
+    subprocess.Popen([sys.executable, "-c", f"from {__name__} import _main; _main()",
+                      str(read_end), entry, ident],
                      pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, start_new_session=True, cwd=_PACKAGE_ROOT)
     os.close(read_end)
@@ -49,10 +57,11 @@ def end_with_kernel(*processes) -> Callable[[], None]:
     import psutil
 
     pids = [p if isinstance(p, int) else p.pid for p in processes]
-    return watch("processes", ",".join(f"{pid}:{psutil.Process(pid).create_time()!r}" for pid in pids))
+    return watch(",".join(f"{pid}:{psutil.Process(pid).create_time()!r}" for pid in pids), kill_processes)
 
 
-def _kill_processes(ident: str) -> None:
+def kill_processes(ident: str) -> None:
+    """Kill `pid:start-time,...` with their process groups, skipping PIDs reused since."""
     import signal
 
     import psutil
@@ -74,20 +83,13 @@ def _kill_processes(ident: str) -> None:
 
 
 def _main() -> None:
-    read_end, kind, ident = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    read_end, entry, ident = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     if os.read(read_end, 1):  # a byte: stopped normally; end-of-file: the kernel is gone
         return
-    if kind == "cluster":
-        from helpers.cluster import stop_by_id
-        from helpers.errors import CourseError
-
-        try:
-            stop_by_id(ident)
-        except CourseError:
-            pass  # already gone
-    elif kind == "processes":
-        _kill_processes(ident)
-    elif kind == "job":
-        from helpers.slurm_engines import SlurmJob
-
-        SlurmJob(ident).cancel_if_ours()
+    module, _, name = entry.partition(":")
+    if not module.startswith(f"{_PACKAGE}."):
+        return
+    try:
+        getattr(importlib.import_module(module), name)(ident)
+    except Exception:  # noqa: BLE001 - already gone, or nothing left to stop: the kernel is gone either way
+        pass

@@ -19,9 +19,9 @@ from . import HUB_SECRETS
 from .environment import PROXY_VARIABLES
 from .errors import CourseError
 from .gpus import plan_for_local_worker
-from .kernel_watch import end_with_kernel
+from .engines.kernel_watch import end_with_kernel
 from .resolver import free_port, make_tf_config
-from .slurm_engines import check_local_workers
+from .engines.slurm import check_local_workers
 
 
 @dataclass

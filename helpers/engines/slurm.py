@@ -26,7 +26,7 @@ from pathlib import Path
 from ipyparallel.cluster.launcher import EngineLauncher, MPILauncher
 from traitlets import List
 
-from .errors import CourseError
+from ..errors import CourseError
 
 CONTROLLER_IP_ENV = "COURSE_CONTROLLER_IP"
 ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks start their engines
@@ -345,7 +345,7 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
 
     # the name ipyparallel records in the cluster file and imports back when a later process
     # (`cluster stop`, COURSE_CLUSTER) loads the cluster: its default, "module:Class", does not import
-    entrypoint_name = "helpers.slurm_engines.SrunEngineSetLauncher"
+    entrypoint_name = "helpers.engines.slurm.SrunEngineSetLauncher"
     mpi_cmd = List(["srun"], config=True, help="srun, and options for the engines' step")
 
     @property
@@ -382,7 +382,7 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
 class SlurmJob:
     """A `slurm/engines.sbatch` job seen from the notebook: wait for it, stop it.
 
-    It offers what `helpers.cluster` calls on an ipyparallel cluster (`cluster_id`,
+    It offers what `helpers.engines.cluster` calls on an ipyparallel cluster (`cluster_id`,
     `signal_engines_sync`, `stop_cluster_sync`), so attached engines stop the same way.
     """
 
@@ -455,3 +455,8 @@ class SlurmJob:
             subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
         for suffix in ("client", "engine"):
             self.connection_file().with_name(f"ipcontroller-{self.cluster_id}-{suffix}.json").unlink(missing_ok=True)
+
+
+def cancel_engines_job(job_id: str) -> None:
+    """Cancel engines job `job_id` if Slurm still lists it as this user's (the kernel watcher's stop)."""
+    SlurmJob(job_id).cancel_if_ours()

@@ -24,10 +24,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import kernel_watch, ownership
-from .errors import CourseError
+from ..errors import CourseError
+from . import kernel_watch, on_engine, ownership
+from . import slurm as slurm_engines
 
 CLUSTER_PREFIX = "course-"
+PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (helpers.engines.profile)
+CLUSTER_ENV = "COURSE_CLUSTER"  # a cluster id (`course-…`) or a profile name (`tf-course`): lessons attach to it
 HEARTBEAT_MS, HEARTBEAT_MISSES = 100, 100
 HEARTBEAT = [f"--HeartMonitor.period={HEARTBEAT_MS}", f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
 # CurveZMQ on every controller socket: without it, anyone who can connect (every user of a login
@@ -49,11 +52,10 @@ class Engines:
 
     cluster: object
     client: object
-    n: int
     ranks: dict[int, int] = field(default_factory=dict)  # engine id -> worker rank
     started_s: float = 0.0
     owned: bool = True  # False: attached to a running cluster (COURSE_CLUSTER), which stop() leaves running
-    release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
+    release: object = None  # tells the kernel-death watcher (helpers.engines.kernel_watch) we stopped normally
     phases: dict[str, float] = field(default_factory=dict)  # seconds: controller up, then engines registered (the bench)
 
     @property
@@ -78,7 +80,7 @@ class Engines:
     def identities(self) -> list[dict]:
         """Host, pid and Slurm rank of every engine, in engine-id order."""
         ids = list(self.client.ids)
-        found = self.client[ids].apply_sync(_engine_identity)
+        found = self.client[ids].apply_sync(on_engine.identity)
         return [{**identity, "engine_id": eid} for eid, identity in zip(ids, found)]
 
     def placement(self) -> str:
@@ -108,7 +110,7 @@ class Engines:
         inside a Slurm step whose resolver will be used, a TF_CONFIG with a free port on
         its own host. Must run before TensorFlow is imported on the engines.
         """
-        from .resolver import make_tf_config
+        from ..resolver import make_tf_config
 
         self.assign_ranks()
         ids = {i["engine_id"]: i for i in self.identities()}
@@ -126,7 +128,7 @@ class Engines:
             config = None if slurm else make_tf_config(addresses, rank)
             # under Slurm the resolver binds GPUs (helpers.gpus.plan_for_task); here: a share each
             share = None if slurm else (hosts.count(ids[eid]["host"]), hosts[:rank].count(ids[eid]["host"]))
-            gpus[eid] = self.client[eid].apply_sync(_configure_engine, rank, config, share)
+            gpus[eid] = self.client[eid].apply_sync(on_engine.configure, rank, config, share)
         return [{"rank": self.ranks[e], "engine": e, "host": ids[e]["host"],
                  "address": "slurm" if slurm else addresses[self.ranks[e]], "gpus": gpus[e]} for e in by_rank]
 
@@ -151,108 +153,18 @@ class Engines:
         return f"engines and controller stopped in {seconds:.2f} s"
 
 
-# ---------------------------------------------------------------- run on the engines
-def _engine_identity() -> dict:
-    import os
-    import socket
-
-    host = socket.gethostname()
-    try:
-        address = socket.gethostbyname(host)
-    except OSError:
-        address = "127.0.0.1"
-    procid = os.environ.get("SLURM_PROCID")
-    return {"host": host, "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-            "procid": int(procid) if procid is not None and procid.isdigit() else None,
-            "slurm_step": "SLURM_STEP_NUM_TASKS" in os.environ and procid is not None,
-            "host_address": "localhost" if os.environ.get("IPP_COURSE_LOCAL") else address}
-
-
-def _free_port() -> int:
-    from helpers.resolver import free_port
-
-    return free_port("0.0.0.0")
-
-
 def _distinct_ports(client, by_rank: list[int], ids: dict) -> list[str]:
     """`host:port` per engine in rank order; engines on one host never get the same port."""
     addresses: list[str] = []
     for eid in by_rank:
         for _ in range(20):
-            address = f"{ids[eid]['host_address']}:{client[eid].apply_sync(_free_port)}"
+            address = f"{ids[eid]['host_address']}:{client[eid].apply_sync(on_engine.free_port)}"
             if address not in addresses:
                 break
         else:
             raise CourseError(f"no distinct free port for engine {eid}: widen COURSE_PORT_RANGE")
         addresses.append(address)
     return addresses
-
-
-def _configure_engine(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | None = None) -> str:
-    """Make this engine worker `rank`; returns the GPUs it uses ("" on CPU)."""
-    import json
-    import logging
-    import os
-    import sys
-
-    from helpers import gpus
-    from helpers.environment import import_tensorflow, remove_proxies
-
-    if gpu_share is not None:
-        plan = gpus.apply(gpus.plan_for_local_worker(*gpu_share))
-        if plan.note and rank == 0:
-            print(f"note: {plan.note}")
-    remove_proxies()
-    import_tensorflow()  # quietly: no C++ start-up lines in %%px cells (creates no TF context)
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # no INFO lines in %%px cells
-    os.environ["COURSE_RANK"] = str(rank)
-    if tf_config is None:
-        os.environ.pop("TF_CONFIG", None)
-    else:
-        os.environ["TF_CONFIG"] = json.dumps(tf_config)
-    if not isinstance(sys.stdout, _RankPrefixed):
-        sys.stdout = _RankPrefixed(sys.stdout, f"[rank {rank}] ")
-        _flush_after_every_cell()
-    return os.environ.get("CUDA_VISIBLE_DEVICES", "") if gpus.visible_gpus() else ""
-
-
-def _flush_after_every_cell() -> None:
-    """Send a cell's last output before its result: `%%px` streams output only until the result
-    arrives, so a line still in the engine's buffer then (ipykernel flushes on a timer) was
-    missing from the cell now and then (the chief's line of notebook 03's evaluate cell)."""
-    import sys as engine_sys  # this runs on the engine: no module globals there
-
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-
-    def flush() -> None:
-        engine_sys.stdout.flush()
-        engine_sys.stderr.flush()
-
-    if shell is not None:
-        shell.events.register("post_execute", flush)
-
-
-class _RankPrefixed:
-    """A stdout that starts every line with the worker's rank (engine ids are not ranks)."""
-
-    def __init__(self, stream, prefix: str):
-        self._stream, self._prefix, self._at_line_start = stream, prefix, True
-
-    def write(self, text: str) -> int:
-        out = []
-        for piece in text.splitlines(keepends=True):
-            if self._at_line_start:
-                out.append(self._prefix)
-            out.append(piece)
-            self._at_line_start = piece.endswith("\n")
-        return self._stream.write("".join(out))
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 # --------------------------------------------------------------------- start / stop
@@ -263,22 +175,18 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     Local engines (the default) run on this machine, the controller on loopback. Through
     Slurm (`slurm=True`, or `COURSE_ENGINES=slurm` when `slurm` is None) the engines are the
     tasks of one job step: an `srun` step when this process already runs in an allocation,
-    else an `sbatch` job (`request`: a `helpers.slurm_engines.SlurmRequest`); the controller
+    else an `sbatch` job (`request`: a `helpers.engines.slurm.SlurmRequest`); the controller
     then listens on this host's address on the cluster network. Engines are stopped when this
     Python process exits, unless `keep=True` (the CLI, whose engines outlive it). In IPython,
     `%%px` targets them. With `COURSE_CLUSTER` set, the lesson attaches to that running cluster
-    instead (`helpers.ipcluster`).
+    instead (`helpers.engines.profile`).
     """
     if n < 1:
         raise CourseError(f"cannot start {n} engines: ask for at least 1")
-    from .ipcluster import attach_running, cluster_setting
-
     if cluster_setting() and not keep:
         return attach_running(cluster_setting(), n, timeout=timeout or 300.0, activate=activate)
     import ipyparallel as ipp
     from traitlets.config import Config
-
-    from . import slurm_engines
 
     slurm = slurm_engines.want_slurm(slurm)
     if not slurm:
@@ -316,13 +224,13 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         raise CourseError(f"`{exc.cmd[0]}` refused the engines' job (exit status {exc.returncode}; its "
                           "message is printed above): check COURSE_SLURM_PARTITION, _ACCOUNT, _TIME "
                           "and what the partition allows (`sinfo`)") from None
-    engines = Engines(cluster, client, n, started_s=time.perf_counter() - started, phases=phases)
+    engines = Engines(cluster, client, started_s=time.perf_counter() - started, phases=phases)
     engines.assign_ranks()
     phases["ranks assigned"] = time.perf_counter() - started - engines.started_s  # asks each engine where it runs
     _running[engines.cluster_id] = engines
     if not keep:
         atexit.register(engines.stop)
-        engines.release = kernel_watch.watch("cluster", engines.cluster_id)  # also on SIGKILL
+        engines.release = kernel_watch.watch(engines.cluster_id, stop_by_id)  # also on SIGKILL
     else:
         cluster.write_cluster_file()
     _make_private(cluster)
@@ -341,10 +249,9 @@ def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
     """
     import ipyparallel as ipp
 
-    from .slurm_engines import SlurmJob
 
     started = time.perf_counter()
-    job = SlurmJob(str(job_id))
+    job = slurm_engines.SlurmJob(str(job_id))
     client = None
     try:
         n = n or job.wait_running(timeout)
@@ -360,11 +267,11 @@ def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
     except CourseError:
         _stop_cluster(job, client)
         raise
-    engines = Engines(job, client, n, started_s=time.perf_counter() - started)
+    engines = Engines(job, client, started_s=time.perf_counter() - started)
     engines.assign_ranks()
     _running[engines.cluster_id] = engines
     atexit.register(engines.stop)
-    engines.release = kernel_watch.watch("job", job.job_id)  # the job is cancelled even on SIGKILL
+    engines.release = kernel_watch.watch(job.job_id, slurm_engines.cancel_engines_job)  # even on SIGKILL
     if activate:
         _activate(client)
     return engines
@@ -425,8 +332,6 @@ def _local_options(config) -> tuple:
 
 def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     """Launcher settings for engines as Slurm tasks: srun inside an allocation, else sbatch."""
-    from . import slurm_engines
-
     slurm_engines.require_slurm()
     request = request or slurm_engines.SlurmRequest.from_env()
     address = slurm_engines.controller_ip(request.partition)
@@ -455,8 +360,6 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
 
 
 def _describe_engine_job(cluster) -> str:
-    from .slurm_engines import job_state
-
     job_ids = [getattr(es, "job_id", "") for es in cluster.engines.values()]
     job = next((j for j in job_ids if j), None)
     if job is None and os.environ.get("SLURM_JOB_ID"):
@@ -464,7 +367,7 @@ def _describe_engine_job(cluster) -> str:
                 "(are the allocation's CPUs taken by another step? try `srun --overlap`)")
     if job is None:
         return "the engines' Slurm job was not submitted (see sbatch's output above)"
-    return f"Slurm job {job} is {job_state(job)} (is the partition busy, or the request too large?)"
+    return f"Slurm job {job} is {slurm_engines.job_state(job)} (is the partition busy, or the request too large?)"
 
 
 def _activate(client) -> None:
@@ -578,3 +481,146 @@ def _gist(message: str) -> str:
                                               l, re.IGNORECASE)]
     chosen = telling[0] if telling else (useful[-1] if useful else (lines[0] if lines else ""))
     return chosen[:240]
+
+
+# ----------------------------------------------------------------------------- attach
+def find(spec: str):
+    """The running cluster `spec` names: a cluster id, a profile (its ipcluster cluster) or `profile:id`."""
+    import ipyparallel as ipp
+
+    clusters = ipp.ClusterManager().load_clusters()
+    for key, found in clusters.items():
+        profile, _, cluster_id = key.partition(":")
+        if spec in (key, cluster_id) or (spec == profile and cluster_id == ""):
+            return found
+    started_elsewhere = _controller_of_profile(spec)
+    if started_elsewhere is not None:
+        return started_elsewhere
+    running = ", ".join(sorted(clusters)) or "none"
+    raise CourseError(f"{CLUSTER_ENV}={spec!r}: no such running cluster (running, as profile:cluster-id: "
+                      f"{running}); start one with `ipcluster start --profile={PROFILE} -n N --daemonize` "
+                      "or `python -m helpers cluster start`, or unset it to let the lesson start its own")
+
+
+def _controller_of_profile(name: str):
+    """A controller started in profile `name` without an ipyparallel cluster file (ipcmagic's
+    `%ipcluster start` writes none): a cluster the course can connect to but not launch into."""
+    import ipyparallel as ipp
+    from IPython.paths import get_ipython_dir
+
+    profile = Path(get_ipython_dir()) / f"profile_{name}"
+    if not (profile / "security" / "ipcontroller-client.json").is_file():
+        return None
+    return ipp.Cluster(profile_dir=str(profile), cluster_id="")
+
+
+def attach_running(spec: str, n: int, *, timeout: float = 300.0, activate: bool = True):
+    """Engines of the running cluster `spec`, fresh for this lesson; the cluster stays running."""
+    started = time.perf_counter()
+    found = find(spec)
+    external = found.controller is None and not found.engines  # _controller_of_profile: no cluster file
+    if external:
+        client = connect(Path(found.profile_dir) / "security" / "ipcontroller-client.json", timeout=30)
+    _load_profile_config(found)
+    try:
+        client = client if external else found.connect_client_sync(timeout=30)
+    except Exception as exc:  # noqa: BLE001 - ipyparallel raises several kinds here
+        raise CourseError(f"cluster {spec!r} is listed but its controller does not answer ({exc}): "
+                          f"stop it (`ipcluster stop` or `python -m helpers cluster stop`) and start it again") from None
+    # engines launched and alive (ipyparallel drops local engines that died when it loads the
+    # cluster); the lesson's n is the floor
+    launched = sum(getattr(es, "n", 0) or 0 for es in found.engines.values())
+    expected = max(n, launched)
+    if launched:
+        _settle(client, launched, started + timeout)
+    if external:  # started elsewhere: its engines cannot be relaunched here
+        _settle(client, n, started + min(timeout, 30.0), quiet_s=3.0)
+        have = len(client.ids)
+        why = (f"are fewer than the {n} this lesson needs" if have < n
+               else "already ran TensorFlow (a lesson needs fresh ones)" if _used(client) else "")
+        if why:
+            client.close()
+            raise CourseError(f"{CLUSTER_ENV}={spec}: the {have} engines of profile {spec} (started outside the course, "
+                              f"e.g. by ipcmagic) {why}, and the course cannot restart engines it did not start: "
+                              f"`%ipcluster stop`, then `%ipcluster start -n {n}`, and run the lesson again")
+    elif not client.ids or _used(client) or len(client.ids) < expected:
+        print(f"restarting the {expected} engines of {spec} (they ran TensorFlow before, or lost one: "
+              "TensorFlow sets up multi-worker collectives once per process)")
+        old = set(client.ids)
+        _shutdown(client, old)
+        for step in (lambda: found.signal_engines_sync(signal.SIGKILL),  # stuck engines ignore the rest
+                     found.stop_engines_sync):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - engines that exited on the shutdown request
+                pass
+        found.start_engines_sync(expected)
+        _wait(client, expected, old, started + timeout, spec)
+    if len(client.ids) != n:
+        print(f"note: the lesson asks for {n} engines; cluster {spec} has {len(client.ids)}: using all of them")
+    engines = Engines(found, client, started_s=time.perf_counter() - started, owned=False)
+    engines.assign_ranks()
+    if activate:
+        _activate(client)
+        print(f"attached to running cluster {spec} ({CLUSTER_ENV}) in {engines.started_s:.1f} s: "
+              f"{engines.placement()}; it stays running after this lesson")
+    return engines
+
+
+def _load_profile_config(found) -> None:
+    """Give the loaded cluster its profile's settings, so a restart launches engines as ipcluster did."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    path = Path(found.profile_dir) / "ipcluster_config.py"
+    if path.exists():
+        found.update_config(PyFileConfigLoader(path.name, str(path.parent)).load_config())
+
+
+def _used(client) -> bool:
+    """True when any engine ran TensorFlow before, or does not answer (a lesson killed it)."""
+    try:
+        return any(client[:].apply_async(on_engine.was_used).get(timeout=15))
+    except Exception:  # noqa: BLE001 - a dead or stuck engine: restart them all
+        return True
+
+
+def _shutdown(client, ids: set, within: float = 3.0) -> None:
+    """Ask the engines to exit: those that can unregister at once (a killed one is noticed only by
+    the heartbeat). Never blocks on an engine that is dead or stuck: the SIGKILL that follows ends it."""
+    try:
+        client.shutdown(targets=sorted(ids), hub=False, block=False)
+    except Exception:  # noqa: BLE001 - engines that are already gone
+        return
+    deadline = time.perf_counter() + within
+    while set(client.ids) & ids and time.perf_counter() < deadline:
+        time.sleep(0.1)
+
+
+def _settle(client, launched: int, deadline: float, quiet_s: float = 15.0) -> None:
+    """Wait for the launched engines to register (a cluster just started), but not for engines
+    that died: once some have registered, `quiet_s` without a new one ends the wait."""
+    seen, changed = set(client.ids), time.perf_counter()
+    while len(seen) < launched and time.perf_counter() < deadline:
+        if seen and time.perf_counter() - changed > quiet_s:
+            return
+        time.sleep(0.2)
+        now = set(client.ids)
+        if now != seen:
+            seen, changed = now, time.perf_counter()
+
+
+def _wait(client, expected: int, old: set, deadline: float, spec: str) -> None:
+    while True:
+        ids = set(client.ids)
+        if len(ids - old) >= expected and not ids & old:
+            return
+        if time.perf_counter() > deadline:
+            raise CourseError(f"cluster {spec}: {len(ids - old)} of {expected} engines registered in time "
+                              "(see the engines' log or Slurm output); the cluster was left as it is")
+        time.sleep(0.2)
+        client.spin()
+
+
+def cluster_setting() -> str:
+    """`COURSE_CLUSTER`, stripped ("" when lessons start their own engines)."""
+    return os.environ.get(CLUSTER_ENV, "").strip()

@@ -88,7 +88,7 @@ def rendezvous_deadline(workers: list[str], rank: int, seconds: float | None = N
     handled = _exit_on_deadline_signal(True)
     done_read, done_write = os.pipe()
     watcher = subprocess.Popen(
-        [sys.executable, "-c", "from helpers.deadline import _watch; _watch()",
+        [sys.executable, "-c", "from helpers.rendezvous import _watch; _watch()",
          str(done_read), str(os.getpid()), str(seconds), str(int(handled)), str(rank), *workers],
         pass_fds=(done_read,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
