@@ -30,7 +30,7 @@ course: install
 	$(PY) -m helpers.tools.course_run --out build
 
 test: install
-	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 $(PYTEST_ARGS)
 
 # Every notebook in workshop and full mode on full-size SYNTHETIC CIFAR-10 (50,000 images), one
 # epoch of at most FULLCHECK_STEPS steps, and again with other replica and worker counts: the

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The suite runs local multi-worker TensorFlow beside its own local Slurm, on a machine nobody
-# else uses: what the course refuses on a login node (helpers.slurm_engines.check_local_workers,
+# else uses: what the course refuses on a login node (helpers.engines.slurm.check_local_workers,
 # tested in test_security_local with this setting removed)
 os.environ.setdefault("COURSE_LOCAL_WORKERS", "allow")
 REPORT: list[str] = []  # lines the browser tests want in the summary (timings, screenshots)
@@ -179,15 +179,36 @@ def _slurm_unavailable(reason: str):
     pytest.skip(f"real Slurm not available: {reason}")
 
 
+# the suite's own Slurm: not under pytest's private tmp, since other users (the JupyterHub test's)
+# must read slurm.conf; named by this process, so another Slurm on the machine is never counted
+SUITE_SLURM_DIR = Path(f"/var/tmp/course-slurm-test-{os.getpid()}")
+
+
+def _started_by_the_suite(proc) -> bool:
+    """The suite's Slurm daemons name its slurm.conf on their command line; its jobs' processes
+    (and the slurmstepd above them) descend from those daemons or carry that SLURM_CONF."""
+    for candidate in (proc, *proc.parents()):
+        try:
+            if str(SUITE_SLURM_DIR) in " ".join(candidate.cmdline()):
+                return True
+            if candidate.environ().get("SLURM_CONF", "").startswith(str(SUITE_SLURM_DIR)):
+                return True
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return False
+
+
 def leftovers() -> list[str]:
-    """Slurm daemons, and any process that runs inside a Slurm job (engines, TF workers)."""
+    """Slurm daemons, and any process that runs inside a Slurm job (engines, TF workers), that the
+    suite started: another local Slurm on the machine, and its jobs, are not the suite's to count."""
     found = []
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             in_job = "SLURM_JOB_ID" in proc.environ()
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             in_job = False
-        if proc.pid != os.getpid() and (in_job or proc.info["name"] in ("slurmd", "slurmctld", "slurmstepd")):
+        if proc.pid != os.getpid() and (in_job or proc.info["name"] in ("slurmd", "slurmctld", "slurmstepd")) \
+                and _started_by_the_suite(proc):
             found.append(f"{proc.pid} [{proc.info['name']}] {' '.join(proc.info['cmdline'] or [])[:80]}")
     return found
 
@@ -198,8 +219,7 @@ def slurm():
         _slurm_unavailable("not root (slurm/local/up installs packages and creates network namespaces)")
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         _slurm_unavailable("no apt-get to install slurm-wlm")
-    # not under pytest's private tmp: other users (the JupyterHub test's) must read slurm.conf
-    state = Path(f"/var/tmp/course-slurm-test-{os.getpid()}")
+    state = SUITE_SLURM_DIR
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(mode=0o755)
     env = {**os.environ, "COURSE_SLURM_DIR": str(state / "cluster")}

@@ -101,3 +101,23 @@ def test_horovod_builds_and_averages_gradients_over_two_processes(tmp_path, repo
     weights = {r: line.split("weights ")[1] for r, line in lines.items()}
     assert gradients[0] == gradients[1] and weights[0] == weights[1], lines  # averaged, broadcast
     assert "Keras variables refused" in done.stdout and "has no attribute 'assign'" in done.stdout, done.stdout[-3000:]
+
+
+def test_a_cached_build_is_copied_not_compiled(tmp_path, monkeypatch, capsys):
+    """A build kept in the cache under exactly these versions is copied into a fresh checkout's
+    build directory; another version's cache is never used."""
+    from helpers.tools import horovod_build
+
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
+    key = horovod_build.cache_dir().name
+    assert key.startswith(f"horovod-{horovod_env.VERSION}-tensorflow-2.") and "-py3." in key, key
+    planted = horovod_build.cache_dir() / "site" / "horovod" / "tensorflow"
+    planted.mkdir(parents=True)
+    (planted / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"planted")
+    monkeypatch.setattr(horovod_build, "_system_packages", lambda quiet: pytest.fail("it compiled"))
+    site = horovod_build.build(tmp_path / "checkout" / "horovod")
+    assert (site / "horovod" / "tensorflow" / "mpi_lib.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"planted"
+    assert "copied from the build cache" in capsys.readouterr().out
+    monkeypatch.setattr(horovod_build, "_tensorflow_version", lambda: "9.99.0")  # another TensorFlow
+    with pytest.raises(pytest.fail.Exception, match="it compiled"):
+        horovod_build.build(tmp_path / "other" / "horovod")

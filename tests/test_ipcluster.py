@@ -94,7 +94,7 @@ def test_profile_without_slurm_is_loopback_and_loadable(tmp_path):
 
 def test_wildcard_controller_address_is_refused(monkeypatch):
     from helpers.errors import CourseError
-    from helpers.slurm_engines import controller_ip
+    from helpers.engines.slurm import controller_ip
 
     for wildcard in ("0.0.0.0", "*", "::"):
         monkeypatch.setenv("COURSE_CONTROLLER_IP", wildcard)
@@ -105,7 +105,7 @@ def test_wildcard_controller_address_is_refused(monkeypatch):
 
 
 def test_unknown_cluster_is_one_clear_error(tmp_path, monkeypatch):
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
     from helpers.errors import CourseError
 
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
@@ -118,7 +118,7 @@ def test_lessons_attach_to_ipcluster_engines_and_leave_them_running(tmp_path, mo
     """ipcluster with the course profile; a lesson attaches (no engines of its own), leaves the
     cluster running; the next lesson gets fresh engines (TensorFlow configures collectives once
     per process); `ipcluster stop` leaves nothing."""
-    from helpers.cluster import start_engines
+    from helpers.engines import start_engines
 
     env = {**os.environ, "IPYTHONDIR": str(tmp_path)}
     assert run_cli("cluster", "profile", "--no-slurm", env=env).returncode == 0
@@ -200,16 +200,19 @@ def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tm
         lesson = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
              "--nbval-cell-timeout=600", "notebooks/03_multiworker_ipyparallel.ipynb"],
-            env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick", "COURSE_ENGINES": "slurm"},
+            env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick", "COURSE_ENGINES": "slurm",
+                 "COURSE_OUTPUT_DIR": str(tmp_path / "out"),
+                 "COURSE_NBVAL_SLURM": "visible"},  # engines restarted through Slurm: see root conftest.py
             capture_output=True, text=True, timeout=900, cwd=ROOT)
         assert lesson.returncode == 0, lesson.stdout[-4000:]
+        assert (tmp_path / "out" / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
         assert _squeue(slurm["env"]) == job_before, "the lesson should use the running job, not start its own"
         # the next lesson finds engines that ran TensorFlow: they are restarted through the
         # profile's launcher (a new engines job, spread the same way), and it passes too
         next_lesson = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
              "--nbval-cell-timeout=600", "notebooks/04_custom_training_loop.ipynb"],
-            env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick"},
+            env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick", "COURSE_NBVAL_SLURM": "visible"},
             capture_output=True, text=True, timeout=900, cwd=ROOT)
         assert next_lesson.returncode == 0, next_lesson.stdout[-4000:]
         job_after = _squeue(slurm["env"])

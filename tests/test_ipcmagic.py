@@ -23,12 +23,12 @@ began = time.monotonic()
 %ipcluster start -n 2
 print(f"IPCMAGIC_STARTED {time.monotonic() - began:.2f}", flush=True)
 done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
-                       "notebooks/03_multiworker_ipyparallel.ipynb", "-q"], env={**os.environ, "COURSE_CLUSTER": "default"},
+                       "notebooks/03_multiworker_ipyparallel.ipynb", "-q"], env={**os.environ, "COURSE_CLUSTER": "default", "COURSE_NBVAL_SLURM": "visible"},
                       capture_output=True, text=True)
 open(os.environ.get("NBVAL_LOG", "/dev/null"), "w").write(done.stdout + done.stderr)
 print(done.stdout[-3000:], done.stderr[-2000:])
 print("NBVAL", done.returncode, flush=True)
-again = subprocess.run([sys.executable, "-c", "from helpers.cluster import start_engines; start_engines(2)"],
+again = subprocess.run([sys.executable, "-c", "from helpers.engines import start_engines; start_engines(2)"],
                        env={**os.environ, "COURSE_CLUSTER": "default"}, capture_output=True, text=True)
 print("AGAIN", again.stderr.strip().splitlines()[-1] if again.stderr.strip() else "no error", flush=True)
 %ipcluster stop

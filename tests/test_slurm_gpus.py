@@ -3,7 +3,10 @@
 Every case is a real `srun` (one through `sbatch`); every task resolves its cluster with the
 course's resolver and reports rank, host, worker address, CUDA_VISIBLE_DEVICES after
 resolution, replicas and the all-reduce it would use. TensorFlow (CPU wheel) never sees these
-GPUs: this checks resolution and binding, not kernels.
+GPUs: this checks resolution and binding, not kernels. The matrix resolves the step without
+TensorFlow (`resolve_step`, what the resolver is built from: importing TensorFlow in each of 8
+tasks on 2 cores cost seconds per case); the `sbatch` case builds the resolver itself and must
+report the same.
 """
 
 from __future__ import annotations
@@ -22,6 +25,17 @@ FAKEBIN = ROOT / "tests" / "fakebin"
 pytestmark = pytest.mark.slurm
 
 PROBE = """
+import json, os, sys
+from helpers.resolver import resolve_step
+from helpers.strategy import communication_for
+layout, plan, workers = resolve_step()
+me = {"rank": layout.rank, "address": workers[layout.rank]}
+print("TASK " + json.dumps({"rank": layout.rank, "host": os.environ["SLURMD_NODENAME"], "address": workers[layout.rank],
+      "workers": workers, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "replicas": plan.replicas,
+      "all_reduce": communication_for(plan.replicas), "how": plan.how, "note": plan.note,
+      "tensorflow": "tensorflow" in sys.modules}))
+"""
+PROBE_WITH_TF = """
 import json, os
 from helpers.resolver import describe, slurm_resolver
 from helpers.strategy import communication_for, worker_gpus
@@ -29,7 +43,8 @@ res = slurm_resolver()
 me = describe(res)
 print("TASK " + json.dumps({"rank": me["rank"], "host": os.environ["SLURMD_NODENAME"], "address": me["address"],
       "workers": me["workers"], "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "replicas": worker_gpus(res),
-      "all_reduce": communication_for(worker_gpus(res)), "how": res.gpu_plan.how, "note": res.gpu_plan.note}))
+      "all_reduce": communication_for(worker_gpus(res)), "how": res.gpu_plan.how, "note": res.gpu_plan.note,
+      "tensorflow": True}))
 """
 
 
@@ -86,6 +101,7 @@ def test_layout_resolves(slurm, layout, report):
     tasks = _srun(slurm, args, nvidia_smi=replicas > 0)
     assert [t["cvd"] for t in tasks] == cvd, tasks
     _assert_sound(tasks, replicas)
+    assert not any(t["tensorflow"] for t in tasks), "the step resolved without TensorFlow"
     if layout.startswith("uneven"):
         assert "2 of 4 GPUs on this node stay idle" in tasks[2]["note"]
     report(f"GPU layout {layout}: " + "; ".join(f"rank {t['rank']} {t['address']} GPU {t['cvd'] or '-'} "
@@ -116,7 +132,7 @@ def test_layout_through_sbatch(slurm, tmp_path):
     """The usual batch job: one task per GPU on two nodes, srun inside sbatch."""
     out = tmp_path / "job.out"
     done = subprocess.run(["sbatch", "--wait", "-N2", "--ntasks-per-node=4", "--gpus-per-task=1", "--time=5",
-                           f"--output={out}", "--wrap", f"srun {sys.executable} -c '{PROBE}'"],
+                           f"--output={out}", "--wrap", f"srun {sys.executable} -c '{PROBE_WITH_TF}'"],
                           env=_env(slurm), capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, out.read_text()[-3000:] if out.exists() else done.stderr
     tasks = _tasks(out.read_text())

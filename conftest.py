@@ -1,0 +1,97 @@
+"""The nbval pass (`pytest notebooks --nbval-lax`) runs the lessons the way `make course` does on a
+laptop: with Slurm hidden, so lessons 08 and 11 take their local-process path, while
+`tests/test_slurm.py` runs them on the suite's local Slurm. Without this, the Slurm the suite
+started (or any Slurm on the machine) would be found again and the laptop path never tested.
+
+Hidden means: no `SLURM_*` variable in the notebook's kernel, and Slurm's commands answering
+"hidden" at once from a directory put first on the kernel's `PATH` (with `SLURM_CONF` merely
+unset, a machine's own `/etc/slurm` would still answer; set to a missing file, `sinfo` retries
+for 60 s). The kernel inherits this environment when nbval starts it, at a notebook's first cell. A Slurm
+test that runs a lesson on Slurm through nbval says so: `COURSE_NBVAL_SLURM=visible`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+SLURM_COMMANDS = ("sinfo", "squeue", "sbatch", "srun", "salloc", "scontrol", "scancel", "sacct", "sstat")
+LOCAL_PATH_LESSONS = ("08_batch_job.ipynb", "11_checkpoints_requeue.ipynb")
+LOCAL_PATH_LINE = "no Slurm here:"  # what 08 and 11 print when they run as local processes
+VISIBLE_ENV = "COURSE_NBVAL_SLURM"
+_seen: dict[str, str] = {}
+
+
+_stubs: list[Path] = []
+
+
+def _hidden_slurm_bin() -> Path:
+    if _stubs:
+        return _stubs[0]
+    directory = Path(tempfile.mkdtemp(prefix="course-nbval-no-slurm-"))
+    _stubs.append(directory)
+    for command in SLURM_COMMANDS:
+        stub = directory / command
+        stub.write_text(f"#!/bin/sh\necho '{command}: Slurm is hidden from the nbval pass (conftest.py)' >&2\nexit 1\n")
+        stub.chmod(0o755)
+    return directory
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    if item.path.suffix != ".ipynb" or os.environ.get(VISIBLE_ENV) == "visible":
+        yield
+        return
+    saved = dict(os.environ)
+    for name in [n for n in os.environ if n.startswith("SLURM_")]:
+        del os.environ[name]
+    os.environ["PATH"] = f"{_hidden_slurm_bin()}{os.pathsep}{os.environ.get('PATH', '')}"
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    yield
+    if call.when != "call" or item.path.name not in LOCAL_PATH_LESSONS or os.environ.get(VISIBLE_ENV) == "visible":
+        return
+    for output in getattr(item, "test_outputs", None) or []:
+        text = output.get("text", "") if isinstance(output, dict) else ""
+        for line in text.splitlines():
+            if line.startswith(LOCAL_PATH_LINE) or line in ("submitting to Slurm", "Slurm"):
+                _seen[item.path.name] = line
+
+
+def _ran(stats: dict) -> list[str]:
+    names = {getattr(report, "nodeid", "").split("::")[0].rsplit("/", 1)[-1]
+             for reports in stats.values() for report in reports}
+    return [name for name in LOCAL_PATH_LESSONS if name in names]
+
+
+def _off_the_laptop_path() -> list[str]:
+    return [f"{name}: {line}" for name, line in _seen.items() if not line.startswith(LOCAL_PATH_LINE)]
+
+
+def pytest_sessionfinish(session):
+    for directory in _stubs:
+        shutil.rmtree(directory, ignore_errors=True)
+    if _off_the_laptop_path():  # Slurm was found although hidden: the laptop path went untested
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    ran = _ran(terminalreporter.stats)
+    if not ran or os.environ.get(VISIBLE_ENV) == "visible":
+        return
+    terminalreporter.section("the nbval pass, with Slurm hidden")
+    for name in ran:
+        terminalreporter.write_line(f"{name}: {_seen.get(name, 'its path line was not seen')}")
+    for line in _off_the_laptop_path():
+        terminalreporter.write_line(f"FAILED: ran on Slurm in the nbval pass, not as local processes: {line}")
