@@ -497,3 +497,58 @@ def test_lesson_14_model_cell_fits_the_link_and_takes_the_overlap_the_packs_got(
     assert namespace["compute_s"] == 0.021 and namespace["allreduce_s"] == pytest.approx(0.028)
     assert namespace["measured_s"] == one_pack and namespace["overlap"] == pytest.approx(overlap)
     assert namespace["predicted_packed_s"] == pytest.approx(0.021 + (1 - overlap) * 0.028)
+
+
+def _gather_and_prove(name: str, namespace: dict) -> None:
+    """The notebook's gathering cell (the code cell before the proof) on `namespace`, then its proof."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    gather = code[code.index(proof_source(name)) - 1]
+    namespace = {"math": math, "np": np, "print": lambda *a, **k: None, **namespace}
+    exec(compile(gather, f"{name} gather", "exec"), namespace)
+    exec(compile(proof_source(name), f"{name} proof", "exec"), namespace)
+
+
+def _timed(label, replicas, inside=0.95):
+    """A measured point as lesson 07's runs return it: the span, the share of it inside timed steps."""
+    return {**_point(label, replicas), "span_s": 2.0, "in_steps_s": 2.0 * inside, "median_step_s": 0.18}
+
+
+@pytest.mark.parametrize("inside,match", [(0.95, None), (0.5, "inside timed steps")])
+def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, match):
+    """From the runs' raw spans: a run whose timed steps cover half of its span (the rest: start-up,
+    iterator teardown) must fail the proof through the gathering cell's arithmetic."""
+    raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2, inside),
+                      _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
+    if match is None:
+        _gather_and_prove("07_scaling_performance.ipynb", raw)
+    else:
+        with pytest.raises(AssertionError, match=match):
+            _gather_and_prove("07_scaling_performance.ipynb", raw)
+
+
+def _ps_raw(spans, losses) -> dict:
+    """Lesson 12's raw results: step spans of the asynchronous workers and their losses, the synchronous logs."""
+    ok = OK["12_strategy_tour.ipynb"]
+    return {**{k: v for k, v in ok.items() if k not in ("overlapping", "first", "last", "sync_first", "sync_last",
+                                                        "copies", "evaluated")},
+            "async_spans": spans, "async_log": [(loss, 0, 1, 0.0, 0.1) for loss in losses],
+            "sync_logs": [[(0, 0, 2.3 - 0.01 * i) for i in range(10)]],
+            "one_process": {name: {"copies": copies, "evaluated": 0.02}
+                            for name, copies in {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}.items()}}
+
+
+@pytest.mark.parametrize("spans,losses,match", [
+    ([(i, i + 1.5) for i in range(40)], [2.3 - 0.01 * i for i in range(40)], None),
+    ([(i, i + 0.9) for i in range(40)], [2.3 - 0.01 * i for i in range(40)], "did not train asynchronously"),
+    ([(i, i + 1.5) for i in range(40)], [2.0 + 0.01 * i for i in range(40)], "did not lower its loss")],
+    ids=["asynchronous and learning", "steps one after another", "loss rising"])
+def test_lesson_12_gathering_cell_counts_overlaps_and_loss_from_the_raw_log(spans, losses, match):
+    """From the raw step spans and losses: steps that never overlap, or a loss that rises over the
+    run, must fail the proof through the gathering cell's counting and averaging."""
+    raw = _ps_raw(spans, losses)
+    if match is None:
+        _gather_and_prove("12_strategy_tour.ipynb", raw)
+    else:
+        with pytest.raises(AssertionError, match=match):
+            _gather_and_prove("12_strategy_tour.ipynb", raw)
