@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -70,6 +71,16 @@ def test_a_helpers_package_planted_in_the_submit_directory_does_not_run(tmp_path
         (bin_dir / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "COURSE_DIR": str(ROOT), "SLURM_SUBMIT_DIR": str(submit),
            "SLURM_JOB_ID": "42", "COURSE_DATA_DIR": str(tmp_path), "SLURM_NTASKS": "1", "COURSE_CONTROLLER_IP": "127.0.0.1"}
-    subprocess.run(["bash", str(ROOT / "slurm" / script)], env=env, cwd=submit, capture_output=True, text=True,
-                   timeout=120)
+    # in a session of its own, output to a file: whatever the script started (engines.sbatch's
+    # controller) is killed with it, and cannot hold a pipe open past the script's end
+    with open(tmp_path / "output", "w") as output:
+        script_run = subprocess.Popen(["bash", str(ROOT / "slurm" / script)], env=env, cwd=submit, stdout=output,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            script_run.wait(timeout=120)
+        finally:
+            try:
+                os.killpg(script_run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     assert not marker.exists(), "the helpers package planted in the submit directory ran"

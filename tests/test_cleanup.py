@@ -200,3 +200,21 @@ def test_a_killed_kernel_takes_its_workers_and_tensorboard_with_it():
             except psutil.Error:
                 pass
     assert not alive, f"still running after their kernel was killed: {[p.pid for p in alive]}"
+
+
+def test_leftover_checks_count_only_the_suites_own_slurm_jobs(tmp_path):
+    """A job process of another Slurm on the machine (its own SLURM_CONF) is not the suite's to count;
+    one started under the suite's slurm.conf is."""
+    from tests.conftest import SUITE_SLURM_DIR, leftovers
+
+    job = {"SLURM_JOB_ID": "7", "PATH": os.environ["PATH"]}
+    theirs = subprocess.Popen(["sleep", "30"], env={**job, "SLURM_CONF": "/etc/slurm/slurm.conf"})
+    ours = subprocess.Popen(["sleep", "30"], env={**job, "SLURM_CONF": str(SUITE_SLURM_DIR / "cluster" / "slurm.conf")})
+    try:
+        found = " ".join(leftovers())
+        assert f"{ours.pid} [sleep]" in found, found
+        assert f"{theirs.pid} [sleep]" not in found, found
+    finally:
+        for proc in (theirs, ours):
+            proc.kill()
+            proc.wait()

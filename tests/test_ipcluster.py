@@ -186,7 +186,9 @@ def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tm
     against those engines; the engines' job is the same before and after, and still runs."""
     import ipyparallel as ipp
 
-    env = {**slurm["env"], "IPYTHONDIR": str(tmp_path), "COURSE_SLURM_PARTITION": "cpu"}
+    # the engines' job inherits COURSE_OUTPUT_DIR from ipcluster's environment: the chief saves there
+    env = {**slurm["env"], "IPYTHONDIR": str(tmp_path), "COURSE_SLURM_PARTITION": "cpu",
+           "COURSE_OUTPUT_DIR": str(tmp_path / "out")}
     profile = run_cli("cluster", "profile", env=env)
     assert profile.returncode == 0 and "--spread-job" in profile.stdout, profile.stdout + profile.stderr
     with _Started(env, tmp_path, "-n", "2", "--engines=slurm") as cluster:
@@ -201,7 +203,6 @@ def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tm
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
              "--nbval-cell-timeout=600", "notebooks/03_multiworker_ipyparallel.ipynb"],
             env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick", "COURSE_ENGINES": "slurm",
-                 "COURSE_OUTPUT_DIR": str(tmp_path / "out"),
                  "COURSE_NBVAL_SLURM": "visible"},  # engines restarted through Slurm: see root conftest.py
             capture_output=True, text=True, timeout=900, cwd=ROOT)
         assert lesson.returncode == 0, lesson.stdout[-4000:]
