@@ -2,7 +2,7 @@
 
 - `quick`: a laptop CPU or CI; small SYNTHETIC data, the whole course in minutes.
 - `workshop`: a live class on GPU nodes with real CIFAR-10; each lesson's training is sized to
-  take a few minutes on one GPU node (the README's lesson table gives the predicted minutes).
+  take a few minutes on one GPU node (docs/modes-and-data.md tabulates the predicted minutes).
 - `full`: the research-size runs (30 epochs of CIFAR-10, ResNet50 on every image): hours.
 
 `COURSE_MODE` picks one; the default, `auto`, picks workshop where a GPU is visible and quick

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 RENDEZVOUS_ENV = "COURSE_RENDEZVOUS_TIMEOUT"
 DEFAULT_RENDEZVOUS_S = 120.0
-DEADLINE_EXIT = 42  # exit status of a worker ended by the rendezvous deadline (README "When things go wrong")
+DEADLINE_EXIT = 42  # exit status of a worker ended by the rendezvous deadline (docs/troubleshooting.md)
 _DEADLINE_SIGNAL = DEADLINE_EXIT  # a real-time signal on Linux; its handler _exit()s with its own number
 
 

@@ -3,7 +3,7 @@
 A learner of the class and a hub user outside it both have a server in the class reservation;
 the learner also has a job outside the reservation, and the outsider a job named like a server.
 `class end --group course --reservation R` must stop the learner's server and nothing else.
-The instructor's token has the scopes the README names, not admin. Root only; CI requires it.
+The instructor's token has the scopes docs/offering.md names, not admin. Root only; CI requires it.
 """
 
 from __future__ import annotations

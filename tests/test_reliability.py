@@ -1,4 +1,4 @@
-"""Failures end fast, with one clear line, and leave nothing behind (README "When things go wrong")."""
+"""Failures end fast, with one clear line, and leave nothing behind (docs/troubleshooting.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """ipyparallel engines for `%%px` cells: start fast, stop fast, map engines to ranks.
 
 Settings that make the difference on a course machine (measured with 2 local engines on
-a 2-core node, see README "Measured"):
+a 2-core node, see docs/measured.md):
 - `delay=0` and a 100 ms controller heartbeat (`HEARTBEAT`): an engine counts as registered
   once it has answered a heartbeat, so 2 local engines are ready in 1.2-1.4 s, against 2.0 s
   with a 500 ms beat and 6.5 s with ipyparallel's defaults (3 s beat, engines started after a

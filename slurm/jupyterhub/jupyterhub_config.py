@@ -17,7 +17,7 @@ behind the centre's HTTPS front end. Everything site-specific is an environment 
     COURSE_HUB_OPTIONS     extra #SBATCH options (default "--nodes=1 --ntasks=2 --exclusive"), e.g.
                            "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --exclusive"
 
-For a class (README, "Running a class"):
+For a class (docs/offering.md, "Running a class"):
 
     COURSE_HUB_RESERVATION  a Slurm reservation made for the day: servers run in it, and so do
                             the engines' and batch jobs learners submit from their server
@@ -35,7 +35,7 @@ The server runs in the job's batch step (`req_srun = ""`), so the notebook can s
 course's engines as an `srun` step of the same allocation (COURSE_ENGINES=slurm is set for
 it): ask for as many tasks as a lesson has workers (one per GPU). A server whose job has one
 task can still start engines in a separate job (`start_engines(n, slurm=True)` from outside
-an allocation needs the hub server *not* to be in one; see the README).
+an allocation needs the hub server *not* to be in one; see docs/offering.md).
 """
 
 import os
@@ -88,7 +88,7 @@ c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebo
 c.SlurmSpawner.req_runtime = os.environ.get("COURSE_HUB_TIME", "02:00:00")
 c.SlurmSpawner.req_partition = os.environ.get("COURSE_HUB_PARTITION", "")
 # --exclusive: no other user's job on a learner's node, where the lessons' TensorFlow workers open
-# unauthenticated gRPC ports (README, "Security on a shared cluster"); a partition reserved for the
+# unauthenticated gRPC ports (docs/security.md); a partition reserved for the
 # class (one user per node, ExclusiveUser=YES) serves as well
 c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", "--nodes=1 --ntasks=2 --exclusive")
 # a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
