@@ -35,3 +35,26 @@ def test_the_readme_stays_a_front_door():
     assert len(lines) <= 220, f"README.md has {len(lines)} lines: long guides belong in docs/"
     linked = set(re.findall(r"\]\(docs/([^)#]+)", "\n".join(lines)))
     assert linked == {p.name for p in (ROOT / "docs").glob("*.md")}, "every guide is linked from the README"
+
+
+def _table_row(text: str, label: str) -> list[str]:
+    line = next(l for l in text.splitlines() if l.startswith(f"| {label} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")[1:]]
+
+
+def test_the_instructor_kit_covers_every_lesson_with_the_measured_and_predicted_times():
+    """Every lesson has a row and a section; its quick and workshop times are the ones measured and
+    predicted in docs/modes-and-data.md (no time typed in twice that could drift apart)."""
+    kit = (ROOT / "docs" / "instructor.md").read_text()
+    modes = (ROOT / "docs" / "modes-and-data.md").read_text()
+    lessons = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert _table_row(modes, "lesson") == lessons
+    quick = dict(zip(lessons, _table_row(modes, "quick, measured here (s)")))
+    workshop = dict(zip(lessons, _table_row(modes, "workshop, 4 A100, predicted training (min)")))
+    rows = {line.split("|")[1].strip()[:2]: [c.strip() for c in line.strip("|").split("|")]
+            for line in kit.splitlines() if re.match(r"\| \d\d ", line)}
+    assert sorted(rows) == lessons, "a lesson without a row in the instructor kit"
+    for lesson, row in rows.items():
+        assert row[1] in ("core", "optional") and row[3].isdigit(), row
+        assert (row[4], row[5]) == (quick[lesson], workshop[lesson]), f"lesson {lesson}: {row} vs the modes table"
+        assert re.search(rf"^### {lesson} ", kit, re.M), f"lesson {lesson} has no section"
