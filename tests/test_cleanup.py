@@ -218,3 +218,12 @@ def test_leftover_checks_count_only_the_suites_own_slurm_jobs(tmp_path):
         for proc in (theirs, ours):
             proc.kill()
             proc.wait()
+
+
+def test_the_kernel_watcher_imports_no_ipyparallel():
+    """A watcher runs beside every kernel that started engines or workers (30 in a class): importing
+    it must not import the engines' machinery (ipyparallel, TensorFlow)."""
+    done = subprocess.run([sys.executable, "-c", "import sys, helpers.engines.kernel_watch\n"
+                           "print(sorted(m for m in ('ipyparallel', 'tensorflow', 'helpers.engines.cluster') if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr

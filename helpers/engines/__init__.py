@@ -12,6 +12,15 @@ ipyparallel splits its own `cluster/`.
 Lessons need only `start_engines` (and lesson 06 `failure_summary`).
 """
 
-from .cluster import Engines, attach, failure_summary, start_engines
-
 __all__ = ["Engines", "attach", "failure_summary", "start_engines"]
+
+
+def __getattr__(name: str):
+    """`from helpers.engines import start_engines` imports `cluster` (and ipyparallel) on first use:
+    the kernel watcher, a process per kernel, imports `helpers.engines.kernel_watch` without them
+    (12 MB instead of 41 MB, 0.02 s instead of 0.26 s)."""
+    if name in __all__:
+        from . import cluster
+
+        return getattr(cluster, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
