@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import secrets
 import shutil
 import socket
@@ -115,8 +116,9 @@ class Hub:
         self.start()
 
     def start(self) -> None:
+        # a session of its own: what the hub starts (its proxy, the idle culler) goes with it at stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(self.config)], cwd=self.directory,
-                                     env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+                                     env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def call(self, method: str, path: str, token: str, body: dict | None = None,
              timeout: float = 30) -> tuple[int, object]:
@@ -162,6 +164,10 @@ class Hub:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
+        try:  # the idle culler outlived its hub: one root process was left behind per CI run
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         if close:
             self.log.close()
 
