@@ -22,6 +22,7 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT
@@ -158,18 +159,56 @@ class Hub:
 
     def stop(self, close: bool = True) -> None:
         if self.proc.poll() is None:
+            # the idle culler first: in the class tests the hub's shutdown waited 30 s for it to stop
+            # (then the hub was killed, and its proxy or the culler were left running)
+            self._kill(p for p in psutil.Process(self.proc.pid).children(recursive=True)
+                       if "jupyterhub_idle_culler" in " ".join(_cmdline(p)))
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
-        try:  # the idle culler outlived its hub: one root process was left behind per CI run
+        try:  # whatever else the hub started in its session
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        # the proxy runs in a session of its own: the hub stops it, unless the hub was killed first
+        pid_file = self.directory / "jupyterhub-proxy.pid"
+        if pid_file.exists() and pid_file.read_text().strip().isdigit():
+            try:
+                proxy = psutil.Process(int(pid_file.read_text()))
+                self._kill([proxy] if "configurable-http-proxy" in " ".join(_cmdline(proxy)) else [])
+            except psutil.NoSuchProcess:
+                pass
+        left = [f"{p.pid} {' '.join(_cmdline(p))[:80]}" for p in psutil.process_iter()
+                if _cwd(p) == str(self.directory) and p.pid != os.getpid()]
+        assert not left, f"the hub left processes behind: {left}"
         if close:
             self.log.close()
+
+    @staticmethod
+    def _kill(processes) -> None:
+        for process in processes:
+            try:
+                process.kill()
+                process.wait(timeout=10)
+            except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+                pass
+
+
+def _cmdline(process) -> list[str]:
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
+def _cwd(process) -> str:
+    try:
+        return process.cwd()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
 
 
 def _json(raw: bytes):
