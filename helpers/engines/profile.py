@@ -1,5 +1,5 @@
-"""Engines the ipyparallel way: a course profile for `ipcluster`, and lessons that attach to a
-cluster already running (started by `ipcluster` or `python -m helpers cluster start`).
+"""Engines the ipyparallel way: the course's profile for `ipcluster`, written from the settings
+`helpers.engines.cluster` starts its own clusters with.
 
 Centres and trainers start engines before a class, from a shell:
 
@@ -8,9 +8,9 @@ Centres and trainers start engines before a class, from a shell:
     COURSE_CLUSTER=tf-course jupyter lab                 # every lesson uses those engines
     ipcluster stop --profile=tf-course
 
-A lesson that finds `COURSE_CLUSTER` attaches instead of starting engines, and leaves the cluster
-running when it ends. TensorFlow sets up its collectives once per process, so engines that already
-ran a lesson (or lost a worker) are restarted through the cluster's own launcher first.
+A lesson that finds `COURSE_CLUSTER` attaches instead of starting engines and leaves the cluster
+running (`helpers.engines.cluster.attach_running`, which restarts engines that already ran a lesson
+through the launcher this profile configures).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from pathlib import Path
 from . import cluster
 from . import slurm as slurm_engines
 
-PROFILE = cluster.PROFILE
-
 
 # ------------------------------------------------------------------------------ profile
-def write_profile(name: str = PROFILE, *, slurm: bool | None = None) -> tuple[Path, list[str]]:
+def write_profile(name: str = cluster.PROFILE, *, slurm: bool | None = None) -> tuple[Path, list[str]]:
     """Write the profile's `ipcluster_config.py`; returns its path and what was decided.
 
     The values are written out (not computed when ipcluster starts), so the file says what

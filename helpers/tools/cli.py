@@ -171,7 +171,8 @@ def _dispatch(args) -> int:
                   f"  from Python: ipyparallel.Client(cluster_id={engines.cluster_id!r})\n"
                   f"  stop it: python -m helpers cluster stop --cluster-id {engines.cluster_id}")
         elif args.cluster_command == "profile":
-            from ..engines.profile import PROFILE, write_profile
+            from ..engines.cluster import PROFILE
+            from ..engines.profile import write_profile
 
             name = args.name or PROFILE
             path, decided = write_profile(name, slurm=args.slurm)
