@@ -91,7 +91,7 @@ def nothing_left_behind():
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    described = [f"{p.pid} {_cmdline(p)[:100]}" for p in left if _running(p)]
+    described = [f"{p.pid} {cmdline(p)[:100]}" for p in left if _running(p)]
     assert not described, "left running: " + "; ".join(described)
 
 
@@ -103,7 +103,8 @@ def _running(proc) -> bool:
         return False
 
 
-def _cmdline(proc) -> str:
+def cmdline(proc) -> str:
+    """A process's command line, or \"(exited)\" (the hub helpers use it too)."""
     try:
         return " ".join(proc.cmdline())
     except psutil.Error:

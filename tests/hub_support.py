@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cmdline
 
 BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes
 CHP_DIR = Path.home() / ".cache" / "tf-hpc-course" / "configurable-http-proxy"
@@ -162,7 +162,7 @@ class Hub:
             # the idle culler first: in the class tests the hub's shutdown waited 30 s for it to stop
             # (then the hub was killed, and its proxy or the culler were left running)
             self._kill(p for p in psutil.Process(self.proc.pid).children(recursive=True)
-                       if "jupyterhub_idle_culler" in " ".join(_cmdline(p)))
+                       if "jupyterhub_idle_culler" in cmdline(p))
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)
@@ -178,10 +178,10 @@ class Hub:
         if pid_file.exists() and pid_file.read_text().strip().isdigit():
             try:
                 proxy = psutil.Process(int(pid_file.read_text()))
-                self._kill([proxy] if "configurable-http-proxy" in " ".join(_cmdline(proxy)) else [])
+                self._kill([proxy] if "configurable-http-proxy" in cmdline(proxy) else [])
             except psutil.NoSuchProcess:
                 pass
-        left = [f"{p.pid} {' '.join(_cmdline(p))[:80]}" for p in psutil.process_iter()
+        left = [f"{p.pid} {cmdline(p)[:80]}" for p in psutil.process_iter()
                 if _cwd(p) == str(self.directory) and p.pid != os.getpid()]
         assert not left, f"the hub left processes behind: {left}"
         if close:
@@ -196,13 +196,6 @@ class Hub:
                 process.kill()
             except psutil.NoSuchProcess:
                 pass
-
-
-def _cmdline(process) -> list[str]:
-    try:
-        return process.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return []
 
 
 def _cwd(process) -> str:
