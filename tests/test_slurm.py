@@ -562,11 +562,13 @@ def test_engines_say_within_seconds_that_another_step_holds_the_cpus(slurm):
     assert line.startswith("REFUSED"), line
     assert float(line.split()[2]) < 30, line
     assert "forgotten-step" in line and "scancel" in line and "--overlap" in line, line
+    assert "COURSE_CLUSTER=default" in line, line  # ipcmagic's engines: how to use them instead
     assert _squeue_empty(slurm["env"], within=30)
 
 
-def test_bench_times_engines_in_an_allocation_next_to_ipcmagic(slurm, tmp_path, report):
-    """The bench's allocation rows run (the figures themselves are the bench's to judge)."""
+def test_bench_times_engines_in_an_allocation_next_to_ipyparallel_and_ipcmagic(slurm, tmp_path, report):
+    """The bench's allocation rows run: the course, ipyparallel's MPI launcher and ipcmagic in
+    one allocation (the figures themselves are the bench's to judge)."""
     code = ("import dataclasses, json\nfrom helpers.tools.bench import _bench_allocation_engines\n"
             "print('ROWS ' + json.dumps([dataclasses.asdict(r) for r in _bench_allocation_engines(1)]))")
     done = subprocess.run([sys.executable, "-c", code], env={**slurm["env"], "COURSE_OUTPUT_DIR": str(tmp_path)},
@@ -576,7 +578,9 @@ def test_bench_times_engines_in_an_allocation_next_to_ipcmagic(slurm, tmp_path, 
     rows = json.loads(line[5:])
     report("bench, 2 engines in one allocation: " + "; ".join(f"{r['figure']} {r['ours']:.2f} s vs {r['baseline']:.2f} s"
                                                              for r in rows))
-    assert [r["figure"] for r in rows] == ["2 engines in an allocation ready (srun step)",
-                                           "2 engines in an allocation stopped"]
+    assert [r["figure"] for r in rows] == ["2 engines in an allocation ready (srun step), vs mpi",
+                                           "2 engines in an allocation ready (srun step), vs ipcmagic",
+                                           "2 engines in an allocation stopped, vs mpi",
+                                           "2 engines in an allocation stopped, vs ipcmagic"]
     assert all(r["ours"] > 0 and r["baseline"] > 0 for r in rows), rows
     assert _squeue_empty(slurm["env"])

@@ -332,7 +332,7 @@ def check_cpus_free(n: int, cpus_per_task: int = 1) -> None:
         f"the engines' srun step could not start: {held} of the {total.group(1) if total else '?'} CPUs of job {job} "
         f"are held by {', '.join(named)} (ipcmagic's engines, or a forgotten step): stop it (`%ipcluster stop`, "
         f"or `scancel {named[0].split()[0]}`), or start the engines with `srun --overlap` where the site allows it "
-        f"({OVERLAP_ENV}=1)")
+        f"({OVERLAP_ENV}=1); to run the lesson on ipcmagic's engines instead, `%env COURSE_CLUSTER=default` first")
 
 
 class SrunEngineSetLauncher(MPILauncher, EngineLauncher):

@@ -112,37 +112,57 @@ def _bench_slurm_engines(repeats: int) -> list[Row]:
                 "beat the baseline", "baseline: ipyparallel defaults, engines='slurm'")]
 
 
-# Run inside one `salloc -N2 -n2`: the course's srun step and CSCS's ipcmagic (`%ipcluster start
-# -n 2`), interleaved. (ipyparallel's own MPI launcher with srun starts its engines with `--mpi`,
-# which needs mpi4py: they never register here; the course's launcher is that one without it.)
+# Run inside one `salloc -N2 -n2`, interleaved: the course's srun step, ipyparallel's own MPI
+# launcher (`ipcluster start -n 2 --engines=mpi`: mpiexec, which starts its processes through srun
+# inside an allocation; its engines use mpi4py for their rank) and CSCS's ipcmagic (`%ipcluster
+# start -n 2`).
 IN_ALLOCATION = """
 import json, sys, time
+import ipyparallel as ipp
 from IPython.core.interactiveshell import InteractiveShell
 from helpers.engines import start_engines
+from helpers.engines.slurm import controller_ip
 shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "ipcmagic")
+address = controller_ip()
 for repeat in range(int(sys.argv[1])):
     started = time.perf_counter()
     engines = start_engines(2, slurm=True, activate=False)
     ours = time.perf_counter() - started
     ours_stop = engines.stop()
     started = time.perf_counter()
+    cluster = ipp.Cluster(n=2, engines="mpi", controller_ip=address, controller_location=address, log_level=40)
+    cluster.start_cluster_sync()
+    client = cluster.connect_client_sync()
+    client.wait_for_engines(2, timeout=120, interactive=False)
+    mpi = time.perf_counter() - started
+    client.close()
+    started = time.perf_counter()
+    cluster.stop_cluster_sync()
+    mpi_stop = time.perf_counter() - started
+    started = time.perf_counter()
     shell.run_line_magic("ipcluster", "start -n 2")
     ipcmagic = time.perf_counter() - started
     started = time.perf_counter()
     shell.run_line_magic("ipcluster", "stop")
-    print("RESULT " + json.dumps({"ours": ours, "ours_stop": ours_stop, "ipcmagic": ipcmagic,
-                                  "ipcmagic_stop": time.perf_counter() - started}), flush=True)
+    print("RESULT " + json.dumps({"ours": ours, "ours_stop": ours_stop, "mpi": mpi, "mpi_stop": mpi_stop,
+                                  "ipcmagic": ipcmagic, "ipcmagic_stop": time.perf_counter() - started}), flush=True)
 """
+
+# name in a result, what the row's note calls it
+ALLOCATION_BASELINES = {"mpi": "ipyparallel's MPI launcher, ipcluster start -n 2 --engines=mpi (mpiexec, mpi4py)",
+                        "ipcmagic": "ipcmagic-cscs %ipcluster start -n 2 / stop"}
 
 
 def _bench_allocation_engines(repeats: int) -> list[Row]:
-    """2 engines inside one allocation of two nodes (a hub server, salloc): the course's and ipcmagic's."""
+    """2 engines inside one allocation of two nodes (a hub server, salloc): the course's,
+    ipyparallel's MPI launcher and ipcmagic's, side by side."""
     from ..engines.slurm import slurm_reachable
 
-    if not slurm_reachable() or "SLURM_JOB_ID" in os.environ or importlib.util.find_spec("ipcmagic") is None:
-        say("  engines in an allocation skipped: no Slurm answers here, this runs inside a job, or ipcmagic-cscs "
-             "is not installed")
+    missing = [m for m in ("ipcmagic", "mpi4py") if importlib.util.find_spec(m) is None]
+    if not slurm_reachable() or "SLURM_JOB_ID" in os.environ or missing:
+        say("  engines in an allocation skipped: no Slurm answers here, this runs inside a job, or the test extra "
+            f"is not installed (missing: {', '.join(missing) or 'none'})")
         return []
     venv_bin = str(Path(sys.executable).parent)
     done = subprocess.run(["salloc", "-N", "2", "-n", "2", "--time=15", sys.executable, "-c", IN_ALLOCATION, str(repeats)],
@@ -153,14 +173,16 @@ def _bench_allocation_engines(repeats: int) -> list[Row]:
     if done.returncode != 0 or not results:
         raise RuntimeError(f"engines in an allocation failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     for i, r in enumerate(results):
-        say(f"  2 engines in an allocation, repeat {i + 1}: ready {r['ours']:.2f} s (course) vs {r['ipcmagic']:.2f} s "
-             f"(ipcmagic); stopped {r['ours_stop']:.2f} s vs {r['ipcmagic_stop']:.2f} s")
-    return [Row("2 engines in an allocation ready (srun step)", median([r["ours"] for r in results]),
-                median([r["ipcmagic"] for r in results]), "s", False, "beat the baseline",
-                "baseline: ipcmagic-cscs %ipcluster start -n 2"),
-            Row("2 engines in an allocation stopped", median([r["ours_stop"] for r in results]),
-                median([r["ipcmagic_stop"] for r in results]), "s", False, "report",
-                "baseline: ipcmagic-cscs %ipcluster stop")]
+        say(f"  2 engines in an allocation, repeat {i + 1}: ready {r['ours']:.2f} s (course) | {r['mpi']:.2f} s "
+            f"(ipyparallel MPI) | {r['ipcmagic']:.2f} s (ipcmagic); stopped {r['ours_stop']:.2f} | "
+            f"{r['mpi_stop']:.2f} | {r['ipcmagic_stop']:.2f} s")
+    rows = []
+    for phase, label in (("", "ready (srun step)"), ("_stop", "stopped")):
+        for name, note in ALLOCATION_BASELINES.items():
+            rows.append(Row(f"2 engines in an allocation {label}, vs {name}", median([r["ours" + phase] for r in results]),
+                            median([r[name + phase] for r in results]), "s", False,
+                            "report" if phase else "beat the baseline", f"baseline: {note}"))
+    return rows
 
 
 def _launcher_dir() -> Path:
