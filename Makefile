@@ -16,21 +16,28 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course test classtest fullcheck lab kernel bench horovod clean
+.PHONY: install course site test classtest fullcheck lab kernel bench horovod clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub,site]'
 	@touch $(STAMP)
 
 course: install
 	$(PY) -m helpers.tools.course_run --out build
 
+# The course as a static site in build/site (Sphinx, MyST-NB): the README, every lesson with the
+# outputs of the last `make course`, the guides. Open build/site/index.html.
+site: install
+	$(PY) -m helpers.tools.site --notebooks build/notebooks --out build/site
+
+# the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test
 test: install
-	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 $(PYTEST_ARGS)
+	rm -rf build/nbval
+	COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 $(PYTEST_ARGS)
 
 # Every notebook in workshop and full mode on full-size SYNTHETIC CIFAR-10 (50,000 images), one
 # epoch of at most FULLCHECK_STEPS steps, and again with other replica and worker counts: the

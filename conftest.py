@@ -8,6 +8,10 @@ Hidden means: no `SLURM_*` variable in the notebook's kernel, and Slurm's comman
 unset, a machine's own `/etc/slurm` would still answer; set to a missing file, `sinfo` retries
 for 60 s). The kernel inherits this environment when nbval starts it, at a notebook's first cell. A Slurm
 test that runs a lesson on Slurm through nbval says so: `COURSE_NBVAL_SLURM=visible`.
+
+With `COURSE_NBVAL_KEEP=DIR` (`make test` sets it), the pass also writes each notebook it ran into
+DIR with the outputs it produced, after every cell: the site test (marked `after_notebooks`, and
+run after the notebooks) builds the course's site from them instead of executing the lessons again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ SLURM_COMMANDS = ("sinfo", "squeue", "sbatch", "srun", "salloc", "scontrol", "sc
 LOCAL_PATH_LESSONS = ("08_batch_job.ipynb", "11_checkpoints_requeue.ipynb")
 LOCAL_PATH_LINE = "no Slurm here:"  # what 08 and 11 print when they run as local processes
 VISIBLE_ENV = "COURSE_NBVAL_SLURM"
+KEEP_ENV = "COURSE_NBVAL_KEEP"
 _seen: dict[str, str] = {}
 
 
@@ -57,9 +62,29 @@ def pytest_runtest_setup(item):
         os.environ.update(saved)
 
 
+def pytest_collection_modifyitems(items):
+    """Tests that read what the nbval pass executed run after it."""
+    last = [item for item in items if item.get_closest_marker("after_notebooks")]
+    items[:] = [item for item in items if item not in last] + last
+
+
+def _keep_outputs(item) -> None:
+    """Write the notebook `item` belongs to, with the outputs its cells produced so far."""
+    import nbformat
+
+    directory = Path(os.environ[KEEP_ENV])
+    count = sum(1 for cell in item.parent.nb.cells if cell.cell_type == "code" and cell.get("execution_count"))
+    item.cell.outputs = list(getattr(item, "test_outputs", None) or [])
+    item.cell.execution_count = count + 1
+    directory.mkdir(parents=True, exist_ok=True)
+    nbformat.write(item.parent.nb, directory / item.path.name)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     yield
+    if call.when == "call" and os.environ.get(KEEP_ENV) and item.path.suffix == ".ipynb" and hasattr(item, "cell"):
+        _keep_outputs(item)
     if call.when != "call" or item.path.name not in LOCAL_PATH_LESSONS or os.environ.get(VISIBLE_ENV) == "visible":
         return
     for output in getattr(item, "test_outputs", None) or []:

@@ -29,7 +29,7 @@ def _report(line: str) -> None:
     print(line)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def report():
     """Show a line at the end of the test run, also when the test passes (pytest hides prints).
 

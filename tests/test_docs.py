@@ -58,3 +58,14 @@ def test_the_instructor_kit_covers_every_lesson_with_the_measured_and_predicted_
         assert row[1] in ("core", "optional") and row[3].isdigit(), row
         assert (row[4], row[5]) == (quick[lesson], workshop[lesson]), f"lesson {lesson}: {row} vs the modes table"
         assert re.search(rf"^### {lesson} ", kit, re.M), f"lesson {lesson} has no section"
+
+
+def test_the_readme_lessons_table_links_every_lesson_with_the_modes_tables_times():
+    readme = (ROOT / "README.md").read_text()
+    modes = (ROOT / "docs" / "modes-and-data.md").read_text()
+    lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    rows = re.findall(r"^\| \[`(\d\d_\w+)`\]\(notebooks/(\d\d_\w+)\.ipynb\) \| ([^|]+) \| ([^|]+) \|", readme, re.M)
+    assert [r[0] for r in rows] == lessons and all(r[0] == r[1] for r in rows), rows
+    quick = _table_row(modes, "quick, measured here (s)")
+    workshop = _table_row(modes, "workshop, 4 A100, predicted training (min)")
+    assert [r[2].strip() for r in rows] == quick and [r[3].strip() for r in rows] == workshop

@@ -1,0 +1,211 @@
+"""The course's site (`make site`), built from executed lessons and read in Chromium.
+
+The notebooks are the ones the nbval pass executed in this run (`make test` keeps them:
+COURSE_NBVAL_KEEP), so the test runs after the notebooks; run alone, it executes the lessons
+first with `make course`'s runner (about 5 minutes). Every link and image of the built site must
+lead somewhere; in Chromium every lesson page shows its figures (loaded) and its proof's output,
+the search finds a lesson, and a screenshot of a lesson page is read back.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import subprocess
+import sys
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import nbformat
+import pytest
+
+from helpers.tools.site import build, lesson_notebooks
+from tests.conftest import ROOT
+from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
+
+pytestmark = pytest.mark.after_notebooks
+LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _complete(path: Path) -> bool:
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return all(c.get("execution_count") for c in code) and not any(
+        o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory, report) -> Path:
+    kept = Path(os.environ.get("COURSE_NBVAL_KEEP", "/nonexistent"))
+    if all((kept / name).exists() and _complete(kept / name) for name in LESSONS):
+        report(f"{Path(__file__).stem}: the site is built from the {len(LESSONS)} lessons this run's nbval pass executed")
+        return kept
+    out = tmp_path_factory.mktemp("course")
+    print(f"the nbval pass kept no complete lessons in {kept}: executing them with make course's runner")
+    done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(out)],
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return out / "notebooks"
+
+
+@pytest.fixture(scope="module")
+def site(executed, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site") / "site"
+    build(executed, out)
+    return out
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self.ids = [], set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        for name in ("href", "src"):
+            if attrs.get(name) and not (tag == "link" and attrs.get("rel") in ("preconnect", "dns-prefetch")):
+                self.links.append(attrs[name])
+
+
+@functools.cache
+def _parsed(path: Path) -> _Links:
+    parser = _Links()
+    parser.feed(path.read_text(errors="replace"))
+    return parser
+
+
+def pages(site: Path) -> list[Path]:
+    """The site's pages (the theme's `_static/*.html` are templates, not pages)."""
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
+
+
+def broken_links(site: Path) -> list[str]:
+    """Every relative href and src of every page leads to a file, and its #fragment to an id there."""
+    broken = []
+    for page in pages(site):
+        for link in _parsed(page).links:
+            parts = urlsplit(link)
+            if parts.scheme or link.startswith(("//", "mailto:", "javascript:")):
+                continue
+            target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append(f"{page.relative_to(site)}: {link}")
+            elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in _parsed(target).ids:
+                broken.append(f"{page.relative_to(site)}: {link} (no such anchor)")
+    return broken
+
+
+def proof_output(notebook: Path) -> str:
+    """The first line the proof cell printed: the first code cell with an assert after the
+    '## Proof' heading, which every lesson has."""
+    nb = nbformat.read(notebook, as_version=4)
+    heading = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and
+                   re.match(r"#+ Proof", c.source.strip()))
+    for cell in nb.cells[heading:]:
+        if cell.cell_type == "code" and "assert" in cell.source:
+            text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            assert lines, f"{notebook.name}: its proof cell printed nothing"
+            return lines[-1]
+    raise AssertionError(f"{notebook.name}: no proof cell after the Proof heading")
+
+
+def test_every_lesson_is_executed_and_has_a_proof(executed):
+    lessons = lesson_notebooks(executed)
+    assert [p.name for p in lessons] == LESSONS
+    for path in lessons:
+        assert proof_output(path)
+
+
+def test_the_site_has_a_page_per_lesson_and_no_dead_links(site, report):
+    lesson_pages = sorted(p.name for p in (site / "notebooks").glob("*.html"))
+    assert lesson_pages == [name.replace(".ipynb", ".html") for name in LESSONS]
+    for guide in (ROOT / "docs").glob("*.md"):
+        assert (site / "docs" / f"{guide.stem}.html").exists(), guide.name
+    assert (site / "helpers" / "README.html").exists() and (site / "search.html").exists()
+    broken = broken_links(site)
+    count = sum(len(_parsed(p).links) for p in pages(site))
+    report(f"{Path(__file__).stem}: {len(pages(site))} pages, {count} links and images checked, "
+           f"{len(broken)} broken")
+    assert not broken, broken[:20]
+
+
+def test_a_dead_link_is_found(tmp_path):
+    """The link check itself: a page with a missing file and a missing anchor."""
+    (tmp_path / "a.html").write_text('<p id="here"><a href="b.html">b</a> <a href="a.html#here">ok</a>'
+                                     ' <a href="#nowhere">x</a> <img src="_images/none.png"></p>')
+    _parsed.cache_clear()
+    assert sorted(broken_links(tmp_path)) == ["a.html: #nowhere (no such anchor)", "a.html: _images/none.png",
+                                              "a.html: b.html"]
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_every_lesson_page_shows_its_figures_and_proof_in_chromium(site, served, executed, report):
+    executable = ensure_chromium()
+    from playwright.sync_api import sync_playwright
+
+    seen = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            for name in LESSONS:
+                notebook = executed / name
+                figures = sum(1 for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"
+                              for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
+                page.goto(f"{served}/notebooks/{name.replace('.ipynb', '.html')}", wait_until="load")
+                images = page.eval_on_selector_all(
+                    "article img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])")
+                text = page.inner_text("article")
+                assert len(images) >= figures, f"{name}: {len(images)} images on the page, {figures} figures in the notebook"
+                assert all(ok for _, ok in images), f"{name}: images that did not load: {[s for s, ok in images if not ok]}"
+                proof = proof_output(notebook)
+                assert proof in text, f"{name}: the proof's output {proof!r} is not on the page"
+                seen.append(f"{name[:2]}: {figures} figure(s)")
+            page.goto(f"{served}/search.html?q=MultiWorkerMirroredStrategy", wait_until="load")
+            page.wait_for_selector("#search-results li", timeout=30_000)
+            found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
+            page.goto(f"{served}/notebooks/03_multiworker_ipyparallel.html", wait_until="load")
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shot = SCREENSHOTS / "site-03_multiworker_ipyparallel.png"
+            page.screenshot(path=str(shot), full_page=True)
+            title = page.title()
+        finally:
+            browser.close()
+    report(f"{Path(__file__).stem}: lesson pages in Chromium, figures loaded and proof shown: {', '.join(seen)}; "
+           f"screenshot {shot}")
+    assert any("03_multiworker_ipyparallel" in (href or "") for href in found), found
+    assert "Multi" in title or "multi" in title.lower(), title
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        width, height = image.size
+        colours = image.convert("RGB").resize((200, 200)).getcolors(40_000) or []
+    assert width == 1400 and height > 3000, (width, height)  # a whole lesson, not an error page
+    assert len(colours) > 200, f"the screenshot has {len(colours)} colours: a blank page?"
+
+
+def test_make_site_without_make_course_says_what_to_run(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "helpers.tools.site", "--notebooks", str(tmp_path / "none"),
+                           "--out", str(tmp_path / "site")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and "run `make course` first" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
