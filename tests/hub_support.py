@@ -347,3 +347,36 @@ def spawn_failure(hub: Hub, user: str, token: str) -> str:
         return f"(progress answered {status})"
     events = [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:")]
     return events[-1].get("message", "") if events else f"(no progress events, {status})"
+
+
+# ------------------------------------------------------------------ the course's upstream repository
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=trainer", "-c", "user.email=trainer@example.org", *args], cwd=cwd,
+                   check=True, capture_output=True, timeout=60)
+
+
+@contextmanager
+def served_course(served: Path):
+    """The course (notebooks and README) at branch main in a git repository served read-only by
+    `git daemon` on the head's cluster address, as a trainer's repository would be over https
+    (a learner cannot clone a root-owned repository from its path: git refuses its ownership)."""
+    work = served / "course"
+    shutil.copytree(ROOT / "notebooks", work / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copy2(ROOT / "README.md", work / "README.md")
+    git("init", "-q", "-b", "main", cwd=work)
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "the course", cwd=work)
+    port = free_port()
+    daemon = subprocess.Popen(["git", "daemon", "--export-all", "--reuseaddr", f"--base-path={served}",
+                               f"--listen={BRIDGE_ADDR}", f"--port={port}", str(served)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"git://{BRIDGE_ADDR}:{port}/course"
+    try:
+        deadline = time.monotonic() + 20
+        while subprocess.run(["git", "ls-remote", url], capture_output=True, timeout=20).returncode != 0:
+            assert daemon.poll() is None and time.monotonic() < deadline, daemon.stderr.read().decode()[-500:]
+            time.sleep(0.2)
+        yield {"url": url, "work": work}
+    finally:  # `git daemon` runs git-daemon as a child: end the whole group
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait(timeout=10)

@@ -89,11 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="every course cluster no running kernel uses (what a crashed kernel left behind)")
     stop.add_argument("--force", action="store_true", help="with --all: also clusters of running kernels")
 
-    klass = sub.add_parser("class", help="a class on the hub: who is where, and ending it (instructors)")
-    klass.add_argument("action", choices=("who", "end"),
-                       help="who: learner, server job, node, engines; end: stop the class's servers, cancel "
-                            "the jobs found for them and wait until squeue shows none (COURSE_HUB_URL, "
-                            "COURSE_HUB_TOKEN)")
+    klass = sub.add_parser("class", help="a class on the hub: the link to the course, who is where, and ending it "
+                                         "(instructors)")
+    klass.add_argument("action", choices=("link", "who", "end"),
+                       help="link: the nbgitpuller link that puts the course in each learner's home and opens "
+                            "--lesson (COURSE_HUB_URL); who: learner, server job, node, engines; end: stop the "
+                            "class's servers, cancel the jobs found for them and wait until squeue shows none "
+                            "(COURSE_HUB_URL, COURSE_HUB_TOKEN)")
+    klass.add_argument("--repo", default="", help="link: the course repository learners pull from (a git URL)")
+    klass.add_argument("--branch", default="main", help="link: the branch or tag (default main)")
+    klass.add_argument("--lesson", default="00", help="link: the lesson to open, by number (default 00)")
+    klass.add_argument("--into", default="tf-hpc-course", help="link: the directory in each learner's home")
     klass.add_argument("--group", default="", help="the hub group of the class's learners (COURSE_HUB_GROUP)")
     klass.add_argument("--reservation", default="",
                        help="the class's Slurm reservation: its users are the learners unless --group is given, "
@@ -185,6 +191,10 @@ def _dispatch(args) -> int:
             print(f"stopped {stopped} cluster(s)")
             for line in kept:
                 print(f"  {line}")
+    elif args.command == "class" and args.action == "link":
+        from .pull_link import pull_link
+
+        print(pull_link(os.environ.get("COURSE_HUB_URL", ""), args.repo, args.branch, args.lesson, args.into))
     elif args.command == "class":
         from .class_admin import main as class_main
 

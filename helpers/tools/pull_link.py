@@ -1,0 +1,43 @@
+"""`python -m helpers class link`: the one link that puts the course in every learner's home.
+
+nbgitpuller (installed in the hub servers' Python by the `hub` extra) clones the course on a
+learner's first click and, on later clicks, merges the trainer's updates without losing the
+learner's edits (a file both changed keeps the learner's version). The link goes through the
+hub's `user-redirect`, so one link serves every learner, logs them in and starts their server.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+from ..errors import CourseError
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+DEFAULT_DIR = "tf-hpc-course"
+
+
+def lesson_path(lesson: str) -> str:
+    """`03` or `03_multiworker_ipyparallel` -> notebooks/03_multiworker_ipyparallel.ipynb."""
+    matches = sorted(p.name for p in NOTEBOOKS.glob(f"{lesson.removesuffix('.ipynb')}*.ipynb") if p.name[:2].isdigit())
+    if not re.fullmatch(r"\d\d[\w]*", lesson.removesuffix(".ipynb")) or len(matches) != 1:
+        known = ", ".join(p.name[:2] for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+        raise CourseError(f"no single lesson {lesson!r}: give its number ({known})")
+    return f"notebooks/{matches[0]}"
+
+
+def pull_link(hub: str, repo: str, branch: str = "main", lesson: str = "00", into: str = DEFAULT_DIR) -> str:
+    """The hub link that clones or updates `repo` at `branch` into ~/`into` and opens `lesson`."""
+    parts = urlsplit(hub)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CourseError(f"{hub!r} is not a hub address: give it as https://hub.example.org (COURSE_HUB_URL)")
+    if not repo:
+        raise CourseError("--repo: the course repository learners pull from (a git URL)")
+    if not re.fullmatch(r"[\w.-]+", into) or into in (".", ".."):
+        raise CourseError(f"--into {into!r}: one directory name under the learner's home")
+    if not re.fullmatch(r"[\w./-]+", branch):
+        raise CourseError(f"--branch {branch!r} is not a branch name")
+    query = urlencode({"repo": repo, "branch": branch, "urlpath": f"lab/tree/{into}/{lesson_path(lesson)}",
+                       "targetpath": into})
+    return f"{hub.rstrip('/')}/hub/user-redirect/git-pull?{query}"
