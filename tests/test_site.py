@@ -42,7 +42,8 @@ def _complete(path: Path) -> bool:
 def executed(tmp_path_factory, report) -> Path:
     kept = Path(os.environ.get("COURSE_NBVAL_KEEP", "/nonexistent"))
     if all((kept / name).exists() and _complete(kept / name) for name in LESSONS):
-        report(f"{Path(__file__).stem}: the site is built from the {len(LESSONS)} lessons this run's nbval pass executed")
+        report(f"{Path(__file__).stem}: the site is built from the {len(LESSONS)} executed lessons in {kept} "
+               "(COURSE_NBVAL_KEEP: the nbval pass's, under make test)")
         return kept
     out = tmp_path_factory.mktemp("course")
     print(f"the nbval pass kept no complete lessons in {kept}: executing them with make course's runner")
