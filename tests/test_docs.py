@@ -1,5 +1,6 @@
 """The README and the guides: every relative link and anchor resolves (a moved section breaks no link)."""
 
+import json
 import re
 from pathlib import Path
 
@@ -69,3 +70,22 @@ def test_the_readme_lessons_table_links_every_lesson_with_the_modes_tables_times
     quick = _table_row(modes, "quick, measured here (s)")
     workshop = _table_row(modes, "workshop, 4 A100, predicted training (min)")
     assert [r[2].strip() for r in rows] == quick and [r[3].strip() for r in rows] == workshop
+
+
+def test_the_measured_tables_are_generated_from_their_bench_json(tmp_path):
+    from helpers.tools.bench_report import update
+
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert any("<!-- bench: " in page.read_text() for page in pages), "no table is generated from a bench JSON"
+    for page in pages:
+        assert update(page, check=True) == [], f"{page.name}: run python -m helpers.tools.bench_report {page}"
+    # a figure changed in the JSON is caught
+    page = ROOT / "docs" / "measured.md"
+    source = re.search(r"<!-- bench: (\S+) -->", page.read_text()).group(1)
+    (tmp_path / source).parent.mkdir(parents=True)
+    bench = json.loads((page.parent / source).read_text())
+    bench["rows"][0]["ours"] += 1
+    (tmp_path / source).write_text(json.dumps(bench))
+    copy = tmp_path / "measured.md"
+    copy.write_text(page.read_text())
+    assert update(copy, check=True) == [source]

@@ -352,7 +352,8 @@ def main(out: str | None = None, steps: int = 12, only: str | None = None, repea
     data_dir = str(ensure_data(quick=True).data_dir)
     machine = {"host": platform.node(), "cpus": cpu_count(), "gpus": gpu_count_without_tf(),
                "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
-               "data": "SYNTHETIC CIFAR-10-format data"}
+               "data": "SYNTHETIC CIFAR-10-format data",
+               "date": time.strftime("%Y-%m-%d", time.gmtime()), "repeats": repeats, "rows": sorted(wanted)}
     say(f"bench on {machine['host']}: {machine['cpus']} CPUs, {machine['gpus']} GPUs, {machine['processor']}; "
          f"{machine['data']}; {repeats} interleaved repeats, {steps} timed steps per ResNet50 run "
          f"({model_steps('cnn', steps)} per small-CNN run)")
@@ -392,7 +393,8 @@ def main(out: str | None = None, steps: int = 12, only: str | None = None, repea
         rows += gpu_rows
         if gpu_skipped:
             say(f"GPU section skipped: {gpu_skipped}")
-    say(f"\nbench took {time.perf_counter() - started:.0f} s\n" + format_table(rows))
+    machine["seconds"] = round(time.perf_counter() - started)
+    say(f"\nbench took {machine['seconds']} s\n" + format_table(rows))
     target = Path(out) if out else output_dir() / "bench"
     write_tables(rows, machine, target, gpu_skipped)
     say(f"wrote {target / 'bench.json'} and {target / 'bench.csv'}")
