@@ -20,8 +20,9 @@ DEFAULT_DIR = "tf-hpc-course"
 
 def lesson_path(lesson: str) -> str:
     """`03` or `03_multiworker_ipyparallel` -> notebooks/03_multiworker_ipyparallel.ipynb."""
-    matches = sorted(p.name for p in NOTEBOOKS.glob(f"{lesson.removesuffix('.ipynb')}*.ipynb") if p.name[:2].isdigit())
-    if not re.fullmatch(r"\d\d[\w]*", lesson.removesuffix(".ipynb")) or len(matches) != 1:
+    name = lesson.removesuffix(".ipynb")
+    matches = sorted(p.name for p in NOTEBOOKS.glob(f"{name}*.ipynb")) if re.fullmatch(r"\d\d\w*", name) else []
+    if len(matches) != 1:
         known = ", ".join(p.name[:2] for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
         raise CourseError(f"no single lesson {lesson!r}: give its number ({known})")
     return f"notebooks/{matches[0]}"
