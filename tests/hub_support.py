@@ -349,6 +349,17 @@ def spawn_failure(hub: Hub, user: str, token: str) -> str:
     return events[-1].get("message", "") if events else f"(no progress events, {status})"
 
 
+def wait_for_page(page, hub: Hub, fragment: str, timeout: float) -> None:
+    """Wait in Chromium through the hub's spawn-pending page (the Slurm job starting) until the
+    page's URL holds `fragment`; a spawn the hub logs as failed fails at once."""
+    deadline = time.monotonic() + timeout
+    while fragment not in page.url:
+        log = hub.tail()
+        assert "Error starting server" not in log and "Unhandled error starting" not in log, "spawn failed"
+        assert time.monotonic() < deadline, f"no {fragment} within {timeout:.0f} s (page {page.url})"
+        page.wait_for_timeout(500)  # lets Playwright see the navigation (time.sleep would not)
+
+
 # ------------------------------------------------------------------ the course's upstream repository
 def git(*args: str, cwd: Path) -> None:
     subprocess.run(["git", "-c", "user.name=trainer", "-c", "user.email=trainer@example.org", *args], cwd=cwd,

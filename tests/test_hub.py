@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, leftovers, squeue, squeue_empty
-from tests.hub_support import new_hub
+from tests.hub_support import new_hub, wait_for_page
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
@@ -62,12 +62,7 @@ def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, re
             page.fill("input[name=username]", user)
             page.fill("input[name=password]", test_user["password"])
             page.click("input[type=submit], button[type=submit]")
-            deadline = time.monotonic() + 180
-            while f"/user/{user}/lab" not in page.url:  # spawn-pending page until the job runs
-                log = hub.tail()
-                assert "Error starting server" not in log and "Unhandled error starting" not in log, "spawn failed"
-                assert time.monotonic() < deadline, f"no JupyterLab within 180 s (page {page.url})"
-                page.wait_for_timeout(500)  # lets Playwright see the navigation (time.sleep would not)
+            wait_for_page(page, hub, f"/user/{user}/lab", 180)  # spawn-pending page until the job runs
             page.wait_for_selector(".jp-LabShell, #jp-main-dock-panel", timeout=120_000)
             timings["login to JupyterLab ready (Slurm job included)"] = time.monotonic() - t
             jobs = squeue(slurm["env"]) or ""

@@ -19,7 +19,7 @@ import pytest
 
 from helpers.tools.pull_link import pull_link
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import git, new_hub, served_course, unix_learners
+from tests.hub_support import git, new_hub, served_course, unix_learners, wait_for_page
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
 
 pytestmark = pytest.mark.slurm
@@ -42,12 +42,7 @@ def _click(page, hub, link: str, learner: dict, login: bool) -> float:
         page.fill("input[name=username]", learner["name"])
         page.fill("input[name=password]", learner["password"])
         page.click("input[type=submit], button[type=submit]")
-    deadline = time.monotonic() + 240
-    while f"/lab/tree/tf-hpc-course/notebooks/{LESSON}" not in page.url:  # spawn, then nbgitpuller's page
-        log = hub.tail()
-        assert "Error starting server" not in log and "Unhandled error starting" not in log, "spawn failed"
-        assert time.monotonic() < deadline, f"the lesson did not open within 240 s (page {page.url})"
-        page.wait_for_timeout(500)
+    wait_for_page(page, hub, f"/lab/tree/tf-hpc-course/notebooks/{LESSON}", 240)  # spawn, then nbgitpuller's page
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     page.wait_for_selector(f".lm-TabBar-tab:has-text('{LESSON}')", timeout=30_000)
     return time.monotonic() - started

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from helpers.engines.slurm import node_address
+from helpers.tools.course_run import lessons
 from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import served_course, unix_learners
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
@@ -68,7 +69,7 @@ def test_the_form_offers_every_lesson_and_refuses_what_is_not_a_number(tmp_path)
     ruby = ensure_ruby()
     form = yaml.safe_load((APP / "form.yml").read_text())
     offered = [option[1] for option in form["attributes"]["course_lesson"]["options"]]
-    assert offered == sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert offered == [p.name for p in lessons()]
     assert form["form"] == list(form["attributes"]), "every attribute is on the form, in order"
     for bad in ({"bc_num_nodes": "2; rm -rf ~"}, {"reservation": "class$(id)"}, {"course_lesson": "../../x.sh"},
                 {"course_mode": "quick; id"}):

@@ -23,25 +23,19 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 import pytest
 
+from helpers.tools.course_run import executed_whole, lessons
 from helpers.tools.site import build, lesson_notebooks
 from tests.conftest import ROOT
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
 
 pytestmark = pytest.mark.after_notebooks
-LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-
-
-def _complete(path: Path) -> bool:
-    nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    return all(c.get("execution_count") for c in code) and not any(
-        o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
+LESSONS = [p.name for p in lessons()]
 
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory, report) -> Path:
     kept = Path(os.environ.get("COURSE_NBVAL_KEEP", "/nonexistent"))
-    if all((kept / name).exists() and _complete(kept / name) for name in LESSONS):
+    if all((kept / name).exists() and executed_whole(kept / name) for name in LESSONS):
         report(f"{Path(__file__).stem}: the site is built from the {len(LESSONS)} executed lessons in {kept} "
                "(COURSE_NBVAL_KEEP: the nbval pass's, under make test)")
         return kept

@@ -16,6 +16,20 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
+def lessons() -> list[Path]:
+    """The course's lessons, in course order."""
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def executed_whole(path: Path) -> bool:
+    """Every code cell of the notebook ran, and none ended in an error."""
+    import nbformat
+
+    code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    return all(c.get("execution_count") for c in code) and not any(
+        o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
+
+
 def run_notebook(path: Path, out_dir: Path, timeout: int) -> tuple[str, float, str]:
     import tempfile
 
@@ -57,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("COURSE_MODE", "quick")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("COURSE_FIGURES_DIR", str(out / "figures"))
-    paths = [Path(p) for p in args.notebooks] or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    paths = [Path(p) for p in args.notebooks] or lessons()
     rows = []
     total = time.perf_counter()
     for path in paths:

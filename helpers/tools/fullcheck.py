@@ -20,7 +20,7 @@ from pathlib import Path
 from ..data import TEST_SIZE as FULL_TEST
 from ..data import TRAIN_SIZE as FULL_TRAIN
 from ..data import quick_data_dir
-from .course_run import NOTEBOOKS, run_notebook
+from .course_run import lessons, run_notebook
 # other shapes: the parameter cell's names, and the values tried beside the default
 SHAPES = {
     "CPU_REPLICAS": (1, 4),  # logical CPU replicas of the one-process lessons
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update({"COURSE_DATA_DIR": str(data_dir), "COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": str(args.max_steps),
                        "TF_CPP_MIN_LOG_LEVEL": "2", "COURSE_FIGURES_DIR": str(out / "figures")})
     os.environ.pop("SLURM_CONF", None)  # the laptop path: local processes, not a Slurm that may be up
-    paths = [Path(p) for p in args.notebooks] or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    paths = [Path(p) for p in args.notebooks] or lessons()
     rows = []
     for mode in args.modes.split(","):
         os.environ["COURSE_MODE"] = mode

@@ -9,21 +9,19 @@ hub's `user-redirect`, so one link serves every learner, logs them in and starts
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from ..errors import CourseError
-
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+from .course_run import lessons
 DEFAULT_DIR = "tf-hpc-course"
 
 
 def lesson_path(lesson: str) -> str:
     """`03` or `03_multiworker_ipyparallel` -> notebooks/03_multiworker_ipyparallel.ipynb."""
     name = lesson.removesuffix(".ipynb")
-    matches = sorted(p.name for p in NOTEBOOKS.glob(f"{name}*.ipynb")) if re.fullmatch(r"\d\d\w*", name) else []
+    matches = [p.name for p in lessons() if p.stem.startswith(name)] if re.fullmatch(r"\d\d\w*", name) else []
     if len(matches) != 1:
-        known = ", ".join(p.name[:2] for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+        known = ", ".join(p.name[:2] for p in lessons())
         raise CourseError(f"no single lesson {lesson!r}: give its number ({known})")
     return f"notebooks/{matches[0]}"
 

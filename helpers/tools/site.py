@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ..errors import CourseError
+from .course_run import executed_whole, lessons
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = ("modes-and-data", "slurm", "offering", "instructor", "troubleshooting", "security", "measured",
@@ -31,24 +32,17 @@ BROKEN = re.compile(r"(reference target not found|cross-reference target not fou
 
 
 def lesson_notebooks(notebooks: Path) -> list[Path]:
-    """The executed lessons, in course order; every lesson of the repository must be there."""
-    wanted = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    found = {p.name: p for p in notebooks.glob("[0-9][0-9]_*.ipynb")}
-    missing = [name for name in wanted if name not in found]
+    """The executed lessons, in course order; every lesson of the repository must be there, run whole."""
+    wanted = [p.name for p in lessons()]
+    missing = [name for name in wanted if not (notebooks / name).exists()]
     if missing:
         raise CourseError(f"{notebooks} lacks the executed {', '.join(missing)}: run `make course` first "
                           "(the site shows the notebooks it executed)")
-    unrun = [name for name in wanted if not _executed(found[name])]
+    unrun = [name for name in wanted if not executed_whole(notebooks / name)]
     if unrun:
-        raise CourseError(f"{', '.join(unrun)} in {notebooks} have no outputs: run `make course` first")
-    return [found[name] for name in wanted]
-
-
-def _executed(path: Path) -> bool:
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    return any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code")
+        raise CourseError(f"{', '.join(unrun)} in {notebooks} did not run whole (a cell not run, or an error): "
+                          "run `make course` first")
+    return [notebooks / name for name in wanted]
 
 
 def front_page(lessons: list[Path]) -> str:
