@@ -73,7 +73,7 @@ def test_the_readme_lessons_table_links_every_lesson_with_the_modes_tables_times
 
 
 def test_the_measured_tables_are_generated_from_their_bench_json(tmp_path):
-    from helpers.tools.bench_report import update
+    from helpers.tools.bench_report import BLOCK, update
 
     pages = sorted((ROOT / "docs").glob("*.md"))
     assert any("<!-- bench: " in page.read_text() for page in pages), "no table is generated from a bench JSON"
@@ -81,7 +81,9 @@ def test_the_measured_tables_are_generated_from_their_bench_json(tmp_path):
         assert update(page, check=True) == [], f"{page.name}: run python -m helpers.tools.bench_report {page}"
     # a figure changed in the JSON is caught
     page = ROOT / "docs" / "measured.md"
-    source = re.search(r"<!-- bench: (\S+) -->", page.read_text()).group(1)
+    blocks = {m.group("how"): m.group("body") for m in BLOCK.finditer(page.read_text())}
+    assert "measured / model" in blocks["only"] and "measured / model" not in blocks["except"], blocks
+    source = BLOCK.search(page.read_text()).group("source")
     (tmp_path / source).parent.mkdir(parents=True)
     bench = json.loads((page.parent / source).read_text())
     bench["rows"][0]["ours"] += 1

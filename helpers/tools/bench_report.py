@@ -3,9 +3,12 @@
 A table in a guide is a block between two markers naming the bench.json it comes from (kept
 under docs/bench/, with the run's date and machine in it):
 
-    <!-- bench: bench/engines-2026-11-25.json -->
+    <!-- bench: bench/bench-2026-11-25.json -->
     ...generated...
     <!-- end bench -->
+
+`only="TEXT"` or `except="TEXT"` after the file keeps the rows whose figure contains TEXT, or
+the others: one run's JSON can give a guide's main table and a section's table.
 
 `python -m helpers.tools.bench_report docs/measured.md` rewrites every block from its JSON;
 `--check` says which block differs (the docs test runs it).
@@ -21,7 +24,8 @@ from pathlib import Path
 
 from ..errors import CourseError
 
-BLOCK = re.compile(r"(<!-- bench: (?P<source>\S+) -->\n)(?P<body>.*?)(<!-- end bench -->)", re.S)
+BLOCK = re.compile(r'(<!-- bench: (?P<source>\S+)(?: (?P<how>only|except)="(?P<text>[^"]+)")? -->\n)'
+                   r"(?P<body>.*?)(?P<end><!-- end bench -->)", re.S)
 
 
 def _number(value: float | None) -> str:
@@ -30,8 +34,9 @@ def _number(value: float | None) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.2f}"
 
 
-def render(bench: dict, source: str) -> str:
-    """A markdown table of the run's rows, headed by where, when and how they were measured."""
+def render(bench: dict, source: str, how: str | None = None, text: str | None = None) -> str:
+    """A markdown table of the run's rows (those whose figure has `text`, or has it not, as `how`
+    says), headed by where, when and how they were measured."""
     m = bench["machine"]
     head = (f"Generated from `{source}`: {m.get('date', 'date not recorded')}, {m['host']} ({m['cpus']} CPUs, "
             f"{m['gpus']} GPUs, {m['processor']}, Python {m['python']}), {m['data']}, "
@@ -39,6 +44,8 @@ def render(bench: dict, source: str) -> str:
             f"{m.get('seconds', '?')} s in all.")
     lines = [head, "", "| figure | ours | baseline | ratio | target | met | note |", "|---|---|---|---|---|---|---|"]
     for row in bench["rows"]:
+        if how and (text in row["figure"]) != (how == "only"):
+            continue
         cells = [row["figure"].replace("|", "/"), f"{_number(row['ours'])} {row['unit']}".strip(),
                  _number(row["baseline"]), _number(row["ratio"]), row["target"], row["met"],
                  row["note"].replace("|", "/")]
@@ -56,10 +63,10 @@ def update(page: Path, check: bool = False) -> list[str]:
         path = page.parent / source
         if not path.exists():
             raise CourseError(f"{page}: the bench block names {source}, which is not there")
-        body = render(json.loads(path.read_text()), source)
+        body = render(json.loads(path.read_text()), source, match.group("how"), match.group("text"))
         if body != match.group("body"):
             differed.append(source)
-        return match.group(1) + body + match.group(4)
+        return match.group(1) + body + match.group("end")
 
     new = BLOCK.sub(block, text)
     if not check and new != text:
