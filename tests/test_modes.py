@@ -24,7 +24,9 @@ def full_size_dir(tmp_path_factory) -> Path:
 
 def _outputs(executed: Path) -> str:
     nb = nbformat.read(executed, as_version=4)
-    return "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    # streams, and what %%px shows as display data (the engines' output)
+    return "\n".join(o.get("text", "") or "".join(o.get("data", {}).get("text/plain", ""))
+                     for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
 def test_lesson_10_in_full_mode_at_50000_images(full_size_dir, tmp_path, monkeypatch, report):
@@ -40,6 +42,31 @@ def test_lesson_10_in_full_mode_at_50000_images(full_size_dir, tmp_path, monkeyp
     assert f"{FULL_TRAIN} training examples, 49664 per epoch" in shown, shown[:2000]  # 97 batches of 512
     assert "1552 and 97 steps per epoch" in shown and "16x larger batch" in shown, shown[-2000:]
     report(f"lesson 10, full mode, {FULL_TRAIN} SYNTHETIC images, 1 epoch: passed in {seconds:.0f} s")
+
+
+
+# lessons added after `make fullcheck`'s last full run: their GPU modes are run here, in every CI
+GPU_MODE_LESSONS = ["15_models_you_keep"]
+
+
+@pytest.mark.parametrize("mode", ["workshop", "full"])
+@pytest.mark.parametrize("notebook", GPU_MODE_LESSONS)
+def test_the_newer_lessons_in_the_gpu_modes_at_full_data_size(notebook, mode, full_size_dir, tmp_path, monkeypatch,
+                                                             report):
+    """Workshop and full mode at 50,000 SYNTHETIC images, cut as `make fullcheck` cuts them
+    (`COURSE_EPOCHS=1`, `COURSE_MAX_STEPS=4`): the real-size arithmetic, few steps."""
+    for name, value in {"COURSE_MODE": mode, "COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "4",
+                        "COURSE_DATA_DIR": str(full_size_dir), "COURSE_FIGURES_DIR": str(tmp_path / "figures"),
+                        "COURSE_OUTPUT_DIR": str(tmp_path / "output"), "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_CONF", raising=False)  # the laptop path, as make fullcheck runs it
+    status, seconds, detail = run_notebook(NOTEBOOKS / f"{notebook}.ipynb", tmp_path, timeout=900)
+    shown = _outputs(tmp_path / f"{notebook}.ipynb")
+    assert status == "ok", detail + shown[-3000:]
+    assert shown.count(f"{mode} mode: ") == 1, shown[:2000]
+    assert "global batch 256, 4 steps per epoch; validation: 768 images in 3 steps" in shown, shown[:3000]
+    assert "the file is epoch " in shown, shown[-2000:]  # the proof's line
+    report(f"{notebook}, {mode} mode, {FULL_TRAIN} SYNTHETIC images, COURSE_MAX_STEPS=4: passed in {seconds:.0f} s")
 
 
 def test_the_parameter_cell_takes_other_counts(tmp_path):

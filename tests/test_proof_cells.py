@@ -173,6 +173,15 @@ OK["14_predicting_scaling.ipynb"] = {
     "levers": {name: {"efficiency": e} for name, e in _LEVERS.items()}}
 
 
+_SAVED = [True, True, True, False]  # written after epochs 0-2; epoch 3 (the staged 20x learning rate) is worse
+OK["15_models_you_keep.ipynb"] = {
+    "val_loss": [2.0, 1.8, 1.7, 3.5], "improved": [0, 1, 2], "best_epoch": 2, "saved": [_SAVED, _SAVED],
+    "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "others_kept": [False],
+    "differences": {"no strategy": 0.0, "OneDeviceStrategy": 0.0, "MirroredStrategy, 3 replicas": 2e-7,
+                    "exported, served": 3e-7},
+    "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002}}
+
+
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
 
@@ -346,6 +355,16 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"kept": []}, "chief alone"),
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 0.02, "weights": 7e-9, "recipe": 1.5e-6}},
      "Horovod's own run"),
+    ("15_models_you_keep.ipynb", {"saved": [_SAVED, [True, True, False, False]]}, "same epochs"),
+    ("15_models_you_keep.ipynb", {"saved": [[True] * 4] * 2}, "written exactly when"),  # saved every epoch
+    ("15_models_you_keep.ipynb", {"val_loss": [2.0, 1.8, 1.7, 1.6], "improved": [0, 1, 2, 3], "best_epoch": 3,
+                                  "saved": [[True] * 4] * 2, "file_digest": "d", "losses": {"no strategy": 1.6}},
+     "not the \\(staged\\) last"),
+    ("15_models_you_keep.ipynb", {"file_digest": "d"}, "weights of the best epoch"),  # the last epoch's file
+    ("15_models_you_keep.ipynb", {"others_kept": [True]}, "copies should be gone"),
+    ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "exported, served": 0.02}}, "predicts differently"),
+    ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.75}},
+     "best epoch's val_loss"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus all-reduce"),
     ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
     ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),
