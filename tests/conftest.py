@@ -233,7 +233,8 @@ def slurm():
         pytest.fail(f"slurm/local/up failed:\n{up.stdout}\n{up.stderr}")
     conf = str(state / "cluster" / "slurm.conf")
     os.environ["SLURM_CONF"] = conf
-    yield {"env": {**env, "SLURM_CONF": conf}, "dir": state}
+    # each node's own local disk (slurm/local/up), as $TMPDIR or /local is on a real node
+    yield {"env": {**env, "SLURM_CONF": conf, "COURSE_NODE_LOCAL": str(state / "cluster" / "node-local")}, "dir": state}
     os.environ.pop("SLURM_CONF", None)
     down = subprocess.run([str(ROOT / "slurm/local/down")], env=env, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr

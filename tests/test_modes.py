@@ -46,7 +46,12 @@ def test_lesson_10_in_full_mode_at_50000_images(full_size_dir, tmp_path, monkeyp
 
 
 # lessons added after `make fullcheck`'s last full run: their GPU modes are run here, in every CI
-GPU_MODE_LESSONS = ["15_models_you_keep"]
+# each with lines its run must print: the full-size arithmetic, and its proof's last line
+GPU_MODE_LESSONS = {
+    "15_models_you_keep": ["global batch 256, 4 steps per epoch; validation: 768 images in 3 steps", "the file is epoch "],
+    "16_input_at_scale": [f"{FULL_TRAIN} examples in 8 files", f"one pass: {FULL_TRAIN} examples, {FULL_TRAIN} distinct",
+                          "FILE sharding gave each of 2 and 3 workers its own files"],
+}
 
 
 @pytest.mark.parametrize("mode", ["workshop", "full"])
@@ -64,8 +69,8 @@ def test_the_newer_lessons_in_the_gpu_modes_at_full_data_size(notebook, mode, fu
     shown = _outputs(tmp_path / f"{notebook}.ipynb")
     assert status == "ok", detail + shown[-3000:]
     assert shown.count(f"{mode} mode: ") == 1, shown[:2000]
-    assert "global batch 256, 4 steps per epoch; validation: 768 images in 3 steps" in shown, shown[:3000]
-    assert "the file is epoch " in shown, shown[-2000:]  # the proof's line
+    missing = [line for line in GPU_MODE_LESSONS[notebook] if line not in shown]
+    assert not missing, f"{missing} not in:\n{shown[-4000:]}"
     report(f"{notebook}, {mode} mode, {FULL_TRAIN} SYNTHETIC images, COURSE_MAX_STEPS=4: passed in {seconds:.0f} s")
 
 

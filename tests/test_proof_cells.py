@@ -182,6 +182,17 @@ OK["15_models_you_keep.ipynb"] = {
     "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002}}
 
 
+_FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
+_READS = {"shared every epoch": [64, 64, 64], "cache(filename=...)": [64, 0, 0], "staged": [64, 0, 0, 0]}
+OK["16_input_at_scale.ipynb"] = {
+    "NODES": 2, "STEPS": 64, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES, "expected": _FILES,
+    "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
+    "staged_everywhere": {2: True, 3: True}, "reads": _READS,
+    "epochs": {"shared every epoch": [0.96, 0.96, 0.97], "cache(filename=...)": [0.97, 0.03, 0.02],
+               "staged": [0.03, 0.03, 0.02]},
+    "same_data": True, "rate": {"map, then batch": 32000.0, "batch, then map": 65000.0}}
+
+
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
 
@@ -365,6 +376,17 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "exported, served": 0.02}}, "predicts differently"),
     ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.75}},
      "best epoch's val_loss"),
+    ("16_input_at_scale.ipynb", {"reports": {2: [{}], 3: [{}, {}, {}]}}, "not every worker reported"),
+    ("16_input_at_scale.ipynb", {"files_of": {**_FILES, 2: [[0, 1, 2, 3], [4, 5, 6, 7]]}}, "FILE sharding should give"),
+    ("16_input_at_scale.ipynb", {"covered": {2: True, 3: False}}, "disjoint and cover"),
+    ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete node-local copy"),
+    ("16_input_at_scale.ipynb", {"reads": {**_READS, "cache(filename=...)": [64, 64, 64]}}, "first epoch only"),
+    ("16_input_at_scale.ipynb", {"reads": {**_READS, "staged": [64, 64, 0, 0]}}, "staging should read"),
+    ("16_input_at_scale.ipynb", {"epochs": {"shared every epoch": [0.96, 0.02, 0.02],
+                                            "cache(filename=...)": [0.97, 0.03, 0.02]}}, "faster than the shared"),
+    ("16_input_at_scale.ipynb", {"same_data": False}, "same data"),
+    ("16_input_at_scale.ipynb", {"rate": {"map, then batch": 65000.0, "batch, then map": 32000.0}},
+     "parsing batches should be faster"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus all-reduce"),
     ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
     ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),

@@ -7,6 +7,7 @@ skipped with the reason; CI sets COURSE_REQUIRE_SLURM=1, which turns the skip in
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -448,6 +449,31 @@ def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     assert len(logs) == 1, "the notebook ran its job without Slurm"
     assert "WORKER" in logs[0].read_text() and (tmp_path / "batch_job" / "run" / "model.keras").exists()
     assert _squeue_empty(slurm["env"])
+
+
+def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, report):
+    """Notebook 16 on the local Slurm: each job sends the TFRecord files to both nodes' local disk
+    with sbcast, its workers (2, then 3, on node1 and node2) read their FILE shards from there; the
+    notebook's proof counts the examples. Here: the jobs staged on 2 nodes, the workers ran on both,
+    and the copies lived only on the nodes (the login side's mount point stayed empty) and are gone."""
+    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    _nbval("16_input_at_scale", env)
+    logs = sorted((tmp_path / "input_at_scale").glob("tf-shards-*.out"))
+    assert len(logs) == 2, "the notebook ran its jobs without Slurm"
+    staged = []
+    for log in logs:
+        text = log.read_text()
+        assert re.search(r"^STAGED 2 nodes \d+ ms$", text, re.M), text[-2000:]
+        hosts = set(re.findall(r"^WORKER \d+ on (node\d):", text, re.M))
+        assert hosts == {"node1", "node2"}, text[-2000:]
+        staged.append(re.search(r"^STAGED 2 nodes (\d+) ms$", text, re.M).group(1))
+    cluster = slurm["dir"] / "cluster"
+    assert list((cluster / "node-local").iterdir()) == [], "the staged copies should not be visible outside the nodes"
+    left = [p for node in cluster.glob("local-node*") for p in node.iterdir()]
+    assert not left, f"the jobs should remove their node-local copies: {left}"
+    assert _squeue_empty(slurm["env"])
+    report(f"lesson 16 on the local Slurm: 2 jobs staged 8 files to 2 nodes' local disks with sbcast in {', '.join(staged)} ms; "
+           "workers on node1 and node2 read their FILE shards; nothing left on the nodes")
 
 
 def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
