@@ -94,7 +94,12 @@ def _throttled(fraction: float):
         pytest.skip("needs root and the cgroup v1 cpu controller to slow the machine down")
     group = base / f"course-slow-{os.getpid()}"
     group.mkdir(exist_ok=True)
-    period = 100_000
+    # 10 ms periods: the quota then slows every stretch of work alike, as a slower machine would.
+    # With the default 100 ms, a short burst (an all-reduce probe) can run at full speed on the
+    # period's credit while a longer step waits out the rest of the period. (Under 100 ms, CI once
+    # saw lesson 14's step at 2.03x its model, past the proof's 2x; six runs here gave 0.87-1.06x
+    # with either period, so that one run's cause is not known.)
+    period = 10_000
     (group / "cpu.cfs_period_us").write_text(str(period))
     (group / "cpu.cfs_quota_us").write_text(str(int(os.cpu_count() * period * fraction)))
     return group
