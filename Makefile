@@ -20,10 +20,13 @@ LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub,site]'
+	# Keras 2 for lesson 17 (TF_USE_LEGACY_KERAS=1): --no-deps, or it installs the full
+	# tensorflow wheel beside tensorflow-cpu (two copies of one module)
+	$(PY) -m pip install --quiet --no-deps 'tf-keras>=2.21,<2.22'
 	@touch $(STAMP)
 
 course: install

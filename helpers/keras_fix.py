@@ -22,7 +22,8 @@ private `keras.src` code, so on any other Keras minor version `apply()` stops wi
 says so, rather than leaving `fit` silently unpatched or patching code it has not seen. The test
 `tests/test_multiworker.py::test_keras_fit_fails_without_the_fix` shows the failure without it.
 Keras 2 code has a documented way of its own: `pip install tf_keras` and `TF_USE_LEGACY_KERAS=1`
-(never beside `tensorflow-cpu`: tf_keras pulls in the full `tensorflow` wheel).
+(lesson 17 runs both under MWMS); beside `tensorflow-cpu`, install it with `--no-deps`, or it
+pulls in the full `tensorflow` wheel.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ GPU_MODE_LESSONS = {
     "15_models_you_keep": ["global batch 256, 4 steps per epoch; validation: 768 images in 3 steps", "the file is epoch "],
     "16_input_at_scale": [f"{FULL_TRAIN} examples in 8 files", f"one pass: {FULL_TRAIN} examples, {FULL_TRAIN} distinct",
                           "FILE sharding gave each of 2 and 3 workers its own files"],
+    "17_software_stack": ["Keras 3 fit under MWMS fails without the fix and works with it"],
 }
 
 

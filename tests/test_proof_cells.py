@@ -193,6 +193,19 @@ OK["16_input_at_scale.ipynb"] = {
     "same_data": True, "rate": {"map, then batch": 32000.0, "batch, then map": 65000.0}}
 
 
+_VARIANTS = ("Keras 3", "Keras 3 + fix", "Keras 2 (tf_keras)")
+_FLAGGED = {"here": [], "CPU build, 4 GPUs allocated": ["a CPU build"], "CUDA build, sees 2 of 4": ["2 of 4"],
+            "CUDA build, sees 4 of 4": []}
+OK["17_software_stack.ipynb"] = {
+    "NODES": 2, "lmod_here": True, "use_slurm": False, "ran_stack": True, "loaded": True, "stack": {}, "stack_log": "",
+    "tf_from_module": True, "extras_from_venv": True, "workers": dict.fromkeys(_VARIANTS, 2),
+    "outcomes": {"Keras 3": ["ValueError"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]},
+    "keras_log": "ValueError: Attempt to convert a value (PerReplica:{...})",
+    "weights": {"Keras 3": [None], "Keras 3 + fix": ["a"], "Keras 2 (tf_keras)": ["b"]},
+    "versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"], "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]},
+    "flagged": _FLAGGED, "where": "this machine"}
+
+
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
 
@@ -387,6 +400,19 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"same_data": False}, "same data"),
     ("16_input_at_scale.ipynb", {"rate": {"map, then batch": 65000.0, "batch, then map": 32000.0}},
      "parsing batches should be faster"),
+    ("17_software_stack.ipynb", {"loaded": False}, "should load the module"),
+    ("17_software_stack.ipynb", {"tf_from_module": False}, "from the module's environment"),
+    ("17_software_stack.ipynb", {"extras_from_venv": False}, "venv on top of the module"),
+    ("17_software_stack.ipynb", {"workers": {**dict.fromkeys(_VARIANTS, 2), "Keras 2 (tf_keras)": 1}}, "every variant"),
+    ("17_software_stack.ipynb", {"outcomes": {"Keras 3": ["ok"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]}},
+     "fail without the fix"),
+    ("17_software_stack.ipynb", {"outcomes": {"Keras 3": ["ValueError"], "Keras 3 + fix": ["ValueError"],
+                                              "Keras 2 (tf_keras)": ["ok"]}}, "with the fix, and with tf_keras"),
+    ("17_software_stack.ipynb", {"weights": {"Keras 3": [None], "Keras 3 + fix": ["a", "b"], "Keras 2 (tf_keras)": ["b"]}},
+     "identical weights"),
+    ("17_software_stack.ipynb", {"versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"],
+                                              "Keras 2 (tf_keras)": ["keras 3.15.1"]}}, "tf_keras only when asked"),
+    ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CPU build, 4 GPUs allocated": []}}, "pre-flight should stop"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus all-reduce"),
     ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
     ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),

@@ -476,6 +476,27 @@ def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, 
            "workers on node1 and node2 read their FILE shards; nothing left on the nodes")
 
 
+def test_software_stack_notebook_loads_its_module_on_slurm(slurm, tmp_path, report):
+    """Notebook 17 on the local Slurm (Lmod installed by slurm/local/up): its job script runs
+    `module purge`, `module use`, `module load tf-hpc-course`, makes a venv on top and reports
+    where each import came from; its second job runs Keras 3 without and with the fix and Keras 2
+    (tf_keras) under MWMS, a step each on node1 and node2."""
+    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    _nbval("17_software_stack", env)
+    stack_logs = list((tmp_path / "software_stack").glob("tf-stack-*.out"))
+    keras_logs = list((tmp_path / "software_stack").glob("tf-keras-versions-*.out"))
+    assert len(stack_logs) == 1 and len(keras_logs) == 1, "the notebook ran its jobs without Slurm"
+    stack_text = stack_logs[0].read_text()
+    assert "1) tf-hpc-course/2026.11" in stack_text and "STACK " in stack_text, stack_text[-2000:]
+    runs = [json.loads(l[6:]) for l in keras_logs[0].read_text().splitlines() if l.startswith("KERAS ")]
+    assert len(runs) == 6 and {r["host"] for r in runs} == {"node1", "node2"}, runs
+    assert sorted((r["module"], r["fit"].split(":")[0]) for r in runs) == sorted(
+        [("keras", "ValueError")] * 2 + [("keras", "ok")] * 2 + [("tf_keras", "ok")] * 2), runs
+    assert _squeue_empty(slurm["env"])
+    report("lesson 17 on the local Slurm: module tf-hpc-course/2026.11 loaded by Lmod in the job, a venv on top; "
+           "Keras 3 fit under MWMS failed without the fix and ran with it, tf_keras ran, on node1 and node2")
+
+
 def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
     """Notebook 11 on the local Slurm: each warned job (scancel --signal=USR1, what --signal=USR1@120
     sends before the time limit) saves, stops, requeues itself, runs again from its checkpoint and
