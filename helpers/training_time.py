@@ -52,12 +52,18 @@ def _epoch(s: Settings, limit: int | None, global_batch: int) -> int:
 
 
 def lesson_work(lesson: str, s: Settings, replicas: int = 2) -> list[Work]:
-    """What lesson `lesson` ("00"-"17") trains in the sizes `s`, with `replicas` replicas in all."""
+    """What lesson `lesson` ("00", "01", ...) trains in the sizes `s`, with `replicas` replicas in all."""
+    return _course_work(s, replicas).get(lesson, [])
+
+
+def _course_work(s: Settings, replicas: int) -> dict[str, list[Work]]:
+    """Every lesson's work, by lesson number: the one list of the lessons that train."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
     epoch = _epoch(s, s.train_examples, b * replicas)
     large = 512 * max(-(-16 // s.schedule_epochs), s.steps_per_epoch(s.train_examples or FULL_TRAIN, 512))
     resnet_epoch = _epoch(s, s.resnet_train_examples, s.resnet_per_replica_batch * replicas)
-    work = {
+    return {
+        "00": [],  # prepares the data, trains nothing
         "01": [cnn(2 * s.epochs * epoch)],  # N replicas, then one
         "02": [cnn(epoch)],
         "03": [cnn(s.epochs * epoch)],
@@ -76,7 +82,6 @@ def lesson_work(lesson: str, s: Settings, replicas: int = 2) -> list[Work]:
         "16": [Work("cnn", min(25, s.steps_per_epoch(s.train_examples or FULL_TRAIN, b)) * b, b)],  # a timed step
         "17": [],  # three runs of 8 steps on random numbers: nothing to speak of
     }
-    return work.get(lesson, [])
 
 
 def seconds(work: list[Work], gpus: int, replicas: int) -> float:
@@ -158,7 +163,7 @@ def table(gpus: int = 4) -> str:
     from .mode import mode_settings
 
     rows = ["| lesson | workshop, 1 node of %d A100 (min) | full, same node (min) |" % gpus, "|---|---|---|"]
-    for n in [f"{i:02d}" for i in range(18)]:
+    for n in sorted(_course_work(mode_settings("full"), gpus)):
         w, f = (seconds(lesson_work(n, mode_settings(m), gpus), gpus, gpus) / 60 for m in ("workshop", "full"))
         rows.append(f"| {n} | {w:.1f} | {f:.1f} |")
     return "\n".join(rows)

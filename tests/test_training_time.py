@@ -40,3 +40,11 @@ def test_the_first_cell_says_it_and_the_last_says_what_it_took(capsys, monkeypat
 @pytest.mark.parametrize("lesson", ["00", "13"])
 def test_lessons_that_hardly_train_predict_seconds(lesson):
     assert seconds(lesson_work(lesson, mode_settings("full"), 4), 4, 4) < 1
+
+
+def test_every_lesson_has_a_line_in_the_prediction_table():
+    """A new lesson without an entry would silently predict 'no training'."""
+    from helpers.training_time import table
+
+    rows = [line.split("|")[1].strip() for line in table().splitlines()[2:]]
+    assert rows == LESSONS, rows
