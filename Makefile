@@ -23,7 +23,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course site test classtest fullcheck lab kernel bench horovod clean
+.PHONY: install course site test classtest fullcheck gpucheck lab kernel bench horovod clean
 
 install: $(STAMP)
 
@@ -93,6 +93,13 @@ lab: kernel
 # a few minutes; as root it installs the two header packages it needs with apt-get.
 horovod: install
 	$(PY) -m helpers horovod build
+
+# The smoke run for the first real GPU node (about 10 min on 4 GPUs): TensorFlow's build against the
+# GPUs given, NCCL, mixed precision, a nested job, lessons 01/04/05/07 in workshop mode; JSON in
+# build/gpucheck/ to send back. From a login node: sbatch slurm/gpucheck.sbatch. Without GPUs it
+# runs what it can and says what it skipped.
+gpucheck: install
+	$(PY) -m helpers.tools.gpucheck --out build/gpucheck $(GPUCHECK_ARGS)
 
 bench: install
 	$(PY) -m helpers bench --out build/bench
