@@ -48,7 +48,30 @@ class TrainConfig:
     precision: str = field(default="float32", metadata={
         "choices": PRECISIONS, "help": "Keras dtype policy: mixed_float16 (GPUs with tensor cores, "
         "loss scaling) or mixed_bfloat16 (Ampere and later, no loss scaling)"})
-    xla: bool = field(default=False, metadata={"help": "compile the train step with XLA (jit_compile)"})
+    xla: bool = field(default=False, metadata={
+        "help": "compile fit's train step with XLA (jit_compile=True); one replica and --loop fit only "
+                "(see XLA_REFUSED)"})
+
+
+XLA_REFUSED = (
+    "Keras 3 compiles the whole distributed step (strategy.run and its all-reduce) with XLA when "
+    "jit_compile=True, and with more than one replica that is not offered here: on logical CPUs XLA "
+    "cannot reach the other replicas' variables (InvalidArgumentError, 'Trying to access resource ... "
+    "located in device CPU:1'), and on GPUs under mixed_float16 upstream reports a merge_call "
+    "RuntimeError from the LossScaleOptimizer (keras-team/keras#21366, closed unfixed); the course never "
+    "ran XLA on a GPU. Use --xla with one replica (one GPU, or --strategy default)")
+
+
+def xla_refusal(xla: bool, loop: str, replicas: int) -> str | None:
+    """Why `--xla` cannot run as asked, or None. Decided before the first step, so a run fails in one
+    line instead of a deep TensorFlow traceback after tracing."""
+    if not xla:
+        return None
+    if loop != "fit":
+        return "--xla compiles fit's step only; the custom loop's tf.function is not compiled with XLA"
+    if replicas > 1:
+        return f"--xla with {replicas} replicas: {XLA_REFUSED}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -104,6 +127,9 @@ def run(config: TrainConfig) -> dict:
 
     keras.utils.set_random_seed(config.seed)
     replicas = strategy.num_replicas_in_sync
+    refused = xla_refusal(config.xla, config.loop, replicas)
+    if refused:
+        raise CourseError(refused)
     global_batch = sizes.per_replica_batch * replicas
     data = ensure_data(run_settings.quick, config.data_dir)
     train_examples = load_split("train", data.data_dir, limit=sizes.train_limit, seed=config.seed)

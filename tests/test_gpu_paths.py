@@ -1,0 +1,118 @@
+"""Paths that only run on GPUs, held to their decisions here, where no GPU runs TensorFlow.
+
+Never run on a GPU: the bench's GPU section and `--xla` on a GPU. What is checked is which devices
+each bench row trains on, and which XLA runs `python -m helpers train` accepts, with the CPU
+behaviour behind that rule.
+"""
+
+import pytest
+
+from helpers.errors import CourseError
+from helpers.tools import bench, bench_scaling
+from helpers.tools.bench_rows import Row
+from helpers.tools.train import xla_refusal
+from tests.conftest import run_cli, run_python
+
+
+def test_each_gpu_row_sees_exactly_the_gpus_it_names():
+    runs = bench.gpu_runs(["0", "1", "2", "3"])
+    assert [(name, n, devices) for name, n, _, devices in runs] == [
+        ("float32", 1, "0"), ("mixed precision", 1, "0"), ("XLA", 1, "0"), ("mixed precision + XLA", 1, "0"),
+        ("mixed precision", 2, "0,1"), ("mixed precision", 4, "0,1,2,3")]
+    assert all("--xla" not in extra for _, n, extra, _ in runs if n > 1), "XLA is refused over several GPUs"
+    # a job given GPUs 4-7 of a node (Slurm's CUDA_VISIBLE_DEVICES): the rows take them in that order
+    assert [d for _, _, _, d in bench.gpu_runs(["4", "5", "6", "7", "8", "9", "10", "11"])][-3:] == \
+        ["4,5", "4,5,6,7", "4,5,6,7,8,9,10,11"]
+    assert [d for _, _, _, d in bench.gpu_runs(["GPU-a1"])] == ["GPU-a1"] * 4
+    assert bench.gpu_runs([]) == []
+
+
+def _fake_point(calls):
+    def training_point(kind, n, model, data_dir, steps, batch, extra, env=None):
+        devices = env["CUDA_VISIBLE_DEVICES"].split(",")
+        calls.append((n, extra, env["CUDA_VISIBLE_DEVICES"]))
+        return {"replicas": len(devices), "images_per_s": 100.0 * len(devices), "median_step_s": 1.28,
+                "gradient_bytes": 94e6}
+    return training_point
+
+
+def test_the_gpu_section_passes_each_run_its_devices(monkeypatch):
+    """bench_gpu itself, with the training runs replaced by ones that report how many GPUs they saw."""
+    calls = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr(bench, "training_point", _fake_point(calls))
+    monkeypatch.setattr(bench_scaling, "gpu_prediction",
+                        lambda step_s, gradient_bytes, gpus, batch: Row(f"model {gpus}", 1.0, None, "images/s", True, "report"))
+    rows, skipped = bench.bench_gpu("data", 3)
+    assert skipped is None
+    assert [devices for _, _, devices in calls] == ["2", "2", "2", "2", "2,3"]
+    one_gpu = [r for r in rows if "on 1 GPU" in r.figure]
+    assert len(one_gpu) == 4 and all(r.ours == 100.0 for r in one_gpu), one_gpu  # one GPU's images/s, not two
+    scaling = next(r for r in rows if "on 2 GPUs" in r.figure)
+    assert scaling.ours == 200.0 and scaling.baseline == 200.0 and "mixed precision" in scaling.figure
+
+
+def test_a_row_that_trains_on_more_gpus_than_it_names_stops_the_bench(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(bench, "training_point", lambda *a, **k: {"replicas": 2, "images_per_s": 1.0,
+                                                                  "median_step_s": 1.0, "gradient_bytes": 1})
+    with pytest.raises(CourseError, match="1-GPU row ran on 2 replicas"):
+        bench.bench_gpu("data", 3)
+
+
+def test_no_gpu_no_gpu_rows(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert bench.bench_gpu("data", 3) == ([], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)")
+
+
+def test_xla_is_offered_on_one_replica_with_fit_only():
+    assert xla_refusal(False, "custom", 4) is None
+    assert xla_refusal(True, "fit", 1) is None
+    assert "keras-team/keras#21366" in xla_refusal(True, "fit", 2)
+    assert "custom loop" in xla_refusal(True, "custom", 1)
+
+
+def test_train_refuses_xla_over_two_replicas_in_one_line(tmp_path):
+    done = run_cli("train", "--mode", "quick", "--xla", "--strategy", "mirrored", "--cpu-replicas", "2",
+                   "--skip-eval", timeout=240, env={"COURSE_OUTPUT_DIR": str(tmp_path)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "--xla with 2 replicas" in done.stderr
+
+
+XLA_ON_CPU = """
+import sys
+import tensorflow as tf
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np
+outcome = {}
+for replicas in (1, 2):
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+        keras.mixed_precision.set_global_policy(policy)
+        strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:replicas],
+                                                  cross_device_ops=tf.distribute.ReductionToOneDevice())
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
+                                      keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, dtype="float32")])
+            model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=True,
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        ds = tf.data.Dataset.from_tensor_slices((np.ones((16, 8, 8, 3), "float32"), np.zeros(16, "int32"))).batch(8)
+        try:
+            model.fit(ds, epochs=1, verbose=0)
+            outcome[(replicas, policy)] = "ok"
+        except Exception as error:
+            outcome[(replicas, policy)] = type(error).__name__ + (": other device" if "located in device" in str(error) else "")
+print("OUTCOME", outcome)
+"""
+
+
+def test_what_xla_does_under_mirrored_strategy_on_cpu(report):
+    """The CPU half of XLA_REFUSED, checked against the installed TensorFlow and Keras: jit_compile=True
+    fits on one replica under every policy, and fails on two logical CPUs (a change upstream shows here)."""
+    done = run_python(XLA_ON_CPU, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = eval(done.stdout.split("OUTCOME ", 1)[1])  # noqa: S307 - our own child's dict of strings
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+        assert outcome[(1, policy)] == "ok", outcome
+        assert outcome[(2, policy)] == "InvalidArgumentError: other device", outcome
+    report(f"jit_compile=True under MirroredStrategy on CPU: {outcome}")
