@@ -116,3 +116,65 @@ def test_what_xla_does_under_mirrored_strategy_on_cpu(report):
         assert outcome[(1, policy)] == "ok", outcome
         assert outcome[(2, policy)] == "InvalidArgumentError: other device", outcome
     report(f"jit_compile=True under MirroredStrategy on CPU: {outcome}")
+
+
+def _trace_reader(logs):
+    """Lesson 09's trace-reading cell itself, run on `logs`."""
+    import nbformat
+
+    from tests.conftest import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / "09_monitoring.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and "def read_trace" in c.source)
+    namespace = {"logs": logs}
+    exec(compile(source, "09_monitoring", "exec"), namespace)
+    return namespace["read_trace"]
+
+
+def _plant_trace(path, gpu: bool) -> None:
+    """An XSpace as the profiler writes it: a host plane with the step, the input wait and a compute
+    thread's op; with `gpu`, a /device:GPU:0 plane whose stream holds the kernels, each naming its op in
+    a tf_op stat, and a derived line over the same time that must not be counted twice."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    ms = 10**9  # picoseconds
+    space = xplane_pb2.XSpace()
+    host = space.planes.add(id=1, name="/host:CPU")
+    for i, name in enumerate(["multi_step_on_iterator", "IteratorGetNextOp::DoCompute",
+                              "sequential/dense/MatMul:_MklMatMul"]):
+        host.event_metadata[i + 1].id, host.event_metadata[i + 1].name = i + 1, name
+    python = host.lines.add(id=1, name="python3", timestamp_ns=1_000)
+    python.events.add(metadata_id=1, offset_ps=0, duration_ps=10 * ms)
+    python.events.add(metadata_id=2, offset_ps=0, duration_ps=2 * ms)
+    compute = host.lines.add(id=2, name="tf_Compute", timestamp_ns=1_000)
+    compute.events.add(metadata_id=3, offset_ps=3 * ms, duration_ps=1 * ms)  # on a GPU node: a launch
+    if gpu:
+        device = space.planes.add(id=2, name="/device:GPU:0")
+        for i, name in enumerate(["ampere_sgemm_128x64_nn", "void convolve_kernel<float>",
+                                  "sequential/dense/MatMul:MatMul"]):
+            device.event_metadata[i + 1].id, device.event_metadata[i + 1].name = i + 1, name
+        device.stat_metadata[1].id, device.stat_metadata[1].name = 1, "tf_op"
+        device.stat_metadata[2].id, device.stat_metadata[2].name = 2, "sequential/conv2d/Conv2D:Conv2D"
+        stream = device.lines.add(id=7, name="Stream #7(Compute)", timestamp_ns=1_000)
+        matmul = stream.events.add(metadata_id=1, offset_ps=4 * ms, duration_ps=3 * ms)
+        matmul.stats.add(metadata_id=1, str_value="sequential/dense/MatMul:MatMul")
+        conv = stream.events.add(metadata_id=2, offset_ps=7 * ms, duration_ps=2 * ms)
+        conv.stats.add(metadata_id=1, ref_value=2)  # the profiler interns repeated strings
+        stream.events.add(metadata_id=2, offset_ps=9 * ms, duration_ps=1 * ms)  # no tf_op stat
+        derived = device.lines.add(id=8, name="TensorFlow Ops", timestamp_ns=1_000)
+        derived.events.add(metadata_id=3, offset_ps=4 * ms, duration_ps=3 * ms)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(space.SerializeToString())
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
+    _plant_trace(tmp_path / "healthy" / "train" / "plugins" / "profile" / "2026_11_26" / "node.xplane.pb", gpu)
+    trace = _trace_reader(tmp_path)("healthy")
+    assert trace["steps"] == 1 and trace["input_share"] == pytest.approx(0.2)
+    ops = {op: round(s * 1000, 6) for op, s in trace["ops"].items()}
+    if gpu:  # the kernels' time, by the op that launched them; the host's launch and the derived line left out
+        assert trace["ops_from"] == "GPU kernels"
+        assert ops == {"MatMul": 3.0, "Conv2D": 2.0, "void convolve_kernel<float>": 1.0}, ops
+    else:
+        assert trace["ops_from"] == "host compute threads" and ops == {"MatMul": 1.0}, ops
