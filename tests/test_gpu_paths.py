@@ -5,6 +5,9 @@ each bench row trains on, and which XLA runs `python -m helpers train` accepts, 
 behaviour behind that rule.
 """
 
+import json
+import math
+
 import pytest
 
 from helpers.errors import CourseError
@@ -16,21 +19,23 @@ from tests.conftest import run_cli, run_python
 
 def test_each_gpu_row_sees_exactly_the_gpus_it_names():
     runs = bench.gpu_runs(["0", "1", "2", "3"])
-    assert [(name, n, devices) for name, n, _, devices in runs] == [
-        ("float32", 1, "0"), ("mixed precision", 1, "0"), ("XLA", 1, "0"), ("mixed precision + XLA", 1, "0"),
-        ("mixed precision", 2, "0,1"), ("mixed precision", 4, "0,1,2,3")]
-    assert all("--xla" not in extra for _, n, extra, _ in runs if n > 1), "XLA is refused over several GPUs"
-    # a job given GPUs 4-7 of a node (Slurm's CUDA_VISIBLE_DEVICES): the rows take them in that order
-    assert [d for _, _, _, d in bench.gpu_runs(["4", "5", "6", "7", "8", "9", "10", "11"])][-3:] == \
+    assert [(name, kind, n, devices) for name, kind, n, _, devices in runs] == [
+        ("float32", "single", 1, "0"), ("mixed precision", "single", 1, "0"), ("XLA", "single", 1, "0"),
+        ("mixed precision + XLA", "single", 1, "0"),
+        ("mixed precision", "mirrored", 2, "0,1"), ("mixed precision", "mirrored", 4, "0,1,2,3")]
+    assert all(xla_refusal("--xla" in extra, "fit", "default" if kind == "single" else kind) is None
+               for _, kind, _, extra, _ in runs), "every run is one that python -m helpers train accepts"
+    # a job given GPUs 4-11 of a node (Slurm's CUDA_VISIBLE_DEVICES): the rows take them in that order
+    assert [d for *_, d in bench.gpu_runs(["4", "5", "6", "7", "8", "9", "10", "11"])][-3:] == \
         ["4,5", "4,5,6,7", "4,5,6,7,8,9,10,11"]
-    assert [d for _, _, _, d in bench.gpu_runs(["GPU-a1"])] == ["GPU-a1"] * 4
+    assert [d for *_, d in bench.gpu_runs(["GPU-a1"])] == ["GPU-a1"] * 4
     assert bench.gpu_runs([]) == []
 
 
 def _fake_point(calls):
     def training_point(kind, n, model, data_dir, steps, batch, extra, env=None):
         devices = env["CUDA_VISIBLE_DEVICES"].split(",")
-        calls.append((n, extra, env["CUDA_VISIBLE_DEVICES"]))
+        calls.append((kind, extra, env["CUDA_VISIBLE_DEVICES"]))
         return {"replicas": len(devices), "images_per_s": 100.0 * len(devices), "median_step_s": 1.28,
                 "gradient_bytes": 94e6}
     return training_point
@@ -45,7 +50,7 @@ def test_the_gpu_section_passes_each_run_its_devices(monkeypatch):
                         lambda step_s, gradient_bytes, gpus, batch: Row(f"model {gpus}", 1.0, None, "images/s", True, "report"))
     rows, skipped = bench.bench_gpu("data", 3)
     assert skipped is None
-    assert [devices for _, _, devices in calls] == ["2", "2", "2", "2", "2,3"]
+    assert [(kind, devices) for kind, _, devices in calls] == [("single", "2")] * 4 + [("mirrored", "2,3")]
     one_gpu = [r for r in rows if "on 1 GPU" in r.figure]
     assert len(one_gpu) == 4 and all(r.ours == 100.0 for r in one_gpu), one_gpu  # one GPU's images/s, not two
     scaling = next(r for r in rows if "on 2 GPUs" in r.figure)
@@ -65,18 +70,31 @@ def test_no_gpu_no_gpu_rows(monkeypatch):
     assert bench.bench_gpu("data", 3) == ([], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)")
 
 
-def test_xla_is_offered_on_one_replica_with_fit_only():
-    assert xla_refusal(False, "custom", 4) is None
-    assert xla_refusal(True, "fit", 1) is None
-    assert "keras-team/keras#21366" in xla_refusal(True, "fit", 2)
-    assert "custom loop" in xla_refusal(True, "custom", 1)
+def test_xla_is_offered_for_fit_without_a_strategy_only():
+    assert xla_refusal(False, "custom", "mirrored") is None
+    assert xla_refusal(True, "fit", "default") is None
+    for strategy in ("auto", "mirrored", "multiworker"):
+        assert "keras-team/keras#21366" in xla_refusal(True, "fit", strategy)
+    assert "custom loop" in xla_refusal(True, "custom", "default")
 
 
-def test_train_refuses_xla_over_two_replicas_in_one_line(tmp_path):
+def test_train_refuses_xla_under_a_strategy_in_one_line(tmp_path):
     done = run_cli("train", "--mode", "quick", "--xla", "--strategy", "mirrored", "--cpu-replicas", "2",
                    "--skip-eval", timeout=240, env={"COURSE_OUTPUT_DIR": str(tmp_path)})
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert "--xla with 2 replicas" in done.stderr
+    assert "--xla needs --strategy default" in done.stderr
+
+
+def test_train_with_xla_and_mixed_bfloat16_without_a_strategy(tmp_path):
+    """What the bench's 1-GPU "mixed precision + XLA"-like row runs, here on the CPU (bfloat16: float16's loss
+    scaling has no CPU fast path, but bfloat16 compiles on both)."""
+    done = run_cli("train", "--mode", "quick", "--xla", "--precision", "mixed_bfloat16", "--strategy", "default",
+                   "--skip-eval", "--epochs", "1", "--steps-per-epoch", "3", timeout=300,
+                   env={"COURSE_OUTPUT_DIR": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert result["xla"] is True and result["precision"] == "mixed_bfloat16" and result["replicas"] == 1
+    assert all(math.isfinite(v) for v in result["train_loss"]), result["train_loss"]
 
 
 XLA_ON_CPU = """
@@ -86,11 +104,12 @@ tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU"
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras, numpy as np
 outcome = {}
-for replicas in (1, 2):
+for replicas in (0, 1, 2):  # 0: no strategy
     for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
         keras.mixed_precision.set_global_policy(policy)
-        strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:replicas],
-                                                  cross_device_ops=tf.distribute.ReductionToOneDevice())
+        strategy = tf.distribute.get_strategy() if replicas == 0 else tf.distribute.MirroredStrategy(
+            [d.name for d in tf.config.list_logical_devices("CPU")][:replicas],
+            cross_device_ops=tf.distribute.ReductionToOneDevice())
         with strategy.scope():
             model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
                                       keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, dtype="float32")])
@@ -108,12 +127,13 @@ print("OUTCOME", outcome)
 
 def test_what_xla_does_under_mirrored_strategy_on_cpu(report):
     """The CPU half of XLA_REFUSED, checked against the installed TensorFlow and Keras: jit_compile=True
-    fits on one replica under every policy, and fails on two logical CPUs (a change upstream shows here)."""
+    fits without a strategy and under MirroredStrategy on one device with every policy, and fails on two
+    logical CPUs (a change upstream shows here)."""
     done = run_python(XLA_ON_CPU, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     outcome = eval(done.stdout.split("OUTCOME ", 1)[1])  # noqa: S307 - our own child's dict of strings
     for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
-        assert outcome[(1, policy)] == "ok", outcome
+        assert outcome[(0, policy)] == outcome[(1, policy)] == "ok", outcome
         assert outcome[(2, policy)] == "InvalidArgumentError: other device", outcome
     report(f"jit_compile=True under MirroredStrategy on CPU: {outcome}")
 
@@ -178,3 +198,33 @@ def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
         assert ops == {"MatMul": 3.0, "Conv2D": 2.0, "void convolve_kernel<float>": 1.0}, ops
     else:
         assert trace["ops_from"] == "host compute threads" and ops == {"MatMul": 1.0}, ops
+
+
+LESSON_07_GPU_CELL = """
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import tensorflow as tf
+from helpers.data import ensure_data, load_split
+
+nb = nbformat.read("notebooks/07_scaling_performance.ipynb", as_version=4)
+program = next(c.source for c in nb.cells if c.source.startswith("%%writefile")).split("\\n", 1)[1]
+ns = {}
+exec(compile(program.replace('if __name__ == "__main__":', "if False:"), "07_measure", "exec"), ns)
+cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+ns.update(train_examples=load_split("train", ensure_data(True).data_dir, limit=256), MODEL="cnn", per_replica=32,
+          STEPS=2, tf=tf, gpus=["stand-in 0", "stand-in 1"], devices=cpus,
+          mirrored=lambda n: tf.distribute.MirroredStrategy(cpus[:n], cross_device_ops=tf.distribute.ReductionToOneDevice()))
+cell = next(c.source for c in nb.cells if c.source.startswith("if gpus:"))
+exec(cell, ns)
+"""
+
+
+def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report):
+    """The cell's code (no strategy with XLA and mixed precision, then MirroredStrategy over the 'GPUs'),
+    with two logical CPUs named as GPUs: no GPU kernel runs, the figures mean nothing, the code paths run."""
+    done = run_python(LESSON_07_GPU_CELL, timeout=400, env={"COURSE_MODE": "quick", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [l for l in done.stdout.splitlines() if "images/s" in l]
+    assert len(lines) == 5 and "on 2 GPUs (policy mixed_float16)" in lines[-1], done.stdout
+    assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16)" in lines[3], lines

@@ -306,23 +306,25 @@ def bench_course() -> Row:
 # ---------------------------------------------------------------------------------- GPU
 GPU_SWITCHES = {"float32": (), "mixed precision": ("--precision", "mixed_float16"), "XLA": ("--xla",),
                 "mixed precision + XLA": ("--precision", "mixed_float16", "--xla")}
-SCALING_SWITCH = "mixed precision"  # no XLA over several GPUs: helpers.tools.train.XLA_REFUSED says why
+SCALING_SWITCH = "mixed precision"  # no XLA under a strategy: helpers.tools.train.XLA_REFUSED says why
 
 
-def gpu_runs(visible: list[str]) -> list[tuple[str, int, tuple[str, ...], str]]:
-    """Every GPU row's run: (switch, GPUs, train options, the CUDA_VISIBLE_DEVICES it gets).
+def gpu_runs(visible: list[str]) -> list[tuple[str, str, int, tuple[str, ...], str]]:
+    """Every GPU row's run: (switch, kind of run, GPUs, train options, the CUDA_VISIBLE_DEVICES it gets).
 
     A row that names n GPUs sees exactly the first n of this process's GPUs: MirroredStrategy takes
-    every GPU it can see, so without this the "1 GPU" rows would train on all of them."""
-    runs = [(name, 1, extra, visible[0]) for name, extra in GPU_SWITCHES.items()] if visible else []
-    runs += [(SCALING_SWITCH, n, GPU_SWITCHES[SCALING_SWITCH], ",".join(visible[:n]))
+    every GPU it can see, so without this the "1 GPU" rows would train on all of them. The 1-GPU rows
+    run without a strategy ("single"), as a one-GPU user would, which is also the only way the course
+    offers XLA; the n-GPU rows run MirroredStrategy over their n GPUs."""
+    runs = [(name, "single", 1, extra, visible[0]) for name, extra in GPU_SWITCHES.items()] if visible else []
+    runs += [(SCALING_SWITCH, "mirrored", n, GPU_SWITCHES[SCALING_SWITCH], ",".join(visible[:n]))
              for n in (2, 4, 8) if n <= len(visible)]
     return runs
 
 
 def bench_gpu(data_dir: str, steps: int) -> tuple[list[Row], str | None]:
-    """Images/s on 1 GPU for ResNet50 with mixed precision and XLA on and off, and scaling over
-    2, 4, 8 of the node's GPUs with mixed precision. Returns (rows, why skipped)."""
+    """Images/s on 1 GPU (no strategy) for ResNet50 with mixed precision and XLA on and off, and
+    MirroredStrategy over 2, 4, 8 of the node's GPUs with mixed precision. Returns (rows, why skipped)."""
     from ..gpus import VISIBLE_ENV, visible_gpus
     from .bench_scaling import gpu_prediction
 
@@ -330,8 +332,8 @@ def bench_gpu(data_dir: str, steps: int) -> tuple[list[Row], str | None]:
     if not runs:
         return [], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)"
     rows, per_gpu, steps_s = [], {}, {}
-    for name, n, extra, devices in runs:
-        point = training_point("mirrored", n, "resnet50", data_dir, steps, 128, extra, env={VISIBLE_ENV: devices})
+    for name, kind, n, extra, devices in runs:
+        point = training_point(kind, n, "resnet50", data_dir, steps, 128, extra, env={VISIBLE_ENV: devices})
         if point["replicas"] != n:
             raise CourseError(f"the {n}-GPU row ran on {point['replicas']} replicas (CUDA_VISIBLE_DEVICES={devices})")
         gradient_bytes = point["gradient_bytes"]

@@ -49,28 +49,29 @@ class TrainConfig:
         "choices": PRECISIONS, "help": "Keras dtype policy: mixed_float16 (GPUs with tensor cores, "
         "loss scaling) or mixed_bfloat16 (Ampere and later, no loss scaling)"})
     xla: bool = field(default=False, metadata={
-        "help": "compile fit's train step with XLA (jit_compile=True); one replica and --loop fit only "
-                "(see XLA_REFUSED)"})
+        "help": "compile fit's train step with XLA (jit_compile=True); with --strategy default and "
+                "--loop fit only"})
 
 
 XLA_REFUSED = (
-    "Keras 3 compiles the whole distributed step (strategy.run and its all-reduce) with XLA when "
-    "jit_compile=True, and with more than one replica that is not offered here: on logical CPUs XLA "
-    "cannot reach the other replicas' variables (InvalidArgumentError, 'Trying to access resource ... "
-    "located in device CPU:1'), and on GPUs under mixed_float16 upstream reports a merge_call "
-    "RuntimeError from the LossScaleOptimizer (keras-team/keras#21366, closed unfixed); the course never "
-    "ran XLA on a GPU. Use --xla with one replica (one GPU, or --strategy default)")
+    "with jit_compile=True Keras 3 compiles the whole distributed step (strategy.run and the all-reduce "
+    "inside it) as one XLA function, and under a tf.distribute strategy that is not offered here: over 2 "
+    "logical CPUs it fails for every precision (InvalidArgumentError, 'Trying to access resource ... "
+    "located in device CPU:1'), and on GPUs with mixed_float16 upstream reports a merge_call RuntimeError "
+    "from the LossScaleOptimizer (keras-team/keras#21366, closed unfixed). Without a strategy there is no "
+    "merge_call at all. The course never ran XLA on a GPU")
 
 
-def xla_refusal(xla: bool, loop: str, replicas: int) -> str | None:
-    """Why `--xla` cannot run as asked, or None. Decided before the first step, so a run fails in one
-    line instead of a deep TensorFlow traceback after tracing."""
+def xla_refusal(xla: bool, loop: str, strategy: str) -> str | None:
+    """Why `--xla` cannot run as asked, or None: XLA only for fit with no distribution strategy
+    (`--strategy default`, one device). Decided before TensorFlow starts, so a run fails in one line
+    instead of a deep traceback after tracing."""
     if not xla:
         return None
     if loop != "fit":
         return "--xla compiles fit's step only; the custom loop's tf.function is not compiled with XLA"
-    if replicas > 1:
-        return f"--xla with {replicas} replicas: {XLA_REFUSED}"
+    if strategy != "default":
+        return f"--xla needs --strategy default (one device, no tf.distribute strategy), not {strategy!r}: " + XLA_REFUSED
     return None
 
 
@@ -106,6 +107,9 @@ def run(config: TrainConfig) -> dict:
         raise CourseError(f"unknown loop {config.loop!r}: use one of {', '.join(LOOPS)}")
     if config.precision not in PRECISIONS:
         raise CourseError(f"unknown precision {config.precision!r}: use one of {', '.join(PRECISIONS)}")
+    refused = xla_refusal(config.xla, config.loop, config.strategy)
+    if refused:
+        raise CourseError(refused)
     environment.remove_proxies()
     import_tensorflow()  # quietly, before the resolver imports it with its start-up lines
     run_settings = mode_settings(config.mode)
@@ -127,9 +131,6 @@ def run(config: TrainConfig) -> dict:
 
     keras.utils.set_random_seed(config.seed)
     replicas = strategy.num_replicas_in_sync
-    refused = xla_refusal(config.xla, config.loop, replicas)
-    if refused:
-        raise CourseError(refused)
     global_batch = sizes.per_replica_batch * replicas
     data = ensure_data(run_settings.quick, config.data_dir)
     train_examples = load_split("train", data.data_dir, limit=sizes.train_limit, seed=config.seed)
@@ -168,7 +169,7 @@ def run(config: TrainConfig) -> dict:
         loss, accuracy, examples = result["loss"], result["accuracy"], result["examples"]
     results = {
         "model": config.model, "sync_bn": config.sync_bn, "loop": config.loop,
-        "precision": config.precision, "xla": config.xla,
+        "precision": config.precision, "xla": config.loop == "fit" and bool(model.jit_compile),  # as Keras ran it
         "strategy": about.name, "replicas": replicas, "workers": about.workers, "rank": about.rank,
         "host": platform.node(), "mode": run_settings.mode, "data": data.label,
         "epochs": epochs, "train_loss": [float(v) for v in train_loss],
