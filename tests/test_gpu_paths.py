@@ -181,6 +181,9 @@ def _plant_trace(path, gpu: bool) -> None:
         conv = stream.events.add(metadata_id=2, offset_ps=7 * ms, duration_ps=2 * ms)
         conv.stats.add(metadata_id=1, ref_value=2)  # the profiler interns repeated strings
         stream.events.add(metadata_id=2, offset_ps=9 * ms, duration_ps=1 * ms)  # no tf_op stat
+        device.stat_metadata[3].id, device.stat_metadata[3].name = 3, "level 0"  # the stat's older name
+        old_name = stream.events.add(metadata_id=1, offset_ps=10 * ms, duration_ps=1 * ms)
+        old_name.stats.add(metadata_id=3, str_value="sequential/dense_1/MatMul:MatMul")
         derived = device.lines.add(id=8, name="TensorFlow Ops", timestamp_ns=1_000)
         derived.events.add(metadata_id=3, offset_ps=4 * ms, duration_ps=3 * ms)
     path.parent.mkdir(parents=True)
@@ -195,7 +198,7 @@ def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
     ops = {op: round(s * 1000, 6) for op, s in trace["ops"].items()}
     if gpu:  # the kernels' time, by the op that launched them; the host's launch and the derived line left out
         assert trace["ops_from"] == "GPU kernels"
-        assert ops == {"MatMul": 3.0, "Conv2D": 2.0, "void convolve_kernel<float>": 1.0}, ops
+        assert ops == {"MatMul": 4.0, "Conv2D": 2.0, "void convolve_kernel<float>": 1.0}, ops
     else:
         assert trace["ops_from"] == "host compute threads" and ops == {"MatMul": 1.0}, ops
 
