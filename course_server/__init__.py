@@ -14,6 +14,21 @@ from __future__ import annotations
 HUB_SECRETS = ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN")
 
 
+def credentials_in(url: str) -> bool:
+    """Whether a repository URL carries a user name or password (https://user:token@host/...): in a
+    link or a job's environment it would reach every learner, their browsers' histories and the logs.
+    An ssh user without a password (ssh://git@host/..., git@host:path) is not a credential."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return True
+    if parts.scheme in ("ssh", "git+ssh"):
+        return parts.password is not None
+    return bool(parts.netloc) and "@" in parts.netloc
+
+
 def _jupyter_server_extension_points() -> list[dict]:
     return [{"module": "course_server"}]
 

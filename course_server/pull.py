@@ -19,6 +19,8 @@ from typing import Mapping
 
 from tornado import web
 
+from . import credentials_in
+
 DEFAULT_BRANCH = "main"
 DEFAULT_DIR = "tf-hpc-course"
 REFUSED = "refused by the course"
@@ -49,6 +51,8 @@ def refusal(arguments: Mapping[str, list[str]], course: Course) -> str | None:
     and branch into the course's directory (and opens a page inside it)."""
     if not course.repo:
         return "this hub's servers pull no repository (the hub sets no COURSE_PULL_REPO)"
+    if credentials_in(course.repo):
+        return "the hub's COURSE_PULL_REPO carries credentials: this hub pulls nothing until it names a public URL"
     twice = [name for name in ARGUMENTS if len(arguments.get(name, ())) > 1]
     if twice:
         return f"{twice[0]} is given more than once"
@@ -102,9 +106,9 @@ def guard(handler_class: type) -> None:
         reason = refusal(arguments, course)
         if reason:
             self.log.warning("git-pull %s: %s", REFUSED, reason)
+            shown = course.repo if course.repo and not credentials_in(course.repo) else "(no repository)"
             raise web.HTTPError(403, "%s", f"This link was {REFUSED}: {reason}. On this hub a link pulls only "
-                                           f"{course.repo or '(no repository)'} ({course.branch}) into "
-                                           f"~/{course.directory}.")
+                                           f"{shown} ({course.branch}) into ~/{course.directory}.")
 
     prepare.course_guard = True
     handler_class.prepare = prepare

@@ -65,6 +65,11 @@ def test_a_hub_without_a_course_repository_pulls_nothing():
     assert Course.from_environment({"COURSE_PULL_REPO": REPO}) == COURSE
 
 
+def test_a_hub_repository_with_credentials_pulls_nothing_and_is_not_shown():
+    course = Course("https://alice:ghp_secret@git.example.org/c.git")
+    assert "carries credentials" in refusal(_args(repo=course.repo), course)
+
+
 def test_a_terminal_starts_without_the_hub_token(monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret-hub-token")
     monkeypatch.setenv("JPY_API_TOKEN", "secret-hub-token")

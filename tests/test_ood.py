@@ -86,6 +86,107 @@ def test_the_form_offers_every_lesson_and_refuses_what_is_not_a_number(tmp_path)
         assert subprocess.run(["bash", "-n", str(tmp_path / "quoted" / name)]).returncode == 0, name
 
 
+LIMITED = ("bc_num_hours", "bc_num_nodes", "tasks_per_node", "gpus_per_task")
+
+
+def _submit(ruby: str, tmp_path: Path, **values: str) -> subprocess.CompletedProcess:
+    file = tmp_path / "values.json"
+    file.write_text(json.dumps(form_values(**values)))
+    return render(ruby, "submit", str(APP), str(tmp_path / "staged"), str(file))
+
+
+def test_the_server_side_limits_are_the_forms(tmp_path, report):
+    """A browser can send any value: submit.yml.erb refuses what the form would not offer."""
+    ruby = ensure_ruby()
+    form = yaml.safe_load((APP / "form.yml").read_text())["attributes"]
+    seen = []
+    for name in LIMITED:
+        low, high = form[name]["min"], form[name]["max"]
+        for value, accepted in ((low, True), (high, True), (low - 1, False), (high + 1, False)):
+            done = _submit(ruby, tmp_path, **{name: str(value)})
+            assert (done.returncode == 0) == accepted, (name, value, done.stderr[-300:])
+            if not accepted:
+                assert "ArgumentError" in done.stderr and f"from {low} to {high}" in done.stderr, done.stderr[-300:]
+        seen.append(f"{name} {low}-{high}")
+    native = json.loads(_submit(ruby, tmp_path, bc_num_nodes="4", tasks_per_node="8", gpus_per_task="1").stdout)["native"]
+    report(f"test_ood: server-side limits equal the form's ({', '.join(seen)}); at the form's maximum: {' '.join(native)}")
+    assert native[:5] == ["--nodes", "4", "--ntasks-per-node", "8", "--exclusive"], native
+
+
+@pytest.mark.parametrize("repo, refused", [
+    ("https://alice:ghp_secret@git.example.org/c.git", True),
+    ("https://ghp_secret@git.example.org/c.git", True),
+    ("ssh://git:pw@git.example.org/c.git", True),
+    ("ssh://git@git.example.org/c.git", False),
+    ("git@git.example.org:c.git", False),
+    ("https://git.example.org/c.git", False),
+])
+def test_a_repository_url_with_credentials_is_refused(tmp_path, repo, refused):
+    done = _submit(ensure_ruby(), tmp_path, course_repo=repo)
+    assert (done.returncode != 0) == refused, done.stderr[-300:]
+    if refused:
+        assert "carries credentials" in done.stderr and "ghp_secret" not in done.stderr.split("(")[0], done.stderr[-300:]
+
+
+def _fake_venv(root: Path, checkout: Path) -> Path:
+    """A venv of Debian's Python whose site-packages points at `checkout` (as an editable install does)."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to("/usr/bin/python3")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    (site / "course.pth").write_text(f"{checkout}\n")
+    for package in ("helpers", "course_server"):
+        (checkout / package).mkdir(parents=True)
+        (checkout / package / "__init__.py").write_text("")
+    for path in (root, checkout, *root.rglob("*"), *checkout.rglob("*")):
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    return root / "bin" / "python"
+
+
+def _before(ruby: str, tmp_path: Path, python: Path) -> subprocess.CompletedProcess:
+    staged = tmp_path / "staged"
+    shutil.rmtree(staged, ignore_errors=True)
+    done = _submit(ruby, tmp_path, course_python=str(python))
+    assert done.returncode == 0, done.stderr
+    stubs = ('host=localhost; clean_up() { exit "$1"; }; find_port() { echo 8888; }; '
+             'create_passwd() { echo pw; }; cd "$1"; source ./before.sh; echo "checked: $checkout"')
+    return subprocess.run(["bash", "-c", stubs, "bash", str(staged)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_course_python_its_site_packages_and_its_checkout_must_be_yours_or_roots(tmp_path, report):
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs Debian's /usr/bin/python3 for a stand-in venv")
+    ruby = ensure_ruby()
+    venv, checkout = tmp_path / "venv", tmp_path / "checkout"
+    python = _fake_venv(venv, checkout)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    good = _before(ruby, tmp_path, python)
+    assert good.returncode == 0 and f"checked: {checkout}" in good.stdout, good.stderr[-500:]
+    planted = {
+        "a group-writable file in site-packages": (site / "course.pth", lambda p: p.chmod(0o664)),
+        "a world-writable package directory in site-packages": (site / "pkg", lambda p: (p.mkdir(), p.chmod(0o777))),
+        "site-packages owned by another user": (site, lambda p: os.chown(p, 65534, 65534)),
+        "a world-writable module in the checkout": (checkout / "helpers" / "__init__.py", lambda p: p.chmod(0o666)),
+        "the checkout owned by another user": (checkout, lambda p: os.chown(p, 65534, 65534)),
+    }
+    lines = []
+    for what, (path, plant) in planted.items():
+        plant(path)
+        done = _before(ruby, tmp_path, python)
+        line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "(nothing)"
+        lines.append(f"{what}: exit {done.returncode}")
+        assert done.returncode == 2 and f"error: {path} belongs to uid" in line, (what, done.stdout, done.stderr)
+        if path.is_dir():
+            os.chown(path, 0, 0)
+            path.chmod(0o755)
+        else:
+            path.chmod(0o644)
+    print(line)
+    report("test_ood: before.sh refuses " + "; ".join(lines))
+
+
 def _outputs(notebook: Path) -> str:
     import nbformat
 
