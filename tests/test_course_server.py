@@ -164,3 +164,44 @@ async def _terminal_says(base: str, token: str, command: str) -> str:
                     return match.group(1)
     finally:
         ws.close()
+
+
+# ------------------------------------------------------------------ Open OnDemand's login by POST
+def test_the_ood_login_takes_the_token_by_post_from_its_own_site_only(tmp_path):
+    """course_server.login: the view's button posts the token (no URL holds it); a post from another
+    site, without an Origin, or with a wrong token logs nobody in."""
+    import sys
+
+    (tmp_path / "home").mkdir()
+    lab = Lab(tmp_path / "home", tmp_path / "runtime",
+              [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--port=0", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.root_dir={tmp_path / 'home'}", "--allow-root",
+               "--IdentityProvider.login_handler_class=course_server.login.PostedTokenLogin"])
+
+    class Stay(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), Stay)
+
+    def post(token: str, origin: str | None) -> tuple[int, str, str]:
+        body = urlencode({"password": token, "next": "/lab/tree/x.ipynb"}).encode()
+        request = urllib.request.Request(lab.url + "/login", data=body, method="POST",
+                                         headers={"Origin": origin} if origin else {})
+        try:
+            with opener.open(request, timeout=30) as answer:
+                return answer.status, answer.headers.get("Location", ""), answer.headers.get("Set-Cookie", "")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers.get("Location", ""), exc.headers.get("Set-Cookie", "") or ""
+
+    try:
+        own = post(lab.token, lab.url)
+        other = post(lab.token, "https://elsewhere.example.org")
+        bare = post(lab.token, None)
+        wrong = post("not-the-token", lab.url)
+    finally:
+        lab.stop()
+    print("own site", own[:2], "other site", other[0], "no Origin", bare[0], "wrong token", wrong[0])
+    assert own[0] == 302 and own[1] == "/lab/tree/x.ipynb" and "username-" in own[2], own
+    assert (other[0], bare[0], wrong[0]) == (403, 403, 401), (other, bare, wrong)
+    assert "username-" not in other[2] + bare[2] + wrong[2], "a refused post set a login cookie"

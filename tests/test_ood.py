@@ -198,12 +198,12 @@ def _outputs(notebook: Path) -> str:
 class _Form(HTMLParser):
     def __init__(self):
         super().__init__()
-        self.action, self.fields = None, {}
+        self.action, self.method, self.fields = None, None, {}
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "form":
-            self.action = attrs["action"]
+            self.action, self.method = attrs["action"], attrs.get("method", "get").lower()
         elif tag == "input":
             self.fields[attrs["name"]] = attrs["value"]
 
@@ -251,19 +251,33 @@ def test_the_app_starts_jupyterlab_as_a_slurm_job_and_runs_a_lesson_on_its_engin
             assert view.returncode == 0, view.stderr
             form = _Form()
             form.feed(view.stdout)
-            assert form.action == f"/node/{connect['host']}/{connect['port']}/{connect['lesson_url']}", form.action
+            base = f"/node/{connect['host']}/{connect['port']}"
+            assert (form.action, form.method, form.fields["next"]) == (f"{base}/login", "post",
+                                                                      f"{base}/{connect['lesson_url']}"), form.fields
             address = node_address(str(connect["host"]))
-            url = f"http://{address}:{connect['port']}{form.action}?token={form.fields['token']}"
-            base = f"http://{address}:{connect['port']}/node/{connect['host']}/{connect['port']}"
+            origin = f"http://{address}:{connect['port']}"
+            # the card as Open OnDemand would show it, on the same site as its /node/ proxy
+            card = f"{origin}/pun/sys/dashboard/batch_connect/sessions"
+            token = form.fields["password"]
+            base = origin + base
             cloned = sorted(p.name for p in (home / "tf-hpc-course" / "notebooks").glob("*.ipynb"))
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                urls = []
+                context.on("request", lambda request: urls.append(request.url))
+                context.route(card, lambda route: route.fulfill(status=200, content_type="text/html",
+                                                               body=view.stdout))
+                card_page = context.new_page()
+                card_page.goto(card)
                 t = time.monotonic()
-                page.goto(url)
+                with context.expect_page() as opened:  # the button opens JupyterLab in a new tab
+                    card_page.click("button[type=submit]")
+                page = opened.value
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                 page.wait_for_selector(f".lm-TabBar-tab:has-text('{LESSON}')", timeout=30_000)
-                wait_kernel_idle(page, base, 120, form.fields["token"])
+                wait_kernel_idle(page, base, 120, token)
+                in_urls = [u for u in urls if token in u]
                 timings["the view's button to the lesson open"] = time.monotonic() - t
                 t = time.monotonic()
                 page.click("text=Run", timeout=10_000)
@@ -292,9 +306,11 @@ def test_the_app_starts_jupyterlab_as_a_slurm_job_and_runs_a_lesson_on_its_engin
         finally:
             subprocess.run(["scancel", job], env=slurm["env"], timeout=30)
         assert squeue_empty(slurm["env"], within=60), "the app's job must end when cancelled"
-    report(f"{Path(__file__).stem}: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items()) + f"; screenshot {shot}")
+    report(f"{Path(__file__).stem}: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+           + f"; the token posted, in {len(in_urls)} of {len(urls)} request URLs; screenshot {shot}")
     assert cloned == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")), cloned
     assert hosts >= 1, "an engine should have run on node2"
+    assert urls and not in_urls, f"the session's token was in a URL: {in_urls[:3]}"
     assert mode & 0o077 == 0, f"the JupyterLab config holds the token and is readable by others: {oct(mode)}"
     assert re.search(r"c\.ServerApp\.ip = '10\.77\.0\.\d+'", config), "JupyterLab must listen on the node's address only"
     assert "c.KernelManager.transport = 'ipc'" in config
