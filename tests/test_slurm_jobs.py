@@ -88,3 +88,67 @@ def test_importing_it_imports_no_tensorflow():
     done = subprocess.run([sys.executable, "-c", "import sys, helpers.slurm_jobs; print('tensorflow' in sys.modules)"],
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+# ------------------------------------------------------------ the job scripts and templates
+def _lesson_job_scripts() -> dict[str, str]:
+    """Every job script the lessons write (%%writefile cells with #SBATCH lines), by notebook and name."""
+    from pathlib import Path
+
+    from tests.test_notebook_programs import written_programs
+
+    found = {}
+    for notebook in sorted(p.name for p in (Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for name, text in written_programs(notebook).items():
+            if "\n#SBATCH " in text:
+                found[f"{notebook[:2]} {name}"] = text
+    return found
+
+
+LESSON_SCRIPTS = _lesson_job_scripts()
+
+
+def _sbatch_options(text: str) -> list[str]:
+    return [line.split()[1] for line in text.splitlines() if line.startswith("#SBATCH ")]
+
+
+def test_the_lessons_that_submit_jobs_are_all_found():
+    assert {key[:2] for key in LESSON_SCRIPTS} >= {"08", "11", "16", "17"}, sorted(LESSON_SCRIPTS)
+
+
+@pytest.mark.parametrize("key", sorted(LESSON_SCRIPTS))
+def test_every_lesson_job_script_keeps_other_users_off_its_nodes(key):
+    text = LESSON_SCRIPTS[key]
+    assert "--exclusive=user" in _sbatch_options(text), f"{key}: no #SBATCH --exclusive=user"
+    assert "##SBATCH --gpus-per-task=1" in text, f"{key}: no commented GPU line"
+
+
+@pytest.mark.parametrize("key", sorted(LESSON_SCRIPTS))
+def test_every_lesson_job_script_is_take_home(key):
+    """No `python -m helpers` in a job script; the proxies it unsets are the course's list."""
+    from helpers.environment import PROXY_VARIABLES
+
+    text = LESSON_SCRIPTS[key]
+    assert "-m helpers" not in text, f"{key} calls the course's package"
+    unset = [line.split("#")[0].split()[1:] for line in text.splitlines() if line.startswith("unset ")]
+    if "srun" in text:  # a job that starts no workers needs none
+        assert unset and set(PROXY_VARIABLES) <= set(unset[0]), f"{key}: unsets {unset}"
+
+
+@pytest.mark.parametrize("script", ["train.sbatch", "engines.sbatch"])
+def test_the_course_job_scripts_keep_other_users_off_their_nodes(script):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "slurm" / script).read_text()
+    assert "--exclusive=user" in _sbatch_options(text)
+
+
+@pytest.mark.parametrize("layout, line", [(None, True), ("node", True), ("gpu", False)])
+def test_the_engines_batch_template_follows_the_layout(monkeypatch, layout, line):
+    from helpers.engines.slurm import SlurmRequest, batch_template
+
+    if layout is None:
+        monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
+    else:
+        monkeypatch.setenv("COURSE_CLASS_LAYOUT", layout)
+    assert ("#SBATCH --exclusive=user" in batch_template(SlurmRequest()).splitlines()) == line
