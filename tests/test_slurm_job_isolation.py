@@ -222,3 +222,20 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
     cancelled_log = "".join(p.read_text() for p in job_dir.glob("*.out"))
     assert not _staged_copies(slurm), f"scancel left the copies: {_staged_copies(slurm)}\n{cancelled_log}"
     assert squeue_empty(slurm["env"], within=30)
+
+
+def test_the_doctor_reads_node_sharing_from_slurm(slurm, monkeypatch, report):
+    from helpers import doctor
+
+    for name in ("SBATCH_RESERVATION", "SLURM_JOB_RESERVATION", "COURSE_CLASS_LAYOUT"):
+        monkeypatch.delenv(name, raising=False)
+    before = doctor.check_node_sharing(None)
+    subprocess.run(["scontrol", "update", "PartitionName=cpu", "ExclusiveUser=YES"], env=slurm["env"], check=True, timeout=30)
+    try:
+        after = doctor.check_node_sharing("cpu")
+    finally:
+        subprocess.run(["scontrol", "update", "PartitionName=cpu", "ExclusiveUser=NO"], env=slurm["env"], timeout=30)
+    report(f"{Path(__file__).stem}: doctor on the local Slurm: {before.line().strip()} | after ExclusiveUser=YES: "
+           f"{after.line().strip()}")
+    assert before.level == "go" and "partition debug lets users share nodes" in before.detail, before
+    assert after.level == "go" and "partition cpu is ExclusiveUser=YES" in after.detail, after

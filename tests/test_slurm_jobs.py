@@ -152,3 +152,53 @@ def test_the_engines_batch_template_follows_the_layout(monkeypatch, layout, line
     else:
         monkeypatch.setenv("COURSE_CLASS_LAYOUT", layout)
     assert ("#SBATCH --exclusive=user" in batch_template(SlurmRequest()).splitlines()) == line
+
+
+# ------------------------------------------------------------ the doctor's line on node sharing
+PARTITIONS = [{"PartitionName": "debug", "Default": "YES", "ExclusiveUser": "NO", "OverSubscribe": "NO"},
+              {"PartitionName": "class", "Default": "NO", "ExclusiveUser": "YES", "OverSubscribe": "NO"},
+              {"PartitionName": "whole", "Default": "NO", "ExclusiveUser": "NO", "OverSubscribe": "EXCLUSIVE"}]
+
+
+@pytest.fixture
+def scontrol(monkeypatch):
+    from helpers import doctor
+
+    reservations = {"solo": [{"Users": "alice"}], "course": [{"Users": "alice,bob"}]}
+
+    def fields(args):
+        if args[0] == "partition":
+            return [r for r in PARTITIONS if len(args) == 1 or r["PartitionName"] == args[1]]
+        return reservations.get(args[1], [])
+    monkeypatch.setattr(doctor, "_scontrol_fields", fields)
+    for name in ("SBATCH_RESERVATION", "SLURM_JOB_RESERVATION", "COURSE_CLASS_LAYOUT"):
+        monkeypatch.delenv(name, raising=False)
+    return doctor
+
+
+@pytest.mark.parametrize("partition, reservation, exclusive, words", [
+    (None, None, False, "partition debug lets users share nodes (ExclusiveUser=NO, OverSubscribe=NO)"),
+    ("class", None, True, "partition class is ExclusiveUser=YES"),
+    ("whole", None, True, "OverSubscribe=EXCLUSIVE: whole nodes per job"),
+    (None, "solo", True, "reservation solo is for alice alone"),
+    (None, "course", False, "reservation course is for 2 users"),
+    ("nosuch", None, False, "partition nosuch not shown"),
+])
+def test_the_doctor_says_whether_slurm_keeps_other_users_off_the_nodes(scontrol, monkeypatch, partition, reservation,
+                                                                         exclusive, words):
+    if reservation:
+        monkeypatch.setenv("SBATCH_RESERVATION", reservation)
+    found, said = scontrol.sharing_of(partition)
+    assert found == exclusive and words in said, said
+
+
+@pytest.mark.parametrize("layout, partition, level, words", [
+    ("node", None, "go", "every job the course submits adds --exclusive=user"),
+    ("gpu", None, "warn", "classmates' jobs on the same node can reach"),
+    ("gpu", "class", "go", "ExclusiveUser=YES"),
+    ("nodes", None, "no-go", "COURSE_CLASS_LAYOUT='nodes' is not a class layout"),
+])
+def test_the_doctor_line_follows_the_layout(scontrol, monkeypatch, layout, partition, level, words):
+    monkeypatch.setenv("COURSE_CLASS_LAYOUT", layout)
+    check = scontrol.check_node_sharing(partition)
+    assert check.level == level and words in check.detail, check
