@@ -96,7 +96,7 @@ def job_environment(extra: dict, env: dict | None = None) -> dict:
 def explain(env: dict | None = None) -> str:
     """One line on who can reach this job's nodes, for a lesson to print."""
     if class_layout(env) == "node":
-        return ("class layout node: your jobs run --exclusive=user, so no other user's job shares their nodes "
-                "or can reach the TensorFlow ports on them")
+        return ("class layout node: your jobs run --exclusive=user, so no other user's job runs on their nodes "
+                "(their TensorFlow ports still answer whoever reaches the node over the network)")
     return ("class layout gpu: you share nodes with classmates, whose jobs can connect to your TensorFlow workers' "
             "ports on the same node (gRPC, no authentication): train nothing private in this class")
