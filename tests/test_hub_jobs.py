@@ -29,22 +29,22 @@ began = time.monotonic()
 out = Path.home() / "executed"
 env = {**os.environ, "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(Path.home() / "course-output")}
 done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
-                       "--ExecutePreprocessor.timeout=900", "--output-dir", str(out), "notebooks/{name}.ipynb"],
+                       "--ExecutePreprocessor.timeout=900", "--output-dir", str(out), "notebooks/__NAME__.ipynb"],
                       cwd=Path.home(), env=env, capture_output=True, text=True, timeout=1500)
 texts = []
-if (out / "{name}.ipynb").exists():
-    for cell in json.loads((out / "{name}.ipynb").read_text())["cells"]:
+if (out / "__NAME__.ipynb").exists():
+    for cell in json.loads((out / "__NAME__.ipynb").read_text())["cells"]:
         for o in cell.get("outputs", []):
             texts.append(o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"]))
-print("LESSON " + json.dumps({{"status": done.returncode, "seconds": round(time.monotonic() - began),
-                              "server": {{k: os.environ.get(k) for k in ("SLURM_JOB_ID", "SLURM_GPUS_ON_NODE",
-                                                                      "SLURM_GPUS_PER_TASK")}},
-                              "stderr": done.stderr[-1500:], "outputs": texts}}))
+print("LESSON " + json.dumps({"status": done.returncode, "seconds": round(time.monotonic() - began),
+                              "server": {k: os.environ.get(k) for k in ("SLURM_JOB_ID", "SLURM_GPUS_ON_NODE",
+                                                                      "SLURM_GPUS_PER_TASK")},
+                              "stderr": done.stderr[-1500:], "outputs": texts}))
 """
 
 
 def _lesson(hub, user: str, token: str, name: str) -> dict:
-    outputs = run_in_kernel(hub, user, token, [RUN_LESSON.format(name=name)], timeout=1600)
+    outputs = run_in_kernel(hub, user, token, [RUN_LESSON.replace("__NAME__", name)], timeout=1600)
     line = next((l for l in outputs[0].splitlines() if l.startswith("LESSON ")), None)
     assert line, outputs
     return json.loads(line[7:])
