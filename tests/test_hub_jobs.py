@@ -1,6 +1,7 @@
 """Batch jobs a learner submits from a JupyterHub server that is itself a Slurm job with GPUs.
 
-The server job is started as a GPU class would (COURSE_HUB_OPTIONS with --gpus-per-task=1); in
+The server job is started as a GPU class would (req_options, what COURSE_HUB_OPTIONS sets, with
+--gpus-per-task=1); in
 it, lessons 08 and 11 run as a learner runs them (executed by nbconvert from the server's
 kernel, so their kernels carry the server job's environment). Each job they submit must be
 accepted, get the GPUs the class layout gives (simulated GPUs: TensorFlow's CPU wheel trains on
@@ -55,7 +56,9 @@ def test_lessons_08_and_11_submit_their_jobs_from_a_gpu_server(slurm, tmp_path, 
         user, home = learner["name"], learner["home"]
         shutil.copytree(ROOT / "notebooks", home / "notebooks")
         subprocess.run(["chown", "-R", f"{user}:{user}", str(home / "notebooks")], check=True)
-        hub, token = new_hub(tmp_path, slurm, {user: learner["password"]}, env={"COURSE_HUB_OPTIONS": SERVER_OPTIONS})
+        # the shipped config reads COURSE_HUB_OPTIONS; the tests' config sets req_options after it
+        hub, token = new_hub(tmp_path, slurm, {user: learner["password"]},
+                             f"c.SlurmSpawner.req_options = {SERVER_OPTIONS!r}\n")
         try:
             status, body = hub.call("POST", f"/hub/api/users/{user}/server", token)
             assert status in (201, 202), f"spawn answered {status}: {body}"
