@@ -45,14 +45,14 @@ def _as(user: str, args: list[str], env: dict, timeout: float = 60) -> subproces
                            *args], capture_output=True, text=True, timeout=timeout, cwd="/")
 
 
-@pytest.mark.parametrize("how", ["as the lesson wrote it before", "with the class's options"])
+@pytest.mark.parametrize("how", ["as the lesson wrote it before", "with the class's options", "in the gpu layout"])
 def test_a_lesson_08_job_keeps_another_user_off_its_nodes(slurm, other_user, tmp_path, report, how):
     """Lesson 08's job, its header and the options its notebook adds (a server with GPUs, layout
     node); while it runs, another user asks for a task on its node at once (`srun --immediate`)."""
     env = slurm["env"]
     header = _header("08_batch_job.ipynb", "{sbatch_file}")
-    options = job_options(SERVER)
-    if how != "with the class's options":  # today's script and submission: no exclusivity
+    options = job_options({**SERVER, "COURSE_CLASS_LAYOUT": "gpu" if how == "in the gpu layout" else "node"})
+    if how == "as the lesson wrote it before":  # the script and submission before: no exclusivity
         header = header.replace("#SBATCH --exclusive=user", "")
         options = [o for o in options if not o.startswith("--exclusive")]
     script = tmp_path / "job.sbatch"
@@ -78,7 +78,9 @@ def test_a_lesson_08_job_keeps_another_user_off_its_nodes(slurm, other_user, tmp
     if how == "with the class's options":
         assert sharing == "USER"
         assert intruder.returncode != 0 and "node1" not in intruder.stdout, intruder.stdout + intruder.stderr
-    else:  # what the lessons did before: another user's task runs beside the job's TensorFlow ports
+    else:  # before, and in the gpu layout (--oversubscribe undoes the script's --exclusive=user on purpose):
+        # another user's task runs beside the job's TensorFlow ports
+        assert sharing != "USER"
         assert intruder.returncode == 0 and intruder.stdout.strip() == "node1", intruder.stdout + intruder.stderr
     assert squeue_empty(env, within=30)
 
