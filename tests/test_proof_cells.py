@@ -94,7 +94,9 @@ OK["08_batch_job.ipynb"] = {
     "plans": [_plan(0, "node1"), _plan(1, "node2")], "reports": [{"weights": "w"}, {"weights": "w"}],
     "hosts": ["node1", "node2"], "result": {"workers": 2, "replicas": 2, "loss": [2.3, 2.1]}, "digests": {"w"},
     "event_files": ["tensorboard/train/events.out.tfevents.1.node1"],
-    "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"]}
+    "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
+    "added": ["--exclusive=user", "--gpus-per-task=1"], "job_seen": {"sharing": "USER", "gpus": 2}, "inherited": [],
+    "gpus_each": 1}
 
 
 OK["09_monitoring.ipynb"] = {
@@ -312,6 +314,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"]},
      "more than one writer"),
     ("08_batch_job.ipynb", {"written": ["result.json"]}, "chief's model"),
+    ("08_batch_job.ipynb", {"inherited": ["SLURM_GPUS_PER_TASK"]}, "own Slurm settings"),
+    ("08_batch_job.ipynb", {"job_seen": {"sharing": "OK", "gpus": 2}}, "exclusive=user exactly"),
+    ("08_batch_job.ipynb", {"added": ["--oversubscribe", "--gpus-per-task=1"]}, "exclusive=user exactly"),
+    ("08_batch_job.ipynb", {"job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(0, "node2")]}, "node2"),  # two rank 0s
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [float("nan")]}}, "not a number"),
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/events.out.tfevents.1.node1",
