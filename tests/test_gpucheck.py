@@ -100,3 +100,26 @@ def test_the_verified_on_table_shows_a_gpu_run_beside_a_skipped_one():
     assert "gpu17 (64 CPUs, 4 x NVIDIA A100-SXM4-40GB)" in row and "CUDA 12.5, cuDNN 9, sees 4 of 4 GPUs" in row
     assert "180.0 GB/s bus at 94 MB, P2P/IPC" in row and "failed: rank 1: killed" in row
     assert "21,000 images/s" in row and "01 ok 2.5 min (predicted 1.2)" in row
+
+
+@pytest.mark.slurm
+def test_as_a_batch_job_on_simulated_gpus_it_names_the_cpu_build_and_its_nested_job_gets_a_gpu(slurm, tmp_path, report):
+    """The smoke run as one batch job on the local Slurm's simulated GPUs (TensorFlow cannot use them):
+    the build step fails naming the CPU build against the 2 GPUs given, and the job it submits from
+    inside the job (as lessons 08, 11, 16 and 17 do from a server) is accepted and gets a GPU."""
+    fakebin = ROOT / "tests" / "fakebin"  # a stand-in nvidia-smi, as on a GPU node
+    env = {**slurm["env"], "PATH": f"{fakebin}:{slurm['env']['PATH']}", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = tmp_path / "job.out"
+    done = subprocess.run(["sbatch", "--wait", "-N1", "-n1", "--gres=gpu:2", "--time=10", f"--output={out}",
+                           "--wrap", f"{sys.executable} -m helpers.tools.gpucheck --out {tmp_path} --lessons ''"],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    log = out.read_text() if out.exists() else done.stderr
+    doc = json.loads(next(tmp_path.glob("gpucheck-*.json")).read_text())
+    assert validate(doc) == [], log
+    assert done.returncode == 1, log  # the build step failed, as it must on simulated GPUs
+    assert "sees 0 of the 2 GPU(s) given: a CPU build" in doc["steps"]["build"]["reason"], log
+    nested = doc["steps"]["nested-job"]
+    report(f"gpucheck on simulated GPUs: nested job {nested['status']} {nested.get('figures')}")
+    assert nested["status"] == "ok" and not nested["reason"], nested
+    assert "--gpus-per-task=1" in nested["figures"]["options"] and "--exclusive=user" in nested["figures"]["options"]
+    assert nested["figures"]["state"] == "COMPLETED" and (nested["figures"]["gres"] or "").startswith("gpu"), nested

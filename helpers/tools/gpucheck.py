@@ -195,9 +195,10 @@ def step_nested_job(results: dict, timeout: float, wait_s: float = 120.0) -> dic
         if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", ""):
             break
         time.sleep(1)
-    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
-    tres = re.search(r"\bTRES=(\S+)", shown)
-    figures = {"job": job, "options": options, "state": state, "tres": tres.group(1) if tres else None}
+    shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30).stdout
+    tres, gres = re.search(r"\bTRES=(\S+)", shown), re.search(r"\bJOB_GRES=(\S+)", shown)
+    figures = {"job": job, "options": options, "state": state, "tres": tres.group(1) if tres else None,
+               "gres": gres.group(1) if gres else None}
     if state in ("PENDING", "RUNNING", "CONFIGURING"):
         subprocess.run(["scancel", job], timeout=30)
         return {"status": "ok", "reason": f"accepted; still {state} after {wait_s:.0f} s ({reason}): cancelled",
