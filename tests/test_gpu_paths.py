@@ -197,7 +197,7 @@ def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
     assert trace["steps"] == 1 and trace["input_share"] == pytest.approx(0.2)
     ops = {op: round(s * 1000, 6) for op, s in trace["ops"].items()}
     if gpu:  # the kernels' time, by the op that launched them; the host's launch and the derived line left out
-        assert trace["ops_from"] == "GPU kernels"
+        assert trace["ops_from"] == "GPU streams (kernels, copies)"
         assert ops == {"MatMul": 4.0, "Conv2D": 2.0, "void convolve_kernel<float>": 1.0}, ops
     else:
         assert trace["ops_from"] == "host compute threads" and ops == {"MatMul": 1.0}, ops

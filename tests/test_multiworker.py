@@ -137,3 +137,48 @@ def test_collective_timeout_is_read_when_the_strategy_is_made():
     finally:
         del os.environ["COURSE_COLLECTIVE_TIMEOUT"]
     assert collective_timeout() == 300.0
+
+
+CHIEF_ONLY_SAVE = """
+import sys, time
+from helpers.strategy import make_strategy
+strategy = make_strategy("multiworker")
+import numpy as np
+import tensorflow as tf
+from helpers.lesson import compile_model, small_cnn, weights_digest
+
+chief = strategy.cluster_resolver.task_id == 0
+rng = np.random.default_rng(0)
+x, y = rng.random((128, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, 128)
+options = tf.data.Options()
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().with_options(options)
+with strategy.scope():  # lesson 15's model: synchronized batch normalisation
+    model = compile_model(small_cnn(synchronized=True), 0.01)
+model.fit(data, epochs=1, steps_per_epoch=2, verbose=0)
+print("variables", sorted({type(v.value).__name__ for v in model.variables}), flush=True)
+if chief:  # the chief alone saves: a collective in it would wait here for the other worker
+    began = time.perf_counter()
+    model.save(sys.argv[1])
+    print(f"saved in {time.perf_counter() - began:.2f} s", flush=True)
+model.fit(data, epochs=1, steps_per_epoch=2, verbose=0)  # the next all-reduces, on both workers
+print("second fit done", weights_digest(model, trainable_only=False), flush=True)
+"""
+
+
+def test_a_chief_only_save_lets_the_next_all_reduce_through(tmp_path):
+    """Lesson 15's claim: with Keras 3.15 and a `.keras` file, a save on the chief alone runs no
+    collective (every variable of the synchronized-BN CNN is mirrored on write), so the other worker
+    is not left waiting, and the next `fit` finishes on both with identical weights."""
+    import os
+
+    path = tmp_path / "chief.keras"
+    outcomes = run_local_workers(["-c", CHIEF_ONLY_SAVE, str(path)], 2, deadline_s=240,
+                                 env={**os.environ, "COURSE_COLLECTIVE_TIMEOUT": "30"})
+    for outcome in outcomes:
+        assert outcome.returncode == 0, f"rank {outcome.rank}:\n{outcome.output[-3000:]}"
+    digests = [line.split()[-1] for o in outcomes for line in o.output.splitlines() if line.startswith("second fit done")]
+    assert len(digests) == 2 and digests[0] == digests[1], [o.output[-2000:] for o in outcomes]
+    assert "saved in" in outcomes[0].output and "saved in" not in outcomes[1].output
+    assert path.exists()
+    assert all("variables ['MirroredVariable']" in o.output for o in outcomes), [o.output[-2000:] for o in outcomes]

@@ -109,3 +109,43 @@ def test_requeue_resume_skips_the_batches_of_every_local_replica(prepared_dir, t
     assert final(skipped_too_few) != final(reference), "skipping one batch per step should have changed the data"
     report(f"lesson 11 resume on 2 local replicas: {plan['steps']} steps, resumed at step {start[1]}, "
            f"final weights {final(resumed)} = uninterrupted; skipping `start` only gave {final(skipped_too_few)}")
+
+
+def test_lesson_15_serving_program_reports_its_tf32_and_the_proof_catches_it_on(tmp_path):
+    """Notebook 15's serving program writes the TF32 setting it ran with beside the logits. As written
+    it reports TF32 off; without its enable_tensor_float_32_execution(False) line it reports TF32 on
+    (TensorFlow's default, on a CPU too), and the lesson's proof fails on that report."""
+    import math
+    import subprocess
+    import sys
+
+    import keras
+    import numpy as np
+    import pytest
+
+    from tests.test_proof_cells import OK, _run
+
+    keras.utils.set_random_seed(0)
+    keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]).export(str(tmp_path / "exported"), verbose=False)
+    np.save(tmp_path / "probe.npy", np.ones((3, 4), np.float32))
+    program = written_program("15_models_you_keep.ipynb")
+    line = "tf.config.experimental.enable_tensor_float_32_execution(False)"
+    assert program.count(line) == 1
+    variants = {"as written": (program, False),
+                "without the line": ("\n".join(s for s in program.splitlines() if line not in s), True)}
+    for name, (source, tf32_expected) in variants.items():
+        script, out = tmp_path / f"{name.replace(' ', '_')}.py", tmp_path / f"{name.replace(' ', '_')}.npz"
+        script.write_text(source)
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / "exported"), str(tmp_path / "probe.npy"),
+                               str(out)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        with np.load(out) as answer:
+            logits, tf32 = answer["logits"], bool(answer["tf32"])
+        assert logits.shape == (3, 2) and tf32 is tf32_expected, (name, tf32)
+        reported = {"tf32_on": {"workers": False, "here": False, "serving program": tf32}}
+        namespace = {"math": math, **OK["15_models_you_keep.ipynb"], **reported}
+        if tf32_expected:
+            with pytest.raises(AssertionError, match="float32 without XLA"):
+                _run("15_models_you_keep.ipynb", namespace)
+        else:
+            _run("15_models_you_keep.ipynb", namespace)
