@@ -14,7 +14,7 @@ from helpers.errors import CourseError
 from helpers.tools import bench, bench_scaling
 from helpers.tools.bench_rows import Row
 from helpers.tools.train import xla_refusal
-from tests.conftest import run_cli, run_python
+from tests.conftest import ROOT, run_cli, run_python
 
 
 def test_each_gpu_row_sees_exactly_the_gpus_it_names():
@@ -237,3 +237,23 @@ def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report):
     lines = [l for l in done.stdout.splitlines() if "images/s" in l]
     assert len(lines) == 5 and "on 4 GPUs (policy mixed_float16)" in lines[-1], done.stdout
     assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16)" in lines[3], lines
+
+
+def test_lesson_07_mirrored_names_its_all_reduce_on_gpus_and_on_cpus():
+    """MirroredStrategy's default all-reduce (collective ops) numbers its groups from 1 in every instance,
+    so lesson 07's strategy over all GPUs after one over 2 would fail ("joining a group with size 4, but
+    that group has size 2"): `mirrored` must name NCCL on GPUs and a reduction through one device on CPUs."""
+    import nbformat
+    from types import SimpleNamespace
+
+    cell = next(c.source for c in nbformat.read(ROOT / "notebooks" / "07_scaling_performance.ipynb", as_version=4).cells
+                if "def mirrored" in c.source)
+    made = []
+    distribute = SimpleNamespace(NcclAllReduce=lambda: "nccl", ReductionToOneDevice=lambda: "one device",
+                                 MirroredStrategy=lambda devices, cross_device_ops=None: made.append(
+                                     (devices, cross_device_ops)))
+    for gpus, expected in ((["gpu 0", "gpu 1", "gpu 2", "gpu 3"], "nccl"), ([], "one device")):
+        ns = {"tf": SimpleNamespace(distribute=distribute), "gpus": gpus, "devices": ["d0", "d1", "d2", "d3"]}
+        exec(cell[cell.index("def mirrored"):], ns)
+        ns["mirrored"](2), ns["mirrored"](4)
+        assert made[-2:] == [(["d0", "d1"], expected), (["d0", "d1", "d2", "d3"], expected)], made
