@@ -77,7 +77,10 @@ def normalize(image, label):
 
 def training_dataset(examples: tf.data.Dataset, global_batch: int, input_context=None,
                      seed: int = 42) -> tf.data.Dataset:
-    """Shard first (each worker reads only its share), then map, cache, shuffle, batch, prefetch.
+    """Shard, then map, cache, shuffle, batch, prefetch: each worker scales and caches only its share.
+
+    Not decodes: `load_split`'s examples come decoded by tfds, so every worker reads and decodes
+    the whole split before the shard keeps its n-th (notebook 02, "The course pipeline").
 
     Given an `input_context` (from `strategy.distribute_datasets_from_function`), this worker
     keeps every n-th example and batches by the per-replica batch; without one, the dataset is

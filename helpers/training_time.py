@@ -70,7 +70,7 @@ def _course_work(s: Settings, replicas: int) -> dict[str, list[Work]]:
         "04": [cnn(2 * s.epochs * epoch)],  # one process, then the engines
         "05": [Work("resnet50", 2 * s.resnet_epochs * resnet_epoch, s.resnet_per_replica_batch)],
         "06": [cnn(int((s.fault_epochs + 0.5) * epoch))],  # to the crash in mid-run, then the rest
-        "07": [cnn(11 * 8 * 64)],  # a few timed steps per configuration, whatever the mode
+        "07": [cnn(31 * 8 * 64)],  # STEPS + 1 = 31 steps per configuration, whatever the mode
         "08": [Work(s.job_model, s.epochs * epoch, b)],
         "09": [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
         "10": [Work("cnn", 5 * s.schedule_epochs * large, 32 // replicas)],

@@ -14,7 +14,7 @@ from helpers.errors import CourseError
 from helpers.tools import bench, bench_scaling
 from helpers.tools.bench_rows import Row
 from helpers.tools.train import xla_refusal
-from tests.conftest import run_cli, run_python
+from tests.conftest import ROOT, run_cli, run_python
 
 
 def test_each_gpu_row_sees_exactly_the_gpus_it_names():
@@ -206,7 +206,7 @@ def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
 LESSON_07_GPU_CELL = """
 import nbformat
 from helpers import environment
-environment.local_replicas(2)
+environment.local_replicas(4)
 import tensorflow as tf
 from helpers.data import ensure_data, load_split
 
@@ -214,10 +214,15 @@ nb = nbformat.read("notebooks/07_scaling_performance.ipynb", as_version=4)
 program = next(c.source for c in nb.cells if c.source.startswith("%%writefile")).split("\\n", 1)[1]
 ns = {}
 exec(compile(program.replace('if __name__ == "__main__":', "if False:"), "07_measure", "exec"), ns)
+# NCCL has no CPU kernel: it stands in as a reduction through one device. The notebook's own `mirrored`
+# runs, so a GPU branch left to MirroredStrategy's default collective ops would fail below, as on GPUs.
+tf.distribute.NcclAllReduce = lambda *args, **kwargs: tf.distribute.ReductionToOneDevice()
 cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
 ns.update(train_examples=load_split("train", ensure_data(True).data_dir, limit=256), MODEL="cnn", per_replica=32,
-          STEPS=2, tf=tf, gpus=["stand-in 0", "stand-in 1"], devices=cpus,
-          mirrored=lambda n: tf.distribute.MirroredStrategy(cpus[:n], cross_device_ops=tf.distribute.ReductionToOneDevice()))
+          STEPS=2, tf=tf, gpus=["stand-in %d" % i for i in range(4)], devices=cpus)
+setup = next(c.source for c in nb.cells if "def mirrored" in c.source)
+exec(setup[setup.index("def mirrored"):], ns)
+ns["measure"](ns["mirrored"](2), ns["train_examples"], "cnn", 32, 2)  # as the MirroredStrategy cell does first
 cell = next(c.source for c in nb.cells if c.source.startswith("if gpus:"))
 exec(cell, ns)
 """
@@ -225,9 +230,30 @@ exec(cell, ns)
 
 def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report):
     """The cell's code (no strategy with XLA and mixed precision, then MirroredStrategy over the 'GPUs'),
-    with two logical CPUs named as GPUs: no GPU kernel runs, the figures mean nothing, the code paths run."""
+    with four logical CPUs named as GPUs, after the notebook's `mirrored(2)`: no GPU kernel runs, the
+    figures mean nothing, the code paths run, and the second strategy's all-reduce does not collide."""
     done = run_python(LESSON_07_GPU_CELL, timeout=400, env={"COURSE_MODE": "quick", "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [l for l in done.stdout.splitlines() if "images/s" in l]
-    assert len(lines) == 5 and "on 2 GPUs (policy mixed_float16)" in lines[-1], done.stdout
+    assert len(lines) == 5 and "on 4 GPUs (policy mixed_float16)" in lines[-1], done.stdout
     assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16)" in lines[3], lines
+
+
+def test_lesson_07_mirrored_names_its_all_reduce_on_gpus_and_on_cpus():
+    """MirroredStrategy's default all-reduce (collective ops) numbers its groups from 1 in every instance,
+    so lesson 07's strategy over all GPUs after one over 2 would fail ("joining a group with size 4, but
+    that group has size 2"): `mirrored` must name NCCL on GPUs and a reduction through one device on CPUs."""
+    import nbformat
+    from types import SimpleNamespace
+
+    cell = next(c.source for c in nbformat.read(ROOT / "notebooks" / "07_scaling_performance.ipynb", as_version=4).cells
+                if "def mirrored" in c.source)
+    made = []
+    distribute = SimpleNamespace(NcclAllReduce=lambda: "nccl", ReductionToOneDevice=lambda: "one device",
+                                 MirroredStrategy=lambda devices, cross_device_ops=None: made.append(
+                                     (devices, cross_device_ops)))
+    for gpus, expected in ((["gpu 0", "gpu 1", "gpu 2", "gpu 3"], "nccl"), ([], "one device")):
+        ns = {"tf": SimpleNamespace(distribute=distribute), "gpus": gpus, "devices": ["d0", "d1", "d2", "d3"]}
+        exec(cell[cell.index("def mirrored"):], ns)
+        ns["mirrored"](2), ns["mirrored"](4)
+        assert made[-2:] == [(["d0", "d1"], expected), (["d0", "d1", "d2", "d3"], expected)], made

@@ -49,7 +49,9 @@ OK: dict[str, dict] = {
         "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "cached_rate": 5000.0,
         "training_rate": 300.0,
         "seen": {r: {"DATA": [4 * r, 4 * r + 1], "OFF": [0, 1], "dataset_fn": list(range(r, 32, 2)),
-                     "decoded with DATA": 32, "decoded with dataset_fn": 16, "FILE, 1 file": "InvalidArgumentError"}
+                     "cached with DATA": 32, "cached with dataset_fn": 16,
+                     "FILE, 1 file": ("InvalidArgumentError: Could not apply FILE based sharding: the dataset only has 1 "
+                                      "file(s), which is not enough" if r == 0 else "UnavailableError: Collective ops is aborted")}
                  for r in (0, 1)}},
     "03_multiworker_ipyparallel.ipynb": {
         "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]], "overlap": 0,
@@ -61,8 +63,10 @@ OK: dict[str, dict] = {
         "strategy": _strategy(2),
         "right_gap": 1e-7, "wrong_gap": 1e-2, "tf32": False, "test": {"examples": 512}, "test_images": 512,
         "worker_test_counts": [512, 512],
-        "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1},
-                      "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1}},
+        "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1,
+                                        "moved vs float32": 1.0},
+                      "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1,
+                                         "moved vs float32": 1.01}},
         "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328}},
     "05_sync_batch_norm.ipynb": {
         "strategy": _strategy(2), "forward_all_reduces": 3, "spread_plain": 0.05, "spread_sync": 0.0,
@@ -76,7 +80,12 @@ OK: dict[str, dict] = {
 
 
 def _point(label, replicas, agree=True):
-    return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree}
+    """A point as lesson 07 records it: a MirroredStrategy point in this process, or a multi-worker
+    point of `replicas` workers with one replica each, started as `replicas` workers."""
+    multi = label == "MultiWorkerMirroredStrategy"
+    return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
+            "replica_batches": [32] * (1 if multi else replicas),
+            **({"workers": replicas, "started": replicas} if multi else {})}
 
 
 OK["07_scaling_performance.ipynb"] = {
@@ -229,9 +238,13 @@ BROKEN: list[tuple[str, dict, str]] = [
      "dataset_fn the workers must get disjoint"),  # the unsharded dataset_fn of issue 13
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": [0, 1]}})}, "DATA the workers must get disjoint"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"OFF": [2, 3]}})}, "same examples"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"decoded with dataset_fn": 32}})}, "only its half"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"decoded with DATA": 16}})}, "every example on every worker"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "no error"}})}, "should raise"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"cached with dataset_fn": 32}})}, "only its half"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"cached with DATA": 16}})}, "every example on every worker"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"FILE, 1 file": "no error"}})}, "should raise"),
+    # the worker caught some other error: a misspelled policy, say, raises AttributeError on both workers
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"FILE, 1 file": "AttributeError: type object 'AutoShardPolicy' "
+                                                                     "has no attribute 'FILES'"} for r in (0, 1)})},
+     "sharding error"),
     ("02_input_pipelines.ipynb", {"counted_once": {1: True, 2: False, 3: True}}, "every example once"),
     ("02_input_pipelines.ipynb", {"cached_rate": 100.0}, "slower than training"),
     ("02_input_pipelines.ipynb", {"training_rate": 6000.0}, "slower than training"),  # GPUs outpacing the input
@@ -262,14 +275,24 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
     ("04_custom_training_loop.ipynb", {"worker_test_counts": [512, 448]}, "evaluation counted"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": None, "compile wraps": False, "loss": 0.1},
-        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1}}}, "mixed_float16"),
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}}, "mixed_float16"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1},
-        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": True, "loss": 0.1}}}, "mixed_bfloat16"),
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0}}}, "mixed_bfloat16"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": float("nan")},
-        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1}}}, "no finite loss"),
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": float("nan"), "moved vs float32": 1.0},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}}, "no finite loss"),
+    ("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": 16384.0, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
+     "loss scale should be 32768"),  # the first step overflowed and was skipped
+    # the step forgot to scale the loss: the optimizer still divided the gradients by 32768
+    ("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1,
+                          "moved vs float32": 3.05e-5},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
+     "about as far"),
     ("04_custom_training_loop.ipynb", {"underflow": {"float16": 1e-8, "bfloat16": 1e-8, "float16, scaled by 32768": 3e-4}},
      "vanish in float16"),
     ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "synchronized vs global": 2.0}},
@@ -293,10 +316,21 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("06_fault_tolerance.ipynb", {"results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b",
                                                "weights": str(r)} for r in (0, 1)]}, "different weights"),
     ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1)]}, "more than one replica"),
-    ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), dict(_point("MirroredStrategy", 2), global_batch=32)]},
-     "global_batch"),
-    ("07_scaling_performance.ipynb", {"points": [dict(_point("MirroredStrategy", 1), steps=3), _point("MirroredStrategy", 2)]},
-     "ran 3 steps"),
+    # a strategy whose replicas got the global batch each (batched by the global batch, not per replica)
+    ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1),
+                                                 dict(_point("MirroredStrategy", 2), replica_batches=[64, 64])]},
+     "received batches"),
+    # a "2-replica" point whose strategy had one replica's device only
+    ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1),
+                                                 dict(_point("MirroredStrategy", 2), replica_batches=[32])]},
+     "received batches"),
+    # the worker program built MirroredStrategy(["/cpu:0"]) in each of 2 processes: no cluster, 1 replica each
+    ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), _point("MirroredStrategy", 2),
+                                                 dict(_point("MultiWorkerMirroredStrategy", 2), replicas=1, workers=1,
+                                                      global_batch=32)],
+                                      "in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
+                                                   ("MultiWorkerMirroredStrategy", 1): 0.99}},
+     "formed a cluster of 1"),
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
                                                    ("MirroredStrategy", 2): 0.6}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
@@ -667,3 +701,102 @@ def test_lesson_15_solution_1_fails_when_the_file_is_not_the_best_epoch(change, 
     else:
         with pytest.raises(AssertionError, match=match):
             exec(compile(source, "15 solution 1", "exec"), namespace)
+
+
+LESSON_07_SLEEPY = """
+import json, sys, time
+import nbformat
+from helpers.data import ensure_data, load_split
+
+nb = nbformat.read("notebooks/07_scaling_performance.ipynb", as_version=4)
+program = next(c.source for c in nb.cells if c.source.startswith("%%writefile")).split("\\n", 1)[1]
+ns = {"__name__": "measure_07"}
+exec(compile(program, "07_measure", "exec"), ns)
+import tensorflow as tf
+
+
+class BetweenSteps(ns["StepTimes"]):  # the program's own timer, then work no timer sees
+    def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
+        time.sleep(float(sys.argv[1]))
+
+
+ns["StepTimes"] = BetweenSteps
+examples = load_split("train", ensure_data(True).data_dir, limit=512)
+print("POINT " + json.dumps(ns["measure"](tf.distribute.get_strategy(), examples, "cnn", 32, 10)))
+"""
+
+
+@pytest.mark.parametrize("sleep,match", [(0.0, None), (0.3, "inside timed steps")])
+def test_lesson_07_proof_fails_when_time_passes_between_timed_steps(sleep, match):
+    """The real measurement with a callback that sleeps after each step's end: the timed steps no
+    longer account for the span, and the proof must say so (without the sleep, it passes)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_07_SLEEPY, str(sleep)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**__import__("os").environ, "COURSE_MODE": "quick"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    measured = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("POINT "))[6:])
+    points = [{**measured, "label": "MirroredStrategy"},
+              _point("MirroredStrategy", 2), _point("MultiWorkerMirroredStrategy", 2)]
+    for p in points[1:]:
+        p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18)
+    raw = {"points": points, "per_replica": 32, "STEPS": 10}
+    if match is None:
+        _gather_and_prove("07_scaling_performance.ipynb", raw)
+    else:
+        with pytest.raises(AssertionError, match=match):
+            _gather_and_prove("07_scaling_performance.ipynb", raw)
+
+
+LESSON_04_PRECISION = """
+import json, sys
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import keras, numpy as np, tensorflow as tf
+from helpers.lesson import small_cnn
+
+nb = nbformat.read("notebooks/04_custom_training_loop.ipynb", as_version=4)
+code = [c.source for c in nb.cells if c.cell_type == "code"]
+step = next(s for s in code if s.startswith("def make_train_step"))
+if sys.argv[1] == "unscaled":
+    step = step.replace("to_differentiate = optimizer.scale_loss(loss) if scaled else loss", "to_differentiate = loss")
+ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn,
+      "strategy": tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")]),
+      "print": lambda *a, **k: None}
+exec(step, ns)
+exec(next(s for s in code if s.startswith("def correct_predictions")), ns)
+rng = np.random.default_rng(0)
+ns.update(images=rng.uniform(size=(16, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=16).astype("int32"))
+for marker in ("underflow = ", "precision = {}"):
+    exec(next(s for s in code if s.startswith(marker)), ns)
+sys.stdout.write("PRECISION " + json.dumps(ns["precision"]) + "\\n")
+"""
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("unscaled", "about as far")])
+def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(variant, match):
+    """Notebook 04's own step and mixed-precision cells, run; then its proof on what they measured. The
+    step with `to_differentiate = loss` (the loss not scaled, the gradients still divided) must fail."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_04_PRECISION, variant], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**__import__("os").environ})
+    assert done.returncode == 0, done.stderr[-3000:]
+    precision = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("PRECISION "))[10:])
+    namespace = {**OK["04_custom_training_loop.ipynb"], "precision": precision}
+    if match is None:
+        _run("04_custom_training_loop.ipynb", namespace)
+    else:
+        with pytest.raises(AssertionError, match=match):
+            _run("04_custom_training_loop.ipynb", namespace)
