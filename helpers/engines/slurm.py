@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -41,30 +40,6 @@ def want_slurm(slurm: bool | None) -> bool:
     if choice not in ("local", "slurm"):
         raise CourseError(f"{ENGINES_ENV}={choice!r} is not understood: use local or slurm")
     return choice == "slurm"
-
-
-LOCAL_WORKERS_ENV = "COURSE_LOCAL_WORKERS"  # "allow": multi-worker TensorFlow here, Slurm or not
-
-
-def check_local_workers(what: str) -> None:
-    """Refuse local TensorFlow workers where Slurm answers and this is no allocation: a login node.
-
-    TensorFlow's gRPC worker ports accept anyone who can reach them and run what they are sent,
-    and a login node is shared with every user of the centre. A laptop (no Slurm), a compute
-    node (an allocation) and a machine whose owner says so (COURSE_LOCAL_WORKERS=allow) pass."""
-    if "SLURM_JOB_ID" in os.environ or os.environ.get(LOCAL_WORKERS_ENV, "").strip().lower() == "allow":
-        return
-    if shutil.which("sinfo") is None:
-        return
-    try:
-        answered = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        answered = False
-    if answered:
-        raise CourseError(
-            f"{what} would run multi-worker TensorFlow here, on a machine Slurm schedules from (a login node?), "
-            "whose gRPC worker ports anyone on it can use: run the lesson on compute nodes (COURSE_ENGINES=slurm, "
-            f"or a JupyterHub server / salloc), or set {LOCAL_WORKERS_ENV}=allow if you alone use this machine")
 
 
 def in_allocation() -> bool:
