@@ -32,6 +32,17 @@ ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks star
 ENGINES_JOB_NAME = "tf-course-engines"  # slurm/engines.sbatch's --job-name: attach() touches no other job
 
 
+def engines_job_name(cluster_id: str) -> str:
+    """The Slurm name of a cluster's engines job or step: the course's own, never ipyparallel's
+    default `ipengine-*`, which a learner's research engines carry too (`class end` cancels by name)."""
+    return f"{ENGINES_JOB_NAME}-{cluster_id}"
+
+
+def is_engines_job_name(name: str) -> bool:
+    """Exactly the names the course gives engines: slurm/engines.sbatch's, or `engines_job_name`'s."""
+    return re.fullmatch(re.escape(ENGINES_JOB_NAME) + r"(-[A-Za-z0-9_-]*)?", name) is not None
+
+
 def want_slurm(slurm: bool | None) -> bool:
     """Whether engines go through Slurm: the argument if given, else `COURSE_ENGINES`."""
     if slurm is not None:
@@ -142,7 +153,7 @@ def batch_template(request: SlurmRequest, extra: list[str] | tuple = ()) -> str:
     `--ntasks={n}` is spelled out so ipyparallel adds no #SBATCH lines of its own, and
     SLURM_EXPORT_ENV is unset so that `srun` passes the controller's connection info on.
     """
-    lines = ["#!/bin/bash", "#SBATCH --job-name=ipengine-{cluster_id}", "#SBATCH --ntasks={n}",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={engines_job_name('{cluster_id}')}", "#SBATCH --ntasks={n}",
              "#SBATCH --output={output_file}", *request.sbatch_lines(), *extra,
              "unset SLURM_EXPORT_ENV", "srun --export=ALL {program_and_args}", ""]
     return "\n".join(lines)
@@ -333,7 +344,7 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
 
     @property
     def step_name(self) -> str:
-        return f"ipengine-{self.cluster_id}"
+        return engines_job_name(self.cluster_id)
 
     def find_args(self):
         return (self.mpi_cmd + ["-n", str(self.n), "--export=ALL", f"--job-name={self.step_name}"]
