@@ -76,6 +76,8 @@ lab: kernel
 horovod: install
 	$(PY) -m helpers horovod build
 
+# Where Slurm is found, its local multi-worker rows need COURSE_LOCAL_WORKERS=allow: only on a
+# machine nobody else uses, never on a login node (docs/security.md)
 bench: install
 	$(PY) -m helpers bench --out build/bench
 

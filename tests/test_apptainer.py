@@ -67,7 +67,7 @@ def test_the_post_section_installs_the_course_beside_the_base_images_tensorflow(
     assert "tensorflow-cpu" in names and "tensorflow" not in names, "a second TensorFlow wheel came in"
     assert {"tf-keras", "tf-hpc-course-helpers", "keras", "ipyparallel", "tensorflow-datasets"} <= names, sorted(names)
     frozen = {_name(line.split("==")[0]): line.split("==")[1] for line in listed.splitlines() if "==" in line}
-    frozen = {k: v for k, v in frozen.items() if k not in ("pip", "setuptools", "wheel", "tensorflow-cpu")}
+    frozen = {k: v for k, v in frozen.items() if k not in ("pip", "setuptools", "wheel", "tensorflow-cpu", "tf-hpc-course-helpers")}
     assert frozen == constraints(), {k: (v, constraints().get(k)) for k, v in frozen.items() if constraints().get(k) != v}
     report(f"Apptainer %post in a clean venv beside tensorflow-cpu: {check.stdout.strip()}; "
            f"{len(names)} packages, one TensorFlow wheel, {len(frozen)} at constraints.txt's exact versions "

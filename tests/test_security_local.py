@@ -160,3 +160,23 @@ def test_this_host_in_a_compressed_node_list_is_a_node(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[1-8,10]")
     assert not login_node.on_allocation_node()
     assert os.environ.get("SLURMD_NODENAME") is None
+
+
+@pytest.mark.slurm
+def test_on_the_local_slurm_the_salloc_shell_is_refused_and_the_jobs_step_allowed(slurm, report):
+    """What Slurm really sets: salloc's command runs where salloc ran (this host, not node1) with
+    SLURM_JOB_ID; an srun step of the same allocation runs on node1 with SLURMD_NODENAME."""
+    import subprocess
+    import sys
+
+    code = ("from helpers.login_node import check_local_workers\n"
+            "check_local_workers('2 local workers')\nprint('ALLOWED')")
+    env = {k: v for k, v in slurm["env"].items() if k != "COURSE_LOCAL_WORKERS"}
+    shell = subprocess.run(["salloc", "-N", "1", "-n", "1", "--time=2", sys.executable, "-c", code], env=env,
+                           capture_output=True, text=True, timeout=120)
+    step = subprocess.run(["salloc", "-N", "1", "-n", "1", "--time=2", "srun", "-n", "1", sys.executable, "-c", code],
+                          env=env, capture_output=True, text=True, timeout=120)
+    refusal = next((line for line in shell.stderr.splitlines() if "not a node" in line), shell.stderr[-300:])
+    report(f"{__name__.rsplit('.', 1)[-1]}: salloc shell: {refusal[:160]} | its srun step: {step.stdout.strip()}")
+    assert shell.returncode != 0 and "which is not a node of Slurm job" in shell.stderr, shell.stdout + shell.stderr
+    assert step.returncode == 0 and step.stdout.strip() == "ALLOWED", step.stdout + step.stderr
