@@ -42,7 +42,8 @@ HOST_CONTEXTS = [
     re.compile(rf"[\"']({NAME}):\d{{1,5}}[\"']"),  # TF_CONFIG's "node1:12345"
     re.compile(rf"\b(?:tcp|grpc|https?)://({NAME})"),
 ]
-NODE_LISTS = re.compile(r"(?:NodeList|Nodes|SLURM_(?:JOB_|STEP_)?NODELIST)\s*[=:]\s*[\"']?([\w.\-\[\],]+)", re.I)
+NODE_LISTS = re.compile(r"(?:NodeList|Nodes|SLURM_(?:JOB_|STEP_)?NODELIST)[\"']?\s*[=:]\s*[\"']?"
+                        r"([A-Za-z][\w.\-\[\],]*[\w\]])")  # Slurm's spelling; a name, never a count
 USER_CONTEXTS = [
     re.compile(r"(?:UserId|User|USER|LOGNAME|user|username)\s*[=:]\s*[\"']?([a-z_][\w.-]*)"),
     re.compile(r"/(?:home|Users|users|u)/([a-z_][\w.-]*)"),
@@ -83,7 +84,7 @@ class Identities:
                 continue
         # a word after `host:` may be a word: only names with a digit or a dot count (node1, nid001234,
         # login.example.org), besides user@host's and this machine's own
-        self.hosts.update(name for name in found if re.search(r"[\d.]", name))
+        self.hosts.update(name for name in found if re.fullmatch(NAME, name) and re.search(r"[\d.]", name))
         for pattern in USER_CONTEXTS:
             self.users.update(pattern.findall(text))
         for match in JOB_IDS.finditer(text):
