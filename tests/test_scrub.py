@@ -38,6 +38,7 @@ def test_identities_are_replaced_by_placeholders():
     "TensorFlow 2.21.0, Keras 3.15.1, ipyparallel 9.2.0; COURSE_PORT_RANGE=12000-12999",
     "controller on 127.0.0.1, never 0.0.0.0; the step 12: loss 0.123",
     "2 nodes, Nodes: 2, nodes=2, node: 0, rank 0 on GPU 1, host: localhost, user: 3",
+    "From: tensorflow/tensorflow@sha256:<digest>; import tensorflow as tf; pip install tensorflow-cpu",
 ])
 def test_what_the_lessons_teach_stays(line):
     names = Identities()

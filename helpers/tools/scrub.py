@@ -30,11 +30,13 @@ from ..login_node import expand_hostlist
 ROOT = Path(__file__).resolve().parents[2]
 USER, HOST, ADDRESS, PORT, JOB = "<user>", "<host>", "<address>", "<port>", "<job>"
 # names too common to replace wherever they appear as words: only in the contexts below
-COMMON_WORDS = {"root", "user", "users", "admin", "test", "course", "node", "host", "jovyan", "localhost", "login"}
+COMMON_WORDS = {"root", "user", "users", "admin", "test", "course", "node", "host", "jovyan", "localhost", "login",
+                "tensorflow", "keras", "python", "python3", "pip", "git", "docker"}
 LOOPBACK = ("127.0.0.1", "0.0.0.0", "localhost")
 
 NAME = r"[A-Za-z][\w-]*(?:\.[A-Za-z0-9][\w-]*)*"
-USER_AT_HOST = re.compile(rf"\b([a-z_][\w.-]*)@({NAME})")
+# user@host, not an image's repo/name@sha256:... nor a package's name@version
+USER_AT_HOST = re.compile(rf"(?<![\w./-])([a-z_][\w.-]*)@(?!sha\d+\b|md5\b)({NAME})")
 HOST_CONTEXTS = [
     re.compile(rf"[\"']?(?:host|hostname|node|nodename|BatchHost|SLURMD_NODENAME|SLURM_TOPOLOGY_ADDR)[\"']?"
                rf"\s*[:=]\s*[\"']?({NAME})", re.I),
