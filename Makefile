@@ -101,6 +101,8 @@ horovod: install
 gpucheck: install
 	$(PY) -m helpers.tools.gpucheck --out build/gpucheck $(GPUCHECK_ARGS)
 
+# Where Slurm is found, its local multi-worker rows need COURSE_LOCAL_WORKERS=allow: only on a
+# machine nobody else uses, never on a login node (docs/security.md)
 bench: install
 	$(PY) -m helpers bench --out build/bench
 

@@ -29,4 +29,4 @@ html_theme_options = {
     "home_page_in_toc": True,
     "use_download_button": True,
 }
-html_copy_source = True  # the download button offers each page, an executed notebook included
+html_copy_source = True  # the download button offers each page: the scrubbed copy of an executed notebook

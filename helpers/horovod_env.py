@@ -43,7 +43,7 @@ def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
     """`horovodrun -np n --gloo` on this host: `n` processes of `script`, killed at the deadline."""
     from .engines.kernel_watch import end_with_kernel
     from .local_workers import kill_group
-    from .engines.slurm import check_local_workers
+    from .login_node import check_local_workers
 
     site = site_dir()
     if site is None:

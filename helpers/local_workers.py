@@ -21,7 +21,7 @@ from .errors import CourseError
 from .gpus import plan_for_local_worker
 from .engines.kernel_watch import end_with_kernel
 from .resolver import free_port, make_tf_config
-from .engines.slurm import check_local_workers
+from .login_node import check_local_workers
 
 
 @dataclass

@@ -66,5 +66,52 @@ def test_the_post_section_installs_the_course_beside_the_base_images_tensorflow(
     names = {line.split("==")[0].lower().replace("_", "-") for line in listed.splitlines()}
     assert "tensorflow-cpu" in names and "tensorflow" not in names, "a second TensorFlow wheel came in"
     assert {"tf-keras", "tf-hpc-course-helpers", "keras", "ipyparallel", "tensorflow-datasets"} <= names, sorted(names)
+    frozen = {_name(line.split("==")[0]): line.split("==")[1] for line in listed.splitlines() if "==" in line}
+    frozen = {k: v for k, v in frozen.items() if k not in ("pip", "setuptools", "wheel", "tensorflow-cpu", "tf-hpc-course-helpers")}
+    assert frozen == constraints(), {k: (v, constraints().get(k)) for k, v in frozen.items() if constraints().get(k) != v}
     report(f"Apptainer %post in a clean venv beside tensorflow-cpu: {check.stdout.strip()}; "
-           f"{len(names)} packages, one TensorFlow wheel (the image was not built: no Apptainer here)")
+           f"{len(names)} packages, one TensorFlow wheel, {len(frozen)} at constraints.txt's exact versions "
+           "(the image was not built: no Apptainer here)")
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def constraints() -> dict[str, str]:
+    """slurm/apptainer/constraints.txt as {name: version}; every line must be name==version."""
+    lines = [line.strip() for line in (DEFINITION.parent / "constraints.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    loose = [line for line in lines if not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.+!-]*", line)]
+    assert not loose, f"constraints.txt lines without an exact version: {loose}"
+    return {_name(line.split("==")[0]): line.split("==")[1] for line in lines}
+
+
+def test_every_pip_install_in_post_pins_its_versions():
+    """%post runs pip as root: every requirement it names has an exact version, and the course's
+    own directory is installed with the constraints file, which pins every dependency."""
+    import shlex
+    import tomllib
+
+    found = sections(DEFINITION.read_text())
+    files = dict(line.split()[::-1] for line in found["files"].strip().splitlines())  # target -> source
+    installs = [line for line in found["post"].splitlines() if re.search(r"\bpip\b.*\binstall\b|\$PIP install", line)
+                and not line.strip().startswith("#")]
+    assert len(installs) >= 2, installs
+    for line in installs:
+        words = shlex.split(line.split("install", 1)[1])
+        constraint = words[words.index("-c") + 1] if "-c" in words else None
+        requirements = [w for i, w in enumerate(words) if not w.startswith("-") and words[i - 1] != "-c"]
+        assert requirements, line
+        for requirement in requirements:
+            if requirement.startswith("/"):  # the course's directory: its dependencies by the constraints
+                assert constraint in files, f"{line}: a local install without -c <constraints from %files>"
+                continue
+            assert re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.+!-]*", requirement), f"{line}: {requirement} unpinned"
+    pinned = constraints()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    missing = [r for r in project if _name(r) not in pinned]
+    assert not missing, f"pyproject.toml's dependencies missing from constraints.txt: {missing}"
+    assert "tensorflow" not in pinned and "tensorflow-cpu" not in pinned, "TensorFlow is the base image's"
+    header = sections(DEFINITION.read_text())["header"]
+    assert "digest" in header and "sha256" in header, "say how to pin the base image by digest"

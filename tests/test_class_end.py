@@ -2,7 +2,9 @@
 
 A learner of the class and a hub user outside it both have a server in the class reservation;
 the learner also has a job outside the reservation, and the outsider a job named like a server.
-`class end --group course --reservation R` must stop the learner's server and nothing else.
+`class end --group course --reservation R` must stop the learner's server and nothing else. Then
+`class end --group course` (no reservation) cancels the learner's engines job of the course and
+leaves the learner's own ipyparallel engines (`ipengine-*`, ipyparallel's default name) alone.
 The instructor's token has the scopes docs/offering.md names, not admin. Root only; CI requires it.
 """
 
@@ -14,6 +16,7 @@ import sys
 
 import pytest
 
+from helpers.engines.slurm import engines_job_name
 from tests.conftest import ROOT
 from tests.hub_support import new_hub, unix_learners, wait_server
 
@@ -63,6 +66,12 @@ def test_class_end_touches_only_the_class(slurm, tmp_path, report):
             outside = _as(learner["name"], plain, "sbatch", "--parsable", "--hold", "--wrap", "true")
             lookalike = _as(outsider["name"], plain, "sbatch", "--parsable", "--hold", "-J", "jupyterhub-course",
                             "--wrap", "true")
+            # the learner's own ipyparallel engines (ipyparallel's default job name) and an engines job
+            # of the course's, both outside the reservation
+            research = _as(learner["name"], plain, "sbatch", "--parsable", "--hold", "-J", "ipengine-1700000000-ab12",
+                           "--wrap", "true")
+            course_engines = _as(learner["name"], plain, "sbatch", "--parsable", "--hold", "-J",
+                                 engines_job_name("course-0123abcd"), "--wrap", "true")
             before = _queue(slurm["env"])
             servers = {row.split("|")[1]: job for job, row in before.items() if f"|jupyterhub-course|{name}" in row}
             assert set(servers) == set(users), before
@@ -75,6 +84,8 @@ def test_class_end_touches_only_the_class(slurm, tmp_path, report):
             status, model = hub.call("GET", f"/hub/api/users/{outsider['name']}", token)
             outsider_ready = bool(model["servers"].get("", {}).get("ready")) if status == 200 else False
             unnamed = _class({**env, "COURSE_HUB_RESERVATION": ""}, "end")
+            by_group = _class({**env, "COURSE_HUB_RESERVATION": ""}, "end", "--group", "course")
+            after_group = _queue(slurm["env"])
         finally:
             for user in users:
                 hub.call("DELETE", f"/hub/api/users/{user}/server", token)
@@ -82,7 +93,9 @@ def test_class_end_touches_only_the_class(slurm, tmp_path, report):
             subprocess.run(["scancel", "-u", outsider["name"]], env=slurm["env"], timeout=60)
             hub.stop()
             subprocess.run(["scontrol", "delete", f"ReservationName={name}"], env=slurm["env"], timeout=60)
-    report(f"{__name__.rsplit('.', 1)[-1]}: {dry.stdout.strip()} | {ended.stdout.strip().splitlines()[-1]}")
+    report(f"{__name__.rsplit('.', 1)[-1]}: {dry.stdout.strip()} | {ended.stdout.strip().splitlines()[-1]} | "
+           f"--group only: {by_group.stdout.strip().splitlines()[-1] if by_group.stdout.strip() else by_group.stderr}; "
+           f"left: {sorted(after_group)}")
     words = dry.stdout.split()
     assert f"stop the servers of {learner['name']} " in dry.stdout and servers[learner["name"]] in words, dry.stdout
     assert outsider["name"] not in words and outside not in words and lookalike not in words, dry.stdout
@@ -92,3 +105,8 @@ def test_class_end_touches_only_the_class(slurm, tmp_path, report):
     assert outside in after, "the learner's job outside the reservation was cancelled"
     assert lookalike in after, "a job named like a server, of a user outside the class, was cancelled"
     assert unnamed.returncode == 2 and "say which class" in unnamed.stderr, unnamed.stderr
+    assert research in after and course_engines in after, "jobs outside the reservation were cancelled"
+    assert by_group.returncode == 0 and course_engines in by_group.stdout, by_group.stdout + by_group.stderr
+    assert course_engines not in after_group, f"the course's engines job outside the reservation is left: {after_group}"
+    assert research in after_group, "the learner's own ipyparallel engines job (ipengine-*) was cancelled"
+    assert outside in after_group, "the learner's job that is no course job was cancelled by --group"

@@ -121,3 +121,23 @@ def test_a_cached_build_is_copied_not_compiled(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(horovod_build, "_tensorflow_version", lambda: "9.99.0")  # another TensorFlow
     with pytest.raises(pytest.fail.Exception, match="it compiled"):
         horovod_build.build(tmp_path / "other" / "horovod")
+
+
+def test_horovods_extra_dependencies_install_pinned(monkeypatch, tmp_path):
+    """What Horovod imports and the environment lacks is installed by pip as root in CI: only
+    exact releases (name==version), never whatever is newest on the registry that day."""
+    import importlib.util
+    import re
+
+    from helpers.tools import horovod_build
+
+    calls = []
+    with monkeypatch.context() as patched:
+        patched.setattr(importlib.util, "find_spec", lambda name, *args: None)  # all of them missing
+        patched.setattr(horovod_build.subprocess, "run", lambda args, **kwargs: calls.append(list(args)))
+        horovod_build._dependencies(tmp_path)
+    assert len(calls) == 1 and "--no-deps" in calls[0], calls
+    requirements = calls[0][calls[0].index("--no-deps") + 1:]
+    assert {r.split("==")[0].lower() for r in requirements} == {"cloudpickle", "psutil", "pyyaml"}, requirements
+    unpinned = [r for r in requirements if not re.fullmatch(r"[A-Za-z0-9_.-]+==\d+(\.\d+)*", r)]
+    assert not unpinned, f"installed without an exact version: {unpinned}"

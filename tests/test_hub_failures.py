@@ -247,6 +247,6 @@ def test_the_class_reservation_reaches_servers_engines_and_batch_jobs(slurm, tmp
            f"a batch job: {batch.strip()}")
     rows = eval(queue)  # noqa: S307 - the test's own printed list
     assert [job, "jupyterhub-course", name] in rows, rows
-    engines = [r for r in rows if r[1].startswith("ipengine-")]
+    engines = [r for r in rows if r[1].startswith("tf-course-engines-")]
     assert engines and all(r[2] == name for r in engines), rows
     assert f"Reservation={name}" in batch, batch

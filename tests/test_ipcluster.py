@@ -172,7 +172,7 @@ def test_cluster_command_on_slurm_keeps_its_job_until_stopped(slurm, tmp_path, r
     assert cluster_id, started.stdout
     time.sleep(2)  # the command has returned: its job must still run
     queue = _squeue(slurm["env"])
-    assert queue and f"ipengine-{cluster_id.group(1)}" in queue, queue
+    assert queue and f"tf-course-engines-{cluster_id.group(1)}" in queue, queue
     stopped = run_cli("cluster", "stop", "--cluster-id", cluster_id.group(1), env=env)
     assert stopped.returncode == 0 and "stopped 1 cluster(s)" in stopped.stdout, stopped.stderr
     assert _squeue_empty(slurm["env"]), _squeue(slurm["env"])

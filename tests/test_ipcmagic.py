@@ -60,3 +60,36 @@ def test_lesson_03_runs_on_engines_ipcmagic_started(slurm, tmp_path, report):
     assert "already ran TensorFlow" in again and "%ipcluster stop" in again, again  # used engines: one line, the fix
     assert "STOPPED" in out, out[-2000:] + done.stderr[-2000:]
     assert squeue_empty(slurm["env"], within=60)
+
+
+CURVE_SESSION = """
+%load_ext ipcmagic
+import json, os, pathlib
+import ipyparallel as ipp
+%env IPP_ENABLE_CURVE=1
+%ipcluster start -n 2
+info = json.loads((pathlib.Path(os.environ["IPYTHONDIR"]) / "profile_default" / "security" / "ipcontroller-client.json").read_text())
+client = ipp.Client()
+client.wait_for_engines(2, timeout=60)
+print("CURVE", bool(info.get("curve_serverkey")), "ENGINES", len(client.ids), client[:].apply_sync(lambda: 6 * 7), flush=True)
+client.close()
+%ipcluster stop
+print("STOPPED", flush=True)
+"""
+
+
+def test_ipcmagic_runs_curvezmq_when_asked(slurm, tmp_path, report):
+    """docs/slurm.md's advice for ipcmagic, whose controller listens on every interface: with
+    `%env IPP_ENABLE_CURVE=1` before `%ipcluster start`, its controller runs CurveZMQ (the client's
+    connection file holds the server key) and its engines still connect and compute."""
+    script = tmp_path / "curve.ipy"
+    script.write_text(CURVE_SESSION)
+    venv_bin = str(Path(sys.executable).parent)
+    env = {**slurm["env"], "IPYTHONDIR": str(tmp_path / "ipython"), "PATH": f"{venv_bin}:{os.environ['PATH']}"}
+    done = subprocess.run(["salloc", "-N", "2", "-n", "2", "--time=5", str(Path(venv_bin) / "ipython"), str(script)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("CURVE")), "")
+    report(f"{Path(__file__).stem}: ipcmagic with IPP_ENABLE_CURVE=1: {line or 'no engines'}")
+    assert line == "CURVE True ENGINES 2 [42, 42]", done.stdout[-3000:] + done.stderr[-3000:]
+    assert "STOPPED" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert squeue_empty(slurm["env"], within=60)

@@ -163,7 +163,7 @@ def test_every_lesson_page_shows_its_figures_and_proof_in_chromium(site, served,
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             for name in LESSONS:
-                notebook = executed / name
+                notebook = site.parent / "site-src" / "notebooks" / name  # the scrubbed copy the page shows
                 figures = sum(1 for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"
                               for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
                 page.goto(f"{served}/notebooks/{name.replace('.ipynb', '.html')}", wait_until="load")
@@ -204,3 +204,79 @@ def test_make_site_without_make_course_says_what_to_run(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and "run `make course` first" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# what an executed lesson prints about who ran it and where: none of it may reach the site
+PLANTED = {
+    "doctor": "TF HPC course doctor: zq7learner@login3q.hpc.example, 2026-11-26 04:00 UTC, "
+              "course /home/zq7learner/tf-hpc-course\nhome: /home/zq7learner, output /home/zq7learner/out",
+    "placement": "2 engines ready: rank 0 on nid004711 (GPU 0), rank 1 on nid004712 (GPU 0)",
+    "tf_config": 'TF_CONFIG={"cluster": {"worker": ["nid004711:45678", "nid004712:45679"]}, '
+                 '"task": {"type": "worker", "index": 0}}',
+    "controller": "controller listening on tcp://10.77.0.191:56789; engines job 987654 "
+                  "(Submitted batch job 987654, SLURM_JOB_ID=987654, step 987654.0, NodeList=nid[004711-004712])",
+}
+SECRETS = ("zq7learner", "login3q", "nid004711", "nid004712", "nid[004711", "10.77.0.191", "45678", "45679",
+           "56789", "987654", "/home/")
+KEPT = ("/job:worker/replica:0/task:1/device:CPU:0", "MultiWorkerMirroredStrategy")
+
+
+def _plant(notebook: Path, png: str) -> None:
+    import nbformat
+    from nbformat.v4 import new_output
+
+    nb = nbformat.read(notebook, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    code[0].outputs = [new_output("stream", name="stdout", text=PLANTED["doctor"] + "\n"),
+                       new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"})]
+    code[1].outputs = [new_output("stream", name="stdout", text="\n".join(
+        [PLANTED["placement"], PLANTED["tf_config"], f"{KEPT[0]} {KEPT[1]}"]) + "\n")]
+    code[2].outputs = [new_output("execute_result", execution_count=3, data={
+        "text/plain": PLANTED["controller"],
+        "text/html": f"<table><tr><td>{PLANTED['placement']}</td><td>{PLANTED['controller']}</td></tr></table>"})]
+    code[3].outputs = [new_output("error", ename="CourseError", evalue=PLANTED["controller"],
+                                  traceback=[f'File "/home/zq7learner/tf-hpc-course/helpers/x.py", line 1'])]
+    nbformat.write(nb, notebook)
+
+
+def test_the_site_publishes_no_user_host_address_job_or_home_path(tmp_path, monkeypatch, report):
+    """The site built from lessons whose outputs print a user, hosts, addresses, ports, job ids and
+    home paths: no page, search index or downloadable notebook shows one; placeholders show instead,
+    figures are untouched and what the lesson teaches (device names) stays."""
+    import base64
+    import io
+    import time
+
+    from PIL import Image
+
+    from helpers.tools import site as site_tool
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(buffer, format="PNG")
+    png = base64.b64encode(buffer.getvalue()).decode()
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    for path in lessons():
+        (executed / path.name).write_bytes(path.read_bytes())
+    for name in (LESSONS[0], "03_multiworker_ipyparallel.ipynb"):
+        _plant(executed / name, png)
+    monkeypatch.setattr(site_tool, "executed_whole", lambda path: True)  # outputs planted, not executed
+    started = time.monotonic()
+    out = tmp_path / "site"
+    build(executed, out)
+    took = time.monotonic() - started
+    published = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".html", ".ipynb", ".js", ".txt", ".md")
+                 and "_static" not in p.relative_to(out).parts]  # the theme's own files hold no output
+    leaks = sorted({f"{p.relative_to(out)}: {secret}" for p in published for secret in SECRETS
+                    if secret in p.read_text(errors="replace")})
+    assert not leaks, leaks[:20]
+    downloads = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.ipynb"))
+    assert "_sources/notebooks/03_multiworker_ipyparallel.ipynb" in downloads, downloads
+    page = (out / "notebooks" / "03_multiworker_ipyparallel.html").read_text()
+    for shown in ("&lt;user&gt;@&lt;host&gt;", "rank 0 on &lt;host&gt;", "&lt;address&gt;", "&lt;job&gt;",
+                  "~/tf-hpc-course" if "~/tf-hpc-course" in page else "&lt;course&gt;", *KEPT):
+        assert shown in page, shown
+    images = [p.read_bytes() for p in (out / "_images").glob("*.png")]
+    assert base64.b64decode(png) in images, "the planted figure was changed"
+    report(f"{Path(__file__).stem}: site with planted outputs built in {took:.0f} s: {len(published)} published "
+           f"files, {len(SECRETS)} planted identities, 0 found; {len(downloads)} downloadable notebooks, scrubbed")

@@ -434,7 +434,7 @@ def test_slurm_engines_stopped_when_a_notebook_cell_fails(slurm, monkeypatch, re
     with pytest.raises(CellExecutionError):
         NotebookClient(nb, timeout=300, kernel_name="python3").execute()
     queued = "".join(o.get("text", "") for o in nb.cells[1].outputs)
-    assert "ipengine-course-" in queued, f"the engines' job should have been queued while the notebook ran: {queued}"
+    assert "tf-course-engines-course-" in queued, f"the engines' job should have been queued while the notebook ran: {queued}"
     assert _squeue_empty(slurm["env"], within=30), "the failed notebook's engines job is still queued"
     assert not _job_processes()
     report("notebook with Slurm engines and a failing cell: engines' job gone from squeue after the kernel ended")
@@ -563,7 +563,7 @@ def test_bench_slurm_engines_row_leaves_the_starting_directory_alone(slurm, tmp_
 ALLOCATION_CLI = """
 set -u
 start() { "$PY" -m helpers cluster start -n 2 --slurm | sed -n 's/.*cluster \\(course-[0-9a-f]*\\).*/\\1/p' | head -1; }
-steps() { squeue -h -s -j "$SLURM_JOB_ID" -o '%j' | grep -c '^ipengine-' || true; }
+steps() { squeue -h -s -j "$SLURM_JOB_ID" -o '%j' | grep -c '^tf-course-engines-' || true; }
 first=$(start); echo "FIRST $first steps=$(steps)"
 "$PY" -m helpers cluster stop --cluster-id "$first"; echo "STOP_ID $? steps=$(steps)"
 second=$(start); echo "SECOND $second steps=$(steps)"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CourseError
+from ..login_node import check_local_workers
 from . import kernel_watch, on_engine, ownership
 from . import slurm as slurm_engines
 
@@ -190,7 +191,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
 
     slurm = slurm_engines.want_slurm(slurm)
     if not slurm:
-        slurm_engines.check_local_workers(f"{n} local engines")
+        check_local_workers(f"{n} local engines")
     cluster_id = CLUSTER_PREFIX + secrets.token_hex(4)
     config, options = (_slurm_options(n, request, Config(), cluster_id) if slurm
                        else _local_options(Config()))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +33,17 @@ ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks star
 ENGINES_JOB_NAME = "tf-course-engines"  # slurm/engines.sbatch's --job-name: attach() touches no other job
 
 
+def engines_job_name(cluster_id: str) -> str:
+    """The Slurm name of a cluster's engines job or step: the course's own, never ipyparallel's
+    default `ipengine-*`, which a learner's research engines carry too (`class end` cancels by name)."""
+    return f"{ENGINES_JOB_NAME}-{cluster_id}"
+
+
+def is_engines_job_name(name: str) -> bool:
+    """Exactly the names the course gives engines: slurm/engines.sbatch's, or `engines_job_name`'s."""
+    return re.fullmatch(re.escape(ENGINES_JOB_NAME) + r"(-[A-Za-z0-9_-]*)?", name) is not None
+
+
 def want_slurm(slurm: bool | None) -> bool:
     """Whether engines go through Slurm: the argument if given, else `COURSE_ENGINES`."""
     if slurm is not None:
@@ -42,30 +52,6 @@ def want_slurm(slurm: bool | None) -> bool:
     if choice not in ("local", "slurm"):
         raise CourseError(f"{ENGINES_ENV}={choice!r} is not understood: use local or slurm")
     return choice == "slurm"
-
-
-LOCAL_WORKERS_ENV = "COURSE_LOCAL_WORKERS"  # "allow": multi-worker TensorFlow here, Slurm or not
-
-
-def check_local_workers(what: str) -> None:
-    """Refuse local TensorFlow workers where Slurm answers and this is no allocation: a login node.
-
-    TensorFlow's gRPC worker ports accept anyone who can reach them and run what they are sent,
-    and a login node is shared with every user of the centre. A laptop (no Slurm), a compute
-    node (an allocation) and a machine whose owner says so (COURSE_LOCAL_WORKERS=allow) pass."""
-    if "SLURM_JOB_ID" in os.environ or os.environ.get(LOCAL_WORKERS_ENV, "").strip().lower() == "allow":
-        return
-    if shutil.which("sinfo") is None:
-        return
-    try:
-        answered = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        answered = False
-    if answered:
-        raise CourseError(
-            f"{what} would run multi-worker TensorFlow here, on a machine Slurm schedules from (a login node?), "
-            "whose gRPC worker ports anyone on it can use: run the lesson on compute nodes (COURSE_ENGINES=slurm, "
-            f"or a JupyterHub server / salloc), or set {LOCAL_WORKERS_ENV}=allow if you alone use this machine")
 
 
 def in_allocation() -> bool:
@@ -170,7 +156,7 @@ def batch_template(request: SlurmRequest, extra: list[str] | tuple = ()) -> str:
     `--exclusive=user` where the class gives each learner a node (`helpers.slurm_jobs`): the
     engines' TensorFlow ports then share their nodes with no other user's job.
     """
-    lines = ["#!/bin/bash", "#SBATCH --job-name=ipengine-{cluster_id}", "#SBATCH --ntasks={n}",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={engines_job_name('{cluster_id}')}", "#SBATCH --ntasks={n}",
              "#SBATCH --output={output_file}", *request.sbatch_lines(),
              *(f"#SBATCH {option}" for option in exclusive_options()), *extra,
              "unset SLURM_EXPORT_ENV", "srun --export=ALL {program_and_args}", ""]
@@ -362,7 +348,7 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
 
     @property
     def step_name(self) -> str:
-        return f"ipengine-{self.cluster_id}"
+        return engines_job_name(self.cluster_id)
 
     def find_args(self):
         return (self.mpi_cmd + ["-n", str(self.n), "--export=ALL", f"--job-name={self.step_name}"]

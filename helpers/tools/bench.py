@@ -66,7 +66,8 @@ def bench_engines(repeats: int = 3, counts: tuple[int, ...] = ENGINE_COUNTS) -> 
                  f"{engines.phases['engines registered']:.2f} s, ranks assigned {engines.phases['ranks assigned']:.2f} s)")
         split = ", ".join(f"{k} {median([p[k] for p in phases]):.2f} s" for k in ("controller up", "engines registered", "ranks assigned"))
         rows.append(Row(f"{n} local engines ready for %%px", median(ours), median(base), "s", False,
-                        "<= 1" if n == 2 else "beat the baseline", f"baseline: ipyparallel defaults; ours: {split}"))
+                        "<= 1" if n == 2 else "beat the baseline",
+                        f"baseline: ipyparallel defaults with CurveZMQ; ours: {split}"))
         if n == 2:
             rows.append(Row("2 engines holding TensorFlow stopped", median(stops), median(base_stops), "s", False,
                             "<= 1", "baseline: Cluster.stop_cluster"))
@@ -109,7 +110,7 @@ def _bench_slurm_engines(repeats: int) -> list[Row]:
                                               controller_location=address)[0])
         say(f"  2 Slurm engines, repeat {i + 1}: ready {ours[-1]:.2f} s vs {base[-1]:.2f} s ({where})")
     return [Row("2 Slurm engines (sbatch) ready for %%px", median(ours), median(base), "s", False,
-                "beat the baseline", "baseline: ipyparallel defaults, engines='slurm'")]
+                "beat the baseline", "baseline: ipyparallel defaults with CurveZMQ, engines='slurm'")]
 
 
 # Run inside one `salloc -N2 -n2`, interleaved: the course's srun step, ipyparallel's own MPI
@@ -131,7 +132,8 @@ for repeat in range(int(sys.argv[1])):
     ours = time.perf_counter() - started
     ours_stop = engines.stop()
     started = time.perf_counter()
-    cluster = ipp.Cluster(n=2, engines="mpi", controller_ip=address, controller_location=address, log_level=40)
+    cluster = ipp.Cluster(n=2, engines="mpi", controller_ip=address, controller_location=address, log_level=40,
+                          controller_args=["--IPController.enable_curve=True"], send_engines_connection_env=False)
     cluster.start_cluster_sync()
     client = cluster.connect_client_sync()
     client.wait_for_engines(2, timeout=120, interactive=False)
@@ -150,7 +152,8 @@ for repeat in range(int(sys.argv[1])):
 """
 
 # name in a result, what the row's note calls it
-ALLOCATION_BASELINES = {"mpi": "ipyparallel's MPI launcher, ipcluster start -n 2 --engines=mpi (mpiexec, mpi4py)",
+ALLOCATION_BASELINES = {"mpi": "ipyparallel's MPI launcher with CurveZMQ, ipcluster start -n 2 --engines=mpi "
+                               "(mpiexec, mpi4py)",
                         "ipcmagic": "ipcmagic-cscs %ipcluster start -n 2 / stop"}
 
 
@@ -193,11 +196,19 @@ def _launcher_dir() -> Path:
     return where
 
 
+# The baselines run ipyparallel's defaults but for two: CurveZMQ on (ipyparallel 9.2's
+# `IPController.enable_curve`, off by default: without it anyone who can reach the controller reads
+# every engine's output) and the engines' connection info read from the owner-only connection file,
+# not sent in their environment (`send_engines_connection_env`, on by default: a Slurm job's
+# environment may be kept where other users can read it). Both as the course's own clusters have them.
+SAFE_BASELINE = dict(controller_args=["--IPController.enable_curve=True"], send_engines_connection_env=False)
+
+
 def _ipyparallel_defaults(n: int = 2, hold_tf: bool = True, **options) -> tuple[float, float]:
     import ipyparallel as ipp
 
     started = time.perf_counter()
-    cluster = ipp.Cluster(n=n, log_level=40, **options)
+    cluster = ipp.Cluster(n=n, log_level=40, **SAFE_BASELINE, **options)
     cluster.start_cluster_sync()
     client = cluster.connect_client_sync()
     client.wait_for_engines(n, timeout=300, interactive=False)

@@ -4,9 +4,11 @@ A class is named, never guessed: its learners are the members of a hub group (`-
 the hub's API: COURSE_HUB_URL and COURSE_HUB_TOKEN) or the users of a Slurm reservation
 (`--reservation`), and with both, the group's members. `end` stops those learners' servers
 through the hub and cancels the job ids it found for them: with a reservation, their jobs in
-it; without, their server job and engines jobs. Nothing else: not a hub user outside the class,
-not a job of a learner's outside the reservation, not a job someone named like a server
-(`scancel -u` is never used). `--dry-run` prints what `end` would do and does nothing.
+it; without, their server job and engines jobs, found by the names the course alone gives them
+(`jupyterhub-course`, `tf-course-engines[-<cluster id>]`), matched exactly. Nothing else: not a hub
+user outside the class, not a job of a learner's outside the reservation, not a learner's own
+ipyparallel engines (`ipengine-*`, ipyparallel's default name), not a job someone named like a
+server (`scancel -u` is never used). `--dry-run` prints what `end` would do and does nothing.
 
 The token needs the scopes `read:groups`, `list:users`, `read:servers` and `delete:servers`
 (not an admin token).
@@ -24,10 +26,10 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+from ..engines.slurm import is_engines_job_name
 from ..errors import CourseError
 
-SERVER_JOB = "jupyterhub-course"  # server.sbatch.j2's --job-name
-ENGINE_PREFIXES = ("ipengine-", "tf-course-engines")  # helpers.engines.slurm' job and step names
+SERVER_JOB = "jupyterhub-course"  # server.sbatch.j2's --job-name, matched exactly
 
 
 @dataclass
@@ -166,13 +168,13 @@ def learners(spec: ClassSpec, hub: HubAPI | None = None) -> dict[str, Learner]:
             continue
         if job.name == SERVER_JOB:
             learner.server = job
-        elif job.name.startswith(ENGINE_PREFIXES):
+        elif is_engines_job_name(job.name):  # the course's names only, never ipyparallel's `ipengine-*`
             learner.engines.append(f"job {job.job_id} {job.state} on {job.nodes or '-'}")
             learner.engine_jobs.append(job.job_id)
         elif spec.reservation:
             learner.other_jobs.append(job)
     for step_id, user, name, nodes, tasks in (row[:5] for row in steps()):
-        if user in found and name.startswith(ENGINE_PREFIXES) and found[user].server \
+        if user in found and is_engines_job_name(name) and found[user].server \
                 and step_id.split(".")[0] == found[user].server.job_id:
             found[user].engines.append(f"{tasks} in step {step_id} on {nodes}")
     return found

@@ -159,12 +159,17 @@ def leave_out_xla_ops(cmake: Path) -> bool:
     return True
 
 
+# What Horovod 0.28.1 imports beyond TensorFlow, by module, pinned: pip runs as whoever builds
+# (root in CI), so only these releases may come in (psutil and PyYAML as in the course's environment,
+# where lesson 13 runs with them; cloudpickle, which that environment lacks, at 3.1.2)
+DEPENDENCIES = {"cloudpickle": "cloudpickle==3.1.2", "psutil": "psutil==7.2.2", "yaml": "pyyaml==6.0.4"}
+
+
 def _dependencies(site: Path) -> None:
     """What Horovod imports and the course's environment lacks, into Horovod's directory."""
     import importlib.util
 
-    missing = [package for module, package in (("cloudpickle", "cloudpickle"), ("psutil", "psutil"), ("yaml", "pyyaml"))
-               if importlib.util.find_spec(module) is None]
+    missing = [pinned for module, pinned in DEPENDENCIES.items() if importlib.util.find_spec(module) is None]
     if missing:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--no-deps", *missing],
                        check=True)

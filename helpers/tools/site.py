@@ -2,7 +2,10 @@
 
 The notebooks are committed without outputs (the tests execute them), so someone browsing the
 repository sees no results, figures or proofs. The site shows the copies `make course` executed
-(build/notebooks), in course order after the README, then the guides and the package map.
+(build/notebooks), in course order after the README, then the guides and the package map. What
+the lessons printed about who ran them and where (user and host names, addresses and ports, job
+ids, home paths) is scrubbed first (`scrub`), and the notebooks a reader downloads are those
+scrubbed copies.
 
 The sources are laid out as in the repository (README as the front page, docs/, notebooks/,
 helpers/README.md), so a link that works on the repository works on the site; Sphinx with
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from ..errors import CourseError
 from .course_run import executed_whole, lessons
+from .scrub import scrub_notebooks
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = ("modes-and-data", "slurm", "offering", "instructor", "troubleshooting", "security", "measured",
@@ -68,8 +72,7 @@ def lay_out(notebooks: Path, source: Path) -> list[Path]:
     (source / "helpers").mkdir()
     shutil.copytree(ROOT / "docs", source / "docs")
     shutil.move(source / "docs" / "conf.py", source / "conf.py")
-    for path in lessons:
-        shutil.copy2(path, source / "notebooks" / path.name)
+    scrub_notebooks(lessons, source / "notebooks")  # no user, host, address, job id or home path
     shutil.copy2(ROOT / "helpers" / "README.md", source / "helpers" / "README.md")
     (source / "index.md").write_text(front_page(lessons))
     return lessons
