@@ -99,7 +99,8 @@ c.JupyterHub.load_roles.append({{"name": "course-test", "scopes": {SERVICE_SCOPE
 c.SlurmSpawner.exec_prefix = "runuser -p -u {{username}} --"
 c.SlurmSpawner.req_options = "--nodes=2 --ntasks-per-node=1"
 c.SlurmSpawner.start_timeout = 120
-c.Spawner.environment.update({{"COURSE_MODE": "quick", "SLURM_CONF": {slurm_env["SLURM_CONF"]!r}}})
+c.Spawner.environment.setdefault("COURSE_MODE", "quick")  # unless the hub was given the class's
+c.Spawner.environment.update({{"SLURM_CONF": {slurm_env["SLURM_CONF"]!r}}})
 {extra}
 ''')
     return config
