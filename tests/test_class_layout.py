@@ -152,3 +152,17 @@ def test_the_kernel_sets_memory_before_tensorflow_starts(layout, expected):
                                  "PATH": "/usr/bin:/bin"})
     line = next((l for l in done.stdout.splitlines() if l.startswith("SEEN")), done.stdout + done.stderr[-2000:])
     assert line == f"SEEN {expected} True", line
+
+
+def test_tensorflow_takes_the_memory_share_on_a_real_gpu():
+    """Where TensorFlow sees a GPU: the share becomes one logical GPU of that size. Skipped here."""
+    code = ("import os\nos.environ['COURSE_GPU_MEMORY_MIB'] = '1024'\nfrom helpers.host import import_tensorflow\n"
+            "tf = import_tensorflow()\nfound = tf.config.list_physical_devices('GPU')\n"
+            "print('SEEN', [c.memory_limit for c in tf.config.get_logical_device_configuration(found[0])]"
+            " if found else 'no GPU')")
+    done = run_python(code)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("SEEN")), done.stderr[-2000:])
+    if line == "SEEN no GPU":
+        pytest.skip("TensorFlow sees no GPU here (CPU wheel, simulated GPUs only): the memory limit on a real "
+                    "GPU is not verified")
+    assert line == "SEEN [1024]", line
