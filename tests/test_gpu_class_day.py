@@ -24,17 +24,16 @@ from pathlib import Path
 
 import pytest
 
+from helpers.tools.class_admin import ENGINE_PREFIXES
 from tests.conftest import ROOT, squeue_empty
 
 pytestmark = pytest.mark.slurm
 FAKEBIN = ROOT / "tests" / "fakebin"
 LEARNERS = 4
 
-DRIVER = r'''
-import json, os, sys, time
-from pathlib import Path
-
+ON_ENGINE = r'''
 def on_engine():
+    """What lesson 03's Slurm resolution gives this engine, before TensorFlow starts."""
     import json, os, sys
     from helpers import gpus
     from helpers.resolver import make_tf_config, resolve_step
@@ -45,7 +44,8 @@ def on_engine():
             "step_gpus": os.environ.get("SLURM_STEP_GPUS"), "memory_mib": os.environ.get("COURSE_GPU_MEMORY_MIB"),
             "growth": os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH"), "how": plan.how,
             "all_reduce": communication_for(plan.replicas, gpus.shares_gpu()), "tensorflow": "tensorflow" in sys.modules}
-
+'''
+DRIVER = "import json, os, sys, time\nfrom pathlib import Path\n" + ON_ENGINE + r'''
 from helpers.engines import start_engines
 from helpers import gpus
 t = time.monotonic()
@@ -121,3 +121,81 @@ def test_four_learners_share_a_gpu_node_a_gpu_each_engines_at_once(slurm, tmp_pa
                        for job, (g, ws, s) in sorted(by_learner.items()))
            + f"; each process 12288 MiB, RING; {took:.1f} s in all")
     print("TensorFlow kernels on these GPUs: SKIPPED, the CPU wheel sees no simulated GPU (no real GPU here)")
+
+
+KERNEL_CELLS = [
+    "from helpers.engines import start_engines\nengines = start_engines(2)",
+    "import json, os\nfrom helpers import gpus\n" + ON_ENGINE
+    + "found = engines.client[:].apply_sync(on_engine)\n"
+      "print('SEEN ' + json.dumps({'engines': found, 'kernel_env': gpus.plan_for_kernel().env(),"
+      " 'job_gpus': os.environ.get('CUDA_VISIBLE_DEVICES'), 'layout': os.environ.get('COURSE_CLASS_LAYOUT')}))",
+]
+
+
+@pytest.mark.timeout(1200)
+def test_four_learners_through_the_hub_a_gpu_each(slurm, tmp_path, report):
+    """The same through the real hub: four Unix learners, COURSE_CLASS_LAYOUT=gpu in the hub's
+    environment (the layout's server job, pinned to node1 here), each starts 2 engines from a kernel
+    (REST + websocket, as JupyterLab does); while all four kernels hold their engines, squeue shows
+    four engine steps on node1."""
+    import threading
+
+    from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
+
+    with unix_learners(LEARNERS, prefix="gd") as learners:
+        hub, token = new_hub(tmp_path, slurm, {l["name"]: l["password"] for l in learners},
+                             "c.SlurmSpawner.req_options = '--nodes=1 --ntasks=2 --gpus=1 --nodelist=node1'\n"
+                             "c.SlurmSpawner.start_timeout = 300\n",
+                             env={"COURSE_CLASS_LAYOUT": "gpu", "PATH": f"{FAKEBIN}:{slurm['env']['PATH']}"})
+        seen, errors, steps = {}, {}, ""
+        started = time.monotonic()
+        try:
+            for learner in learners:
+                status, body = hub.call("POST", f"/hub/api/users/{learner['name']}/server", token)
+                assert status in (201, 202), (status, body)
+
+            def learner_kernel(name: str) -> None:
+                try:
+                    wait_server(hub, name, token, 300)
+                    outs = run_in_kernel(hub, name, token, KERNEL_CELLS, timeout=300, keep=True)
+                    seen[name] = json.loads(next(l for l in outs[1].splitlines() if l.startswith("SEEN "))[5:])
+                except BaseException as exc:  # noqa: BLE001 - shown below
+                    errors[name] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+
+            threads = [threading.Thread(target=learner_kernel, args=(l["name"],)) for l in learners]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(600)
+            took = time.monotonic() - started
+            steps = subprocess.run(["squeue", "-h", "-s", "-o", "%i %u %j %N %A"], env=slurm["env"],
+                                   capture_output=True, text=True, timeout=30).stdout
+            for learner in learners:
+                hub.call("DELETE", f"/hub/api/users/{learner['name']}/server", token)
+            assert not errors, errors
+        except Exception as exc:
+            logs = "".join(f"--- {log.name}\n{log.read_text()[-2000:]}" for l in learners
+                           for log in sorted(l["home"].glob("jupyterhub-course-*.log")))
+            raise AssertionError(f"{exc}\n--- hub log\n{hub.tail()}\n{logs}") from None
+        finally:
+            hub.stop()
+        assert squeue_empty(slurm["env"], within=60)
+    engine_steps = [row for row in (line.split() for line in steps.splitlines())
+                    if row[2].startswith(ENGINE_PREFIXES) and row[3] == "node1"]
+    users = {row[1] for row in engine_steps}
+    assert users == {l["name"] for l in learners}, f"every learner's engines running at once on node1:\n{steps}"
+    gpus_by_learner = {}
+    for name, result in seen.items():
+        engines = sorted(result["engines"], key=lambda e: e["rank"])
+        gpu = result["job_gpus"]
+        assert result["layout"] == "gpu" and [e["rank"] for e in engines] == [0, 1], result
+        workers = engines[0]["workers"]
+        for e in engines:
+            assert e["tf_config"] == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": e["rank"]}}
+            assert (e["cvd"], e["step_gpus"], e["memory_mib"], e["all_reduce"]) == (gpu, gpu, "12288", "RING"), e
+        assert result["kernel_env"]["COURSE_GPU_MEMORY_MIB"] == "12288", result
+        gpus_by_learner[name] = (gpu, workers)
+    assert sorted(g for g, _ in gpus_by_learner.values()) == ["0", "1", "2", "3"], gpus_by_learner
+    report("GPU class day through the hub: 4 learners, servers '--nodes=1 --ntasks=2 --gpus=1' on node1: "
+           + "; ".join(f"GPU {g} engines at {', '.join(ws)}" for g, ws in sorted(gpus_by_learner.values()))
+           + f"; {len(engine_steps)} engine steps of {len(users)} learners running at once; {took:.1f} s from spawn")
