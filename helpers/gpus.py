@@ -77,12 +77,6 @@ class GpuPlan:
             found[GROWTH_ENV] = "true"
         return found
 
-    @property
-    def communication(self) -> str:
-        """The multi-worker collectives for this plan: NCCL on GPUs of one's own, RING on CPU or on
-        a GPU shared with other ranks (NCCL cannot run two ranks on one GPU)."""
-        return "NCCL" if self.gpus and not self.memory_mib else "RING"
-
     def describe(self) -> str:
         if not self.gpus:
             return "CPU" + (f" ({self.note})" if self.note else "")

@@ -61,7 +61,7 @@ def test_node_layout_every_process_takes_memory_as_it_needs_it():
     assert [envs[f"batch worker {r}"]["CUDA_VISIBLE_DEVICES"] for r in range(4)] == ["0", "1", "2", "3"]
     assert all(env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and "COURSE_GPU_MEMORY_MIB" not in env
                for env in envs.values()), envs
-    assert {plan.communication for plan in planned.values()} == {"NCCL"}
+    assert {communication_for(p.replicas, bool(p.memory_mib)) for p in planned.values()} == {"NCCL"}
     # the local workers' whole environment, as local_workers starts them
     env = worker_env(["localhost:10001", "localhost:10002"], 1, kernel)
     assert (env["CUDA_VISIBLE_DEVICES"], env["TF_FORCE_GPU_ALLOW_GROWTH"]) == ("2,3", "true")
@@ -87,7 +87,7 @@ def test_gpu_layout_four_learners_share_a_node_a_gpu_each():
         assert {env["COURSE_GPU_MEMORY_MIB"] for env in envs} == {"12288"}
         assert {env["TF_FORCE_GPU_ALLOW_GROWTH"] for env in envs} == {"false"}  # fixed shares, as a split GPU
         assert 3 * 12288 <= 0.9 * A100_MIB
-        assert {plan.communication for plan in plans} == {"RING"}
+        assert {communication_for(p.replicas, gpus.shares_gpu(p.env())) for p in plans} == {"RING"}
         assert communication_for(1, gpus.shares_gpu(envs[1])) == "RING"
         seen[learner] = gpu
     assert len(set(seen.values())) == 4
