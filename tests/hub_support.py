@@ -221,7 +221,11 @@ def new_hub(tmp_path: Path, slurm: dict, passwords: dict[str, str], extra: str =
     ports = {"public": free_port(), "hub": free_port(), "proxy_api": free_port()}
     token = secrets.token_hex(32)
     config = write_config(directory, passwords, ports, token, slurm["env"], extra)
-    hub = Hub(config, directory, {**slurm["env"], "COURSE_DIR": str(ROOT), **(env or {})}, ports["public"])
+    from helpers.class_settings import CLASS_SETTINGS
+
+    # the class's settings are the test's to give (`env`), never the runner's environment's
+    base = {k: v for k, v in slurm["env"].items() if k not in CLASS_SETTINGS}
+    hub = Hub(config, directory, {**base, "COURSE_DIR": str(ROOT), **(env or {})}, ports["public"])
     try:
         hub.wait_up(60)
     except BaseException:
