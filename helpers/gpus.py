@@ -22,8 +22,9 @@ learner).
 In the GPU-per-learner layout (`COURSE_CLASS_LAYOUT=gpu`) a learner has one GPU for the kernel
 and its engines or workers: when a process has fewer GPUs than workers, they share them, each
 process with a memory limit (90 % of the GPU's memory, from nvidia-smi, divided by the processes:
-the workers and the learner's kernel), set as one logical device per GPU where TensorFlow is
-imported (`host.limit_gpu_memory`, from `COURSE_GPU_MEMORY_MIB`), and the strategy uses RING
+the workers and the learner's kernel; the workers share what the kernel's own share leaves), set
+as one logical device per GPU where TensorFlow is imported (`host.limit_gpu_memory`, from
+`COURSE_GPU_MEMORY_MIB`), and the strategy uses RING
 collectives (NCCL cannot run two ranks on one GPU). Otherwise every process that may use a GPU
 takes its memory as it needs it (`TF_FORCE_GPU_ALLOW_GROWTH=true`), never all of it at start.
 None of this has run on a real GPU: the decisions are tested, TensorFlow's use of them is not.
@@ -45,6 +46,7 @@ GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"  # TensorFlow takes GPU memory as neede
 NO_DEVICES = ("", "-1", "NoDevFiles")  # what Slurm and users write for "no GPU"
 SHARED_FRACTION = 0.9  # of a shared GPU's memory, divided among its processes (the rest: CUDA's own)
 DEFAULT_GPU_MIB = 8192  # when nvidia-smi does not say (a limit too small is safer than none)
+KERNEL_MEMORY_ENV = "COURSE_KERNEL_GPU_MIB"  # the learner's kernel's share, inherited by what it starts
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class GpuPlan:
     #          | memory (the gpu layout: processes share the GPUs, each within memory_mib)
     note: str = ""
     memory_mib: int | None = None  # this process's GPU memory limit (shared GPUs); None: grow as needed
+    kernel: bool = False  # the learner's kernel: what it starts shares out the rest of the GPU
 
     @property
     def replicas(self) -> int:
@@ -73,6 +76,8 @@ class GpuPlan:
         found = {} if self.visible_devices is None else {VISIBLE_ENV: self.visible_devices}
         if self.gpus and self.memory_mib:  # a fixed share: growth off, as for a split GPU
             found.update({GPU_MEMORY_ENV: str(self.memory_mib), GROWTH_ENV: "false"})
+            if self.kernel:
+                found[KERNEL_MEMORY_ENV] = str(self.memory_mib)
         elif self.gpus:
             found[GROWTH_ENV] = "true"
         return found
@@ -133,10 +138,19 @@ def memory_share_mib(total_mib: int | None, processes: int) -> int:
     return max(256, int((total_mib or DEFAULT_GPU_MIB) * SHARED_FRACTION) // processes)
 
 
-def _memory_plan(visible: list[str], processes: int, what: str, total_mib: int | None) -> GpuPlan:
-    share = memory_share_mib(total_mib, processes)
-    return GpuPlan(tuple(visible), "memory", f"{what}: {processes} processes share GPU {','.join(visible)}, "
-                                             f"{share} MiB each, RING collectives (COURSE_CLASS_LAYOUT=gpu)", share)
+def _memory_plan(visible: list[str], workers: int, what: str, total_mib: int | None, env: dict) -> GpuPlan:
+    """A worker's share of the GPU(s) it shares with `workers - 1` others and the learner's kernel:
+    what the kernel left (its share is in the environment it handed down), else one share of
+    `workers + 1` (a kernel may use the GPU, growing)."""
+    kernel = env.get(KERNEL_MEMORY_ENV, "").strip()
+    if kernel.isdigit():
+        left = int((total_mib or DEFAULT_GPU_MIB) * SHARED_FRACTION) - int(kernel)
+        share = max(256, left // workers)
+    else:
+        share = memory_share_mib(total_mib, workers + 1)
+    return GpuPlan(tuple(visible), "memory", f"{what}: {workers} workers and the kernel share GPU "
+                                             f"{','.join(visible)}, {share} MiB each, RING collectives "
+                                             "(COURSE_CLASS_LAYOUT=gpu)", share)
 
 
 def learner_processes(environ: dict | None = None) -> int:
@@ -154,7 +168,9 @@ def plan_for_kernel(environ: dict | None = None, total_mib: int | None = None) -
     if not visible:
         return GpuPlan((), "cpu")
     if class_layout(env) == "gpu":
-        return _memory_plan(visible, learner_processes(env), "the kernel", total_mib or gpu_memory_mib())
+        share = memory_share_mib(total_mib or gpu_memory_mib(), learner_processes(env))
+        return GpuPlan(tuple(visible), "memory", f"the kernel: {share} MiB of GPU {','.join(visible)}, the rest "
+                                                 "for its engines and workers (COURSE_CLASS_LAYOUT=gpu)", share, True)
     return GpuPlan(tuple(visible), "all")
 
 
@@ -183,7 +199,7 @@ def plan_for_task(tasks_on_node: int, local_rank: int, max_tasks_per_node: int,
         return GpuPlan(tuple(visible), "bound")
     if len(visible) < max_tasks_per_node and class_layout(env) == "gpu":
         # the learner's engines on the learner's GPU(s), beside the kernel of the same job
-        return _memory_plan(visible, tasks_on_node + 1, f"task {local_rank}", gpu_memory_mib())
+        return _memory_plan(visible, tasks_on_node, f"task {local_rank}", gpu_memory_mib(), env)
     if len(visible) < max_tasks_per_node:
         raise CourseError(f"{max_tasks_per_node} tasks per node share {len(visible)} GPU(s): every worker "
                           f"needs a GPU of its own; ask for --ntasks-per-node={len(visible)} or "
@@ -212,7 +228,7 @@ def plan_for_local_worker(workers_on_host: int, index: int, environ: dict | None
     if not visible:
         return GpuPlan((), "cpu")
     if len(visible) < workers_on_host and class_layout(env) == "gpu":
-        return _memory_plan(visible, workers_on_host + 1, f"worker {index}", gpu_memory_mib())
+        return _memory_plan(visible, workers_on_host, f"worker {index}", gpu_memory_mib(), env)
     if len(visible) < workers_on_host:
         return GpuPlan((), "hidden", f"{workers_on_host} workers but {len(visible)} GPU(s) on this host: "
                                      "the workers run on CPU (two workers on one GPU break NCCL); "

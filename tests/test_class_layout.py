@@ -94,6 +94,15 @@ def test_gpu_layout_four_learners_share_a_node_a_gpu_each():
     # local workers of a learner (lessons 02, 07): 2 workers and the kernel on the one GPU
     env = worker_env(["localhost:10001", "localhost:10002"], 0, _kernel_env("gpu", "2", 1))
     assert (env["CUDA_VISIBLE_DEVICES"], env["COURSE_GPU_MEMORY_MIB"]) == ("2", "12288")
+    # lesson 07's 4 local workers, started by a kernel that took its share: they share what it left
+    kernel = _kernel_env("gpu", "3", 1)
+    kernel.update(gpus.plan_for_kernel(kernel).env())
+    assert kernel["COURSE_KERNEL_GPU_MIB"] == kernel["COURSE_GPU_MEMORY_MIB"] == "12288"
+    four = [gpus.plan_for_local_worker(4, r, kernel) for r in range(4)]
+    assert [p.memory_mib for p in four] == [6144] * 4  # (36864 - 12288) / 4
+    assert 12288 + sum(p.memory_mib for p in four) <= 0.9 * A100_MIB
+    again = gpus.plan_for_local_worker(4, 0, {**kernel, **four[0].env()})  # resolved twice: the same share
+    assert again.memory_mib == 6144
     # a batch job of the gpu layout with a GPU per task keeps its own GPUs, growing
     batch = gpus.plan_for_task(2, 1, 2, {**_kernel_env("gpu", "1", 2), "CUDA_VISIBLE_DEVICES": "1"})
     assert batch.how == "bound" and batch.env()["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"

@@ -110,6 +110,7 @@ def test_the_class_settings_reach_the_servers_checked(monkeypatch):
     env = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", **given).Spawner.environment
     assert {k: env[k] for k in given} == {**given, "COURSE_MODE": "workshop"}
     assert "COURSE_EPOCHS" not in _load(monkeypatch, COURSE_HUB_IP="10.1.1.1").Spawner.environment
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"  # TensorFlow the course did not plan: memory as needed
     for name, bad in (("COURSE_EPOCHS", "2; rm -rf ~"), ("COURSE_MODE", "fast"), ("COURSE_CLASS_LAYOUT", "gpus"),
                       ("COURSE_MAX_STEPS", "0"), ("COURSE_JOB_GPUS_PER_TASK", "$(id)")):
         with pytest.raises(CourseError, match=name):

@@ -219,7 +219,8 @@ def test_the_class_settings_and_layout_reach_the_job(tmp_path):
                                course_job_gpus_per_task="1", gpus_per_task="1", tasks_per_node="4")
     assert native == ["--nodes", "1", "--ntasks-per-node", "4", "--exclusive", "--gpus-per-task", "1"], native
     for line in ("export COURSE_MODE=workshop", "export COURSE_EPOCHS=2", "export COURSE_MAX_STEPS=40",
-                 "export COURSE_JOB_GPUS_PER_TASK=1", "export COURSE_CLASS_LAYOUT=node"):
+                 "export COURSE_JOB_GPUS_PER_TASK=1", "export COURSE_CLASS_LAYOUT=node",
+                 "export TF_FORCE_GPU_ALLOW_GROWTH=true"):
         assert line in before.splitlines(), (line, before)
     native, before = submitted("gpu", course_class_layout="gpu", bc_num_nodes="3", gpus_per_task="1")
     assert native == ["--nodes", "1", "--ntasks", "2", "--gpus", "1"], native  # one GPU of a shared node

@@ -83,6 +83,9 @@ c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLURM_CONF", "COURSE_DATA_DIR"]
 c.Spawner.environment = {
     "COURSE_ENGINES": "slurm",        # notebooks start their engines as Slurm tasks
     "TF_CPP_MIN_LOG_LEVEL": "2",
+    # any TensorFlow the course did not plan (a kernel importing it directly) takes GPU memory as it
+    # needs it, not nearly all of every GPU its engines need; the course's plans set their own
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",
 }
 
 
