@@ -1,7 +1,10 @@
 # Two commands do all the set-up on a fresh machine:
 #   make course   install, then run every notebook headless in quick mode (build/)
 #   make test     install, then the whole test suite (unit, integration, notebooks)
-# On a GPU cluster: make install EXTRA=gpu (tensorflow[and-cuda] instead of tensorflow-cpu).
+# On a GPU cluster: make install EXTRA=gpu (tensorflow[and-cuda] instead of tensorflow-cpu). The venv
+# remembers its extra (.venv/.extra): every later target (lab, course, test, ...) keeps it, and
+# asking for the other one stops with a line instead of putting a second TensorFlow beside the first.
+# Python 3.10-3.12: on a login node whose python3 is older, give one, e.g. PYTHON=python3.11.
 
 SHELL := /bin/bash
 # Debian's /usr/bin/python3 is world-readable, so a venv made from it also works for
@@ -9,24 +12,39 @@ SHELL := /bin/bash
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRA ?= cpu
+# the extra this venv was made with, else cpu (what the venv has wins over the default)
+# (a venv made before .extra existed: its stamp tells)
+VENV_EXTRA := $(shell cat $(VENV)/.extra 2>/dev/null || { test -e $(VENV)/.installed-gpu && echo gpu; } || \
+                { test -e $(VENV)/.installed-cpu && echo cpu; })
+EXTRA ?= $(or $(VENV_EXTRA),cpu)
 STAMP := $(VENV)/.installed-$(EXTRA)
 KERNEL_NAME ?= tf-hpc-course
 PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course site test classtest fullcheck lab kernel bench horovod clean
+.PHONY: install course site test classtest fullcheck gpucheck lab kernel bench horovod clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@case "$(EXTRA)" in cpu|gpu) ;; *) echo "make: EXTRA=$(EXTRA): use EXTRA=cpu or EXTRA=gpu" >&2; exit 2 ;; esac
+	@if [ -n "$(VENV_EXTRA)" ] && [ "$(VENV_EXTRA)" != "$(EXTRA)" ]; then \
+	  echo "make: $(VENV) holds TensorFlow for EXTRA=$(VENV_EXTRA); EXTRA=$(EXTRA) would put a second TensorFlow" \
+	       "beside it. Use another venv (VENV=.venv-$(EXTRA)) or remove $(VENV) first." >&2; exit 2; fi
+	@test -x $(PY) || { $(PYTHON) -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null || { \
+	  echo "make: PYTHON=$(PYTHON) is $$($(PYTHON) --version 2>&1 || echo missing): the course needs Python 3.10-3.12;" \
+	       "give one, e.g. make install PYTHON=python3.11 (a module: module load python/3.11)" >&2; exit 2; }; \
+	  $(PYTHON) -m venv $(VENV); }
+	@echo $(EXTRA) > $(VENV)/.extra
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub,site]'
 	# Keras 2 for lesson 17 (TF_USE_LEGACY_KERAS=1): --no-deps, or it installs the full
 	# tensorflow wheel beside tensorflow-cpu (two copies of one module)
 	$(PY) -m pip install --quiet --no-deps 'tf-keras>=2.21,<2.22'
+	@$(PY) -c 'import sys; from importlib.metadata import distributions; names = {d.metadata["Name"].lower() for d in distributions()}; \
+	  sys.exit("make: both tensorflow and tensorflow-cpu are in $(VENV) (two copies of one module): remove $(VENV), make install again" \
+	           if {"tensorflow", "tensorflow-cpu"} <= names else 0)'
 	@touch $(STAMP)
 
 course: install
@@ -75,6 +93,13 @@ lab: kernel
 # a few minutes; as root it installs the two header packages it needs with apt-get.
 horovod: install
 	$(PY) -m helpers horovod build
+
+# The smoke run for the first real GPU node (about 10 min on 4 GPUs): TensorFlow's build against the
+# GPUs given, NCCL, mixed precision, a nested job, lessons 01/04/05/07 in workshop mode; JSON in
+# build/gpucheck/ to send back. From a login node: sbatch slurm/gpucheck.sbatch. Without GPUs it
+# runs what it can and says what it skipped.
+gpucheck: install
+	$(PY) -m helpers.tools.gpucheck --out build/gpucheck $(GPUCHECK_ARGS)
 
 bench: install
 	$(PY) -m helpers bench --out build/bench

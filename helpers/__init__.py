@@ -13,6 +13,7 @@ import os as _os
 # kernels inherit it. Nothing a lesson starts needs it (engines, TensorFlow workers, srun steps,
 # batch jobs), and there it would sit in processes with open ports and in Slurm's job records:
 # importing the course drops it from the kernel, so nothing started from it carries it.
-HUB_SECRETS = ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN")
+from course_server import HUB_SECRETS  # noqa: E402 - the one list (the servers' terminals drop them too)
+
 for _name in HUB_SECRETS:
     _os.environ.pop(_name, None)

@@ -13,9 +13,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import CourseError
-
-LAYOUT_ENV = "COURSE_CLASS_LAYOUT"
-LAYOUTS = ("node", "gpu")  # a node per learner (isolated, the default) | a GPU per learner (shared nodes)
+from .slurm_jobs import GPUS_ENV, LAYOUT_ENV, LAYOUTS  # the layout is read there (class_layout)
 
 
 @dataclass(frozen=True)
@@ -23,17 +21,20 @@ class Setting:
     """One class-wide setting: what it sets, and the values it accepts."""
 
     help: str
-    choices: tuple[str, ...] = ()  # the words it accepts; empty: a whole number from low to high
+    choices: tuple[str, ...] = ()  # the words it accepts
+    number: bool = True  # also a whole number from low to high
     low: int = 1
     high: int = 1_000_000
 
 
 CLASS_SETTINGS: dict[str, Setting] = {
-    "COURSE_MODE": Setting("every lesson's size (helpers.mode)", ("auto", "quick", "workshop", "full")),
+    "COURSE_MODE": Setting("every lesson's size (helpers.mode)", ("auto", "quick", "workshop", "full"), False),
     "COURSE_EPOCHS": Setting("epochs of every training (helpers.mode)"),
     "COURSE_MAX_STEPS": Setting("steps per epoch at most (helpers.mode)"),
-    LAYOUT_ENV: Setting("node: a node per learner; gpu: a GPU per learner, nodes shared (helpers.gpus)", LAYOUTS),
-    "COURSE_JOB_GPUS_PER_TASK": Setting("GPUs per task of the lessons' batch jobs", low=0, high=8),
+    LAYOUT_ENV: Setting("node: a node per learner; gpu: a GPU per learner, nodes shared (helpers.gpus, "
+                        "helpers.slurm_jobs)", LAYOUTS, False),
+    GPUS_ENV: Setting("GPUs per task of the jobs lessons submit, or auto (helpers.slurm_jobs)", ("auto",), low=0,
+                      high=64),
 }
 
 
@@ -43,23 +44,15 @@ def check_setting(name: str, value: str) -> str:
     if spec is None:
         raise CourseError(f"{name} is not a class-wide setting: use one of {', '.join(CLASS_SETTINGS)}")
     text = value.strip()
-    if spec.choices:
-        if text.lower() not in spec.choices:
-            raise CourseError(f"{name}={value!r}: use one of {', '.join(spec.choices)}")
+    if text.lower() in spec.choices:
         return text.lower()
-    if not (text.isascii() and text.isdigit() and spec.low <= int(text) <= spec.high):
-        raise CourseError(f"{name}={value!r} must be a whole number from {spec.low} to {spec.high}")
-    return str(int(text))
+    if spec.number and text.isascii() and text.isdigit() and spec.low <= int(text) <= spec.high:
+        return str(int(text))
+    accepted = [*spec.choices, *([f"a whole number from {spec.low} to {spec.high}"] if spec.number else [])]
+    raise CourseError(f"{name}={value!r}: use {' or '.join(accepted)}")
 
 
 def class_settings(environ: dict | None = None) -> dict[str, str]:
     """The class-wide settings set (not empty) in `environ`, each checked: what a hub passes on."""
     env = os.environ if environ is None else environ
     return {name: check_setting(name, env[name]) for name in CLASS_SETTINGS if env.get(name, "").strip()}
-
-
-def class_layout(environ: dict | None = None) -> str:
-    """`node` (default) or `gpu`, from COURSE_CLASS_LAYOUT."""
-    env = os.environ if environ is None else environ
-    text = env.get(LAYOUT_ENV, "").strip()
-    return check_setting(LAYOUT_ENV, text) if text else "node"

@@ -12,6 +12,7 @@ import getpass
 import json
 import os
 import platform
+import re
 import secrets
 import shutil
 import socket
@@ -114,6 +115,60 @@ def slurm_state(partition: str | None) -> tuple[Check, dict | None]:
     name = partition or "default partition"
     return (Check("slurm", "go", f"{where}{step}; {name}: {nodes} usable node(s), "
                   f"{gpus or 'no'} GPU(s) per node"), {"nodes": nodes, "gpus": gpus})
+
+
+def _scontrol_fields(args: list[str]) -> list[dict]:
+    """`scontrol show ... -o` as one dict of fields per line; [] when scontrol fails."""
+    try:
+        done = subprocess.run(["scontrol", "show", *args, "-o"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in done.stdout.splitlines()] if done.returncode == 0 else []
+
+
+def sharing_of(partition: str | None) -> tuple[bool, str]:
+    """Whether Slurm itself keeps other users' jobs off a learner's nodes, and why (or why not):
+    the partition (ExclusiveUser=YES, or OverSubscribe=EXCLUSIVE: whole nodes per job), or the
+    class's reservation when it names one user."""
+    rows = _scontrol_fields(["partition", *([partition] if partition else [])])
+    row = next((r for r in rows if partition or r.get("Default") == "YES"), None)
+    if row is None:
+        return False, f"partition {partition or '(default)'} not shown by scontrol"
+    name = row.get("PartitionName", "?")
+    if row.get("ExclusiveUser") == "YES":
+        return True, f"partition {name} is ExclusiveUser=YES: one user per node"
+    if row.get("OverSubscribe", "").startswith("EXCLUSIVE"):
+        return True, f"partition {name} is OverSubscribe=EXCLUSIVE: whole nodes per job"
+    said = f"partition {name} lets users share nodes (ExclusiveUser={row.get('ExclusiveUser', '?')}, " \
+           f"OverSubscribe={row.get('OverSubscribe', '?')})"
+    reservation = os.environ.get("SBATCH_RESERVATION") or os.environ.get("SLURM_JOB_RESERVATION")
+    if reservation:
+        found = _scontrol_fields(["reservation", reservation])
+        users = [u for u in (found[0].get("Users", "") if found else "").split(",") if u and u != "(null)"]
+        if len(users) == 1:
+            return True, f"{said}, but reservation {reservation} is for {users[0]} alone"
+        said += f"; reservation {reservation} is for {len(users) or 'several'} users"
+    return False, said
+
+
+def check_node_sharing(partition: str | None) -> Check:
+    """Who else may run on a learner's nodes, where TensorFlow's gRPC ports accept anyone: what
+    Slurm says (`sharing_of`), and what the class layout adds (helpers.slurm_jobs)."""
+    from .slurm_jobs import class_layout
+
+    try:
+        layout = class_layout()
+    except CourseError as exc:
+        return Check("node sharing", "no-go", str(exc), "export COURSE_CLASS_LAYOUT=node (or gpu)")
+    exclusive, said = sharing_of(partition)
+    if exclusive:
+        return Check("node sharing", "go", said)
+    if layout == "node":
+        return Check("node sharing", "go", f"{said}; every job the course submits adds --exclusive=user "
+                     "(COURSE_CLASS_LAYOUT=node); jobs you write yourself need it too")
+    return Check("node sharing", "warn", f"{said}; COURSE_CLASS_LAYOUT=gpu: classmates' jobs on the same node can "
+                 "reach your TensorFlow workers' ports (gRPC, no authentication)",
+                 "ExclusiveUser=YES on the class partition, or COURSE_CLASS_LAYOUT=node (a node per learner)")
 
 
 def _probe_request(shape: dict, partition: str | None):
@@ -363,6 +418,7 @@ def run(slurm: bool | None = None, partition: str | None = None, bandwidth: bool
         state = Check("slurm", "no-go", "Slurm asked for, but sinfo is not on PATH", "load the Slurm module")
     checks.append(state)
     if shape is not None:
+        checks.append(check_node_sharing(partition))
         checks += node_checks(shape, partition)
         if bandwidth:
             checks.append(bandwidth_check(shape, partition))

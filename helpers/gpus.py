@@ -37,9 +37,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from .class_settings import class_layout
 from .errors import CourseError
 from .host import GPU_MEMORY_ENV
+from .slurm_jobs import class_layout
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"  # TensorFlow takes GPU memory as needed, not all at start

@@ -81,9 +81,21 @@ class ServerPortHandler(APIHandler):
         self.finish(json.dumps({"message": "port recorded"}))
 
 
-def close_batchspawner_api() -> None:
-    """Put ServerPortHandler where batchspawner's handler was (before the hub builds its routes)."""
-    handlers = apihandlers.default_handlers
+def close_batchspawner_api(handlers: list | None = None) -> None:
+    """Put ServerPortHandler where batchspawner's handler was (before the hub builds its routes).
+
+    Fails closed: if batchspawner's handler is not found at its route (a later batchspawner moved
+    or renamed it), the hub does not start, rather than run with an open route the course missed."""
+    from batchspawner.api import BatchSpawnerAPIHandler
+
+    handlers = apihandlers.default_handlers if handlers is None else handlers
+    upstream = [h for h in handlers if isinstance(h[1], type) and issubclass(h[1], BatchSpawnerAPIHandler)]
+    closed = [h for h in handlers if h[0] == BATCHSPAWNER_API and h[1] is ServerPortHandler]
+    moved = [h[0] for h in upstream if h[0] != BATCHSPAWNER_API]
+    if moved or not (upstream or closed):
+        where = f"at {', '.join(moved)}" if moved else "nowhere in JupyterHub's API routes"
+        raise RuntimeError(f"batchspawner's API handler is {where}, not at {BATCHSPAWNER_API} where the course "
+                           "closes it: not starting the hub (check helpers/hub_spawner.py against this batchspawner)")
     handlers[:] = [h for h in handlers if h[0] != BATCHSPAWNER_API] + [(BATCHSPAWNER_API, ServerPortHandler)]
 
 

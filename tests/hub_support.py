@@ -379,20 +379,37 @@ def served_course(served: Path):
     work = served / "course"
     shutil.copytree(ROOT / "notebooks", work / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     shutil.copy2(ROOT / "README.md", work / "README.md")
+    git_repository(work)
+    with git_daemon(served) as base:
+        yield {"url": f"{base}/course", "work": work, "base": base}
+
+
+def git_repository(work: Path, files: dict[str, str] | None = None) -> None:
+    """`work` (with `files` written into it) as a git repository with one commit on branch main."""
+    for name, text in (files or {}).items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
     git("init", "-q", "-b", "main", cwd=work)
     git("add", ".", cwd=work)
-    git("commit", "-q", "-m", "the course", cwd=work)
+    git("commit", "-q", "-m", "the first commit", cwd=work)
+
+
+@contextmanager
+def git_daemon(served: Path):
+    """`git daemon` serving every repository under `served`, read-only, on the head's cluster
+    address; yields its base URL (git://ADDRESS:PORT)."""
     port = free_port()
     daemon = subprocess.Popen(["git", "daemon", "--export-all", "--reuseaddr", f"--base-path={served}",
                                f"--listen={BRIDGE_ADDR}", f"--port={port}", str(served)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"git://{BRIDGE_ADDR}:{port}/course"
+    base = f"git://{BRIDGE_ADDR}:{port}"
+    first = next(p.name for p in sorted(served.iterdir()) if (p / ".git").is_dir())
     try:
         deadline = time.monotonic() + 20
-        while subprocess.run(["git", "ls-remote", url], capture_output=True, timeout=20).returncode != 0:
+        while subprocess.run(["git", "ls-remote", f"{base}/{first}"], capture_output=True, timeout=20).returncode != 0:
             assert daemon.poll() is None and time.monotonic() < deadline, daemon.stderr.read().decode()[-500:]
             time.sleep(0.2)
-        yield {"url": url, "work": work}
+        yield base
     finally:  # `git daemon` runs git-daemon as a child: end the whole group
         os.killpg(daemon.pid, signal.SIGKILL)
         daemon.wait(timeout=10)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import gpus
-from helpers.class_settings import CLASS_SETTINGS, check_setting, class_layout, class_settings
+from helpers.class_settings import CLASS_SETTINGS, check_setting, class_settings
+from helpers.slurm_jobs import class_layout
 from helpers.errors import CourseError
 from helpers.local_workers import worker_env
 from helpers.strategy import communication_for
@@ -30,10 +31,10 @@ def test_class_settings_are_checked_words_and_numbers():
         == {"COURSE_MODE": "full", "COURSE_EPOCHS": "7"}
     assert class_layout({}) == "node" and class_layout({"COURSE_CLASS_LAYOUT": "GPU"}) == "gpu"
     for name, bad in (("COURSE_EPOCHS", "1e3"), ("COURSE_EPOCHS", "-1"), ("COURSE_MAX_STEPS", "٣"),
-                      ("COURSE_JOB_GPUS_PER_TASK", "9"), ("COURSE_CLASS_LAYOUT", "gpu;id"), ("COURSE_MODE", "")):
+                      ("COURSE_JOB_GPUS_PER_TASK", "65"), ("COURSE_CLASS_LAYOUT", "gpu;id"), ("COURSE_MODE", "")):
         with pytest.raises(CourseError, match=name):
             check_setting(name, bad)
-    assert check_setting("COURSE_JOB_GPUS_PER_TASK", "0") == "0"
+    assert check_setting("COURSE_JOB_GPUS_PER_TASK", "0") == "0" and check_setting("COURSE_JOB_GPUS_PER_TASK", "Auto") == "auto"
     with pytest.raises(CourseError, match="not a class-wide setting"):
         check_setting("PATH", "/tmp")
     assert set(CLASS_SETTINGS) >= {"COURSE_MODE", "COURSE_EPOCHS", "COURSE_MAX_STEPS", "COURSE_CLASS_LAYOUT"}

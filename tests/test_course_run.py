@@ -41,3 +41,38 @@ def test_each_notebooks_kernel_ends_before_the_next_notebook_starts(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     executed = nbformat.read(tmp_path / "out" / "notebooks" / "02_second.ipynb", as_version=4)
     assert executed.cells[0].outputs[0]["text"] == "first kernel gone\n"
+
+
+def _run(tmp_path, **env) -> subprocess.CompletedProcess:
+    import os
+
+    nb = tmp_path / "01_one.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os; print('kernel mode', os.environ.get('COURSE_MODE'))")]), nb)
+    clean = {k: v for k, v in os.environ.items() if k not in ("COURSE_MODE", "COURSE_DATA_DIR", "CUDA_VISIBLE_DEVICES")}
+    return subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(tmp_path / "out"), str(nb)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env={**clean, **env})
+
+
+def test_make_course_runs_the_mode_auto_picks_and_says_so(tmp_path):
+    """No mode forced: on this CPU machine auto is quick, and the first line says why; the kernel is
+    left to pick the same (COURSE_MODE is not set behind the learner's back)."""
+    done = _run(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("mode quick (auto: no GPU visible)"), done.stdout
+    executed = nbformat.read(tmp_path / "out" / "notebooks" / "01_one.ipynb", as_version=4)
+    assert executed.cells[0].outputs[0]["text"] == "kernel mode None\n"
+
+
+def test_auto_on_a_gpu_node_without_data_stops_before_the_first_lesson(tmp_path):
+    """A GPU visible (CUDA_VISIBLE_DEVICES names one): auto is workshop, which needs prepared data."""
+    done = _run(tmp_path, CUDA_VISIBLE_DEVICES="0")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "make course: workshop and full mode need real CIFAR-10: set COURSE_DATA_DIR" in done.stderr, done.stderr
+    assert "[1/1]" not in done.stdout and "Traceback" not in done.stderr
+
+
+def test_workshop_with_data_names_the_data(tmp_path, prepared_dir):
+    done = _run(tmp_path, COURSE_MODE="workshop", COURSE_DATA_DIR=str(prepared_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("mode workshop (COURSE_MODE=workshop); data: SYNTHETIC"), done.stdout

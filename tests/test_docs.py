@@ -90,4 +90,54 @@ def test_the_measured_tables_are_generated_from_their_bench_json(tmp_path):
     (tmp_path / source).write_text(json.dumps(bench))
     copy = tmp_path / "measured.md"
     copy.write_text(page.read_text())
+    runs = sorted((ROOT / "docs" / "bench").glob("gpucheck-*.json"))
+    assert runs, "the Verified on table has no smoke run to show"
+    for run in runs:
+        (tmp_path / "bench" / run.name).write_text(run.read_text())
     assert update(copy, check=True) == [source]
+    # and so is a smoke run sent back that the Verified on table does not show yet
+    (tmp_path / source).write_text((page.parent / source).read_text())
+    (tmp_path / "bench" / "gpucheck-new.json").write_text(runs[0].read_text().replace('"date": "', '"date": "1'))
+    assert update(copy, check=True) == ["bench/gpucheck-*.json"]
+
+
+def _tests_defined() -> dict[str, set[str]]:
+    """Test module name -> the test functions (and classes) it defines, read from the source."""
+    import ast
+
+    found = {}
+    for path in (ROOT / "tests").glob("test_*.py"):
+        tree = ast.parse(path.read_text())
+        found[path.stem] = {node.name for node in ast.walk(tree)
+                            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.startswith(("test_", "Test"))}
+    return found
+
+
+def named_tests(text: str) -> set[str]:
+    """Every `test_module` or `test_module::test_name` a page names (the course's names for tests)."""
+    return set(re.findall(r"\b(test_\w+(?:::(?:test_\w+|\*))?)", text))
+
+
+GUIDES_NAMING_TESTS = ["troubleshooting.md", "security.md", "slurm.md", "offering.md", "measured.md"]
+
+
+@pytest.mark.parametrize("guide", GUIDES_NAMING_TESTS)
+def test_every_test_a_guide_names_exists(guide):
+    """A guide that says "checked by test X" must name a test that is there: a removed or renamed test
+    would otherwise leave a claim of proof behind."""
+    defined, missing = _tests_defined(), []
+    for name in sorted(named_tests((ROOT / "docs" / guide).read_text())):
+        module, _, function = name.partition("::")
+        if module not in defined and not any(module in funcs for funcs in defined.values()):
+            missing.append(name)
+        elif function and function != "*" and function not in defined.get(module, set()):
+            missing.append(name)
+    assert not missing, f"docs/{guide} names tests that do not exist: {missing}"
+
+
+def test_the_check_of_named_tests_catches_a_test_that_is_not_there():
+    defined = _tests_defined()
+    assert "test_the_readme_stays_a_front_door" in defined["test_docs"]
+    assert named_tests("see `test_docs::test_no_such_test` and `test_nothing_here`") == \
+        {"test_docs::test_no_such_test", "test_nothing_here"}
+    assert "test_no_such_test" not in defined["test_docs"]

@@ -62,7 +62,7 @@ def test_doctor_says_go_on_the_healthy_cluster(slurm, prepared_dir, report):
 def test_doctor_says_go_on_cpu_nodes(slurm, prepared_dir, report):
     """The partition of CPU nodes: ring all-reduce between node3 and node4, nothing to warn about."""
     code, text = _doctor(slurm, "--partition", "cpu", nvidia_smi=False, COURSE_DATA_DIR=str(prepared_dir))
-    assert code == 0 and text.splitlines()[-1] == "verdict: GO (9 passed, 0 warning(s))", text
+    assert code == 0 and text.splitlines()[-1] == "verdict: GO (10 passed, 0 warning(s))", text
     assert "CPU only (ring all-reduce)" in _line(text, "gpus") and "node3: CPU, node4: CPU" in _line(text, "gpus")
     assert "ring (CPU) all-reduce of 32 MiB between node3 and node4" in _line(text, "all-reduce")
     report("doctor on the CPU partition:\n" + text)

@@ -6,11 +6,18 @@ The course's upstream is a git repository served by `git daemon` on the head's c
 in, starts their server as a Slurm job, nbgitpuller clones the course into their home and
 JupyterLab opens the named lesson. Then the learner edits a lesson and the trainer changes
 another file upstream; the second click merges the trainer's change and keeps the learner's edit.
+
+And a link someone else posts pulls nothing else: nbgitpuller joins `targetpath` onto the home
+unchecked, so a classmate's repository pulled into `~/.local/share/jupyter/kernels/python3`
+replaced the learner's kernel spec, and their next kernel ran the classmate's command. The
+course's server extension (course_server) lets a click pull the course's repository and branch
+into the course's directory only.
 """
 
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 import shutil
 import time
 from pathlib import Path
@@ -19,7 +26,9 @@ import pytest
 
 from helpers.tools.pull_link import pull_link
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import git, new_hub, served_course, unix_learners, wait_for_page
+from tests.hub_support import git, git_repository, new_hub, run_in_kernel, served_course, unix_learners, \
+    wait_for_page
+from tests.test_course_server import terminal_token
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
 
 pytestmark = pytest.mark.slurm
@@ -54,7 +63,7 @@ def test_the_class_link_puts_the_course_in_the_learners_home_and_merges_updates(
 
     with unix_learners(1, prefix="pull") as (learner,):
         user, home = learner["name"], learner["home"]
-        hub, token = new_hub(tmp_path, slurm, {user: learner["password"]})
+        hub, token = new_hub(tmp_path, slurm, {user: learner["password"]}, env={"COURSE_PULL_REPO": upstream["url"]})
         link = pull_link(hub.url, upstream["url"], "main", LESSON[:2])
         course = home / "tf-hpc-course"
         try:
@@ -93,3 +102,92 @@ def test_the_class_link_puts_the_course_in_the_learners_home_and_merges_updates(
     assert owner, "the course in the learner's home must be the learner's"
     assert UPDATE in readme, "the second click did not bring the trainer's update"
     assert EDIT in kept, "the second click lost the learner's edit"
+
+
+KERNELS = Path(".local/share/jupyter/kernels/python3")
+REFUSED = "refused by the course"
+
+
+def _outcome(page, user: str, timeout: float = 60) -> str:
+    """The page's text once nbgitpuller's page (or its API) has answered: refused, finished or failed
+    (nbgitpuller's own page shows a failed pull in a terminal widget: then the text at the timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = page.inner_text("body") if page.query_selector("body") else ""
+        if "403" in text or '"phase": "finished"' in text or '"phase": "error"' in text \
+                or f"/user/{user}/git-pull" not in page.url:
+            return text
+        page.wait_for_timeout(500)
+    return f"(no answer within {timeout:.0f} s) {text}"
+
+
+def test_a_link_to_another_repository_or_directory_pulls_nothing(slurm, upstream, tmp_path, report):
+    """A classmate's repository served by git daemon, pulled into the kernel specs (relative, absolute,
+    through `..`, by nbgitpuller's page and by its API), the course's repository into the kernel specs
+    or at another branch: each refused with a 403 that says why, the learner's kernel specs untouched
+    and their next kernel the course's; the course's own link still opens the lesson."""
+    executable = ensure_chromium()
+    from playwright.sync_api import sync_playwright
+
+    theirs = upstream["work"].parent / "theirs"
+    git_repository(theirs, {"kernel.json": json.dumps({
+        "argv": ["/bin/sh", "-c", 'touch "$HOME/ran-their-command"'], "display_name": "Python 3", "language": "python"})})
+    their_repo = f"{upstream['base']}/theirs"
+    with unix_learners(1, prefix="pvic") as (learner,):
+        user, home = learner["name"], learner["home"]
+        hub, token = new_hub(tmp_path, slurm, {user: learner["password"]}, env={"COURSE_PULL_REPO": upstream["url"]})
+
+        def link(repo: str, targetpath: str, branch: str = "main", api: bool = False) -> str:
+            query = urlencode({"repo": repo, "branch": branch, "targetpath": targetpath, "urlpath": "lab"})
+            return f"{hub.url}/hub/user-redirect/git-pull{'/api' if api else ''}?{query}"
+
+        attacks = {
+            "their repository into the kernel specs": link(their_repo, str(KERNELS)),
+            "an absolute targetpath": link(their_repo, str(home / KERNELS)),
+            "a targetpath through ..": link(their_repo, f"tf-hpc-course/../{KERNELS}"),
+            "nbgitpuller's API directly": link(their_repo, str(KERNELS), api=True),
+            "the course's repository into the kernel specs": link(upstream["url"], str(KERNELS)),
+            "the course's repository at another branch": link(upstream["url"], "tf-hpc-course", branch="theirs"),
+        }
+        answers, started = {}, time.monotonic()
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                for n, (what, url) in enumerate(attacks.items()):
+                    page.goto(url)
+                    if n == 0:  # the first click logs the learner in and starts their server
+                        page.fill("input[name=username]", learner["name"])
+                        page.fill("input[name=password]", learner["password"])
+                        page.click("input[type=submit], button[type=submit]")
+                        wait_for_page(page, hub, f"/user/{user}/git-pull", 240)
+                    answers[what] = _outcome(page, user)
+                    if (home / KERNELS).exists():
+                        break
+                attacked = time.monotonic() - started
+                if (home / KERNELS).exists():  # what the learner's next kernel does (today's nbgitpuller)
+                    hub.call("POST", f"/user/{user}/api/kernels", token, {"name": "python3"})
+                    deadline = time.monotonic() + 30
+                    while not (home / "ran-their-command").exists() and time.monotonic() < deadline:
+                        time.sleep(0.3)
+                    raise AssertionError(
+                        f"the link '{what}' planted {home / KERNELS}: {sorted(p.name for p in (home / KERNELS).iterdir())}; "
+                        f"the learner's next kernel ran their command: {(home / 'ran-their-command').exists()}")
+                kernel = run_in_kernel(hub, user, token, ["import sys\nprint(sys.executable)"], timeout=120)[0]
+                terminal = terminal_token(f"{hub.url}/user/{user}", token)  # item: an sbatch there keeps no token
+                specs = (home / KERNELS.parent).exists() or (home / "ran-their-command").exists()
+                opened = _click(page, hub, pull_link(hub.url, upstream["url"], "main", LESSON[:2]), learner, login=False)
+                browser.close()
+        except Exception as exc:
+            raise AssertionError(f"{exc}\n--- hub log\n{hub.tail()}") from None
+        finally:
+            hub.call("DELETE", f"/hub/api/users/{user}/server", token)
+            hub.stop()
+    for what, text in answers.items():
+        print(f"{what}: {' '.join(text.split())[:300]}")
+    report(f"{Path(__file__).stem}: {len(attacks)} attack links refused in {attacked:.1f} s (login and spawn included); "
+           f"the course's link then opened lesson {LESSON[:2]} in {opened:.1f} s; a terminal's hub token: {terminal}")
+    assert all("403" in text and REFUSED in text for text in answers.values()), answers
+    assert not specs, "the learner's kernel specs changed"
+    assert kernel.strip().endswith("/python"), f"the learner's kernel is not the course's Python: {kernel}"
+    assert terminal == "none", f"the learner's terminal holds the hub's token ({terminal[:6]}...)"

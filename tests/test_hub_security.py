@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers.hub_spawner import BATCHSPAWNER_API, ServerPortHandler, command
+from helpers.hub_spawner import BATCHSPAWNER_API, ServerPortHandler, close_batchspawner_api, command
 from tests.conftest import squeue_empty
 from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
 
@@ -34,6 +34,26 @@ def test_the_hub_routes_batchspawners_api_to_the_port_only_handler():
 
     routes = [h for h in apihandlers.default_handlers if h[0] == BATCHSPAWNER_API]
     assert routes == [(BATCHSPAWNER_API, ServerPortHandler)], routes
+
+
+class _Other:  # another API handler of the hub's
+    pass
+
+
+def test_closing_batchspawners_api_fails_closed_when_its_route_is_not_found():
+    """A later batchspawner that moved or renamed its route: the hub stops at start, saying where."""
+    from batchspawner.api import BatchSpawnerAPIHandler
+
+    routes = [(r"/api/users", _Other), (BATCHSPAWNER_API, BatchSpawnerAPIHandler)]
+    close_batchspawner_api(routes)
+    assert routes == [(r"/api/users", _Other), (BATCHSPAWNER_API, ServerPortHandler)]
+    close_batchspawner_api(routes)  # a second import of the config: closed already, unchanged
+    assert routes == [(r"/api/users", _Other), (BATCHSPAWNER_API, ServerPortHandler)]
+    moved = [(r"/api/users", _Other), (r"/api/batchspawner/v2", BatchSpawnerAPIHandler)]
+    with pytest.raises(RuntimeError, match=r"is at /api/batchspawner/v2, not at /api/batchspawner"):
+        close_batchspawner_api(moved)
+    with pytest.raises(RuntimeError, match="nowhere in JupyterHub's API routes"):
+        close_batchspawner_api([(r"/api/users", _Other)])
 
 
 @pytest.mark.slurm

@@ -106,8 +106,8 @@ def _throttled(fraction: float):
     return group
 
 
-@pytest.mark.parametrize("notebook", ["09_monitoring", "07_scaling_performance", "12_strategy_tour",
-                                      "14_predicting_scaling"])
+@pytest.mark.parametrize("notebook", ["02_input_pipelines", "09_monitoring", "07_scaling_performance",
+                                      "12_strategy_tour", "14_predicting_scaling"])
 def test_timing_proofs_hold_on_a_machine_three_times_slower(notebook, tmp_path, report):
     """The lessons whose proofs involve time, on this machine with a third of its CPU time (a cgroup
     quota over the notebook and everything it starts: engines, workers)."""

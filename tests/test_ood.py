@@ -86,6 +86,107 @@ def test_the_form_offers_every_lesson_and_refuses_what_is_not_a_number(tmp_path)
         assert subprocess.run(["bash", "-n", str(tmp_path / "quoted" / name)]).returncode == 0, name
 
 
+LIMITED = ("bc_num_hours", "bc_num_nodes", "tasks_per_node", "gpus_per_task")
+
+
+def _submit(ruby: str, tmp_path: Path, **values: str) -> subprocess.CompletedProcess:
+    file = tmp_path / "values.json"
+    file.write_text(json.dumps(form_values(**values)))
+    return render(ruby, "submit", str(APP), str(tmp_path / "staged"), str(file))
+
+
+def test_the_server_side_limits_are_the_forms(tmp_path, report):
+    """A browser can send any value: submit.yml.erb refuses what the form would not offer."""
+    ruby = ensure_ruby()
+    form = yaml.safe_load((APP / "form.yml").read_text())["attributes"]
+    seen = []
+    for name in LIMITED:
+        low, high = form[name]["min"], form[name]["max"]
+        for value, accepted in ((low, True), (high, True), (low - 1, False), (high + 1, False)):
+            done = _submit(ruby, tmp_path, **{name: str(value)})
+            assert (done.returncode == 0) == accepted, (name, value, done.stderr[-300:])
+            if not accepted:
+                assert "ArgumentError" in done.stderr and f"from {low} to {high}" in done.stderr, done.stderr[-300:]
+        seen.append(f"{name} {low}-{high}")
+    native = json.loads(_submit(ruby, tmp_path, bc_num_nodes="4", tasks_per_node="8", gpus_per_task="1").stdout)["native"]
+    report(f"test_ood: server-side limits equal the form's ({', '.join(seen)}); at the form's maximum: {' '.join(native)}")
+    assert native[:5] == ["--nodes", "4", "--ntasks-per-node", "8", "--exclusive"], native
+
+
+@pytest.mark.parametrize("repo, refused", [
+    ("https://alice:ghp_secret@git.example.org/c.git", True),
+    ("https://ghp_secret@git.example.org/c.git", True),
+    ("ssh://git:pw@git.example.org/c.git", True),
+    ("ssh://git@git.example.org/c.git", False),
+    ("git@git.example.org:c.git", False),
+    ("https://git.example.org/c.git", False),
+])
+def test_a_repository_url_with_credentials_is_refused(tmp_path, repo, refused):
+    done = _submit(ensure_ruby(), tmp_path, course_repo=repo)
+    assert (done.returncode != 0) == refused, done.stderr[-300:]
+    if refused:
+        assert "carries credentials" in done.stderr and "ghp_secret" not in done.stderr.split("(")[0], done.stderr[-300:]
+
+
+def _fake_venv(root: Path, checkout: Path) -> Path:
+    """A venv of Debian's Python whose site-packages points at `checkout` (as an editable install does)."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to("/usr/bin/python3")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    (site / "course.pth").write_text(f"{checkout}\n")
+    for package in ("helpers", "course_server"):
+        (checkout / package).mkdir(parents=True)
+        (checkout / package / "__init__.py").write_text("")
+    for path in (root, checkout, *root.rglob("*"), *checkout.rglob("*")):
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    return root / "bin" / "python"
+
+
+def _before(ruby: str, tmp_path: Path, python: Path) -> subprocess.CompletedProcess:
+    staged = tmp_path / "staged"
+    shutil.rmtree(staged, ignore_errors=True)
+    done = _submit(ruby, tmp_path, course_python=str(python))
+    assert done.returncode == 0, done.stderr
+    stubs = ('host=localhost; clean_up() { exit "$1"; }; find_port() { echo 8888; }; '
+             'create_passwd() { echo pw; }; cd "$1"; source ./before.sh; echo "checked: $checkout"')
+    return subprocess.run(["bash", "-c", stubs, "bash", str(staged)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_course_python_its_site_packages_and_its_checkout_must_be_yours_or_roots(tmp_path, report):
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs Debian's /usr/bin/python3 for a stand-in venv")
+    ruby = ensure_ruby()
+    venv, checkout = tmp_path / "venv", tmp_path / "checkout"
+    python = _fake_venv(venv, checkout)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    good = _before(ruby, tmp_path, python)
+    assert good.returncode == 0 and f"checked: {checkout}" in good.stdout, good.stderr[-500:]
+    planted = {
+        "a group-writable file in site-packages": (site / "course.pth", lambda p: p.chmod(0o664)),
+        "a world-writable package directory in site-packages": (site / "pkg", lambda p: (p.mkdir(), p.chmod(0o777))),
+        "site-packages owned by another user": (site, lambda p: os.chown(p, 65534, 65534)),
+        "a world-writable module in the checkout": (checkout / "helpers" / "__init__.py", lambda p: p.chmod(0o666)),
+        "the checkout owned by another user": (checkout, lambda p: os.chown(p, 65534, 65534)),
+    }
+    lines = []
+    for what, (path, plant) in planted.items():
+        plant(path)
+        done = _before(ruby, tmp_path, python)
+        line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "(nothing)"
+        lines.append(f"{what}: exit {done.returncode}")
+        assert done.returncode == 2 and f"error: {path} belongs to uid" in line, (what, done.stdout, done.stderr)
+        if path.is_dir():
+            os.chown(path, 0, 0)
+            path.chmod(0o755)
+        else:
+            path.chmod(0o644)
+    print(line)
+    report("test_ood: before.sh refuses " + "; ".join(lines))
+
+
 def _outputs(notebook: Path) -> str:
     import nbformat
 
@@ -97,12 +198,12 @@ def _outputs(notebook: Path) -> str:
 class _Form(HTMLParser):
     def __init__(self):
         super().__init__()
-        self.action, self.fields = None, {}
+        self.action, self.method, self.fields = None, None, {}
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "form":
-            self.action = attrs["action"]
+            self.action, self.method = attrs["action"], attrs.get("method", "get").lower()
         elif tag == "input":
             self.fields[attrs["name"]] = attrs["value"]
 
@@ -150,19 +251,33 @@ def test_the_app_starts_jupyterlab_as_a_slurm_job_and_runs_a_lesson_on_its_engin
             assert view.returncode == 0, view.stderr
             form = _Form()
             form.feed(view.stdout)
-            assert form.action == f"/node/{connect['host']}/{connect['port']}/{connect['lesson_url']}", form.action
+            base = f"/node/{connect['host']}/{connect['port']}"
+            assert (form.action, form.method, form.fields["next"]) == (f"{base}/login", "post",
+                                                                      f"{base}/{connect['lesson_url']}"), form.fields
             address = node_address(str(connect["host"]))
-            url = f"http://{address}:{connect['port']}{form.action}?token={form.fields['token']}"
-            base = f"http://{address}:{connect['port']}/node/{connect['host']}/{connect['port']}"
+            origin = f"http://{address}:{connect['port']}"
+            # the card as Open OnDemand would show it, on the same site as its /node/ proxy
+            card = f"{origin}/pun/sys/dashboard/batch_connect/sessions"
+            token = form.fields["password"]
+            base = origin + base
             cloned = sorted(p.name for p in (home / "tf-hpc-course" / "notebooks").glob("*.ipynb"))
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                urls = []
+                context.on("request", lambda request: urls.append(request.url))
+                context.route(card, lambda route: route.fulfill(status=200, content_type="text/html",
+                                                               body=view.stdout))
+                card_page = context.new_page()
+                card_page.goto(card)
                 t = time.monotonic()
-                page.goto(url)
+                with context.expect_page() as opened:  # the button opens JupyterLab in a new tab
+                    card_page.click("button[type=submit]")
+                page = opened.value
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                 page.wait_for_selector(f".lm-TabBar-tab:has-text('{LESSON}')", timeout=30_000)
-                wait_kernel_idle(page, base, 120, form.fields["token"])
+                wait_kernel_idle(page, base, 120, token)
+                in_urls = [u for u in urls if token in u]
                 timings["the view's button to the lesson open"] = time.monotonic() - t
                 t = time.monotonic()
                 page.click("text=Run", timeout=10_000)
@@ -191,9 +306,11 @@ def test_the_app_starts_jupyterlab_as_a_slurm_job_and_runs_a_lesson_on_its_engin
         finally:
             subprocess.run(["scancel", job], env=slurm["env"], timeout=30)
         assert squeue_empty(slurm["env"], within=60), "the app's job must end when cancelled"
-    report(f"{Path(__file__).stem}: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items()) + f"; screenshot {shot}")
+    report(f"{Path(__file__).stem}: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+           + f"; the token posted, in {len(in_urls)} of {len(urls)} request URLs; screenshot {shot}")
     assert cloned == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")), cloned
     assert hosts >= 1, "an engine should have run on node2"
+    assert urls and not in_urls, f"the session's token was in a URL: {in_urls[:3]}"
     assert mode & 0o077 == 0, f"the JupyterLab config holds the token and is readable by others: {oct(mode)}"
     assert re.search(r"c\.ServerApp\.ip = '10\.77\.0\.\d+'", config), "JupyterLab must listen on the node's address only"
     assert "c.KernelManager.transport = 'ipc'" in config
@@ -226,7 +343,7 @@ def test_the_class_settings_and_layout_reach_the_job(tmp_path):
     assert native == ["--nodes", "1", "--ntasks", "2", "--gpus", "1"], native  # one GPU of a shared node
     assert "export COURSE_CLASS_LAYOUT=gpu" in before.splitlines() and "COURSE_EPOCHS" not in before
     assert subprocess.run(["bash", "-n", str(tmp_path / "gpu" / "before.sh")]).returncode == 0
-    for bad in ({"course_epochs": "2; id"}, {"course_max_steps": "0"}, {"course_job_gpus_per_task": "9"},
+    for bad in ({"course_epochs": "2; id"}, {"course_max_steps": "0"}, {"course_job_gpus_per_task": "65"},
                 {"course_class_layout": "gpu$(id)"}, {"course_epochs": "$(touch x)"}):
         values.write_text(json.dumps(form_values(**bad)))
         done = render(ruby, "submit", str(APP), str(tmp_path / "bad"), str(values))

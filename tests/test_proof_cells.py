@@ -46,8 +46,8 @@ OK: dict[str, dict] = {
         "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07},
     "02_input_pipelines.ipynb": {
         "per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]], "from_fn_per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]],
-        "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "first_pass_rate": 5000.0,
-        "timer": SimpleNamespace(images_per_second=300.0),
+        "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "cached_rate": 5000.0,
+        "training_rate": 300.0,
         "seen": {r: {"DATA": [4 * r, 4 * r + 1], "OFF": [0, 1], "dataset_fn": list(range(r, 32, 2)),
                      "decoded with DATA": 32, "decoded with dataset_fn": 16, "FILE, 1 file": "InvalidArgumentError"}
                  for r in (0, 1)}},
@@ -59,7 +59,7 @@ OK: dict[str, dict] = {
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "strategy": _strategy(2),
-        "right_gap": 1e-7, "wrong_gap": 1e-2, "test": {"examples": 512}, "test_images": 512,
+        "right_gap": 1e-7, "wrong_gap": 1e-2, "tf32": False, "test": {"examples": 512}, "test_images": 512,
         "worker_test_counts": [512, 512],
         "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1},
                       "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1}},
@@ -94,7 +94,9 @@ OK["08_batch_job.ipynb"] = {
     "plans": [_plan(0, "node1"), _plan(1, "node2")], "reports": [{"weights": "w"}, {"weights": "w"}],
     "hosts": ["node1", "node2"], "result": {"workers": 2, "replicas": 2, "loss": [2.3, 2.1]}, "digests": {"w"},
     "event_files": ["tensorboard/train/events.out.tfevents.1.node1"],
-    "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"]}
+    "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
+    "added": ["--exclusive=user", "--gpus-per-task=1"], "job_seen": {"sharing": "USER", "gpus": 2}, "inherited": [],
+    "gpus_each": 1}
 
 
 OK["09_monitoring.ipynb"] = {
@@ -179,7 +181,9 @@ OK["15_models_you_keep.ipynb"] = {
     "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "others_kept": [False],
     "differences": {"no strategy": 0.0, "OneDeviceStrategy": 0.0, "MirroredStrategy, 3 replicas": 2e-7,
                     "exported, served": 3e-7},
-    "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002}}
+    "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002},
+    "tf32_on": {"workers": False, "here": False},
+    "jit": {"no strategy": False, "OneDeviceStrategy": False, "MirroredStrategy, 3 replicas": False}}
 
 
 _FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
@@ -229,7 +233,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"decoded with DATA": 16}})}, "every example on every worker"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "no error"}})}, "should raise"),
     ("02_input_pipelines.ipynb", {"counted_once": {1: True, 2: False, 3: True}}, "every example once"),
-    ("02_input_pipelines.ipynb", {"first_pass_rate": 100.0}, "slower than training"),
+    ("02_input_pipelines.ipynb", {"cached_rate": 100.0}, "slower than training"),
+    ("02_input_pipelines.ipynb", {"training_rate": 6000.0}, "slower than training"),  # GPUs outpacing the input
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1, 1]}, "did not form one cluster"),
     ("03_multiworker_ipyparallel.ipynb", {"task_ids": [0, 0], "found_at": [[0], [0]],
                                           "fit_shards": [[(0, 2)], [(0, 2)]], "pass_shards": [[(0, 2)], [(0, 2)]]}, "task ids"),
@@ -252,6 +257,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"digests": ["i", "i"]}, "did not change the weights"),
     ("04_custom_training_loop.ipynb", {"digests": ["d", "e"]}, "different weights"),
     ("04_custom_training_loop.ipynb", {"right_gap": 1e-3, "wrong_gap": 1.0}, "disagree"),
+    ("04_custom_training_loop.ipynb", {"tf32": True}, "TF32 was on"),
     ("04_custom_training_loop.ipynb", {"wrong_gap": 1e-7}, "per-replica batch should change"),
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
     ("04_custom_training_loop.ipynb", {"worker_test_counts": [512, 448]}, "evaluation counted"),
@@ -308,6 +314,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"]},
      "more than one writer"),
     ("08_batch_job.ipynb", {"written": ["result.json"]}, "chief's model"),
+    ("08_batch_job.ipynb", {"inherited": ["SLURM_GPUS_PER_TASK"]}, "own Slurm settings"),
+    ("08_batch_job.ipynb", {"job_seen": {"sharing": "OK", "gpus": 2}}, "exclusive=user exactly"),
+    ("08_batch_job.ipynb", {"added": ["--oversubscribe", "--gpus-per-task=1"]}, "exclusive=user exactly"),
+    ("08_batch_job.ipynb", {"job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(0, "node2")]}, "node2"),  # two rank 0s
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [float("nan")]}}, "not a number"),
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/events.out.tfevents.1.node1",
@@ -386,6 +396,8 @@ BROKEN: list[tuple[str, dict, str]] = [
      "not the \\(staged\\) last"),
     ("15_models_you_keep.ipynb", {"file_digest": "d"}, "weights of the best epoch"),  # the last epoch's file
     ("15_models_you_keep.ipynb", {"others_kept": [True]}, "copies should be gone"),
+    ("15_models_you_keep.ipynb", {"tf32_on": {"workers": True, "here": False}}, "float32 without XLA"),
+    ("15_models_you_keep.ipynb", {"jit": {"no strategy": True, "OneDeviceStrategy": False}}, "float32 without XLA"),
     ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "exported, served": 0.02}}, "predicts differently"),
     ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.75}},
      "best epoch's val_loss"),

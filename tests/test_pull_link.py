@@ -27,10 +27,18 @@ def test_the_link_clones_into_the_course_directory_and_opens_the_lesson():
     ("https://h", "r", "main", "0", "c", "no single lesson '0'"),
     ("https://h", "r", "main", "00", "../elsewhere", "one directory name"),
     ("https://h", "r", "main;x", "00", "c", "not a branch name"),
+    ("https://h", "https://alice:ghp_secret@git.example.org/c.git", "main", "00", "c", "carries credentials"),
+    ("https://h", "https://ghp_secret@git.example.org/c.git", "main", "00", "c", "carries credentials"),
+    ("https://h", "ssh://git:pw@git.example.org/c.git", "main", "00", "c", "carries credentials"),
 ])
 def test_bad_values_are_one_line_errors(hub, repo, branch, lesson, into, says):
     with pytest.raises(CourseError, match=says):
         pull_link(hub, repo, branch, lesson, into)
+
+
+def test_an_ssh_user_is_not_a_credential():
+    assert "repo=git%40git.example.org%3Ac.git" in pull_link("https://h", "git@git.example.org:c.git")
+    assert "ssh%3A%2F%2Fgit%40git" in pull_link("https://h", "ssh://git@git.example.org/c.git")
 
 
 def test_the_command_line_prints_the_link_or_one_line():
@@ -39,3 +47,8 @@ def test_the_command_line_prints_the_link_or_one_line():
     assert done.returncode == 0 and "08_batch_job.ipynb" in done.stdout, done.stderr
     done = run_cli("class", "link", "--repo", "x", env={"COURSE_HUB_URL": ""})
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    done = run_cli("class", "link", env={"COURSE_HUB_URL": "https://hub.example.org",
+                                         "COURSE_PULL_REPO": "https://bob:tok@git.example.org/c.git"})
+    print(done.stderr.strip())
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "carries credentials" in done.stderr, done.stderr
+    assert "tok" not in done.stderr.replace("token", ""), "the error must not repeat the secret"

@@ -440,14 +440,20 @@ def test_slurm_engines_stopped_when_a_notebook_cell_fails(slurm, monkeypatch, re
     report("notebook with Slurm engines and a failing cell: engines' job gone from squeue after the kernel ended")
 
 
-def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
+@pytest.mark.parametrize("gpus", ["auto", "1"])
+def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path, gpus):
     """Notebook 08 writes the take-home script and sbatch file, submits them to the local Slurm,
-    waits, and proves from the job's output that its workers ran on both nodes."""
-    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    waits, and proves from the job's output that its workers ran on both nodes, and from Slurm that
+    the job ran --exclusive=user with the GPUs it asked for: none (auto, outside a job with GPUs), or
+    one (simulated) GPU per worker (COURSE_JOB_GPUS_PER_TASK=1; TensorFlow's CPU wheel trains on the CPU)."""
+    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path), "COURSE_JOB_GPUS_PER_TASK": gpus}
     _nbval("08_batch_job", env)
     logs = list((tmp_path / "batch_job").glob("tf-mwms-*.out"))
     assert len(logs) == 1, "the notebook ran its job without Slurm"
-    assert "WORKER" in logs[0].read_text() and (tmp_path / "batch_job" / "run" / "model.keras").exists()
+    text = logs[0].read_text()
+    assert "WORKER" in text and (tmp_path / "batch_job" / "run" / "model.keras").exists()
+    visible = sorted(set(re.findall(r'"cvd": "?([^",]*)"?,', text)))
+    assert visible == (["null"] if gpus == "auto" else ["0"]), f"CUDA_VISIBLE_DEVICES of the workers: {visible}"
     assert _squeue_empty(slurm["env"])
 
 

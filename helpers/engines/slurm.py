@@ -27,6 +27,7 @@ from ipyparallel.cluster.launcher import EngineLauncher, MPILauncher
 from traitlets import List
 
 from ..errors import CourseError
+from ..slurm_jobs import exclusive_options
 
 CONTROLLER_IP_ENV = "COURSE_CONTROLLER_IP"
 ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks start their engines
@@ -166,9 +167,12 @@ def batch_template(request: SlurmRequest, extra: list[str] | tuple = ()) -> str:
 
     `--ntasks={n}` is spelled out so ipyparallel adds no #SBATCH lines of its own, and
     SLURM_EXPORT_ENV is unset so that `srun` passes the controller's connection info on.
+    `--exclusive=user` where the class gives each learner a node (`helpers.slurm_jobs`): the
+    engines' TensorFlow ports then share their nodes with no other user's job.
     """
     lines = ["#!/bin/bash", "#SBATCH --job-name=ipengine-{cluster_id}", "#SBATCH --ntasks={n}",
-             "#SBATCH --output={output_file}", *request.sbatch_lines(), *extra,
+             "#SBATCH --output={output_file}", *request.sbatch_lines(),
+             *(f"#SBATCH {option}" for option in exclusive_options()), *extra,
              "unset SLURM_EXPORT_ENV", "srun --export=ALL {program_and_args}", ""]
     return "\n".join(lines)
 

@@ -304,28 +304,48 @@ def bench_course() -> Row:
 
 
 # ---------------------------------------------------------------------------------- GPU
+GPU_SWITCHES = {"float32": (), "mixed precision": ("--precision", "mixed_float16"), "XLA": ("--xla",),
+                "mixed precision + XLA": ("--precision", "mixed_float16", "--xla")}
+SCALING_SWITCH = "mixed precision"  # no XLA under a strategy: helpers.tools.train.XLA_REFUSED says why
+
+
+def gpu_runs(visible: list[str]) -> list[tuple[str, str, int, tuple[str, ...], str]]:
+    """Every GPU row's run: (switch, kind of run, GPUs, train options, the CUDA_VISIBLE_DEVICES it gets).
+
+    A row that names n GPUs sees exactly the first n of this process's GPUs: MirroredStrategy takes
+    every GPU it can see, so without this the "1 GPU" rows would train on all of them. The 1-GPU rows
+    run without a strategy ("single"), as a one-GPU user would, which is also the only way the course
+    offers XLA; the n-GPU rows run MirroredStrategy over their n GPUs."""
+    runs = [(name, "single", 1, extra, visible[0]) for name, extra in GPU_SWITCHES.items()] if visible else []
+    runs += [(SCALING_SWITCH, "mirrored", n, GPU_SWITCHES[SCALING_SWITCH], ",".join(visible[:n]))
+             for n in (2, 4, 8) if n <= len(visible)]
+    return runs
+
+
 def bench_gpu(data_dir: str, steps: int) -> tuple[list[Row], str | None]:
-    """Images/s per GPU for ResNet50 with mixed precision and XLA on and off, and scaling over
-    the node's GPUs. Returns (rows, why skipped)."""
-    gpus = gpu_count_without_tf()
-    if not gpus:
-        return [], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)"
-    rows = []
-    per_gpu, steps_s = {}, {}
-    for name, extra in {"float32": (), "mixed precision": ("--precision", "mixed_float16"), "XLA": ("--xla",),
-                        "mixed precision + XLA": ("--precision", "mixed_float16", "--xla")}.items():
-        point = training_point("mirrored", 1, "resnet50", data_dir, steps, 128, extra)
-        per_gpu[name], steps_s[name], gradient_bytes = point["images_per_s"], point["median_step_s"], point["gradient_bytes"]
-        rows.append(Row(f"ResNet50 images/s on 1 GPU, batch 128, {name}", point["images_per_s"],
-                        per_gpu["float32"], "images/s", True, "report"))
+    """Images/s on 1 GPU (no strategy) for ResNet50 with mixed precision and XLA on and off, and
+    MirroredStrategy over 2, 4, 8 of the node's GPUs with mixed precision. Returns (rows, why skipped)."""
+    from ..gpus import VISIBLE_ENV, visible_gpus
     from .bench_scaling import gpu_prediction
 
-    for n in [n for n in (2, 4, 8) if n <= gpus]:
-        point = training_point("mirrored", n, "resnet50", data_dir, steps, 128, ("--precision", "mixed_float16", "--xla"))
-        rows.append(Row(f"ResNet50 images/s on {n} GPUs (mixed precision + XLA) / {n} x 1 GPU",
-                        point["images_per_s"], n * per_gpu["mixed precision + XLA"], "images/s", True, "report",
+    runs = gpu_runs(visible_gpus())
+    if not runs:
+        return [], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)"
+    rows, per_gpu, steps_s = [], {}, {}
+    for name, kind, n, extra, devices in runs:
+        point = training_point(kind, n, "resnet50", data_dir, steps, 128, extra, env={VISIBLE_ENV: devices})
+        if point["replicas"] != n:
+            raise CourseError(f"the {n}-GPU row ran on {point['replicas']} replicas (CUDA_VISIBLE_DEVICES={devices})")
+        gradient_bytes = point["gradient_bytes"]
+        if n == 1:
+            per_gpu[name], steps_s[name] = point["images_per_s"], point["median_step_s"]
+            rows.append(Row(f"ResNet50 images/s on 1 GPU, batch 128, {name}", point["images_per_s"],
+                            per_gpu["float32"], "images/s", True, "report"))
+            continue
+        rows.append(Row(f"ResNet50 images/s on {n} GPUs ({name}) / {n} x 1 GPU",
+                        point["images_per_s"], n * per_gpu[name], "images/s", True, "report",
                         "scaling efficiency = ratio"))
-        rows.append(gpu_prediction(steps_s["mixed precision + XLA"], gradient_bytes, n, 128))
+        rows.append(gpu_prediction(steps_s[name], gradient_bytes, n, 128))
     return rows, None
 
 

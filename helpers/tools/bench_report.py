@@ -10,6 +10,12 @@ under docs/bench/, with the run's date and machine in it):
 `only="TEXT"` or `except="TEXT"` after the file keeps the rows whose figure contains TEXT, or
 the others: one run's JSON can give a guide's main table and a section's table.
 
+A "Verified on" block lists every smoke run's JSON (`make gpucheck`) matching a pattern, one row each:
+
+    <!-- gpucheck: bench/gpucheck-*.json -->
+    ...generated...
+    <!-- end gpucheck -->
+
 `python -m helpers.tools.bench_report docs/measured.md` rewrites every block from its JSON;
 `--check` says which block differs (the docs test runs it).
 """
@@ -53,6 +59,44 @@ def render(bench: dict, source: str, how: str | None = None, text: str | None = 
     return "\n".join(lines) + "\n"
 
 
+GPUCHECK = re.compile(r"(<!-- gpucheck: (?P<pattern>\S+) -->\n)(?P<body>.*?)(?P<end><!-- end gpucheck -->)", re.S)
+
+
+def _step(doc: dict, name: str) -> str:
+    """One step of a smoke run as a table cell: its figure when it ran, else its status and why."""
+    step = doc["steps"][name]
+    if step["status"] != "ok":
+        return f"{step['status']}: {step['reason']}".replace("|", "/")
+    f = step.get("figures", {})
+    if name == "build":
+        return (f"TF {f['tensorflow']}, " + (f"CUDA {f['cuda']}, cuDNN {f['cudnn']}" if f["cuda_build"] else "CPU build")
+                + f", sees {f['gpus_seen']} of {f['gpus_allocated']} GPUs")
+    if name.startswith("allreduce"):
+        bus = f["bus_gb_per_s"]
+        return f"{bus[max(bus, key=int)]:.1f} GB/s bus at {int(max(bus, key=int)) / 1e6:.0f} MB, {', '.join(f['nccl_transports'])}"
+    if name == "resnet50-mixed":
+        return f"{f['images_per_s']:,.0f} images/s (batch {f['batch']}), peak {f['peak_gpu_mib']:,.0f} MiB"
+    if name == "lessons":
+        return "; ".join(f"{r['lesson']} {r['status']} {r['minutes']:.1f} min (predicted {r['predicted_training_minutes']:.1f})"
+                         for r in f["lessons"]) + f" [{f['mode']}]"
+    return "ok" + (f": {step['reason']}" if step.get("reason") else "")
+
+
+def render_gpuchecks(docs: list[tuple[str, dict]], pattern: str) -> str:
+    """The "Verified on" table: one row per smoke run, what ran and what was skipped (and why)."""
+    lines = [f"Generated from `{pattern}` ({len(docs)} file(s)).", "",
+             "| date | machine | TensorFlow build | NCCL in the node | NCCL between tasks | ResNet50 mixed precision "
+             "| nested job | lessons |", "|---|---|---|---|---|---|---|---|"]
+    for source, doc in docs:
+        m = doc["machine"]
+        gpus = f"{len(m['gpu_names'])} x {m['gpu_names'][0]}" if m["gpu_names"] else "no GPU"
+        cells = [doc["date"], f"{doc['host']} ({m['cpus']} CPUs, {gpus})",
+                 *(_step(doc, n) for n in ("build", "allreduce-node", "allreduce-tasks", "resnet50-mixed",
+                                           "nested-job", "lessons"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def update(page: Path, check: bool = False) -> list[str]:
     """Rewrite (or, with `check`, compare) every bench block of `page`; returns the blocks that differed."""
     text = page.read_text()
@@ -68,7 +112,23 @@ def update(page: Path, check: bool = False) -> list[str]:
             differed.append(source)
         return match.group(1) + body + match.group("end")
 
-    new = BLOCK.sub(block, text)
+    def gpucheck_block(match: re.Match) -> str:
+        from .gpucheck import validate
+
+        pattern = match.group("pattern")
+        docs = []
+        for path in sorted(page.parent.glob(pattern)):
+            doc = json.loads(path.read_text())
+            problems = validate(doc)
+            if problems:
+                raise CourseError(f"{path.name} is not a gpucheck document: {'; '.join(problems)}")
+            docs.append((path.name, doc))
+        body = render_gpuchecks(docs, pattern)
+        if body != match.group("body"):
+            differed.append(pattern)
+        return match.group(1) + body + match.group("end")
+
+    new = GPUCHECK.sub(gpucheck_block, BLOCK.sub(block, text))
     if not check and new != text:
         page.write_text(new)
     return differed

@@ -97,10 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "class's servers, cancel the jobs found for them and wait until squeue shows none "
                             "(COURSE_HUB_URL, COURSE_HUB_TOKEN); plan: the nodes, settings and reservation a "
                             "class needs, a node per learner and a GPU per learner")
-    klass.add_argument("--repo", default="", help="link: the course repository learners pull from (a git URL)")
-    klass.add_argument("--branch", default="main", help="link: the branch or tag (default main)")
+    # the same settings the hub gives the servers, whose course_server pulls nothing else
+    klass.add_argument("--repo", default=os.environ.get("COURSE_PULL_REPO", ""),
+                       help="link: the course repository learners pull from (a git URL; COURSE_PULL_REPO)")
+    klass.add_argument("--branch", default=os.environ.get("COURSE_PULL_BRANCH") or "main",
+                       help="link: the branch or tag (COURSE_PULL_BRANCH, default main)")
     klass.add_argument("--lesson", default="00", help="link: the lesson to open, by number (default 00)")
-    klass.add_argument("--into", default="tf-hpc-course", help="link: the directory in each learner's home")
+    klass.add_argument("--into", default=os.environ.get("COURSE_PULL_DIR") or "tf-hpc-course",
+                       help="link: the directory in each learner's home (COURSE_PULL_DIR)")
     klass.add_argument("--group", default="", help="the hub group of the class's learners (COURSE_HUB_GROUP)")
     klass.add_argument("--reservation", default="",
                        help="the class's Slurm reservation: its users are the learners unless --group is given, "

@@ -1,6 +1,9 @@
-"""`make course`: run every notebook headless in quick mode, executed copies in build/.
+"""`make course`: run every notebook headless in the mode `COURSE_MODE` picks, executed copies in build/.
 
-Prints a summary table (notebook, status, seconds) and exits non-zero if any failed.
+`auto` (the default) is workshop where a GPU is visible and quick elsewhere, as in a learner's
+kernel: on a GPU node the day before a class this is the trainer's dry run at the class's size.
+The first line says the mode and why; workshop and full without prepared data stop there, not
+in the first lesson. Prints a summary table (notebook, status, seconds); non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -60,6 +63,22 @@ def run_notebook(path: Path, out_dir: Path, timeout: int) -> tuple[str, float, s
     return status, time.perf_counter() - started, detail
 
 
+def announce_mode() -> str:
+    """The line that says which mode the lessons will run and why; CourseError when it cannot run."""
+    from ..data import DATA_DIR_ENV, ensure_data
+    from ..gpus import gpu_count_without_tf
+    from ..mode import MODE_ENV, resolve_mode
+
+    asked = os.environ.get(MODE_ENV, "").strip().lower() or "auto"
+    mode = resolve_mode()
+    why = f"{MODE_ENV}={asked}" if asked != "auto" else (
+        f"auto: {gpu_count_without_tf()} GPU(s) visible" if mode == "workshop" else "auto: no GPU visible")
+    if mode != "quick":
+        data = ensure_data(False)  # CourseError naming COURSE_DATA_DIR when there is none
+        return f"mode {mode} ({why}); data: {data.label} in {os.environ[DATA_DIR_ENV]}"
+    return f"mode quick ({why}); small SYNTHETIC data (COURSE_MODE=workshop with {DATA_DIR_ENV} for the class's size)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="build")
@@ -68,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("COURSE_MODE", "quick")
+    from ..errors import CourseError
+
+    try:
+        print(announce_mode(), flush=True)  # before the first kernel: a wrong mode or no data is one line
+    except CourseError as exc:
+        print(f"make course: {exc}", file=sys.stderr)
+        return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("COURSE_FIGURES_DIR", str(out / "figures"))
     paths = [Path(p) for p in args.notebooks] or lessons()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlencode, urlsplit
 
+from course_server import credentials_in
+
 from ..errors import CourseError
 from .course_run import lessons
 DEFAULT_DIR = "tf-hpc-course"
@@ -33,6 +35,9 @@ def pull_link(hub: str, repo: str, branch: str = "main", lesson: str = "00", int
         raise CourseError(f"{hub!r} is not a hub address: give it as https://hub.example.org (COURSE_HUB_URL)")
     if not repo:
         raise CourseError("--repo: the course repository learners pull from (a git URL)")
+    if credentials_in(repo):
+        raise CourseError("--repo carries credentials (user:token@): every learner, browser history and log would "
+                          "see them; give the repository's public URL")
     if not re.fullmatch(r"[\w.-]+", into) or into in (".", ".."):
         raise CourseError(f"--into {into!r}: one directory name under the learner's home")
     if not re.fullmatch(r"[\w./-]+", branch):

@@ -48,7 +48,31 @@ class TrainConfig:
     precision: str = field(default="float32", metadata={
         "choices": PRECISIONS, "help": "Keras dtype policy: mixed_float16 (GPUs with tensor cores, "
         "loss scaling) or mixed_bfloat16 (Ampere and later, no loss scaling)"})
-    xla: bool = field(default=False, metadata={"help": "compile the train step with XLA (jit_compile)"})
+    xla: bool = field(default=False, metadata={
+        "help": "compile fit's train step with XLA (jit_compile=True); with --strategy default and "
+                "--loop fit only"})
+
+
+XLA_REFUSED = (
+    "with jit_compile=True Keras 3 compiles the whole distributed step (strategy.run and the all-reduce "
+    "inside it) as one XLA function, and under a tf.distribute strategy that is not offered here: over 2 "
+    "logical CPUs it fails for every precision (InvalidArgumentError, 'Trying to access resource ... "
+    "located in device CPU:1'), and on GPUs with mixed_float16 upstream reports a merge_call RuntimeError "
+    "from the LossScaleOptimizer (keras-team/keras#21366, closed unfixed). Without a strategy there is no "
+    "merge_call at all. The course never ran XLA on a GPU")
+
+
+def xla_refusal(xla: bool, loop: str, strategy: str) -> str | None:
+    """Why `--xla` cannot run as asked, or None: XLA only for fit with no distribution strategy
+    (`--strategy default`, one device). Decided before TensorFlow starts, so a run fails in one line
+    instead of a deep traceback after tracing."""
+    if not xla:
+        return None
+    if loop != "fit":
+        return "--xla compiles fit's step only; the custom loop's tf.function is not compiled with XLA"
+    if strategy != "default":
+        return f"--xla needs --strategy default (one device, no tf.distribute strategy), not {strategy!r}: " + XLA_REFUSED
+    return None
 
 
 @dataclass(frozen=True)
@@ -83,6 +107,9 @@ def run(config: TrainConfig) -> dict:
         raise CourseError(f"unknown loop {config.loop!r}: use one of {', '.join(LOOPS)}")
     if config.precision not in PRECISIONS:
         raise CourseError(f"unknown precision {config.precision!r}: use one of {', '.join(PRECISIONS)}")
+    refused = xla_refusal(config.xla, config.loop, config.strategy)
+    if refused:
+        raise CourseError(refused)
     environment.remove_proxies()
     import_tensorflow()  # quietly, before the resolver imports it with its start-up lines
     run_settings = mode_settings(config.mode)
@@ -142,7 +169,7 @@ def run(config: TrainConfig) -> dict:
         loss, accuracy, examples = result["loss"], result["accuracy"], result["examples"]
     results = {
         "model": config.model, "sync_bn": config.sync_bn, "loop": config.loop,
-        "precision": config.precision, "xla": config.xla,
+        "precision": config.precision, "xla": config.loop == "fit" and bool(model.jit_compile),  # as Keras ran it
         "strategy": about.name, "replicas": replicas, "workers": about.workers, "rank": about.rank,
         "host": platform.node(), "mode": run_settings.mode, "data": data.label,
         "epochs": epochs, "train_loss": [float(v) for v in train_loss],

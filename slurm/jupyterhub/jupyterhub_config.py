@@ -35,6 +35,8 @@ For a class (docs/offering.md, "Running a class"):
     COURSE_HUB_IDLE_TIMEOUT seconds without activity before a server is stopped (default 3600;
                             0 turns the culler off)
     COURSE_HUB_START_TIMEOUT seconds a server may wait in the queue and start (default 300)
+    COURSE_PULL_REPO       the course repository a pull link may pull (`class link`); unset: none
+    COURSE_PULL_BRANCH     its branch (default main); COURSE_PULL_DIR its directory (tf-hpc-course)
 
 Stopping or restarting the hub leaves the learners' servers running (they are Slurm jobs); the
 hub finds them again from its database. `python -m helpers class who` lists who is where, and
@@ -87,6 +89,9 @@ c.Spawner.environment = {
     # needs it, not nearly all of every GPU its engines need; the course's plans set their own
     "TF_FORCE_GPU_ALLOW_GROWTH": "true",
 }
+# what a pull link may pull into a learner's home (course_server/pull.py): nothing else
+c.Spawner.environment.update({name: os.environ.get(name, "") for name in
+                              ("COURSE_PULL_REPO", "COURSE_PULL_BRANCH", "COURSE_PULL_DIR")})
 
 
 def _class_settings() -> dict:

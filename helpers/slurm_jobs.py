@@ -1,0 +1,102 @@
+"""The environment and options of a Slurm job a lesson submits: a clean start, the class's GPUs and node sharing.
+
+A learner's JupyterHub server (or an `salloc` shell) is itself a Slurm job. `sbatch` from it
+passes the whole environment on (`--export=ALL`, Slurm's default), and Slurm reads the
+server's `SLURM_*` variables (its GPUs per task, memory, partition, node list...) as the
+child's own request: the child is refused or sized like the server. `job_environment` is
+the environment without them; `job_options` the options every job the course submits adds:
+`--exclusive=user` where the class gives each learner a node, and the GPUs a task should have.
+
+Settings (each read by a small function, each bad value one line):
+    COURSE_CLASS_LAYOUT        node (default): a node per learner, jobs `--exclusive=user`;
+                               gpu: a GPU per learner, learners share nodes on purpose
+    COURSE_JOB_GPUS_PER_TASK   a whole number, or auto (default): 1 when the job this runs in
+                               (the learner's server) has GPUs, else 0 (no GPU option)
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import CourseError
+
+LAYOUT_ENV = "COURSE_CLASS_LAYOUT"
+LAYOUTS = ("node", "gpu")
+GPUS_ENV = "COURSE_JOB_GPUS_PER_TASK"
+
+# Set by Slurm for the job this process runs in; read back by sbatch/srun as the new job's
+# request (SLURM_* and SRUN_*), or by CUDA/ROCm/oneAPI as the GPUs to use (the server's GPUs,
+# on another node than the child's).
+_INHERITED_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_")
+_INHERITED_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+_KEPT = ("SLURM_CONF",)  # where the cluster's configuration is: the child needs it too
+
+
+def class_layout(env: dict | None = None) -> str:
+    """`node` (a node per learner, the default) or `gpu` (a GPU per learner, nodes shared)."""
+    raw = (os.environ if env is None else env).get(LAYOUT_ENV, "").strip().lower() or "node"
+    if raw not in LAYOUTS:
+        raise CourseError(f"{LAYOUT_ENV}={raw!r} is not a class layout: use node (a node per learner) "
+                          "or gpu (a GPU per learner, nodes shared)")
+    return raw
+
+
+def gpus_per_task(env: dict | None = None) -> int:
+    """GPUs each task of a submitted job asks for: `COURSE_JOB_GPUS_PER_TASK`, or with `auto`
+    (the default) 1 when the job this runs in has GPUs, else 0."""
+    env = os.environ if env is None else env
+    raw = env.get(GPUS_ENV, "").strip().lower() or "auto"
+    if raw == "auto":
+        return 1 if this_job_has_gpus(env) else 0
+    if not raw.isdigit():
+        raise CourseError(f"{GPUS_ENV}={raw!r} is not a number of GPUs: use a whole number (0: no GPU) or auto "
+                          "(1 when your server's job has GPUs)")
+    return int(raw)
+
+
+def this_job_has_gpus(env: dict | None = None) -> bool:
+    """Whether the Slurm job this process runs in was given GPUs (what Slurm set for it)."""
+    env = os.environ if env is None else env
+    on_node = env.get("SLURM_GPUS_ON_NODE", "").strip()
+    if on_node.isdigit() and int(on_node) > 0:
+        return True
+    return any(env.get(name, "").strip() not in ("", "NoDevFiles") for name in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS"))
+
+
+def exclusive_options(env: dict | None = None) -> list[str]:
+    """`--exclusive=user` in the node layout (no other user's job beside yours), nothing in the gpu layout."""
+    return ["--exclusive=user"] if class_layout(env) == "node" else []
+
+
+def job_options(env: dict | None = None) -> list[str]:
+    """The options every job the course submits adds on sbatch's command line.
+
+    `--exclusive=user` in the node layout: no other user's job on the job's nodes, where
+    TensorFlow's gRPC ports accept anyone who can reach them. In the gpu layout learners share
+    nodes on purpose: `--oversubscribe` undoes the take-home scripts' `#SBATCH --exclusive=user`
+    (command-line options win over #SBATCH lines; on a partition with OverSubscribe=NO, the
+    default, it asks for nothing more). Then `--gpus-per-task=N` when tasks should have GPUs."""
+    env = os.environ if env is None else env
+    options = exclusive_options(env) or ["--oversubscribe"]
+    gpus = gpus_per_task(env)
+    return options + ([f"--gpus-per-task={gpus}"] if gpus else [])
+
+
+def job_environment(extra: dict, env: dict | None = None) -> dict:
+    """The environment for `sbatch` from inside a job: this one without what Slurm set for the job
+    it runs in (`SLURM_*` but SLURM_CONF, `SRUN_*`, the GPUs it was given), with `extra` on top.
+
+    The class's deliberate `SBATCH_*`/`SALLOC_*` settings (the reservation the hub sets) stay."""
+    env = os.environ if env is None else env
+    clean = {name: value for name, value in env.items()
+             if name in _KEPT or not (name.startswith(_INHERITED_PREFIXES) or name in _INHERITED_GPU_VARIABLES)}
+    return {**clean, **{name: str(value) for name, value in extra.items()}}
+
+
+def explain(env: dict | None = None) -> str:
+    """One line on who can reach this job's nodes, for a lesson to print."""
+    if class_layout(env) == "node":
+        return ("class layout node: your jobs run --exclusive=user, so no other user's job runs on their nodes "
+                "(their TensorFlow ports still answer whoever reaches the node over the network)")
+    return ("class layout gpu: you share nodes with classmates, whose jobs can connect to your TensorFlow workers' "
+            "ports on the same node (gRPC, no authentication): train nothing private in this class")

@@ -1,0 +1,233 @@
+"""Paths that only run on GPUs, held to their decisions here, where no GPU runs TensorFlow.
+
+Never run on a GPU: the bench's GPU section and `--xla` on a GPU. What is checked is which devices
+each bench row trains on, and which XLA runs `python -m helpers train` accepts, with the CPU
+behaviour behind that rule.
+"""
+
+import json
+import math
+
+import pytest
+
+from helpers.errors import CourseError
+from helpers.tools import bench, bench_scaling
+from helpers.tools.bench_rows import Row
+from helpers.tools.train import xla_refusal
+from tests.conftest import run_cli, run_python
+
+
+def test_each_gpu_row_sees_exactly_the_gpus_it_names():
+    runs = bench.gpu_runs(["0", "1", "2", "3"])
+    assert [(name, kind, n, devices) for name, kind, n, _, devices in runs] == [
+        ("float32", "single", 1, "0"), ("mixed precision", "single", 1, "0"), ("XLA", "single", 1, "0"),
+        ("mixed precision + XLA", "single", 1, "0"),
+        ("mixed precision", "mirrored", 2, "0,1"), ("mixed precision", "mirrored", 4, "0,1,2,3")]
+    assert all(xla_refusal("--xla" in extra, "fit", "default" if kind == "single" else kind) is None
+               for _, kind, _, extra, _ in runs), "every run is one that python -m helpers train accepts"
+    # a job given GPUs 4-11 of a node (Slurm's CUDA_VISIBLE_DEVICES): the rows take them in that order
+    assert [d for *_, d in bench.gpu_runs(["4", "5", "6", "7", "8", "9", "10", "11"])][-3:] == \
+        ["4,5", "4,5,6,7", "4,5,6,7,8,9,10,11"]
+    assert [d for *_, d in bench.gpu_runs(["GPU-a1"])] == ["GPU-a1"] * 4
+    assert bench.gpu_runs([]) == []
+
+
+def _fake_point(calls):
+    def training_point(kind, n, model, data_dir, steps, batch, extra, env=None):
+        devices = env["CUDA_VISIBLE_DEVICES"].split(",")
+        calls.append((kind, extra, env["CUDA_VISIBLE_DEVICES"]))
+        return {"replicas": len(devices), "images_per_s": 100.0 * len(devices), "median_step_s": 1.28,
+                "gradient_bytes": 94e6}
+    return training_point
+
+
+def test_the_gpu_section_passes_each_run_its_devices(monkeypatch):
+    """bench_gpu itself, with the training runs replaced by ones that report how many GPUs they saw."""
+    calls = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr(bench, "training_point", _fake_point(calls))
+    monkeypatch.setattr(bench_scaling, "gpu_prediction",
+                        lambda step_s, gradient_bytes, gpus, batch: Row(f"model {gpus}", 1.0, None, "images/s", True, "report"))
+    rows, skipped = bench.bench_gpu("data", 3)
+    assert skipped is None
+    assert [(kind, devices) for kind, _, devices in calls] == [("single", "2")] * 4 + [("mirrored", "2,3")]
+    one_gpu = [r for r in rows if "on 1 GPU" in r.figure]
+    assert len(one_gpu) == 4 and all(r.ours == 100.0 for r in one_gpu), one_gpu  # one GPU's images/s, not two
+    scaling = next(r for r in rows if "on 2 GPUs" in r.figure)
+    assert scaling.ours == 200.0 and scaling.baseline == 200.0 and "mixed precision" in scaling.figure
+
+
+def test_a_row_that_trains_on_more_gpus_than_it_names_stops_the_bench(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(bench, "training_point", lambda *a, **k: {"replicas": 2, "images_per_s": 1.0,
+                                                                  "median_step_s": 1.0, "gradient_bytes": 1})
+    with pytest.raises(CourseError, match="1-GPU row ran on 2 replicas"):
+        bench.bench_gpu("data", 3)
+
+
+def test_no_gpu_no_gpu_rows(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert bench.bench_gpu("data", 3) == ([], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)")
+
+
+def test_xla_is_offered_for_fit_without_a_strategy_only():
+    assert xla_refusal(False, "custom", "mirrored") is None
+    assert xla_refusal(True, "fit", "default") is None
+    for strategy in ("auto", "mirrored", "multiworker"):
+        assert "keras-team/keras#21366" in xla_refusal(True, "fit", strategy)
+    assert "custom loop" in xla_refusal(True, "custom", "default")
+
+
+def test_train_refuses_xla_under_a_strategy_in_one_line(tmp_path):
+    done = run_cli("train", "--mode", "quick", "--xla", "--strategy", "mirrored", "--cpu-replicas", "2",
+                   "--skip-eval", timeout=240, env={"COURSE_OUTPUT_DIR": str(tmp_path)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "--xla needs --strategy default" in done.stderr
+
+
+def test_train_with_xla_and_mixed_bfloat16_without_a_strategy(tmp_path):
+    """What the bench's 1-GPU "mixed precision + XLA"-like row runs, here on the CPU (bfloat16: float16's loss
+    scaling has no CPU fast path, but bfloat16 compiles on both)."""
+    done = run_cli("train", "--mode", "quick", "--xla", "--precision", "mixed_bfloat16", "--strategy", "default",
+                   "--skip-eval", "--epochs", "1", "--steps-per-epoch", "3", timeout=300,
+                   env={"COURSE_OUTPUT_DIR": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert result["xla"] is True and result["precision"] == "mixed_bfloat16" and result["replicas"] == 1
+    assert all(math.isfinite(v) for v in result["train_loss"]), result["train_loss"]
+
+
+XLA_ON_CPU = """
+import sys
+import tensorflow as tf
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np
+outcome = {}
+for replicas in (0, 1, 2):  # 0: no strategy
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+        keras.mixed_precision.set_global_policy(policy)
+        strategy = tf.distribute.get_strategy() if replicas == 0 else tf.distribute.MirroredStrategy(
+            [d.name for d in tf.config.list_logical_devices("CPU")][:replicas],
+            cross_device_ops=tf.distribute.ReductionToOneDevice())
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
+                                      keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, dtype="float32")])
+            model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=True,
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        ds = tf.data.Dataset.from_tensor_slices((np.ones((16, 8, 8, 3), "float32"), np.zeros(16, "int32"))).batch(8)
+        try:
+            model.fit(ds, epochs=1, verbose=0)
+            outcome[(replicas, policy)] = "ok"
+        except Exception as error:
+            outcome[(replicas, policy)] = type(error).__name__ + (": other device" if "located in device" in str(error) else "")
+print("OUTCOME", outcome)
+"""
+
+
+def test_what_xla_does_under_mirrored_strategy_on_cpu(report):
+    """The CPU half of XLA_REFUSED, checked against the installed TensorFlow and Keras: jit_compile=True
+    fits without a strategy and under MirroredStrategy on one device with every policy, and fails on two
+    logical CPUs (a change upstream shows here)."""
+    done = run_python(XLA_ON_CPU, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = eval(done.stdout.split("OUTCOME ", 1)[1])  # noqa: S307 - our own child's dict of strings
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+        assert outcome[(0, policy)] == outcome[(1, policy)] == "ok", outcome
+        assert outcome[(2, policy)] == "InvalidArgumentError: other device", outcome
+    report(f"jit_compile=True under MirroredStrategy on CPU: {outcome}")
+
+
+def _trace_reader(logs):
+    """Lesson 09's trace-reading cell itself, run on `logs`."""
+    import nbformat
+
+    from tests.conftest import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / "09_monitoring.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and "def read_trace" in c.source)
+    namespace = {"logs": logs}
+    exec(compile(source, "09_monitoring", "exec"), namespace)
+    return namespace["read_trace"]
+
+
+def _plant_trace(path, gpu: bool) -> None:
+    """An XSpace as the profiler writes it: a host plane with the step, the input wait and a compute
+    thread's op; with `gpu`, a /device:GPU:0 plane whose stream holds the kernels, each naming its op in
+    a tf_op stat, and a derived line over the same time that must not be counted twice."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    ms = 10**9  # picoseconds
+    space = xplane_pb2.XSpace()
+    host = space.planes.add(id=1, name="/host:CPU")
+    for i, name in enumerate(["multi_step_on_iterator", "IteratorGetNextOp::DoCompute",
+                              "sequential/dense/MatMul:_MklMatMul"]):
+        host.event_metadata[i + 1].id, host.event_metadata[i + 1].name = i + 1, name
+    python = host.lines.add(id=1, name="python3", timestamp_ns=1_000)
+    python.events.add(metadata_id=1, offset_ps=0, duration_ps=10 * ms)
+    python.events.add(metadata_id=2, offset_ps=0, duration_ps=2 * ms)
+    compute = host.lines.add(id=2, name="tf_Compute", timestamp_ns=1_000)
+    compute.events.add(metadata_id=3, offset_ps=3 * ms, duration_ps=1 * ms)  # on a GPU node: a launch
+    if gpu:
+        device = space.planes.add(id=2, name="/device:GPU:0")
+        for i, name in enumerate(["ampere_sgemm_128x64_nn", "void convolve_kernel<float>",
+                                  "sequential/dense/MatMul:MatMul"]):
+            device.event_metadata[i + 1].id, device.event_metadata[i + 1].name = i + 1, name
+        device.stat_metadata[1].id, device.stat_metadata[1].name = 1, "tf_op"
+        device.stat_metadata[2].id, device.stat_metadata[2].name = 2, "sequential/conv2d/Conv2D:Conv2D"
+        stream = device.lines.add(id=7, name="Stream #7(Compute)", timestamp_ns=1_000)
+        matmul = stream.events.add(metadata_id=1, offset_ps=4 * ms, duration_ps=3 * ms)
+        matmul.stats.add(metadata_id=1, str_value="sequential/dense/MatMul:MatMul")
+        conv = stream.events.add(metadata_id=2, offset_ps=7 * ms, duration_ps=2 * ms)
+        conv.stats.add(metadata_id=1, ref_value=2)  # the profiler interns repeated strings
+        stream.events.add(metadata_id=2, offset_ps=9 * ms, duration_ps=1 * ms)  # no tf_op stat
+        device.stat_metadata[3].id, device.stat_metadata[3].name = 3, "level 0"  # the stat's older name
+        old_name = stream.events.add(metadata_id=1, offset_ps=10 * ms, duration_ps=1 * ms)
+        old_name.stats.add(metadata_id=3, str_value="sequential/dense_1/MatMul:MatMul")
+        derived = device.lines.add(id=8, name="TensorFlow Ops", timestamp_ns=1_000)
+        derived.events.add(metadata_id=3, offset_ps=4 * ms, duration_ps=3 * ms)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(space.SerializeToString())
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
+    _plant_trace(tmp_path / "healthy" / "train" / "plugins" / "profile" / "2026_11_26" / "node.xplane.pb", gpu)
+    trace = _trace_reader(tmp_path)("healthy")
+    assert trace["steps"] == 1 and trace["input_share"] == pytest.approx(0.2)
+    ops = {op: round(s * 1000, 6) for op, s in trace["ops"].items()}
+    if gpu:  # the kernels' time, by the op that launched them; the host's launch and the derived line left out
+        assert trace["ops_from"] == "GPU kernels"
+        assert ops == {"MatMul": 4.0, "Conv2D": 2.0, "void convolve_kernel<float>": 1.0}, ops
+    else:
+        assert trace["ops_from"] == "host compute threads" and ops == {"MatMul": 1.0}, ops
+
+
+LESSON_07_GPU_CELL = """
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import tensorflow as tf
+from helpers.data import ensure_data, load_split
+
+nb = nbformat.read("notebooks/07_scaling_performance.ipynb", as_version=4)
+program = next(c.source for c in nb.cells if c.source.startswith("%%writefile")).split("\\n", 1)[1]
+ns = {}
+exec(compile(program.replace('if __name__ == "__main__":', "if False:"), "07_measure", "exec"), ns)
+cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+ns.update(train_examples=load_split("train", ensure_data(True).data_dir, limit=256), MODEL="cnn", per_replica=32,
+          STEPS=2, tf=tf, gpus=["stand-in 0", "stand-in 1"], devices=cpus,
+          mirrored=lambda n: tf.distribute.MirroredStrategy(cpus[:n], cross_device_ops=tf.distribute.ReductionToOneDevice()))
+cell = next(c.source for c in nb.cells if c.source.startswith("if gpus:"))
+exec(cell, ns)
+"""
+
+
+def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report):
+    """The cell's code (no strategy with XLA and mixed precision, then MirroredStrategy over the 'GPUs'),
+    with two logical CPUs named as GPUs: no GPU kernel runs, the figures mean nothing, the code paths run."""
+    done = run_python(LESSON_07_GPU_CELL, timeout=400, env={"COURSE_MODE": "quick", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [l for l in done.stdout.splitlines() if "images/s" in l]
+    assert len(lines) == 5 and "on 2 GPUs (policy mixed_float16)" in lines[-1], done.stdout
+    assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16)" in lines[3], lines
