@@ -88,6 +88,10 @@ def probe_devices(devices: int, sizes_mb: list[float], repeats: int) -> list[dic
         raise CourseError(f"{devices} devices asked for, but this node shows {gpus} GPUs")
     if not gpus:
         split_cpu(devices)
+    else:  # memory as the probe needs it, not nearly all of every GPU (engines may share them)
+        from .gpus import GROWTH_ENV
+
+        os.environ.setdefault(GROWTH_ENV, "true")
     tf = import_tensorflow()
     kind = "GPU" if gpus else "CPU"
     strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices(kind)][:devices])

@@ -163,12 +163,17 @@ def checkout_build(repo: "Path") -> "Path | None":
 def local_replicas(cpu_replicas: int = 2) -> int:
     """Make sure this process has replicas for MirroredStrategy; returns how many.
 
-    Two GPUs or more: one replica per GPU, nothing to do. One GPU: the lessons compare replicas
+    Two GPUs or more: one replica per GPU, with memory growth (`gpus.plan_for_kernel`). One GPU: the lessons compare replicas
     (mirrored copies, the loss divisor, batch-norm statistics), so the GPU is split into
     `cpu_replicas` logical GPUs, and a line says so. CPU only: the CPU is split into
     `cpu_replicas` logical devices. Logical devices share one GPU or one set of cores: they show
     the mechanics of data parallelism, not a speed-up. All of it before TensorFlow initialises.
     """
+    from . import gpus as course_gpus
+
+    # before TensorFlow: memory as needed (or the kernel's share of a learner's GPU, gpu layout),
+    # never nearly all of every GPU, which the engines and workers the lesson starts next need
+    course_gpus.apply(course_gpus.plan_for_kernel())
     gpus = gpu_count_without_tf()
     if gpus >= 2 or (gpus == 1 and cpu_replicas < 2):
         import_tensorflow()  # quietly, before the lesson's own import
@@ -183,9 +188,9 @@ def local_replicas(cpu_replicas: int = 2) -> int:
 
 def logical_gpu_memory_mib(total_mib: int | None, parts: int) -> int:
     """Memory limit of each logical GPU when one GPU is split in `parts` (90 % shared out)."""
-    if parts < 1:
-        raise CourseError(f"cannot split a GPU into {parts} devices: ask for 1 or more")
-    return max(256, int((total_mib or 8192) * 0.9) // parts)
+    from .gpus import memory_share_mib
+
+    return memory_share_mib(total_mib, parts)
 
 
 def split_gpu(replicas: int) -> list:
@@ -202,7 +207,12 @@ def split_gpu(replicas: int) -> list:
                           "TensorFlow sees none: on GPU nodes install tensorflow[and-cuda] (make install "
                           "EXTRA=gpu); elsewhere unset CUDA_VISIBLE_DEVICES")
     gpu = found[0]
-    limit = logical_gpu_memory_mib(_gpu_memory_mib(), replicas)
+    from .gpus import gpu_memory_mib
+    from .host import GPU_MEMORY_ENV
+
+    budget = os.environ.get(GPU_MEMORY_ENV, "")  # this process's share of a learner's GPU (gpu layout)
+    limit = (max(256, int(budget) // replicas) if budget.isdigit()
+             else logical_gpu_memory_mib(gpu_memory_mib(), replicas))
     try:
         tf.config.set_logical_device_configuration(
             gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit) for _ in range(replicas)])
@@ -213,10 +223,3 @@ def split_gpu(replicas: int) -> list:
         raise CourseError(f"TensorFlow already initialised with {have} GPU device(s); split the GPU into "
                           f"{replicas} before any TensorFlow op (restart the kernel)") from None
     return tf.config.list_logical_devices("GPU")
-
-
-def _gpu_memory_mib() -> int | None:
-    from .gpus import nvidia_smi
-
-    out = nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits").split()
-    return int(out[0]) if out and out[0].isdigit() else None

@@ -16,7 +16,18 @@ the numbers, only how many a task sees against how many the node gave the job. M
 all-reduce needs the same number of replicas on every worker, so tasks sharing a node's GPUs
 each take `GPUs // (largest number of tasks on a node)`; GPUs left over stay idle, and the
 plan says so. Two workers on one GPU break NCCL ("Duplicate GPU detected"), so that is an
-error, never a silent share.
+error, never a silent share, in the default class layout (`COURSE_CLASS_LAYOUT=node`: a node per
+learner).
+
+In the GPU-per-learner layout (`COURSE_CLASS_LAYOUT=gpu`) a learner has one GPU for the kernel
+and its engines or workers: when a process has fewer GPUs than workers, they share them, each
+process with a memory limit (90 % of the GPU's memory, from nvidia-smi, divided by the processes:
+the workers and the learner's kernel; the workers share what the kernel's own share leaves), set
+as one logical device per GPU where TensorFlow is imported (`host.limit_gpu_memory`, from
+`COURSE_GPU_MEMORY_MIB`), and the strategy uses RING
+collectives (NCCL cannot run two ranks on one GPU). Otherwise every process that may use a GPU
+takes its memory as it needs it (`TF_FORCE_GPU_ALLOW_GROWTH=true`), never all of it at start.
+None of this has run on a real GPU: the decisions are tested, TensorFlow's use of them is not.
 """
 
 from __future__ import annotations
@@ -27,10 +38,15 @@ import subprocess
 from dataclasses import dataclass
 
 from .errors import CourseError
+from .host import GPU_MEMORY_ENV
+from .slurm_jobs import class_layout
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"  # TensorFlow takes GPU memory as needed, not all at start
 NO_DEVICES = ("", "-1", "NoDevFiles")  # what Slurm and users write for "no GPU"
+SHARED_FRACTION = 0.9  # of a shared GPU's memory, divided among its processes (the rest: CUDA's own)
+DEFAULT_GPU_MIB = 8192  # when nvidia-smi does not say (a limit too small is safer than none)
+KERNEL_MEMORY_ENV = "COURSE_KERNEL_GPU_MIB"  # the learner's kernel's share, inherited by what it starts
 
 
 @dataclass(frozen=True)
@@ -39,7 +55,10 @@ class GpuPlan:
 
     gpus: tuple[str, ...]  # device ids as this process numbers them
     how: str  # cpu | bound (Slurm bound them to this task) | shared (narrowed by local rank) | all | hidden
+    #          | memory (the gpu layout: processes share the GPUs, each within memory_mib)
     note: str = ""
+    memory_mib: int | None = None  # this process's GPU memory limit (shared GPUs); None: grow as needed
+    kernel: bool = False  # the learner's kernel: what it starts shares out the rest of the GPU
 
     @property
     def replicas(self) -> int:
@@ -55,14 +74,18 @@ class GpuPlan:
     def env(self) -> dict[str, str]:
         """Variables a worker process needs for this plan (before TensorFlow starts)."""
         found = {} if self.visible_devices is None else {VISIBLE_ENV: self.visible_devices}
-        if self.gpus:
+        if self.gpus and self.memory_mib:  # a fixed share: growth off, as for a split GPU
+            found.update({GPU_MEMORY_ENV: str(self.memory_mib), GROWTH_ENV: "false"})
+            if self.kernel:
+                found[KERNEL_MEMORY_ENV] = str(self.memory_mib)
+        elif self.gpus:
             found[GROWTH_ENV] = "true"
         return found
 
     def describe(self) -> str:
         if not self.gpus:
             return "CPU" + (f" ({self.note})" if self.note else "")
-        text = f"GPU {','.join(self.gpus)} ({self.how})"
+        text = f"GPU {','.join(self.gpus)} ({self.how}" + (f", {self.memory_mib} MiB" if self.memory_mib else "") + ")"
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -102,6 +125,55 @@ def _nvidia_smi_count() -> int:
     return sum(1 for line in nvidia_smi("-L").splitlines() if line.startswith("GPU "))
 
 
+def gpu_memory_mib() -> int | None:
+    """Memory of this process's first GPU in MiB, from nvidia-smi (None where it does not say)."""
+    out = nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits").split()
+    return int(out[0]) if out and out[0].isdigit() else None
+
+
+def memory_share_mib(total_mib: int | None, processes: int) -> int:
+    """Each process's memory limit on a GPU shared by `processes`: 90 % of it shared out."""
+    if processes < 1:
+        raise CourseError(f"cannot share a GPU among {processes} processes: ask for 1 or more")
+    return max(256, int((total_mib or DEFAULT_GPU_MIB) * SHARED_FRACTION) // processes)
+
+
+def _memory_plan(visible: list[str], workers: int, what: str, total_mib: int | None, env: dict) -> GpuPlan:
+    """A worker's share of the GPU(s) it shares with `workers - 1` others and the learner's kernel:
+    what the kernel left (its share is in the environment it handed down), else one share of
+    `workers + 1` (a kernel may use the GPU, growing)."""
+    kernel = env.get(KERNEL_MEMORY_ENV, "").strip()
+    if kernel.isdigit():
+        left = int((total_mib or DEFAULT_GPU_MIB) * SHARED_FRACTION) - int(kernel)
+        share = max(256, left // workers)
+    else:
+        share = memory_share_mib(total_mib, workers + 1)
+    return GpuPlan(tuple(visible), "memory", f"{what}: {workers} workers and the kernel share GPU "
+                                             f"{','.join(visible)}, {share} MiB each, RING collectives "
+                                             "(COURSE_CLASS_LAYOUT=gpu)", share)
+
+
+def learner_processes(environ: dict | None = None) -> int:
+    """Processes on a learner's GPU in the gpu layout: the kernel and one per task of its job."""
+    env = os.environ if environ is None else environ
+    tasks = env.get("SLURM_NTASKS", "")
+    return 1 + (int(tasks) if tasks.isdigit() else 2)  # outside Slurm: the lessons' 2 workers
+
+
+def plan_for_kernel(environ: dict | None = None, total_mib: int | None = None) -> GpuPlan:
+    """The GPUs of the learner's kernel. Node layout: all it sees, memory as needed. Gpu layout:
+    its share of the learner's GPU beside the engines or workers it starts (`learner_processes`)."""
+    env = os.environ if environ is None else environ
+    visible = visible_gpus(env)
+    if not visible:
+        return GpuPlan((), "cpu")
+    if class_layout(env) == "gpu":
+        share = memory_share_mib(total_mib or gpu_memory_mib(), learner_processes(env))
+        return GpuPlan(tuple(visible), "memory", f"the kernel: {share} MiB of GPU {','.join(visible)}, the rest "
+                                                 "for its engines and workers (COURSE_CLASS_LAYOUT=gpu)", share, True)
+    return GpuPlan(tuple(visible), "all")
+
+
 def _node_gpu_count(env: dict, visible: list[str]) -> int:
     """GPUs the job has on this node (Slurm's count), or what this task sees outside Slurm."""
     on_node = env.get("SLURM_GPUS_ON_NODE", "")
@@ -125,6 +197,9 @@ def plan_for_task(tasks_on_node: int, local_rank: int, max_tasks_per_node: int,
                               f"{len(visible)} each: some tasks share a GPU, which breaks NCCL; ask "
                               "for one GPU per task (--gpus-per-task=1) or fewer tasks per node")
         return GpuPlan(tuple(visible), "bound")
+    if len(visible) < max_tasks_per_node and class_layout(env) == "gpu":
+        # the learner's engines on the learner's GPU(s), beside the kernel of the same job
+        return _memory_plan(visible, tasks_on_node, f"task {local_rank}", gpu_memory_mib(), env)
     if len(visible) < max_tasks_per_node:
         raise CourseError(f"{max_tasks_per_node} tasks per node share {len(visible)} GPU(s): every worker "
                           f"needs a GPU of its own; ask for --ntasks-per-node={len(visible)} or "
@@ -145,11 +220,15 @@ def plan_for_local_worker(workers_on_host: int, index: int, environ: dict | None
     """The GPUs of local worker `index` of `workers_on_host` (engines or launched processes).
 
     At least as many GPUs as workers: an equal share each. Fewer (but some): the workers run on
-    CPU, since two workers on one GPU break NCCL; the note says so.
+    CPU, since two workers on one GPU break NCCL; the note says so. In the gpu class layout they
+    share the GPUs instead, with the kernel, each within a memory limit (RING collectives).
     """
-    visible = visible_gpus(environ)
+    env = os.environ if environ is None else environ
+    visible = visible_gpus(env)
     if not visible:
         return GpuPlan((), "cpu")
+    if len(visible) < workers_on_host and class_layout(env) == "gpu":
+        return _memory_plan(visible, workers_on_host, f"worker {index}", gpu_memory_mib(), env)
     if len(visible) < workers_on_host:
         return GpuPlan((), "hidden", f"{workers_on_host} workers but {len(visible)} GPU(s) on this host: "
                                      "the workers run on CPU (two workers on one GPU break NCCL); "
@@ -170,4 +249,14 @@ def apply(plan: GpuPlan) -> GpuPlan:
                           f"{VISIBLE_ENV}={wanted[VISIBLE_ENV]!r}: resolve the cluster (or create the "
                           "strategy) before any TensorFlow op; restart the kernel or engine")
     os.environ.update(changes)
+    if plan.memory_mib:  # TensorFlow imported already (e.g. on an engine), not yet initialised
+        from .host import limit_gpu_memory
+
+        limit_gpu_memory()
     return plan
+
+
+def shares_gpu(environ: dict | None = None) -> bool:
+    """Whether this process was given a share of a GPU other processes use (RING, not NCCL)."""
+    env = os.environ if environ is None else environ
+    return env.get(GPU_MEMORY_ENV, "").strip().isdigit() and bool(visible_gpus(env))

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+# A GPU shared by several of the course's processes (the gpu class layout, helpers.gpus): each
+# process's memory limit in MiB, applied where TensorFlow is imported, before it initialises.
+GPU_MEMORY_ENV = "COURSE_GPU_MEMORY_MIB"
+
 
 def cpu_count() -> int:
     """CPUs this process may run on (the Slurm/cgroup affinity, not the machine's total)."""
@@ -33,6 +37,7 @@ def import_tensorflow():
     if "tensorflow" in sys.modules:
         tf = sys.modules["tensorflow"]
         tf.get_logger().setLevel("ERROR")
+        limit_gpu_memory(tf)
         return tf
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # C++ INFO and WARNING lines (rendezvous CANCELLED, ...)
     # Our pipelines shuffle before batching, as the course teaches; Keras would warn on every
@@ -52,7 +57,26 @@ def import_tensorflow():
     finally:
         os.close(saved)
     tf.get_logger().setLevel("ERROR")
+    limit_gpu_memory(tf)
     return tf
+
+
+def limit_gpu_memory(tf=None) -> int | None:
+    """Give each GPU of this process one logical device of `COURSE_GPU_MEMORY_MIB` MiB, if set;
+    returns the limit. Only before TensorFlow initialises, and never over a split a lesson made
+    already (`environment.split_gpu` divides the same limit). Never run on a real GPU here."""
+    text = os.environ.get(GPU_MEMORY_ENV, "").strip()
+    if not text.isdigit() or (tf is None and "tensorflow" not in sys.modules):
+        return None
+    tf = tf or sys.modules["tensorflow"]
+    for gpu in tf.config.list_physical_devices("GPU"):
+        if tf.config.get_logical_device_configuration(gpu) is None:
+            try:
+                tf.config.set_logical_device_configuration(
+                    gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(text))])
+            except RuntimeError:  # initialised already: the kernel or engine must restart
+                return None
+    return int(text)
 
 
 def tensorflow_initialised() -> bool:

@@ -16,7 +16,7 @@ from .environment import split_cpu
 from .gpus import gpu_count_without_tf
 from .host import import_tensorflow
 from .errors import CourseError
-from .gpus import GROWTH_ENV
+from .gpus import GROWTH_ENV, shares_gpu
 from .rendezvous import rendezvous_deadline
 from .resolver import cluster_resolver, describe, slurm_resolver
 
@@ -48,9 +48,10 @@ def worker_gpus(resolver) -> int:
     return plan.replicas if plan is not None else gpu_count_without_tf()
 
 
-def communication_for(gpus: int) -> str:
-    """The collective implementation to use: NCCL on GPUs, ring on CPU."""
-    return "NCCL" if gpus > 0 else "RING"
+def communication_for(gpus: int, shared: bool = False) -> str:
+    """The collective implementation to use: NCCL on GPUs of a worker's own, ring on CPU and on
+    a GPU shared with other ranks (the gpu class layout: NCCL cannot run two ranks on one GPU)."""
+    return "NCCL" if gpus > 0 and not shared else "RING"
 
 
 def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
@@ -95,7 +96,7 @@ def _single_process(kind: str):
 def _multiworker(resolver, timeout_seconds: float | None, communication: str | None):
     tf = import_tensorflow()
 
-    implementation = (communication or communication_for(worker_gpus(resolver))).upper()
+    implementation = (communication or communication_for(worker_gpus(resolver), shares_gpu())).upper()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=getattr(tf.distribute.experimental.CommunicationImplementation, implementation),
         bytes_per_pack=tuning.pack_bytes(implementation),

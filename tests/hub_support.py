@@ -99,7 +99,8 @@ c.JupyterHub.load_roles.append({{"name": "course-test", "scopes": {SERVICE_SCOPE
 c.SlurmSpawner.exec_prefix = "runuser -p -u {{username}} --"
 c.SlurmSpawner.req_options = "--nodes=2 --ntasks-per-node=1"
 c.SlurmSpawner.start_timeout = 120
-c.Spawner.environment.update({{"COURSE_MODE": "quick", "SLURM_CONF": {slurm_env["SLURM_CONF"]!r}}})
+c.Spawner.environment.setdefault("COURSE_MODE", "quick")  # unless the hub was given the class's
+c.Spawner.environment.update({{"SLURM_CONF": {slurm_env["SLURM_CONF"]!r}}})
 {extra}
 ''')
     return config
@@ -220,7 +221,11 @@ def new_hub(tmp_path: Path, slurm: dict, passwords: dict[str, str], extra: str =
     ports = {"public": free_port(), "hub": free_port(), "proxy_api": free_port()}
     token = secrets.token_hex(32)
     config = write_config(directory, passwords, ports, token, slurm["env"], extra)
-    hub = Hub(config, directory, {**slurm["env"], "COURSE_DIR": str(ROOT), **(env or {})}, ports["public"])
+    from helpers.class_settings import CLASS_SETTINGS
+
+    # the class's settings are the test's to give (`env`), never the runner's environment's
+    base = {k: v for k, v in slurm["env"].items() if k not in CLASS_SETTINGS}
+    hub = Hub(config, directory, {**base, "COURSE_DIR": str(ROOT), **(env or {})}, ports["public"])
     try:
         hub.wait_up(60)
     except BaseException:

@@ -13,8 +13,10 @@ CONFIG = Path(__file__).resolve().parents[1] / "slurm" / "jupyterhub" / "jupyter
 
 
 def _load(monkeypatch, **env) -> Config:
+    from helpers.class_settings import CLASS_SETTINGS
+
     for name in ("COURSE_HUB_IP", "COURSE_CONTROLLER_IP", "COURSE_HUB_RESERVATION", "COURSE_HUB_IDLE_TIMEOUT",
-                 "COURSE_HUB_SPAWN_LIMIT"):
+                 "COURSE_HUB_SPAWN_LIMIT", "COURSE_HUB_OPTIONS", *CLASS_SETTINGS):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -95,3 +97,31 @@ def test_a_starting_server_is_polled_once_a_second_not_twice(monkeypatch):
     """batchspawner's 0.5 s made forty sudo+squeue calls a second at a spawn limit of 20."""
     config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1")
     assert config.SlurmSpawner.startup_poll_interval >= 1.0
+
+
+def test_the_class_settings_reach_the_servers_checked(monkeypatch):
+    """Every class-wide setting the hub is given goes to every server's environment (the sbatch
+    --export list is the environment's keys); a bad value stops the hub with one line."""
+    from helpers.class_settings import CLASS_SETTINGS
+
+    given = {"COURSE_MODE": "Workshop", "COURSE_EPOCHS": "2", "COURSE_MAX_STEPS": "50", "COURSE_CLASS_LAYOUT": "gpu",
+             "COURSE_JOB_GPUS_PER_TASK": "1"}
+    assert set(given) == set(CLASS_SETTINGS), "the test names every class-wide setting"
+    env = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", **given).Spawner.environment
+    assert {k: env[k] for k in given} == {**given, "COURSE_MODE": "workshop"}
+    assert "COURSE_EPOCHS" not in _load(monkeypatch, COURSE_HUB_IP="10.1.1.1").Spawner.environment
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"  # TensorFlow the course did not plan: memory as needed
+    for name, bad in (("COURSE_EPOCHS", "2; rm -rf ~"), ("COURSE_MODE", "fast"), ("COURSE_CLASS_LAYOUT", "gpus"),
+                      ("COURSE_MAX_STEPS", "0"), ("COURSE_JOB_GPUS_PER_TASK", "$(id)")):
+        with pytest.raises(CourseError, match=name):
+            _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", **{name: bad})
+
+
+def test_the_layout_picks_the_server_job(monkeypatch):
+    """node: a whole node per learner (--exclusive); gpu: one GPU and two tasks, nodes shared."""
+    node = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1").SlurmSpawner.req_options.split()
+    gpu = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_CLASS_LAYOUT="gpu").SlurmSpawner.req_options.split()
+    assert "--exclusive" in node and "--gpus=1" not in node
+    assert "--exclusive" not in gpu and {"--gpus=1", "--ntasks=2", "--nodes=1"} <= set(gpu)
+    mine = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_CLASS_LAYOUT="gpu", COURSE_HUB_OPTIONS="--gpus=2")
+    assert mine.SlurmSpawner.req_options == "--gpus=2"  # the centre's own options win

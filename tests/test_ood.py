@@ -314,3 +314,37 @@ def test_the_app_starts_jupyterlab_as_a_slurm_job_and_runs_a_lesson_on_its_engin
     assert mode & 0o077 == 0, f"the JupyterLab config holds the token and is readable by others: {oct(mode)}"
     assert re.search(r"c\.ServerApp\.ip = '10\.77\.0\.\d+'", config), "JupyterLab must listen on the node's address only"
     assert "c.KernelManager.transport = 'ipc'" in config
+
+
+def test_the_class_settings_and_layout_reach_the_job(tmp_path):
+    """Every class-wide setting (helpers.class_settings) is a form value of the same name, checked,
+    quoted and exported for the job's kernels and engines; the layout picks the job's request."""
+    from helpers.class_settings import CLASS_SETTINGS
+
+    ruby = ensure_ruby()
+    form = yaml.safe_load((APP / "form.yml").read_text())
+    assert {name.lower() for name in CLASS_SETTINGS} <= set(form["attributes"]), "a class setting is not on the form"
+    values = tmp_path / "values.json"
+
+    def submitted(name: str, **changes: str) -> tuple[list[str], str]:
+        values.write_text(json.dumps(form_values(**changes)))
+        done = render(ruby, "submit", str(APP), str(tmp_path / name), str(values))
+        assert done.returncode == 0, done.stderr[-1000:]
+        return json.loads(done.stdout)["native"], (tmp_path / name / "before.sh").read_text()
+
+    native, before = submitted("node", course_mode="workshop", course_epochs="2", course_max_steps="40",
+                               course_job_gpus_per_task="1", gpus_per_task="1", tasks_per_node="4")
+    assert native == ["--nodes", "1", "--ntasks-per-node", "4", "--exclusive", "--gpus-per-task", "1"], native
+    for line in ("export COURSE_MODE=workshop", "export COURSE_EPOCHS=2", "export COURSE_MAX_STEPS=40",
+                 "export COURSE_JOB_GPUS_PER_TASK=1", "export COURSE_CLASS_LAYOUT=node",
+                 "export TF_FORCE_GPU_ALLOW_GROWTH=true"):
+        assert line in before.splitlines(), (line, before)
+    native, before = submitted("gpu", course_class_layout="gpu", bc_num_nodes="3", gpus_per_task="1")
+    assert native == ["--nodes", "1", "--ntasks", "2", "--gpus", "1"], native  # one GPU of a shared node
+    assert "export COURSE_CLASS_LAYOUT=gpu" in before.splitlines() and "COURSE_EPOCHS" not in before
+    assert subprocess.run(["bash", "-n", str(tmp_path / "gpu" / "before.sh")]).returncode == 0
+    for bad in ({"course_epochs": "2; id"}, {"course_max_steps": "0"}, {"course_job_gpus_per_task": "65"},
+                {"course_class_layout": "gpu$(id)"}, {"course_epochs": "$(touch x)"}):
+        values.write_text(json.dumps(form_values(**bad)))
+        done = render(ruby, "submit", str(APP), str(tmp_path / "bad"), str(values))
+        assert done.returncode != 0 and "ArgumentError" in done.stderr, (bad, done.stderr[-300:])

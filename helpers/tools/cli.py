@@ -91,11 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     klass = sub.add_parser("class", help="a class on the hub: the link to the course, who is where, and ending it "
                                          "(instructors)")
-    klass.add_argument("action", choices=("link", "who", "end"),
+    klass.add_argument("action", choices=("link", "who", "end", "plan"),
                        help="link: the nbgitpuller link that puts the course in each learner's home and opens "
                             "--lesson (COURSE_HUB_URL); who: learner, server job, node, engines; end: stop the "
                             "class's servers, cancel the jobs found for them and wait until squeue shows none "
-                            "(COURSE_HUB_URL, COURSE_HUB_TOKEN)")
+                            "(COURSE_HUB_URL, COURSE_HUB_TOKEN); plan: the nodes, settings and reservation a "
+                            "class needs, a node per learner and a GPU per learner")
     # the same settings the hub gives the servers, whose course_server pulls nothing else
     klass.add_argument("--repo", default=os.environ.get("COURSE_PULL_REPO", ""),
                        help="link: the course repository learners pull from (a git URL; COURSE_PULL_REPO)")
@@ -109,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the class's Slurm reservation: its users are the learners unless --group is given, "
                             "and only jobs in it are cancelled (COURSE_HUB_RESERVATION)")
     klass.add_argument("--dry-run", action="store_true", help="end: print what would be stopped, do nothing")
+    klass.add_argument("--learners", type=_positive, help="plan: learners in the class")
+    klass.add_argument("--gpus-per-node", type=_positive, default=4, help="plan: GPUs per node (default 4)")
+    klass.add_argument("--cpus-per-node", type=_positive, help="plan: CPUs per node (a learner's server takes 2)")
+    klass.add_argument("--nodes-available", type=int, help="plan: nodes the class may use; says what fits")
+    klass.add_argument("--jobs-at-once", type=int, help="plan: learners submitting a 2-node lesson job at the "
+                       "same moment (default: all)")
+    klass.add_argument("--gpu-mib", type=_positive, default=40960, help="plan: memory of one GPU in MiB "
+                       "(default 40960, an A100 40GB)")
+    klass.add_argument("--start", default="2026-12-01T08:00:00", help="plan: the reservation's start")
+    klass.add_argument("--duration", default="10:00:00", help="plan: the reservation's length")
+    klass.add_argument("--users", default="LEARNER1,LEARNER2,...", help="plan: the reservation's users")
+    klass.add_argument("--partition", default="", help="plan: the reservation's partition")
 
     horovod = sub.add_parser("horovod", help="build Horovod 0.28.1 against this TensorFlow (CPU, Gloo; lesson 13)")
     horovod.add_argument("action", choices=("build",), help="build: compile it into --into (root installs the "
@@ -199,6 +212,14 @@ def _dispatch(args) -> int:
         from .pull_link import pull_link
 
         print(pull_link(os.environ.get("COURSE_HUB_URL", ""), args.repo, args.branch, args.lesson, args.into))
+    elif args.command == "class" and args.action == "plan":
+        from .class_plan import report as class_plan
+
+        if args.learners is None:
+            raise CourseError("class plan needs --learners N (and --gpus-per-node, default 4)")
+        print(class_plan(args.learners, args.gpus_per_node, args.cpus_per_node, args.nodes_available,
+                         args.jobs_at_once, args.gpu_mib, args.reservation or "course-day", args.start,
+                         args.duration, args.users, args.partition))
     elif args.command == "class":
         from .class_admin import main as class_main
 

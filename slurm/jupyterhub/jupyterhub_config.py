@@ -14,10 +14,19 @@ behind the centre's HTTPS front end. Everything site-specific is an environment 
                            address on their network; never all interfaces)
     COURSE_HUB_PARTITION   partition for the servers (default: the site's default)
     COURSE_HUB_TIME        time limit of a server (default 02:00:00)
-    COURSE_HUB_OPTIONS     extra #SBATCH options (default "--nodes=1 --ntasks=2 --exclusive"), e.g.
+    COURSE_HUB_OPTIONS     extra #SBATCH options (default: the layout's, below), e.g.
                            "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --exclusive"
 
 For a class (docs/offering.md, "Running a class"):
+
+    COURSE_CLASS_LAYOUT     node (default): a node per learner, every server job --exclusive;
+                            gpu: a GPU per learner, servers share nodes ("--nodes=1 --ntasks=2
+                            --gpus=1"), the learner's engines share its GPU with memory limits
+                            and RING collectives (helpers.gpus); classmates on one node can reach
+                            each other's TensorFlow ports (docs/security.md)
+    COURSE_MODE, COURSE_EPOCHS, COURSE_MAX_STEPS, COURSE_JOB_GPUS_PER_TASK
+                            class-wide settings passed to every learner's server, kernels and
+                            engines (the list: helpers.class_settings; each value checked here)
 
     COURSE_HUB_RESERVATION  a Slurm reservation made for the day: servers run in it, and so do
                             the engines' and batch jobs learners submit from their server
@@ -76,10 +85,26 @@ c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLURM_CONF", "COURSE_DATA_DIR"]
 c.Spawner.environment = {
     "COURSE_ENGINES": "slurm",        # notebooks start their engines as Slurm tasks
     "TF_CPP_MIN_LOG_LEVEL": "2",
+    # any TensorFlow the course did not plan (a kernel importing it directly) takes GPU memory as it
+    # needs it, not nearly all of every GPU its engines need; the course's plans set their own
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",
 }
 # what a pull link may pull into a learner's home (course_server/pull.py): nothing else
 c.Spawner.environment.update({name: os.environ.get(name, "") for name in
                               ("COURSE_PULL_REPO", "COURSE_PULL_BRANCH", "COURSE_PULL_DIR")})
+
+
+def _class_settings() -> dict:
+    """The trainer's class-wide COURSE_* settings in the hub's environment, each checked (a bad
+    value stops the hub with one line): they reach every learner's server, kernels and engines."""
+    from helpers.class_settings import class_settings
+
+    return class_settings(os.environ)
+
+
+CLASS = _class_settings()
+c.Spawner.environment.update(CLASS)
+LAYOUT = CLASS.get("COURSE_CLASS_LAYOUT", "node")
 
 def _batch_script() -> str:
     from helpers.environment import PROXY_VARIABLES  # the one list of them
@@ -92,10 +117,12 @@ c.SlurmSpawner.batch_script = _batch_script()
 c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebook gets the job's CPUs
 c.SlurmSpawner.req_runtime = os.environ.get("COURSE_HUB_TIME", "02:00:00")
 c.SlurmSpawner.req_partition = os.environ.get("COURSE_HUB_PARTITION", "")
-# --exclusive: no other user's job on a learner's node, where the lessons' TensorFlow workers open
-# unauthenticated gRPC ports (docs/security.md); a partition reserved for the
-# class (one user per node, ExclusiveUser=YES) serves as well
-c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", "--nodes=1 --ntasks=2 --exclusive")
+# node layout, --exclusive: no other user's job on a learner's node, where the lessons' TensorFlow
+# workers open unauthenticated gRPC ports (docs/security.md); a partition reserved for the class
+# (one user per node, ExclusiveUser=YES) serves as well. gpu layout: one GPU and two tasks (the
+# engines) per learner, nodes shared with classmates.
+LAYOUT_OPTIONS = {"node": "--nodes=1 --ntasks=2 --exclusive", "gpu": "--nodes=1 --ntasks=2 --gpus=1"}
+c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", LAYOUT_OPTIONS[LAYOUT])
 # a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
 c.SlurmSpawner.start_timeout = int(os.environ.get("COURSE_HUB_START_TIMEOUT", "300"))
 c.SlurmSpawner.http_timeout = 120

@@ -1,0 +1,58 @@
+"""A class's settings through the real hub: the trainer sets them once, every learner's kernel sees them.
+
+Root and the local Slurm (CI requires them). The trainer starts the hub with the class-wide
+COURSE_* settings (helpers.class_settings) in its environment; a learner's server is a Slurm job
+in the GPU-per-learner layout (one simulated GPU, two tasks); a kernel of that server, run
+through the hub's proxy as JupyterLab runs one, reads its environment and `mode_settings()`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import squeue_empty
+from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
+
+pytestmark = pytest.mark.slurm
+CLASS = {"COURSE_MODE": "workshop", "COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "3", "COURSE_CLASS_LAYOUT": "gpu",
+         "COURSE_JOB_GPUS_PER_TASK": "1"}
+CELL = """
+import json, os
+from helpers.class_settings import CLASS_SETTINGS
+from helpers.mode import mode_settings
+s = mode_settings()
+print("SEEN " + json.dumps({"env": {k: os.environ.get(k) for k in CLASS_SETTINGS}, "mode": s.mode, "epochs": s.epochs,
+      "max_steps": s.max_steps, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "job": os.environ.get("SLURM_JOB_ID")}))
+"""
+
+
+def test_the_class_settings_reach_every_learners_kernel(slurm, tmp_path, report):
+    with unix_learners(1, prefix="hc") as (learner,):
+        user = learner["name"]
+        # the trainer's hub: the class settings in its environment, the GPU-per-learner server job
+        hub, token = new_hub(tmp_path, slurm, {user: learner["password"]},
+                             "c.SlurmSpawner.req_options = '--nodes=1 --ntasks=2 --gpus=1'\n", env=CLASS)
+        try:
+            started = time.monotonic()
+            status, body = hub.call("POST", f"/hub/api/users/{user}/server", token)
+            assert status in (201, 202), (status, body)
+            wait_server(hub, user, token, 180)
+            (out,) = run_in_kernel(hub, user, token, [CELL], timeout=180)
+            took = time.monotonic() - started
+            assert hub.request("DELETE", f"/hub/api/users/{user}/server", token) in (202, 204)
+        except Exception as exc:
+            logs = "".join(f"--- {log.name}\n{log.read_text()[-3000:]}"
+                           for log in sorted(learner["home"].glob("jupyterhub-course-*.log")))
+            raise AssertionError(f"{exc}\n--- hub log\n{hub.tail()}\n{logs}") from None
+        finally:
+            hub.stop()
+        assert squeue_empty(slurm["env"], within=60)
+    seen = json.loads(next(line for line in out.splitlines() if line.startswith("SEEN "))[5:])
+    report(f"{__name__.rsplit('.', 1)[-1]}: the learner's kernel saw {seen} ({took:.1f} s from spawn)")
+    assert seen["env"] == CLASS, seen
+    assert (seen["mode"], seen["epochs"], seen["max_steps"]) == ("workshop", 1, 3), seen
+    assert seen["gpus"] not in (None, ""), "the GPU-per-learner server job holds one GPU"
+    assert len(seen["gpus"].split(",")) == 1, seen
