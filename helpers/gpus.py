@@ -191,7 +191,10 @@ def plan_for_task(tasks_on_node: int, local_rank: int, max_tasks_per_node: int,
     if not visible:
         return GpuPlan((), "cpu")
     on_node = _node_gpu_count(env, visible)
-    if len(visible) < on_node:  # Slurm gave this task its own GPUs (--gpus-per-task, --gpu-bind)
+    per_task = env.get("SLURM_GPUS_PER_TASK", "")
+    # Slurm gave this task its own GPUs (--gpus-per-task, --gpu-bind): it sees fewer than the node's,
+    # or, alone on its node (3 tasks on 2 nodes), exactly the GPUs per task it asked for
+    if len(visible) < on_node or (per_task.isdigit() and int(per_task) == len(visible)):
         if len(visible) * tasks_on_node > on_node:
             raise CourseError(f"{tasks_on_node} tasks on this node are bound to {on_node} GPU(s), "
                               f"{len(visible)} each: some tasks share a GPU, which breaks NCCL; ask "

@@ -60,6 +60,17 @@ def test_uneven_tasks_share_alike_and_say_what_stays_idle():
     assert "2 of 4 GPUs on this node stay idle" in node2.note
 
 
+def test_a_task_alone_on_its_node_keeps_the_gpu_per_task_it_asked_for():
+    """3 tasks on 2 nodes with --gpus-per-task=1: the lone task on node2 sees its one GPU, which is all
+    the job has there (SLURM_GPUS_ON_NODE=1); it is bound, not 2 tasks sharing 1 GPU (a review found
+    lesson 16's 3-worker job refused this way on the local Slurm)."""
+    env = {**task_env("0", 1), "SLURM_GPUS_PER_TASK": "1"}
+    plan = gpus.plan_for_task(1, 0, 2, env)
+    assert (plan.gpus, plan.how) == (("0",), "bound")
+    with pytest.raises(CourseError, match="share 1 GPU"):  # without --gpus-per-task it would be sharing
+        gpus.plan_for_task(1, 0, 2, task_env("0", 1))
+
+
 def test_fewer_gpus_than_tasks_is_a_clear_error():
     with pytest.raises(CourseError, match=r"4 tasks per node share 2 GPU\(s\).*--ntasks-per-node=2"):
         gpus.plan_for_task(4, 0, 4, task_env("0,1", 2))
