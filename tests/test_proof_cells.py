@@ -847,3 +847,54 @@ def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
     truncated = {"np": np, "ways": {"map, then batch": lambda: iter(batches), "batch, then map": lambda: iter(batches[:1])}}
     with pytest.raises(ValueError, match="shorter|longer"):
         exec(line, truncated)
+
+
+def _function(name: str, function: str) -> str:
+    """The source of a function a notebook's code cell defines."""
+    import ast
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not cell.source.lstrip().startswith("%"):
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, ast.FunctionDef) and node.name == function:
+                    return ast.get_source_segment(cell.source, node)
+    raise AssertionError(f"{name}: no cell defines {function}")
+
+
+@pytest.mark.parametrize("reads", ["its copy", "the shared directory"])
+def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_path, reads):
+    """read_on hides the shared directory once the copy is made: a worker that reads it instead of
+    its copy finds nothing and writes no report, and read_on raises (as it does for any worker that
+    did not report: a cancelled job, say)."""
+    import json
+    import os
+    import shutil
+    import sys
+    import time
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for k in range(2):
+        (shared / f"part-{k}.tfrecord").write_bytes(b"x")
+
+    def run_local_workers(args, n, deadline_s):  # stand-in workers: report what they can list
+        files, out = args[args.index("--files") + 1], Path(args[args.index("--out") + 1])
+        where = str(shared) if reads == "the shared directory" else files
+        outcomes = []
+        for rank in range(n):
+            if os.path.isdir(where) and os.listdir(where):
+                out.mkdir(exist_ok=True)
+                (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank, "read_from": where}))
+            outcomes.append(SimpleNamespace(output=f"WORKER {rank} read {where}\n"))
+        return outcomes
+
+    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
+                 "run_local_workers": run_local_workers, "shutil": shutil, "time": time, "json": json, "sys": sys}
+    exec(_function("16_input_at_scale.ipynb", "read_on"), namespace)
+    if reads == "its copy":
+        assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
+    else:
+        with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
+            namespace["read_on"](2)
+    assert sorted(p.name for p in shared.iterdir()) == ["part-0.tfrecord", "part-1.tfrecord"], "shared restored"
