@@ -98,6 +98,8 @@ def seconds(work: list[Work], gpus: int, replicas: int) -> float:
 
 
 def _minutes(s: float) -> str:
+    if s < 0.5:
+        return "<1 s"
     return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min"
 
 

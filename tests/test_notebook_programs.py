@@ -155,8 +155,7 @@ def test_lesson_15_serving_program_reports_its_tf32_and_the_proof_catches_it_on(
 _COURSE_USE = __import__("re").compile(r"^\s*(from\s+helpers\b|import\s+helpers\b)|-m\s+helpers\b", __import__("re").M)
 _WRITES = sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if written_programs(p.name))
 # Lessons whose written files still use the course (fix them, then drop them here: strict xfail fails once they pass)
-_STILL_IMPORT = {"06_fault_tolerance.ipynb", "11_checkpoints_requeue.ipynb", "16_input_at_scale.ipynb",
-                 "17_software_stack.ipynb"}
+_STILL_IMPORT = {"06_fault_tolerance.ipynb", "11_checkpoints_requeue.ipynb"}
 
 
 def course_uses(source: str) -> list[str]:

@@ -198,7 +198,8 @@ OK["15_models_you_keep.ipynb"] = {
 _FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
 _READS = {"shared every epoch": [64, 64, 64], "cache(filename=...)": [64, 0, 0], "staged": [64, 0, 0, 0]}
 OK["16_input_at_scale.ipynb"] = {
-    "NODES": 2, "STEPS": 64, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES, "expected": _FILES,
+    "NODES": 2, "STEPS": 64, "TIMED": 64, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES, "expected": _FILES,
+    "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
     "staged_everywhere": {2: True, 3: True}, "reads": _READS,
     "epochs": {"shared every epoch": [0.96, 0.96, 0.97], "cache(filename=...)": [0.97, 0.03, 0.02],
@@ -214,6 +215,7 @@ OK["17_software_stack.ipynb"] = {
     "tf_from_module": True, "extras_from_venv": True, "workers": dict.fromkeys(_VARIANTS, 2),
     "outcomes": {"Keras 3": ["ValueError"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]},
     "keras_log": "ValueError: Attempt to convert a value (PerReplica:{...})",
+    "keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})"] * 2,
     "weights": {"Keras 3": [None], "Keras 3 + fix": ["a"], "Keras 2 (tf_keras)": ["b"]},
     "versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"], "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]},
     "flagged": _FLAGGED, "where": "this machine"}
@@ -450,8 +452,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete node-local copy"),
     ("16_input_at_scale.ipynb", {"reads": {**_READS, "cache(filename=...)": [64, 64, 64]}}, "first epoch only"),
     ("16_input_at_scale.ipynb", {"reads": {**_READS, "staged": [64, 64, 0, 0]}}, "staging should read"),
-    ("16_input_at_scale.ipynb", {"epochs": {"shared every epoch": [0.96, 0.02, 0.02],
-                                            "cache(filename=...)": [0.97, 0.03, 0.02]}}, "faster than the shared"),
+    # the simulated wait is keyed on the directory: a staged epoch that read the shared files counts
+    ("16_input_at_scale.ipynb", {"reads": {**_READS, "staged": [64, 0, 0, 64]}}, "staging should read"),
+    # cache() in memory reads the shared file system once too, but leaves no file on node-local disk
+    ("16_input_at_scale.ipynb", {"cache_files": []}, "cache file to node-local disk"),
+    ("16_input_at_scale.ipynb", {"epochs": {**OK["16_input_at_scale.ipynb"]["epochs"], "staged": [0.03, 0.97, 0.02]}},
+     "staged copy should be faster"),
+    ("16_input_at_scale.ipynb", {"epochs": {**OK["16_input_at_scale.ipynb"]["epochs"],
+                                            "cache(filename=...)": [0.97, 0.99, 0.02]}}, "faster than the shared"),
     ("16_input_at_scale.ipynb", {"same_data": False}, "same data"),
     ("16_input_at_scale.ipynb", {"rate": {"map, then batch": 65000.0, "batch, then map": 32000.0}},
      "parsing batches should be faster"),
@@ -468,6 +476,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"],
                                               "Keras 2 (tf_keras)": ["keras 3.15.1"]}}, "tf_keras only when asked"),
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CPU build, 4 GPUs allocated": []}}, "pre-flight should stop"),
+    # the log holds PerReplica (another worker's traceback, say) but a Keras 3 worker failed otherwise
+    ("17_software_stack.ipynb", {"keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})",
+                                                 "ValueError: Invalid reduction dimension 0"]}, "fail without the fix"),
+    ("17_software_stack.ipynb", {"keras3_fits": []}, "fail without the fix"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus all-reduce"),
     ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
     ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),
@@ -800,3 +812,89 @@ def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(var
     else:
         with pytest.raises(AssertionError, match=match):
             _run("04_custom_training_loop.ipynb", namespace)
+
+
+def _assignment(name: str, target: str) -> str:
+    """The statement of a notebook's code cell that assigns `target` (its gathering cells compute figures so)."""
+    import ast
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell.source.lstrip().startswith("%"):
+            continue
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == target for t in node.targets):
+                return ast.get_source_segment(cell.source, node)
+    raise AssertionError(f"{name}: no cell assigns {target}")
+
+
+def test_lesson_17_loaded_needs_the_module_list_line_not_any_mention():
+    """Lmod names a module it cannot find too: only `module list`'s `1) NAME` line proves it loaded."""
+    line = _assignment("17_software_stack.ipynb", "loaded")
+    listed = "\nCurrently Loaded Modules:\n  1) tf-hpc-course/2026.11\n\n"
+    unknown = 'Lmod has detected the following error:  The following module(s) are unknown: "tf-hpc-course/2026.11"\n'
+    assert eval(line.split("=", 1)[1], {"stack_log": listed}) is True
+    assert eval(line.split("=", 1)[1], {"stack_log": unknown}) is False
+
+
+def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
+    """zip would stop at the shorter pipeline and call a truncated one the same data: it must raise."""
+    line = _assignment("16_input_at_scale.ipynb", "same_data")
+    batches = [(np.arange(4), np.arange(4)), (np.arange(4, 8), np.arange(4, 8))]
+    same = {"np": np, "ways": {"map, then batch": lambda: iter(batches), "batch, then map": lambda: iter(batches)}}
+    exec(line, same)
+    assert same["same_data"] is True
+    truncated = {"np": np, "ways": {"map, then batch": lambda: iter(batches), "batch, then map": lambda: iter(batches[:1])}}
+    with pytest.raises(ValueError, match="shorter|longer"):
+        exec(line, truncated)
+
+
+def _function(name: str, function: str) -> str:
+    """The source of a function a notebook's code cell defines."""
+    import ast
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not cell.source.lstrip().startswith("%"):
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, ast.FunctionDef) and node.name == function:
+                    return ast.get_source_segment(cell.source, node)
+    raise AssertionError(f"{name}: no cell defines {function}")
+
+
+@pytest.mark.parametrize("reads", ["its copy", "the shared directory"])
+def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_path, reads):
+    """read_on hides the shared directory once the copy is made: a worker that reads it instead of
+    its copy finds nothing and writes no report, and read_on raises (as it does for any worker that
+    did not report: a cancelled job, say)."""
+    import json
+    import os
+    import shutil
+    import sys
+    import time
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for k in range(2):
+        (shared / f"part-{k}.tfrecord").write_bytes(b"x")
+
+    def run_local_workers(args, n, deadline_s):  # stand-in workers: report what they can list
+        files, out = args[args.index("--files") + 1], Path(args[args.index("--out") + 1])
+        where = str(shared) if reads == "the shared directory" else files
+        outcomes = []
+        for rank in range(n):
+            if os.path.isdir(where) and os.listdir(where):
+                out.mkdir(exist_ok=True)
+                (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank, "read_from": where}))
+            outcomes.append(SimpleNamespace(output=f"WORKER {rank} read {where}\n"))
+        return outcomes
+
+    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
+                 "run_local_workers": run_local_workers, "shutil": shutil, "time": time, "json": json, "sys": sys}
+    exec(_function("16_input_at_scale.ipynb", "read_on"), namespace)
+    if reads == "its copy":
+        assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
+    else:
+        with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
+            namespace["read_on"](2)
+    assert sorted(p.name for p in shared.iterdir()) == ["part-0.tfrecord", "part-1.tfrecord"], "shared restored"

@@ -200,6 +200,7 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
                           cwd=job_dir, env=env, capture_output=True, text=True, timeout=180)
     log = next(job_dir.glob("tf-shards-*.out")).read_text()
     assert done.returncode == 0, log
+    assert "User defined signal" not in log, log  # the cleaner step's own output is dropped
     readers = sorted(l for l in log.splitlines() if l.startswith("READER "))
     assert [l.split()[1:4] for l in readers] == [["node1", "700", "root"], ["node2", "700", "root"]], log
     assert all(l.split()[4:] == ["part-0.tfrecord", "part-1.tfrecord"] for l in readers), log
@@ -224,6 +225,33 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
     assert left_at_end == [], log
     cancelled_log = "".join(p.read_text() for p in job_dir.glob("*.out"))
     assert not _staged_copies(slurm), f"scancel left the copies: {_staged_copies(slurm)}\n{cancelled_log}"
+    assert squeue_empty(slurm["env"], within=30)
+
+
+@pytest.mark.parametrize("broken", ["no files in SHARED", "sbcast fails"])
+def test_lesson_16_job_that_fails_early_ends_promptly_and_leaves_no_copy(slurm, tmp_path, report, broken):
+    """A wrong SHARED path stops the job before it makes anything; a copy that fails half-way
+    (sbcast refuses a directory) exits at once, when the cleaner step may not have started yet:
+    the job still ends within seconds, not at its time limit, and removes its directories."""
+    job_dir, env = _staging_job(tmp_path, slurm, "")
+    shared = Path(env["SHARED"])
+    if broken == "no files in SHARED":
+        env["SHARED"] = str(tmp_path / "no-such-dir")
+    else:
+        (shared / "part-0.tfrecord").unlink()
+        (shared / "part-0.tfrecord").mkdir()  # sbcast cannot send a directory: the first copy fails
+    began = time.monotonic()
+    done = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=2", "--ntasks=2", "read_shards.sbatch"],
+                          cwd=job_dir, env=env, capture_output=True, text=True, timeout=120)
+    ended_s = time.monotonic() - began
+    log = "".join(p.read_text() for p in job_dir.glob("tf-shards-*.out"))
+    report(f"{Path(__file__).stem}: lesson 16, {broken}: job ended in {ended_s:.1f} s, "
+           f"copies left {_staged_copies(slurm)}, {[l for l in log.splitlines() if 'error' in l][:2]}")
+    assert ended_s < 60, f"the job held its nodes {ended_s:.0f} s:\n{log}"
+    assert "STAGED" not in log and "READER" not in log, log
+    if broken == "no files in SHARED":
+        assert "no .tfrecord file in SHARED" in log, log
+    assert not _staged_copies(slurm), f"the failed job left copies: {_staged_copies(slurm)}\n{log}"
     assert squeue_empty(slurm["env"], within=30)
 
 
