@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.tools.class_admin import ENGINE_PREFIXES
+from helpers.engines.slurm import is_engines_job_name
 from tests.conftest import ROOT, squeue_empty
 
 pytestmark = pytest.mark.slurm
@@ -181,7 +181,7 @@ def test_four_learners_through_the_hub_a_gpu_each(slurm, tmp_path, report):
             hub.stop()
         assert squeue_empty(slurm["env"], within=60)
     engine_steps = [row for row in (line.split() for line in steps.splitlines())
-                    if row[2].startswith(ENGINE_PREFIXES) and row[3] == "node1"]
+                    if is_engines_job_name(row[2]) and row[3] == "node1"]
     users = {row[1] for row in engine_steps}
     assert users == {l["name"] for l in learners}, f"every learner's engines running at once on node1:\n{steps}"
     gpus_by_learner = {}
