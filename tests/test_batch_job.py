@@ -67,17 +67,21 @@ GPU_CASES = {
     "cyclic": (_layout("node[1-2]", "2(x2)", "cyclic"), ["0,1,2,3"] * 4, "4"),
     "ConstrainDevices, bound": (_layout("node[1-2]", "4(x2)"), ["0"] * 8, "4"),
     "CPU nodes": (_layout("node[1-2]", "2(x2)"), [None] * 4, None),
+    # -n 3 over 2 nodes with --gpus-per-task=1: the lone task on node2 sees the one GPU the job has there
+    "3 tasks on 2 nodes, --gpus-per-task=1": (_layout("node[1-2]", "2,1"), ["0", "1", "0"], ["2", "2", "1"],
+                                              {"SLURM_GPUS_PER_TASK": "1"}),
 }
 
 
 @pytest.mark.parametrize("case", list(GPU_CASES))
 def test_every_worker_chooses_the_gpus_the_course_would(program, monkeypatch, case):
-    hosts, visible, on_node = GPU_CASES[case]
+    hosts, visible, on_node, *more = GPU_CASES[case]
     for rank, host in enumerate(hosts):
-        env = {"SLURM_GPUS_ON_NODE": on_node} if on_node else {}
+        gpus_here = on_node[rank] if isinstance(on_node, list) else on_node
+        env = {"SLURM_GPUS_ON_NODE": gpus_here, **(more[0] if more else {})} if gpus_here else {}
         if visible[rank] is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible[rank]
-        for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE"):
+        for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK"):
             monkeypatch.delenv(name, raising=False)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
