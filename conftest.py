@@ -41,7 +41,10 @@ def _hidden_slurm_bin() -> Path:
     _stubs.append(directory)
     for command in SLURM_COMMANDS:
         stub = directory / command
-        stub.write_text(f"#!/bin/sh\necho '{command}: Slurm is hidden from the nbval pass (conftest.py)' >&2\nexit 1\n")
+        # what a laptop's Slurm commands say with no cluster configured, so the lessons' login-node check
+        # (helpers.login_node) sees a laptop, as it would without Slurm at all
+        stub.write_text(f"#!/bin/sh\necho '{command}: error: Could not establish a configuration source "
+                        "(Slurm is hidden from the nbval pass, conftest.py)' >&2\nexit 1\n")
         stub.chmod(0o755)
     return directory
 
