@@ -404,8 +404,8 @@ def test_slurm_engines_job_cancelled_when_the_kernel_is_killed(slurm, monkeypatc
                               cwd=ROOT)
     try:
         assert kernel.stdout.readline().strip() == "READY"
-        assert "ipengine" in (subprocess.run(["squeue", "-h", "-o", "%j"], env=env, capture_output=True,
-                                             text=True).stdout)
+        assert "tf-course-engines-" in (subprocess.run(["squeue", "-h", "-o", "%j"], env=env, capture_output=True,
+                                                       text=True).stdout)
         killed = time.perf_counter()
         kernel.send_signal(signal.SIGKILL)
         kernel.wait(timeout=30)
