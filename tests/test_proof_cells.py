@@ -28,6 +28,15 @@ def _run(name: str, namespace: dict) -> None:
     exec(compile(proof_source(name), name, "exec"), dict(namespace))
 
 
+def _holds_unless(match: str | None, prove, *args) -> None:
+    """The proof passes on the correct data (`match` None), else fails with `match` in its message."""
+    if match is None:
+        prove(*args)
+    else:
+        with pytest.raises(AssertionError, match=match):
+            prove(*args)
+
+
 def _strategy(replicas: int):
     return SimpleNamespace(num_replicas_in_sync=replicas)
 
@@ -654,11 +663,7 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
     iterator teardown) must fail the proof through the gathering cell's arithmetic."""
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2, inside),
                       _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
-    if match is None:
-        _gather_and_prove("07_scaling_performance.ipynb", raw)
-    else:
-        with pytest.raises(AssertionError, match=match):
-            _gather_and_prove("07_scaling_performance.ipynb", raw)
+    _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
 def _ps_raw(spans, losses) -> dict:
@@ -681,11 +686,7 @@ def test_lesson_12_gathering_cell_counts_overlaps_and_loss_from_the_raw_log(span
     """From the raw step spans and losses: steps that never overlap, or a loss that rises over the
     run, must fail the proof through the gathering cell's counting and averaging."""
     raw = _ps_raw(spans, losses)
-    if match is None:
-        _gather_and_prove("12_strategy_tour.ipynb", raw)
-    else:
-        with pytest.raises(AssertionError, match=match):
-            _gather_and_prove("12_strategy_tour.ipynb", raw)
+    _holds_unless(match, _gather_and_prove, "12_strategy_tour.ipynb", raw)
 
 
 def _solution(name: str, number: int) -> str:
@@ -708,11 +709,7 @@ def test_lesson_15_solution_1_fails_when_the_file_is_not_the_best_epoch(change, 
         assert change[0] in source
         source = source.replace(*change)
     namespace = {"np": np, "keras": keras, "print": lambda *a, **k: None}
-    if match is None:
-        exec(compile(source, "15 solution 1", "exec"), namespace)
-    else:
-        with pytest.raises(AssertionError, match=match):
-            exec(compile(source, "15 solution 1", "exec"), namespace)
+    _holds_unless(match, exec, compile(source, "15 solution 1", "exec"), namespace)
 
 
 LESSON_07_SLEEPY = """
@@ -759,11 +756,7 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps(sleep, match
     for p in points[1:]:
         p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18)
     raw = {"points": points, "per_replica": 32, "STEPS": 10}
-    if match is None:
-        _gather_and_prove("07_scaling_performance.ipynb", raw)
-    else:
-        with pytest.raises(AssertionError, match=match):
-            _gather_and_prove("07_scaling_performance.ipynb", raw)
+    _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
 LESSON_04_PRECISION = """
@@ -807,11 +800,7 @@ def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(var
     assert done.returncode == 0, done.stderr[-3000:]
     precision = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("PRECISION "))[10:])
     namespace = {**OK["04_custom_training_loop.ipynb"], "precision": precision}
-    if match is None:
-        _run("04_custom_training_loop.ipynb", namespace)
-    else:
-        with pytest.raises(AssertionError, match=match):
-            _run("04_custom_training_loop.ipynb", namespace)
+    _holds_unless(match, _run, "04_custom_training_loop.ipynb", namespace)
 
 
 def _assignment(name: str, target: str) -> str:
