@@ -189,16 +189,16 @@ def step_nested_job(results: dict, timeout: float, wait_s: float = 120.0) -> dic
     if code != 0 or not job:
         return {"status": "failed", "reason": f"sbatch refused the child job ({code}): {err.strip()[-300:]}",
                 "figures": {"options": options}}
-    state, reason, deadline = "", "", time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        state, _, reason = _slurm_state(job)
-        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", ""):
+    deadline = time.monotonic() + wait_s
+    while True:
+        fields = _scontrol_job(job)
+        state, reason = fields.get("JobState", ""), fields.get("Reason", "")
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "") \
+                or time.monotonic() >= deadline:
             break
         time.sleep(1)
-    shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30).stdout
-    tres, gres = re.search(r"\bTRES=(\S+)", shown), re.search(r"\bJOB_GRES=(\S+)", shown)
-    figures = {"job": job, "options": options, "state": state, "tres": tres.group(1) if tres else None,
-               "gres": gres.group(1) if gres else None}
+    figures = {"job": job, "options": options, "state": state, "tres": fields.get("TRES"),
+               "gres": fields.get("JOB_GRES")}
     if state in ("PENDING", "RUNNING", "CONFIGURING"):
         subprocess.run(["scancel", job], timeout=30)
         return {"status": "ok", "reason": f"accepted; still {state} after {wait_s:.0f} s ({reason}): cancelled",
@@ -208,13 +208,11 @@ def step_nested_job(results: dict, timeout: float, wait_s: float = 120.0) -> dic
     return {"status": "ok", "figures": figures}
 
 
-def _slurm_state(job: str) -> tuple[str, str, str]:
-    """(state, exit code, reason) of a job from squeue, else from scontrol (a job that has ended)."""
-    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
-    state = re.search(r"JobState=(\S+)", shown)
-    code = re.search(r"ExitCode=(\S+)", shown)
-    reason = re.search(r"Reason=(\S+)", shown)
-    return (state.group(1) if state else "", code.group(1) if code else "", reason.group(1) if reason else "")
+def _scontrol_job(job: str) -> dict[str, str]:
+    """The job's `Key=Value` fields as `scontrol show job -d` prints them (GPUs in JOB_GRES: this
+    local Slurm keeps no gres in TRES); empty once Slurm has forgotten the job."""
+    shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30).stdout
+    return dict(re.findall(r"\b(\w+)=(\S+)", shown))
 
 
 class GpuMemorySampler:
