@@ -115,7 +115,7 @@ class Stopwatch:
     def report(self) -> float:
         took = time.perf_counter() - self.started
         print(f"lesson {self.lesson}: took {_minutes(took)} in all on {self.where}, against "
-              f"{_minutes(self.predicted_s)} predicted for its training")
+              f"{_minutes(self.predicted_s)} predicted for its training alone (not start-up, data, queue or evaluation)")
         return took
 
 
@@ -129,7 +129,7 @@ def time_lesson(lesson: str, s: Settings, replicas: int = 2) -> Stopwatch:
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     trained = ", ".join(f"{w.images:,} images through {w.model}" for w in work) or "no training"
     print(f"{s.mode} mode: {trained}; predicted training time on {where}: {_minutes(predicted)} "
-          f"(helpers.training_time says how)")
+          f"(training only: not start-up, data preparation, a queue or evaluation; helpers.training_time says how)")
     return Stopwatch(lesson, predicted, where)
 
 
