@@ -1057,3 +1057,161 @@ def test_the_mutants_drop_each_operand_each_link_and_each_raise():
                     "assert removed": True, "raise removed": False}
     (_, _, raise_removed), = _mutants("if not a:\n    raise AssertionError('r')\n")
     assert _passes(raise_removed, "t", {"a": 0}) and not _passes("if not a:\n    raise AssertionError('r')\n", "t", {"a": 0})
+
+
+# The gathering cells of lessons 01, 04, 05, 08, 09 and 13 on planted raw data: what a run measures
+# (variables' copies per replica, what engines return, files a job wrote), so that a broken raw
+# figure must fail the proof through the gathering cell's own arithmetic, not a planted final value.
+
+def _copies(*values) -> SimpleNamespace:
+    """A variable as the gathering cells read it: its `path`, its `value` (the replicas' copies, each
+    with `.numpy()` as a replica's tensor has)."""
+    return SimpleNamespace(path="", value=[SimpleNamespace(numpy=lambda v=v: np.asarray(v, dtype="float32")) for v in values])
+
+
+def _named(path: str, variable: SimpleNamespace) -> SimpleNamespace:
+    return SimpleNamespace(path=path, value=variable.value)
+
+
+_ONE_REPLICA_EACH = SimpleNamespace(experimental_local_results=lambda copies: copies, num_replicas_in_sync=2)
+
+
+@pytest.mark.parametrize("kernel,moving,match", [
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), None),
+    (([1.0, 2.0], [1.0, 2.001]), ([0.1], [0.3]), "differ between replicas"),  # an all-reduce skipped
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.1]), "moving statistics should differ")],  # statistics synchronised
+    ids=["as trained", "weights apart", "statistics alike"])
+def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(kernel, moving, match):
+    model = SimpleNamespace(
+        trainable_variables=[_named("dense/kernel", _copies(*kernel))],
+        optimizer=SimpleNamespace(variables=[_named("sgd/dense_kernel_momentum", _copies(*kernel)),
+                                             _named("sgd/iteration", _copies(7, 0))]),  # not a slot: not compared
+        non_trainable_variables=[_named("bn/moving_mean", _copies(*moving))])
+    _holds_unless(match, _gather_and_prove, "01_mirrored_strategy.ipynb", {"strategy": _ONE_REPLICA_EACH, "model": model})
+
+
+@pytest.mark.parametrize("seen,tested,match", [
+    ([[0, 2, 4], [1, 3, 5]], [512, 512], None),
+    ([[0, 2, 4], [4, 5, 6]], [512, 512], "shared examples"),  # example 4 on both workers
+    ([[0, 2, 4], [1, 3, 5]], [512, 448], "evaluation counted")],  # a worker dropped its remainder
+    ids=["disjoint", "one example shared", "remainder dropped"])
+def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_return(seen, tested, match):
+    ok = OK["04_custom_training_loop.ipynb"]
+    pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2],
+              "examples_seen": seen, "test_counted": tested}
+    raw = {k: v for k, v in ok.items() if k not in ("digests", "initial", "in_sync", "seen", "overlap", "worker_test_counts")}
+    _holds_unless(match, _gather_and_prove, "04_custom_training_loop.ipynb", {**raw, "engines": _PlantedEngines(pulled)})
+
+
+class _BN:
+    def __init__(self, *means):
+        self.moving_mean = _copies(*means)
+
+
+class _Model:
+    def __init__(self, *layers):
+        self.layers = layers
+
+    def _flatten_layers(self, include_self=True):
+        return iter(self.layers)
+
+
+@pytest.mark.parametrize("plain,synced,calls,match", [
+    (([0.1], [0.4]), ([0.2], [0.2]), 6, None),
+    (([0.1], [0.4]), ([0.2], [0.21]), 6, "identical statistics"),  # the synchronized layer kept its own
+    (([0.1], [0.1]), ([0.2], [0.2]), 6, "different statistics"),
+    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces")],  # one all-reduce on each replica
+    ids=["as trained", "sync spread", "plain alike", "one all-reduce"])
+def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(plain, synced, calls, match):
+    ok = OK["05_sync_batch_norm.ipynb"]
+    raw = {"strategy": _ONE_REPLICA_EACH, "gaps": ok["gaps"], "all_reduce_calls": list(range(calls)),
+           "keras": SimpleNamespace(layers=SimpleNamespace(BatchNormalization=_BN)),
+           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain))},
+                    "synchronized BN": {"model": _Model(_BN(*synced), object())}}}
+    _holds_unless(match, _gather_and_prove, "05_sync_batch_norm.ipynb", raw)
+
+
+def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
+            script="import json\nimport keras\nimport tensorflow as tf\n", markers_seen=()) -> dict:
+    """Lesson 08's raw results for a job of 2 tasks on `hosts`: the take-home script, the plans, each
+    rank's report (rank 1's model kept on its own node's disk, outside the run's shared directory),
+    the files the chief wrote, what the job saw of Slurm and of the kernel's markers."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "script.py").write_text(script)
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\n#SBATCH --exclusive=user\nsrun python script.py\n")
+    kept = {"node-local": "/tmp/node2-scratch/model.keras", "run dir": str(run_dir / "worker-1" / "model.keras"), "none": None}
+    reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras")},
+               {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1]}]
+    markers = {"SLURM_COURSE_PARENT_MARKER": "1", "ROCR_VISIBLE_DEVICES": "course-parent-marker"}
+    return {"script": tmp_path / "script.py", "sbatch_file": tmp_path / "job.sbatch", "run_dir": run_dir, "NODES": 2,
+            "use_slurm": True, "job_id": "7", "log": "", "job_seen": {"sharing": "USER", "gpus": 2},
+            "added": ["--exclusive=user", "--gpus-per-task=1"], "saved_digest": "w", "reports": reports,
+            "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1} for r, h in enumerate(hosts)],
+            "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
+            "result": {"workers": 2, "replicas": 2, "loss": [2.3, 2.1]}, "markers": markers,
+            "task_env": set(markers_seen) | {"SLURM_JOB_ID", "PATH"}}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"kept_by_1": "run dir"}, "only the chief's model"),  # rank 1 on node2 saved into the shared run directory
+    ({"hosts": ("node1", "node1")}, "one worker on each"),  # both tasks placed on one node
+    ({"weights": ("w", "v")}, "differ"),  # node2's worker ended elsewhere
+    ({"script": "import helpers.lesson\nimport keras\n"}, "imports the course"),
+    ({"markers_seen": ("SLURM_COURSE_PARENT_MARKER",)}, "own Slurm settings")],
+    ids=["two nodes", "rank 1 kept in the run dir", "one node", "weights apart", "imports helpers", "kernel's Slurm env"])
+def test_lesson_08_gathering_cell_on_a_job_across_two_nodes(tmp_path, monkeypatch, changes, match):
+    """Rank 1 runs on node2 and keeps its model on node2's own disk: it counts as not kept in the run's
+    directory; saved into the shared run directory instead, it must fail the proof."""
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    _holds_unless(match, _gather_and_prove, "08_batch_job.ipynb", _job_08(tmp_path, **changes))
+
+
+def test_lesson_08_gathering_cell_refuses_a_job_never_seen_running(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    with pytest.raises(RuntimeError, match="never seen RUNNING"):
+        _gather_and_prove("08_batch_job.ipynb", {**_job_08(tmp_path), "job_seen": {}})
+
+
+@pytest.mark.parametrize("healthy_step_s,logged_healthy,match", [
+    (0.192, [1.5, 0.5], None),
+    (0.8, [1.5, 0.5], "train faster"),  # 8 profiled steps in 0.8 s: 100 ms a step, slower than the starved 94
+    (0.192, [1.5, 0.6], "differs from fit")],  # TensorBoard's last epoch_loss is not fit's
+    ids=["as profiled", "healthy slower", "logged loss off"])
+def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(healthy_step_s, logged_healthy, match):
+    ok = OK["09_monitoring.ipynb"]
+    raw = {k: v for k, v in ok.items() if k not in ("loss_gap", "shares", "per_step_ms", "traces", "logged")}
+    raw.update(logged={"starved": {"epoch_loss": [1.5, 0.5]}, "healthy": {"epoch_loss": logged_healthy}},
+               traces={"starved": {"input_share": 0.6612, "step_s": 0.752, "steps": 8},
+                       "healthy": {"input_share": 0.0204, "step_s": healthy_step_s, "steps": 8}})
+    _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
+
+
+def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",)) -> dict:
+    """Lesson 13's raw results from 2 engines: the weights each started from, its averaged gradient
+    and updated weights, next to the recipe computed by hand (rank 0's start, Horovod's average)."""
+    start = [np.ones((2, 2), "float32"), np.zeros(2, "float32")]
+    gradient = [np.full((2, 2), 0.5, "float32"), np.full(2, 0.25, "float32")]
+    update = [w - 0.1 * g for w, g in zip(start, gradient)]
+    (tmp_path / "checkpoint").mkdir()
+    for name in checkpoint:
+        (tmp_path / "checkpoint" / name).write_bytes(b"")
+    pulled = {"size": [2, 2], "rank": [0, 1], "initial_digest": ["i", "i"],
+              "initial_weights": [start, [start[0] + start_off, start[1]]],
+              "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
+              "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [10.0]]] * 2,
+              "chief": [True, False]}
+    return {"engines": _PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
+            "work_dir": tmp_path, "horovod_result": None, "BASE_LR": 0.05}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"start_off": 0.5}, "rank 0's weights"),  # rank 1 kept its own initial weights: no broadcast
+    ({"gradient_off": 0.01}, "Horovod's average"),  # rank 1's gradient summed, not averaged, in one tensor
+    ({"checkpoint": ()}, "chief alone")],  # the chief saved nothing
+    ids=["as run", "no broadcast", "gradient off", "no checkpoint"])
+def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    _holds_unless(match, _gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
