@@ -1215,3 +1215,57 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
 def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     _holds_unless(match, _gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
+
+
+class _Batches:
+    """A tf.data pipeline as lesson 02's gathering cell uses it: 6 batches, take/cache/repeat, iterable."""
+
+    def cardinality(self) -> int:
+        return 6
+
+    def take(self, n):
+        return self
+
+    def cache(self):
+        return self
+
+    def repeat(self):
+        return self
+
+    def __iter__(self):
+        return iter(range(4))
+
+
+@pytest.mark.parametrize("cached,steps_s,match", [
+    ([5000.0, 4800.0, 5200.0], [2.0] + [0.025] * 9, None),
+    ([200.0, 5000.0, 250.0], [2.0] + [0.025] * 9, "slower than training"),  # two of three cached passes slow
+    ([5000.0, 4800.0, 5200.0], [0.2] + [0.001] * 9, "slower than training")],  # 8 images in 1 ms: 8000 images/s
+    ids=["headroom", "cached passes slow", "training faster"])
+def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monkeypatch, cached, steps_s, match):
+    """The rates from raw timings: the median of 3 cached passes, the training rate from the median
+    step after the first (tracing) one; the proof then compares them."""
+    import sys
+    from types import ModuleType
+
+    from helpers import throughput
+
+    fit_steps = []
+
+    def fit(data, epochs, steps_per_epoch, callbacks, verbose):
+        fit_steps.append(steps_per_epoch)
+        callbacks[0].durations.extend(steps_s[:steps_per_epoch])
+
+    lesson = ModuleType("helpers.lesson")
+    lesson.small_cnn, lesson.compile_model = (lambda: "cnn"), (lambda model, lr: SimpleNamespace(fit=fit))
+    timing = ModuleType("helpers.throughput")
+    timing.StepTimer, timing.keras_callback = throughput.StepTimer, (lambda timer: timer)
+    monkeypatch.setitem(sys.modules, "helpers.lesson", lesson)
+    monkeypatch.setitem(sys.modules, "helpers.throughput", timing)
+    ok = OK["02_input_pipelines.ipynb"]
+    raw = {**{k: v for k, v in ok.items() if k not in ("cached_rate", "training_rate")},
+           "settings": SimpleNamespace(per_replica_batch=4, max_steps=None),
+           "strategy": SimpleNamespace(num_replicas_in_sync=2, scope=__import__("contextlib").nullcontext),
+           "train_examples": "examples", "training_dataset": lambda examples, batch: _Batches(),
+           "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
+    _holds_unless(match, _gather_and_prove, "02_input_pipelines.ipynb", raw)
+    assert fit_steps == [10], "at least 10 steps for a median, more than the 6 batches of one pass"
