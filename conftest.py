@@ -29,6 +29,7 @@ LOCAL_PATH_LINE = "no Slurm here:"  # what 08 and 11 print when they run as loca
 VISIBLE_ENV = "COURSE_NBVAL_SLURM"
 KEEP_ENV = "COURSE_NBVAL_KEEP"
 _seen: dict[str, str] = {}
+pytest_plugins = ["tests.durations"]  # every run's per-test durations, kept and compared (make test)
 
 
 _stubs: list[Path] = []
