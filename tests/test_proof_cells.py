@@ -209,12 +209,14 @@ OK["15_models_you_keep.ipynb"] = {
 
 
 _FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
-_READS = {"shared every epoch": [64, 64, 64], "cache(filename=...)": [64, 0, 0], "staged": [64, 0, 0, 0]}
+_READS = {"shared every epoch": {"shared": [64, 64, 64], "node-local": [0, 0, 0]},
+          "cache(filename=...)": {"shared": [64, 0, 0], "node-local": [0, 0, 0]},
+          "staged": {"shared": [64, 0, 0, 0], "node-local": [0, 64, 64, 64]}}
 OK["16_input_at_scale.ipynb"] = {
     "NODES": 2, "STEPS": 64, "TIMED": 64, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES, "expected": _FILES,
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
-    "staged_everywhere": {2: True, 3: True}, "reads": _READS,
+    "staged_everywhere": {2: True, 3: True}, "read_from": _READS,
     "epochs": {"shared every epoch": [0.96, 0.96, 0.97], "cache(filename=...)": [0.97, 0.03, 0.02],
                "staged": [0.03, 0.03, 0.02]},
     "same_data": True, "rate": {"map, then batch": 32000.0, "batch, then map": 65000.0}}
@@ -497,10 +499,29 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"files_of": {**_FILES, 2: [[0, 1, 2, 3], [4, 5, 6, 7]]}}, "FILE sharding should give"),
     ("16_input_at_scale.ipynb", {"covered": {2: True, 3: False}}, "disjoint and cover"),
     ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete node-local copy"),
-    ("16_input_at_scale.ipynb", {"reads": {**_READS, "cache(filename=...)": [64, 64, 64]}}, "first epoch only"),
-    ("16_input_at_scale.ipynb", {"reads": {**_READS, "staged": [64, 64, 0, 0]}}, "staging should read"),
-    # the simulated wait is keyed on the directory: a staged epoch that read the shared files counts
-    ("16_input_at_scale.ipynb", {"reads": {**_READS, "staged": [64, 0, 0, 64]}}, "staging should read"),
+    # a simulation that never reached the shared files: nothing else the proof says about them means anything
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "shared every epoch": {"shared": [0, 0, 0],
+                                                                                "node-local": [64, 64, 64]}}},
+     "every plain epoch should read the shared"),
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "cache(filename=...)": {"shared": [64, 64, 64],
+                                                                                 "node-local": [0, 0, 0]}}},
+     "first epoch only"),
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 64, 0, 0],
+                                                                    "node-local": [0, 0, 64, 64]}}},
+     "staging should read"),
+    # a staging that read nothing from the shared files (its timing then measures nothing)
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [0, 0, 0, 0],
+                                                                    "node-local": [0, 64, 64, 64]}}},
+     "staging should read"),
+    # batches are counted by where their files really are: a staged epoch that reached the shared files
+    # (a link to them, say) counts there, not on node-local disk
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 0, 0, 64],
+                                                                    "node-local": [0, 64, 64, 0]}}},
+     "staging should read"),
+    # staged epochs that read nothing at all (an empty copy, a pipeline cut short) are not "local reads"
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 0, 0, 0],
+                                                                    "node-local": [0, 0, 0, 0]}}},
+     "from the node-local copy"),
     # cache() in memory reads the shared file system once too, but leaves no file on node-local disk
     ("16_input_at_scale.ipynb", {"cache_files": []}, "cache file to node-local disk"),
     ("16_input_at_scale.ipynb", {"epochs": {**OK["16_input_at_scale.ipynb"]["epochs"], "staged": [0.03, 0.97, 0.02]}},
@@ -878,6 +899,29 @@ def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
     truncated = {"np": np, "ways": {"map, then batch": lambda: iter(batches), "batch, then map": lambda: iter(batches[:1])}}
     with pytest.raises(ValueError, match="shorter|longer"):
         exec(line, truncated)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # both workers with one seed: the claim (differently seeded shuffles clash) would not be shown
+    (("files_of_worker(1, s + 1, True)", "files_of_worker(1, s, True)"), "should give some file to both"),
+    # the "fix" with differently seeded shuffles still clashes
+    (("files_of_worker(0, None, False) & files_of_worker(1, None, False)",
+      "files_of_worker(0, 1, True) & files_of_worker(1, 2, True)"), "should give each file to one worker"),
+], ids=["as written", "one seed for both", "no fix"])
+def test_lesson_16_solution_2_fails_when_the_manual_shard_trap_is_not_shown(tmp_path, change, match):
+    """Solution 2 lists 8 file names, shuffles them per worker and shards by hand: it must show
+    two workers picking one file when their seeds differ, and none when the order is one."""
+    import tensorflow as tf
+
+    for k in range(8):
+        (tmp_path / f"part-{k:05d}.tfrecord").write_bytes(b"")
+    source = _solution("16_input_at_scale.ipynb", 2)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"tf": tf, "shared": tmp_path, "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "16 solution 2", "exec"), namespace)
 
 
 def _function(name: str, function: str) -> str:
