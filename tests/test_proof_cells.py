@@ -227,7 +227,8 @@ _FLAGGED = {"here": [], "CPU build, 4 GPUs allocated": ["a CPU build"], "CUDA bu
             "CUDA build, sees 4 of 4": []}
 OK["17_software_stack.ipynb"] = {
     "NODES": 2, "lmod_here": True, "use_slurm": False, "ran_stack": True, "loaded": True, "stack": {}, "stack_log": "",
-    "tf_from_module": True, "extras_from_venv": True, "workers": dict.fromkeys(_VARIANTS, 2),
+    "tf_from_module": True, "extras_from_venv": True, "own_package_kept": True, "recommended_route": True,
+    "other_python": {"tensorflow": False, "keras": False, "einops": False}, "workers": dict.fromkeys(_VARIANTS, 2),
     "outcomes": {"Keras 3": ["ValueError"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]},
     "keras_log": "ValueError: Attempt to convert a value (PerReplica:{...})",
     "keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})"] * 2,
@@ -534,6 +535,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"loaded": False}, "should load the module"),
     ("17_software_stack.ipynb", {"tf_from_module": False}, "from the module's environment"),
     ("17_software_stack.ipynb", {"extras_from_venv": False}, "venv on top of the module"),
+    # the module of before (PYTHONPATH): the module's einops shadowed the venv's own
+    ("17_software_stack.ipynb", {"own_package_kept": False}, "own einops should win"),
+    # ... and handed its packages to the system's Python too; no OTHER line at all proves nothing
+    ("17_software_stack.ipynb", {"other_python": {"tensorflow": True, "keras": True, "einops": True}}, "should not be handed"),
+    ("17_software_stack.ipynb", {"other_python": None}, "should not be handed"),
+    # a venv that found the module through PYTHONPATH, or without --system-site-packages
+    ("17_software_stack.ipynb", {"recommended_route": False}, "system-site-packages with the .pth reader"),
     ("17_software_stack.ipynb", {"workers": {**dict.fromkeys(_VARIANTS, 2), "Keras 2 (tf_keras)": 1}}, "every variant"),
     ("17_software_stack.ipynb", {"outcomes": {"Keras 3": ["ok"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]}},
      "fail without the fix"),
@@ -887,6 +895,65 @@ def test_lesson_17_loaded_needs_the_module_list_line_not_any_mention():
     unknown = 'Lmod has detected the following error:  The following module(s) are unknown: "tf-hpc-course/2026.11"\n'
     assert eval(line.split("=", 1)[1], {"stack_log": listed}) is True
     assert eval(line.split("=", 1)[1], {"stack_log": unknown}) is False
+
+
+_STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n", "pythonpath": "",
+             "sys_path": ["/usr/lib/python3.11", "/j/venv/lib/python3.11/site-packages", "/m/lib/python3.11/site-packages",
+                          "/usr/lib/python3/dist-packages"]}
+
+
+@pytest.mark.parametrize("change,match", [
+    ({}, None),
+    ({"pythonpath": "/m/lib/python3.11/site-packages",  # the module of before: its packages ahead of the venv's
+      "sys_path": ["/m/lib/python3.11/site-packages", "/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]},
+     "recommended"),
+    ({"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = false\n"}, "recommended"),  # not the route 17:5 gives
+    ({"sys_path": ["/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]}, "recommended"),  # no .pth reader
+], ids=["as the job reports", "PYTHONPATH", "no --system-site-packages", "module not read"])
+def test_lesson_17_recommended_route_needs_system_site_packages_the_pth_and_no_pythonpath(change, match):
+    """The gathering of `recommended_route` on the job's report: the venv made with
+    --system-site-packages, no PYTHONPATH, its own site-packages first and the module's right after."""
+    nb = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if "recommended_route = " in c.source and "assert" not in c.source)
+    lines = cell.splitlines()
+    first = next(i for i, l in enumerate(lines) if l.startswith("module_site = "))
+    last = next(i for i, l in enumerate(lines) if l.startswith("recommended_route = "))
+    source = "\n".join(lines[first:last + 2])
+    namespace = {"sysconfig": SimpleNamespace(get_paths=lambda: {"purelib": "/m/lib/python3.11/site-packages"}),
+                 "sys": SimpleNamespace(prefix="/m"), "Path": Path, "job_dir": Path("/j"), "stack": {**_STACK_17, **change}}
+    exec(source, namespace)
+
+    def prove():
+        assert namespace["recommended_route"], "the venv should take the recommended route"
+
+    _holds_unless(match, prove)
+
+
+class _Ran:
+    """subprocess for lesson 17's solution 1: each program's Keras, as `keras_of` runs it."""
+
+    def __init__(self, from_import: str):
+        self.from_import = from_import
+
+    def run(self, command, **kwargs):
+        program = command[-1]
+        if "from tensorflow.keras import" in program:
+            keras = self.from_import
+        else:
+            keras = "keras" if program.index("tf.keras") < program.index("TF_USE_LEGACY_KERAS") else "tf_keras"
+        return SimpleNamespace(stdout=f"{keras}.src.models.sequential\n", returncode=0)
+
+
+@pytest.mark.parametrize("from_import,match", [("keras", None), ("tf_keras", "from tensorflow.keras import the import")],
+                         ids=["import-time value", "follows the first use"])
+def test_lesson_17_solution_1_sees_the_import_path(from_import, match):
+    """Solution 1 checks `from tensorflow.keras import` apart from the attribute tf.keras: were the
+    import to follow the value at first use (tf_keras), as the attribute does, it must fail."""
+    source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                  if c.source.startswith("# Solution 1"))
+    namespace = {"subprocess": _Ran(from_import), "sys": SimpleNamespace(executable="python"),
+                 "os": SimpleNamespace(environ={"TF_USE_LEGACY_KERAS": "1"}), "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "17 solution 1", "exec"), namespace)
 
 
 def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
