@@ -23,7 +23,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course site test classtest fullcheck gpucheck lab kernel bench horovod clean
+.PHONY: install course site test durations-record classtest fullcheck gpucheck lab kernel bench horovod clean
 
 install: $(STAMP)
 
@@ -58,7 +58,12 @@ site: install
 # the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test
 test: install
 	rm -rf build/nbval
-	COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 $(PYTEST_ARGS)
+	COURSE_DURATIONS=$(CURDIR)/build/test-durations.json COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 $(PYTEST_ARGS)
+
+# after a full `make test` on the reference machine: keep its durations as the run the next one is compared with
+durations-record:
+	test -f build/test-durations.json || { echo "no build/test-durations.json: run make test first" >&2; exit 1; }
+	cp build/test-durations.json docs/bench/test-durations.json
 
 # Every notebook in workshop and full mode on full-size SYNTHETIC CIFAR-10 (50,000 images), one
 # epoch of at most FULLCHECK_STEPS steps, and again with other replica and worker counts: the

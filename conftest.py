@@ -35,6 +35,7 @@ VISIBLE_ENV = "COURSE_NBVAL_SLURM"
 KEEP_ENV = "COURSE_NBVAL_KEEP"
 _seen: dict[str, str] = {}
 _finished: set[str] = set()  # lessons whose last code cell ran: their path line must have been printed
+pytest_plugins = ["tests.durations"]  # every run's per-test durations, kept and compared (make test)
 
 
 _stubs: list[Path] = []

@@ -210,12 +210,14 @@ OK["15_models_you_keep.ipynb"] = {
 
 
 _FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
-_READS = {"shared every epoch": [64, 64, 64], "cache(filename=...)": [64, 0, 0], "staged": [64, 0, 0, 0]}
+_READS = {"shared every epoch": {"shared": [64, 64, 64], "node-local": [0, 0, 0]},
+          "cache(filename=...)": {"shared": [64, 0, 0], "node-local": [0, 0, 0]},
+          "staged": {"shared": [64, 0, 0, 0], "node-local": [0, 64, 64, 64]}}
 OK["16_input_at_scale.ipynb"] = {
     "NODES": 2, "STEPS": 64, "TIMED": 64, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES, "expected": _FILES,
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
-    "staged_everywhere": {2: True, 3: True}, "reads": _READS,
+    "staged_everywhere": {2: True, 3: True}, "read_from": _READS,
     "epochs": {"shared every epoch": [0.96, 0.96, 0.97], "cache(filename=...)": [0.97, 0.03, 0.02],
                "staged": [0.03, 0.03, 0.02]},
     "same_data": True, "rate": {"map, then batch": 32000.0, "batch, then map": 65000.0}}
@@ -226,7 +228,8 @@ _FLAGGED = {"here": [], "CPU build, 4 GPUs allocated": ["a CPU build"], "CUDA bu
             "CUDA build, sees 4 of 4": []}
 OK["17_software_stack.ipynb"] = {
     "NODES": 2, "lmod_here": True, "use_slurm": False, "ran_stack": True, "loaded": True, "stack": {}, "stack_log": "",
-    "tf_from_module": True, "extras_from_venv": True, "workers": dict.fromkeys(_VARIANTS, 2),
+    "tf_from_module": True, "extras_from_venv": True, "own_package_kept": True, "recommended_route": True,
+    "other_python": {"tensorflow": False, "keras": False, "einops": False}, "workers": dict.fromkeys(_VARIANTS, 2),
     "outcomes": {"Keras 3": ["ValueError"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]},
     "keras_log": "ValueError: Attempt to convert a value (PerReplica:{...})",
     "keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})"] * 2,
@@ -530,10 +533,29 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"files_of": {**_FILES, 2: [[0, 1, 2, 3], [4, 5, 6, 7]]}}, "FILE sharding should give"),
     ("16_input_at_scale.ipynb", {"covered": {2: True, 3: False}}, "disjoint and cover"),
     ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete node-local copy"),
-    ("16_input_at_scale.ipynb", {"reads": {**_READS, "cache(filename=...)": [64, 64, 64]}}, "first epoch only"),
-    ("16_input_at_scale.ipynb", {"reads": {**_READS, "staged": [64, 64, 0, 0]}}, "staging should read"),
-    # the simulated wait is keyed on the directory: a staged epoch that read the shared files counts
-    ("16_input_at_scale.ipynb", {"reads": {**_READS, "staged": [64, 0, 0, 64]}}, "staging should read"),
+    # a simulation that never reached the shared files: nothing else the proof says about them means anything
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "shared every epoch": {"shared": [0, 0, 0],
+                                                                                "node-local": [64, 64, 64]}}},
+     "every plain epoch should read the shared"),
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "cache(filename=...)": {"shared": [64, 64, 64],
+                                                                                 "node-local": [0, 0, 0]}}},
+     "first epoch only"),
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 64, 0, 0],
+                                                                    "node-local": [0, 0, 64, 64]}}},
+     "staging should read"),
+    # a staging that read nothing from the shared files (its timing then measures nothing)
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [0, 0, 0, 0],
+                                                                    "node-local": [0, 64, 64, 64]}}},
+     "staging should read"),
+    # batches are counted by where their files really are: a staged epoch that reached the shared files
+    # (a link to them, say) counts there, not on node-local disk
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 0, 0, 64],
+                                                                    "node-local": [0, 64, 64, 0]}}},
+     "staging should read"),
+    # staged epochs that read nothing at all (an empty copy, a pipeline cut short) are not "local reads"
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 0, 0, 0],
+                                                                    "node-local": [0, 0, 0, 0]}}},
+     "from the node-local copy"),
     # cache() in memory reads the shared file system once too, but leaves no file on node-local disk
     ("16_input_at_scale.ipynb", {"cache_files": []}, "cache file to node-local disk"),
     ("16_input_at_scale.ipynb", {"epochs": {**OK["16_input_at_scale.ipynb"]["epochs"], "staged": [0.03, 0.97, 0.02]}},
@@ -546,6 +568,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"loaded": False}, "should load the module"),
     ("17_software_stack.ipynb", {"tf_from_module": False}, "from the module's environment"),
     ("17_software_stack.ipynb", {"extras_from_venv": False}, "venv on top of the module"),
+    # the module of before (PYTHONPATH): the module's einops shadowed the venv's own
+    ("17_software_stack.ipynb", {"own_package_kept": False}, "own einops should win"),
+    # ... and handed its packages to the system's Python too; no OTHER line at all proves nothing
+    ("17_software_stack.ipynb", {"other_python": {"tensorflow": True, "keras": True, "einops": True}}, "should not be handed"),
+    ("17_software_stack.ipynb", {"other_python": None}, "should not be handed"),
+    # a venv that found the module through PYTHONPATH, or without --system-site-packages
+    ("17_software_stack.ipynb", {"recommended_route": False}, "system-site-packages with the .pth reader"),
     ("17_software_stack.ipynb", {"workers": {**dict.fromkeys(_VARIANTS, 2), "Keras 2 (tf_keras)": 1}}, "every variant"),
     ("17_software_stack.ipynb", {"outcomes": {"Keras 3": ["ok"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]}},
      "fail without the fix"),
@@ -982,6 +1011,65 @@ def test_lesson_17_loaded_needs_the_module_list_line_not_any_mention():
     assert eval(line.split("=", 1)[1], {"stack_log": unknown}) is False
 
 
+_STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n", "pythonpath": "",
+             "sys_path": ["/usr/lib/python3.11", "/j/venv/lib/python3.11/site-packages", "/m/lib/python3.11/site-packages",
+                          "/usr/lib/python3/dist-packages"]}
+
+
+@pytest.mark.parametrize("change,match", [
+    ({}, None),
+    ({"pythonpath": "/m/lib/python3.11/site-packages",  # the module of before: its packages ahead of the venv's
+      "sys_path": ["/m/lib/python3.11/site-packages", "/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]},
+     "recommended"),
+    ({"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = false\n"}, "recommended"),  # not the route 17:5 gives
+    ({"sys_path": ["/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]}, "recommended"),  # no .pth reader
+], ids=["as the job reports", "PYTHONPATH", "no --system-site-packages", "module not read"])
+def test_lesson_17_recommended_route_needs_system_site_packages_the_pth_and_no_pythonpath(change, match):
+    """The gathering of `recommended_route` on the job's report: the venv made with
+    --system-site-packages, no PYTHONPATH, its own site-packages first and the module's right after."""
+    nb = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if "recommended_route = " in c.source and "assert" not in c.source)
+    lines = cell.splitlines()
+    first = next(i for i, l in enumerate(lines) if l.startswith("module_site = "))
+    last = next(i for i, l in enumerate(lines) if l.startswith("recommended_route = "))
+    source = "\n".join(lines[first:last + 2])
+    namespace = {"sysconfig": SimpleNamespace(get_paths=lambda: {"purelib": "/m/lib/python3.11/site-packages"}),
+                 "sys": SimpleNamespace(prefix="/m"), "Path": Path, "job_dir": Path("/j"), "stack": {**_STACK_17, **change}}
+    exec(source, namespace)
+
+    def prove():
+        assert namespace["recommended_route"], "the venv should take the recommended route"
+
+    _holds_unless(match, prove)
+
+
+class _Ran:
+    """subprocess for lesson 17's solution 1: each program's Keras, as `keras_of` runs it."""
+
+    def __init__(self, from_import: str):
+        self.from_import = from_import
+
+    def run(self, command, **kwargs):
+        program = command[-1]
+        if "from tensorflow.keras import" in program:
+            keras = self.from_import
+        else:
+            keras = "keras" if program.index("tf.keras") < program.index("TF_USE_LEGACY_KERAS") else "tf_keras"
+        return SimpleNamespace(stdout=f"{keras}.src.models.sequential\n", returncode=0)
+
+
+@pytest.mark.parametrize("from_import,match", [("keras", None), ("tf_keras", "from tensorflow.keras import the import")],
+                         ids=["import-time value", "follows the first use"])
+def test_lesson_17_solution_1_sees_the_import_path(from_import, match):
+    """Solution 1 checks `from tensorflow.keras import` apart from the attribute tf.keras: were the
+    import to follow the value at first use (tf_keras), as the attribute does, it must fail."""
+    source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                  if c.source.startswith("# Solution 1"))
+    namespace = {"subprocess": _Ran(from_import), "sys": SimpleNamespace(executable="python"),
+                 "os": SimpleNamespace(environ={"TF_USE_LEGACY_KERAS": "1"}), "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "17 solution 1", "exec"), namespace)
+
+
 def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
     """zip would stop at the shorter pipeline and call a truncated one the same data: it must raise."""
     line = _assignment("16_input_at_scale.ipynb", "same_data")
@@ -992,6 +1080,29 @@ def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
     truncated = {"np": np, "ways": {"map, then batch": lambda: iter(batches), "batch, then map": lambda: iter(batches[:1])}}
     with pytest.raises(ValueError, match="shorter|longer"):
         exec(line, truncated)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # both workers with one seed: the claim (differently seeded shuffles clash) would not be shown
+    (("files_of_worker(1, s + 1, True)", "files_of_worker(1, s, True)"), "should give some file to both"),
+    # the "fix" with differently seeded shuffles still clashes
+    (("files_of_worker(0, None, False) & files_of_worker(1, None, False)",
+      "files_of_worker(0, 1, True) & files_of_worker(1, 2, True)"), "should give each file to one worker"),
+], ids=["as written", "one seed for both", "no fix"])
+def test_lesson_16_solution_2_fails_when_the_manual_shard_trap_is_not_shown(tmp_path, change, match):
+    """Solution 2 lists 8 file names, shuffles them per worker and shards by hand: it must show
+    two workers picking one file when their seeds differ, and none when the order is one."""
+    import tensorflow as tf
+
+    for k in range(8):
+        (tmp_path / f"part-{k:05d}.tfrecord").write_bytes(b"")
+    source = _solution("16_input_at_scale.ipynb", 2)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"tf": tf, "shared": tmp_path, "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "16 solution 2", "exec"), namespace)
 
 
 def _function(name: str, function: str) -> str:

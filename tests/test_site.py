@@ -1,8 +1,9 @@
 """The course's site (`make site`), built from executed lessons and read in Chromium.
 
 The notebooks are the ones the nbval pass executed in this run (`make test` keeps them:
-COURSE_NBVAL_KEEP), so the test runs after the notebooks; run alone, it executes the lessons
-first with `make course`'s runner (about 5 minutes). Every link and image of the built site must
+COURSE_NBVAL_KEEP), so the test runs after the notebooks and fails, naming them, when the pass left a
+lesson incomplete (executing the course again would only repeat its failure); run alone, it executes
+the lessons first with `make course`'s runner (about 5 minutes). Every link and image of the built site must
 lead somewhere; in Chromium every lesson page shows its figures (loaded) and its proof's output,
 the search finds a lesson, and a screenshot of a lesson page is read back.
 """
@@ -34,13 +35,16 @@ LESSONS = [p.name for p in lessons()]
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory, report) -> Path:
-    kept = Path(os.environ.get("COURSE_NBVAL_KEEP", "/nonexistent"))
-    if all((kept / name).exists() and executed_whole(kept / name) for name in LESSONS):
+    if os.environ.get("COURSE_NBVAL_KEEP"):  # under make test: the nbval pass ran (or failed) every lesson already
+        kept = Path(os.environ["COURSE_NBVAL_KEEP"])
+        incomplete = [name for name in LESSONS if not (kept / name).exists() or not executed_whole(kept / name)]
+        assert not incomplete, (f"the nbval pass did not execute these lessons whole (failed above, or deselected), "
+                                f"so the site cannot be built from them: {', '.join(incomplete)}")
         report(f"{Path(__file__).stem}: the site is built from the {len(LESSONS)} executed lessons in {kept} "
                "(COURSE_NBVAL_KEEP: the nbval pass's, under make test)")
         return kept
     out = tmp_path_factory.mktemp("course")
-    print(f"the nbval pass kept no complete lessons in {kept}: executing them with make course's runner")
+    print("run alone (no COURSE_NBVAL_KEEP): executing the lessons with make course's runner")
     done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(out)],
                           capture_output=True, text=True, timeout=1800, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

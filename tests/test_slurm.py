@@ -494,12 +494,15 @@ def test_software_stack_notebook_loads_its_module_on_slurm(slurm, tmp_path, repo
     assert len(stack_logs) == 1 and len(keras_logs) == 1, "the notebook ran its jobs without Slurm"
     stack_text = stack_logs[0].read_text()
     assert "1) tf-hpc-course/2026.11" in stack_text and "STACK " in stack_text, stack_text[-2000:]
+    other = [json.loads(l[6:]) for l in stack_text.splitlines() if l.startswith("OTHER ")]
+    assert other == [{"tensorflow": False, "keras": False, "einops": False}], stack_text[-2000:]  # the node's system Python
     runs = [json.loads(l[6:]) for l in keras_logs[0].read_text().splitlines() if l.startswith("KERAS ")]
     assert len(runs) == 6 and {r["host"] for r in runs} == {"node1", "node2"}, runs
     assert sorted((r["module"], r["fit"].split(":")[0]) for r in runs) == sorted(
         [("keras", "ValueError")] * 2 + [("keras", "ok")] * 2 + [("tf_keras", "ok")] * 2), runs
     assert _squeue_empty(slurm["env"])
-    report("lesson 17 on the local Slurm: module tf-hpc-course/2026.11 loaded by Lmod in the job, a venv on top; "
+    report("lesson 17 on the local Slurm: module tf-hpc-course/2026.11 loaded by Lmod in the job, a venv on top "
+           "(EBPYTHONPREFIXES through its .pth; the node's /usr/bin/python3 found none of the module's packages); "
            "Keras 3 fit under MWMS failed without the fix and ran with it, tf_keras ran, on node1 and node2")
 
 

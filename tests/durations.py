@@ -1,0 +1,115 @@
+"""Where a test run's time goes, kept: a pytest plugin that writes every test's duration to a file and
+prints the total, the ten slowest and the change against the run before.
+
+`make test` sets `COURSE_DURATIONS=build/test-durations.json`; the run before is the file named by
+`COURSE_DURATIONS_BEFORE` (default: the one recorded in the repository,
+`docs/bench/test-durations.json`, which `make durations-record` replaces after a full run here).
+The budget (warn above 25 minutes, fail above 40) is checked on the recorded run by
+`tests/test_ci_budget.py`, so a slow suite is seen in review, not only in CI's log.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+SCHEMA = "tf-hpc-course/test-durations/1"
+RECORDED = Path(__file__).resolve().parents[1] / "docs" / "bench" / "test-durations.json"
+WARN_MINUTES = 25
+FAIL_MINUTES = 40
+
+_per_test: dict[str, float] = {}
+_outcomes: dict[str, str] = {}
+_started = time.monotonic()
+
+
+def pytest_runtest_logreport(report) -> None:
+    _per_test[report.nodeid] = _per_test.get(report.nodeid, 0.0) + report.duration
+    if report.when == "call" or report.outcome != "passed":
+        _outcomes[report.nodeid] = report.outcome
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def record() -> dict:
+    """This run, as the file keeps it: wall time from the first test's collection, and each test's
+    setup + call + teardown."""
+    return {
+        "schema": SCHEMA,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _commit(),
+        "wall_s": round(time.monotonic() - _started, 1),
+        "tests_s": round(sum(_per_test.values()), 1),
+        "outcomes": {k: sum(1 for v in _outcomes.values() if v == k) for k in sorted(set(_outcomes.values()))},
+        "tests": {nodeid: round(seconds, 2) for nodeid, seconds in sorted(_per_test.items())},
+    }
+
+
+def load(path: Path) -> dict | None:
+    """A durations file, or None when there is none or it is not one of ours."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+
+
+def slowest(run: dict, n: int = 10) -> list[tuple[str, float]]:
+    return sorted(run["tests"].items(), key=lambda kv: -kv[1])[:n]
+
+
+def budget(run: dict) -> tuple[str, str]:
+    """('ok' | 'warn' | 'fail', a line saying why) for a run's wall time."""
+    minutes = run["wall_s"] / 60
+    if minutes > FAIL_MINUTES:
+        return "fail", f"{minutes:.1f} min is over the {FAIL_MINUTES}-minute limit"
+    if minutes > WARN_MINUTES:
+        return "warn", f"{minutes:.1f} min is over the {WARN_MINUTES}-minute aim"
+    return "ok", f"{minutes:.1f} min, within the {WARN_MINUTES}-minute aim"
+
+
+def summary(run: dict, before: dict | None) -> list[str]:
+    lines = [f"total {run['wall_s'] / 60:.1f} min wall, {run['tests_s'] / 60:.1f} min in {len(run['tests'])} tests"
+             f" ({budget(run)[1]})"]
+    if before:
+        change = run["wall_s"] - before["wall_s"]
+        lines.append(f"the run before ({before.get('commit') or '?'}, {before.get('date', '?')}): "
+                     f"{before['wall_s'] / 60:.1f} min; change {change / 60:+.1f} min")
+    lines.append("the ten slowest:")
+    for nodeid, seconds in slowest(run):
+        was = (before or {}).get("tests", {}).get(nodeid)
+        delta = f" ({seconds - was:+.0f} s)" if was is not None else (" (new)" if before else "")
+        lines.append(f"  {seconds:7.1f} s  {nodeid}{delta}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    target = os.environ.get("COURSE_DURATIONS")
+    if not target or not _per_test:
+        return
+    run = record()
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run, indent=1) + "\n")
+    before = load(Path(os.environ.get("COURSE_DURATIONS_BEFORE", RECORDED)))
+    terminalreporter.section(f"where the time went (kept in {path})")
+    for line in summary(run, before):
+        terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session) -> None:
+    global _started
+    _started = time.monotonic()

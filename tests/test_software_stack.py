@@ -1,0 +1,93 @@
+"""Lesson 17's module and the venv on top of it, run as the notebook writes them (Lmod, no Slurm).
+
+The modulefile and the job script come from the notebook's own cells; the job script runs in a
+login shell (`bash -l`, as the notebook does where there is Lmod but no Slurm). The module hands
+its packages out through `EBPYTHONPREFIXES` (EasyBuild 5's convention) and the venv reads them
+through a `.pth` file; the same run with the module of before (`PYTHONPATH`) shows what that fixed.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.test_notebook_programs import written_programs
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_software_stack.ipynb"
+LMOD = Path("/usr/share/lmod/lmod/init/bash")
+OLD_LINE = f'prepend_path("PYTHONPATH", "{sysconfig.get_paths()["purelib"]}")'  # the module before EBPYTHONPREFIXES
+
+
+def _cell(starts: str) -> str:
+    return next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                if c.cell_type == "code" and c.source.startswith(starts))
+
+
+def _lmod() -> None:
+    if LMOD.exists():
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("Lmod is not installed and cannot be installed here (needs root and apt-get)")
+    done = subprocess.run(["apt-get", "install", "-y", "-qq", "lmod"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    assert done.returncode == 0 and LMOD.exists(), done.stderr[-2000:]
+
+
+def _run_stack(job_dir: Path, handed_out_by: str) -> tuple[dict, dict | None, str]:
+    """The notebook's modulefile (or the one of before), its extras and stack.sbatch, run in a login shell."""
+    namespace = {"job_dir": job_dir, "sys": sys, "print": lambda *a: None}
+    exec(_cell('modulefiles = job_dir / "modulefiles"'), namespace)
+    modulefile: Path = namespace["modulefile"]
+    text = modulefile.read_text()
+    assert "PYTHONPATH" not in text.replace("not PYTHONPATH", ""), text
+    if handed_out_by == "PYTHONPATH":
+        lines = [OLD_LINE if "EBPYTHONPREFIXES" in line else line for line in text.splitlines()]
+        modulefile.write_text("\n".join(lines) + "\n")
+    exec(_cell('extras = job_dir / "extras"'), namespace)
+    script = job_dir / "stack.sbatch"
+    script.write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
+                           if name.endswith('"stack.sbatch"}')))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EBPYTHONPREFIXES", "VIRTUAL_ENV")}
+    done = subprocess.run(["bash", "-l", str(script)], cwd=job_dir, capture_output=True, text=True, timeout=600,
+                          env={**env, "MODULES": str(job_dir / "modulefiles"), "VENV": str(job_dir / "venv"),
+                               "EXTRAS": str(job_dir / "extras"), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    log = done.stdout + done.stderr
+    stack = next((json.loads(l[6:]) for l in log.splitlines() if l.startswith("STACK ")), None)
+    other = next((json.loads(l[6:]) for l in log.splitlines() if l.startswith("OTHER ")), None)
+    assert stack is not None, log[-3000:]
+    return stack, other, log
+
+
+def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modules(tmp_path, report):
+    """EBPYTHONPREFIXES and the venv's .pth: (a) the venv's own einops wins over the module's,
+    (b) the system's Python in the same job finds none of the module's packages, (c) the venv's
+    Python finds TensorFlow in the module, after its own site-packages."""
+    _lmod()
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("no /usr/bin/python3: no other Python to check (b) with")
+    stack, other, log = _run_stack(tmp_path, "EBPYTHONPREFIXES")
+    venv = str(tmp_path / "venv")
+    assert stack["einops"] == "99.0" and stack["einops_from"].startswith(venv), stack  # (a)
+    assert other == {"tensorflow": False, "keras": False, "einops": False}, log[-2000:]  # (b)
+    assert stack["tensorflow_from"].startswith(sys.prefix) and stack["myextras_from"].startswith(venv), stack  # (c)
+    sites = [p for p in stack["sys_path"] if p.endswith("-packages")]
+    assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
+    report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
+           f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
+
+
+def test_the_module_of_before_shadowed_the_venv_and_reached_every_python(tmp_path):
+    """The same job with the module of before (prepend_path PYTHONPATH): the module's einops shadows
+    the venv's own, and the system's Python is handed TensorFlow: what EBPYTHONPREFIXES fixed."""
+    _lmod()
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("no /usr/bin/python3: no other Python to check with")
+    stack, other, log = _run_stack(tmp_path, "PYTHONPATH")
+    assert stack["pythonpath"] and stack["einops"] != "99.0" and stack["einops_from"].startswith(sys.prefix), stack
+    assert other is not None and other["tensorflow"] is True, log[-2000:]
