@@ -9,6 +9,10 @@ unset, a machine's own `/etc/slurm` would still answer; set to a missing file, `
 for 60 s). The kernel inherits this environment when nbval starts it, at a notebook's first cell. A Slurm
 test that runs a lesson on Slurm through nbval says so: `COURSE_NBVAL_SLURM=visible`.
 
+Lessons 08 and 11 print a path line (`no Slurm here: ...` locally; `submitting to Slurm ...`,
+`Slurm, with ...` on Slurm). The pass fails when one printed the other path's line, or ran to its
+last cell without printing one (tests/test_nbval_path_lines.py).
+
 With `COURSE_NBVAL_KEEP=DIR` (`make test` sets it), the pass also writes each notebook it ran into
 DIR with the outputs it produced, after every cell: the site test (marked `after_notebooks`, and
 run after the notebooks) builds the course's site from them instead of executing the lessons again.
@@ -26,9 +30,11 @@ import pytest
 SLURM_COMMANDS = ("sinfo", "squeue", "sbatch", "srun", "salloc", "scontrol", "scancel", "sacct", "sstat")
 LOCAL_PATH_LESSONS = ("08_batch_job.ipynb", "11_checkpoints_requeue.ipynb")
 LOCAL_PATH_LINE = "no Slurm here:"  # what 08 and 11 print when they run as local processes
+SLURM_PATH_LINES = {"08_batch_job.ipynb": "submitting to Slurm", "11_checkpoints_requeue.ipynb": "Slurm, with"}  # on Slurm
 VISIBLE_ENV = "COURSE_NBVAL_SLURM"
 KEEP_ENV = "COURSE_NBVAL_KEEP"
 _seen: dict[str, str] = {}
+_finished: set[str] = set()  # lessons whose last code cell ran: their path line must have been printed
 pytest_plugins = ["tests.durations"]  # every run's per-test durations, kept and compared (make test)
 
 
@@ -89,13 +95,15 @@ def pytest_runtest_makereport(item, call):
     yield
     if call.when == "call" and os.environ.get(KEEP_ENV) and item.path.suffix == ".ipynb" and hasattr(item, "cell"):
         _keep_outputs(item)
-    if call.when != "call" or item.path.name not in LOCAL_PATH_LESSONS or os.environ.get(VISIBLE_ENV) == "visible":
+    if call.when != "call" or item.path.name not in LOCAL_PATH_LESSONS or not hasattr(item, "cell"):
         return
     for output in getattr(item, "test_outputs", None) or []:
         text = output.get("text", "") if isinstance(output, dict) else ""
         for line in text.splitlines():
-            if line.startswith(LOCAL_PATH_LINE) or line in ("submitting to Slurm", "Slurm"):
+            if line.startswith((LOCAL_PATH_LINE, SLURM_PATH_LINES[item.path.name])):
                 _seen[item.path.name] = line
+    if item.cell is [c for c in item.parent.nb.cells if c.cell_type == "code"][-1]:
+        _finished.add(item.path.name)
 
 
 def _ran(stats: dict) -> list[str]:
@@ -104,23 +112,33 @@ def _ran(stats: dict) -> list[str]:
     return [name for name in LOCAL_PATH_LESSONS if name in names]
 
 
-def _off_the_laptop_path() -> list[str]:
-    return [f"{name}: {line}" for name, line in _seen.items() if not line.startswith(LOCAL_PATH_LINE)]
+def _expected_line(name: str) -> str:
+    """The start of the path line `name` must print: its Slurm line when Slurm is visible, else the local one."""
+    return SLURM_PATH_LINES[name] if os.environ.get(VISIBLE_ENV) == "visible" else LOCAL_PATH_LINE
+
+
+def _off_the_expected_path() -> list[str]:
+    """Lessons that took the other path than the pass asked for, or ran to their end printing no path line
+    (a lesson that says nothing of where it ran proves neither path)."""
+    wrong = [f"{name}: {line}" for name, line in _seen.items() if not line.startswith(_expected_line(name))]
+    silent = [f"{name}: its path line was not seen" for name in sorted(_finished) if name not in _seen]
+    return wrong + silent
 
 
 def pytest_sessionfinish(session):
     for directory in _stubs:
         shutil.rmtree(directory, ignore_errors=True)
-    if _off_the_laptop_path():  # Slurm was found although hidden: the laptop path went untested
+    if _off_the_expected_path():  # Slurm found although hidden (or missing although visible), or no path line
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter):
     ran = _ran(terminalreporter.stats)
-    if not ran or os.environ.get(VISIBLE_ENV) == "visible":
+    if not ran:
         return
-    terminalreporter.section("the nbval pass, with Slurm hidden")
+    visible = os.environ.get(VISIBLE_ENV) == "visible"
+    terminalreporter.section("the nbval pass, with Slurm " + ("visible" if visible else "hidden"))
     for name in ran:
         terminalreporter.write_line(f"{name}: {_seen.get(name, 'its path line was not seen')}")
-    for line in _off_the_laptop_path():
-        terminalreporter.write_line(f"FAILED: ran on Slurm in the nbval pass, not as local processes: {line}")
+    for line in _off_the_expected_path():
+        terminalreporter.write_line(f"FAILED: not on the path this pass asked for ({_expected_line(line.split(':')[0])}...): {line}")

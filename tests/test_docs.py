@@ -141,3 +141,15 @@ def test_the_check_of_named_tests_catches_a_test_that_is_not_there():
     assert named_tests("see `test_docs::test_no_such_test` and `test_nothing_here`") == \
         {"test_docs::test_no_such_test", "test_nothing_here"}
     assert "test_no_such_test" not in defined["test_docs"]
+
+
+def test_every_row_of_the_failure_table_names_its_test():
+    """docs/troubleshooting.md's table of failures: each row's test column names a test (a row saying
+    "same" once stood for a test that did not check that row), and each named test exists (above)."""
+    lines = (ROOT / "docs" / "troubleshooting.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| what went wrong |"))
+    rows = [line for line in lines[start + 2:] if line.startswith("|")]
+    rows = rows[:next((i for i, line in enumerate(rows) if not line.strip()), len(rows))]
+    assert len(rows) >= 20, f"the failure table shrank to {len(rows)} rows"
+    untested = [row.split("|")[1].strip() for row in rows if not named_tests(row.rstrip("|").rsplit("|", 1)[-1])]
+    assert not untested, f"rows of the failure table that name no test: {untested}"

@@ -48,6 +48,19 @@ def _failed_spawn(hub, user: str, token: str, timeout: float) -> tuple[float, st
     raise AssertionError(f"{user}: the spawn was still pending after {timeout:.0f} s\n{hub.tail()}")
 
 
+def _wait_for_queries(calls: Path, outcome: str, count: int, after: int = 0, deadline_s: float = 60.0) -> None:
+    """Poll the hub's status queries (lines of `calls`) until `count` more with `outcome` came after
+    line `after`: the polls themselves, not a window of seconds they are expected to fall in."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        lines = calls.read_text().splitlines()[after:] if calls.exists() else []
+        if lines.count(outcome) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the hub made {lines.count(outcome)} of {count} {outcome} status queries in {deadline_s:.0f} s")
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("spawner", ["course", "batchspawner"])
 def test_a_failing_squeue_does_not_orphan_a_running_server(slurm, tmp_path, report, spawner):
     """batchspawner#315: one failed status query made the hub forget a server that still ran.
@@ -55,9 +68,12 @@ def test_a_failing_squeue_does_not_orphan_a_running_server(slurm, tmp_path, repo
     server (if it did not, this test would no longer show the failure mode)."""
     trigger = Path(slurm["dir"]) / "squeue-fails"
     flaky = Path(slurm["dir"]) / "squeue-flaky"
-    flaky.write_text(f'#!/bin/sh\nif [ -e {trigger} ]; then\n'
+    calls = Path(slurm["dir"]) / f"squeue-calls-{time.monotonic_ns()}" / "calls"  # a line per status query: failed / ok
+    calls.parent.mkdir()
+    calls.parent.chmod(0o777)  # the query runs as the learner
+    flaky.write_text(f'#!/bin/sh\nif [ -e {trigger} ]; then\n  echo failed >> {calls}\n'
                      '  echo "squeue: error: slurm_receive_msg: Zero Bytes were transmitted or received" >&2\n'
-                     '  exit 1\nfi\nexec squeue "$@"\n')
+                     f'  exit 1\nfi\necho ok >> {calls}\nexec squeue "$@"\n')
     flaky.chmod(0o755)
     base = ("from batchspawner import SlurmSpawner\n"
             "class Upstream(SlurmSpawner):\n"
@@ -75,9 +91,16 @@ def test_a_failing_squeue_does_not_orphan_a_running_server(slurm, tmp_path, repo
             wait_server(hub, user, token, 120)
             job = _job_of(hub, user, token)
             trigger.touch()
-            time.sleep(7)  # three polls of 2 s with squeue failing
-            trigger.unlink()
-            time.sleep(3)
+            if spawner == "course":
+                _wait_for_queries(calls, "failed", 3)  # three polls (every 2 s) with squeue failing
+                trigger.unlink()
+                _wait_for_queries(calls, "ok", 1, after=calls.read_text().count("\n"))  # and one after it recovered
+            else:  # upstream forgets the server at its first failed poll and polls no more: wait for the hub to say so
+                _wait_for_queries(calls, "failed", 1)
+                deadline = time.monotonic() + 30
+                while hub.call("GET", f"/hub/api/users/{user}", token)[1]["servers"].get("") and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                trigger.unlink()
             status, model = hub.call("GET", f"/hub/api/users/{user}", token)
             kept = bool(model["servers"].get(""))
             in_queue = job in (squeue(slurm["env"]) or "")
@@ -89,7 +112,7 @@ def test_a_failing_squeue_does_not_orphan_a_running_server(slurm, tmp_path, repo
             hub.stop()
             trigger.unlink(missing_ok=True)
         assert squeue_empty(slurm["env"], within=30)
-    report(f"{Path(__file__).stem}: squeue failing for 7 s, {spawner}: server kept by the hub {kept}, "
+    report(f"{Path(__file__).stem}: squeue failing for 3 polls, {spawner}: server kept by the hub {kept}, "
            f"job {job} still running {in_queue}, server answered {answered}")
     assert in_queue, "the server's job itself must not be touched by a failing squeue"
     if spawner == "course":

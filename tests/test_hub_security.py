@@ -56,6 +56,10 @@ def test_closing_batchspawners_api_fails_closed_when_its_route_is_not_found():
         close_batchspawner_api([(r"/api/users", _Other)])
 
 
+def _queries(path) -> int:
+    return path.read_text().count("ran") if path.exists() else 0
+
+
 @pytest.mark.slurm
 def test_a_learners_kernel_cannot_make_the_hub_run_commands(slurm, tmp_path, report):
     marks = tmp_path / "ran"  # root's: a file here was made by the hub's account
@@ -65,7 +69,8 @@ def test_a_learners_kernel_cannot_make_the_hub_run_commands(slurm, tmp_path, rep
     envdump, seen_env = shared / "squeue-env", shared / "seen" / "query-env"
     seen_env.parent.mkdir()
     seen_env.parent.chmod(0o777)
-    envdump.write_text(f'#!/bin/sh\nenv > {seen_env}\nexec squeue "$@"\n')
+    queries = seen_env.parent / "queries"  # a line per status query the wrapper ran (as the learner)
+    envdump.write_text(f'#!/bin/sh\nenv > {seen_env}\necho ran >> {queries}\nexec squeue "$@"\n')
     envdump.chmod(0o755)
     attacks = {
         "exec_prefix": {"exec_prefix": f"touch {marks}/exec_prefix;"},
@@ -99,7 +104,11 @@ def test_a_learners_kernel_cannot_make_the_hub_run_commands(slurm, tmp_path, rep
             before = {k: v["target"] for k, v in routes.items() if user in k}
             (answers,) = run_in_kernel(hub, user, token, [cell])
             answers = json.loads(answers)
-            time.sleep(7)  # three status polls of 2 s run the query command
+            polled = _queries(queries)
+            deadline = time.monotonic() + 60
+            while _queries(queries) < polled + 3 and time.monotonic() < deadline:  # three status polls (every 2 s)
+                time.sleep(0.2)  # after the attacks run the query command
+            assert _queries(queries) >= polled + 3, f"the hub polled {_queries(queries) - polled} times in 60 s"
             _, routes = hub.call("GET", "/hub/api/proxy", token)
             after = {k: v["target"] for k, v in routes.items() if user in k}
             own, _ = hub.call("GET", f"/user/{user}/api/status", token)

@@ -7,6 +7,32 @@ from helpers.errors import CourseError
 from helpers import resolver
 
 
+def _free_pair() -> int:
+    """A port P such that P and P + 1 are free on every interface now (the kernel picks P): what a step's
+    two tasks on one node derive, instead of fixed ports another process on this machine may hold."""
+    while True:
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("0.0.0.0", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("0.0.0.0", port + 1))
+            except OSError:
+                continue
+            if port - 24 >= 1024 and port + 1 <= 65535:
+                return port
+
+
+def _step_range(monkeypatch, avoid: int | None = None) -> int:
+    """Set COURSE_PORT_RANGE so that job 7, step 0 derives the free pair (P, P + 1): block 7*16 of 2
+    ports lands at LOW + (112 % 50) * 2 = LOW + 24 in a range of 100 ports. Returns P."""
+    while True:
+        port = _free_pair()
+        low = port - 24
+        if avoid is None or not low <= avoid <= low + 100:
+            monkeypatch.setenv(resolver.PORT_RANGE_ENV, f"{low}-{low + 100}")
+            return port
+
+
 def test_make_tf_config_round_trips():
     config = resolver.make_tf_config(["a:10001", "b:10002"], 1)
     assert config == {"cluster": {"worker": ["a:10001", "b:10002"]}, "task": {"type": "worker", "index": 1}}
@@ -63,16 +89,16 @@ def _slurm_env(monkeypatch, procid="1"):
 
 def test_slurm_resolver_on_cpu_nodes(monkeypatch):
     _slurm_env(monkeypatch)
-    monkeypatch.setenv(resolver.PORT_RANGE_ENV, "15000-15100")
+    port = _step_range(monkeypatch)
     res = resolver.slurm_resolver()
     assert (res.task_type, res.task_id) == ("worker", 1)  # before cluster_spec(): lesson 03 asks first
     spec = res.cluster_spec().as_dict()
-    # job 7, step 0: block 7*16 of 2 ports -> 15000 + (112 % 50) * 2 = 15024
-    assert spec == {"worker": ["node1:15024", "node1:15025", "node2:15024", "node2:15025"]}
+    # job 7, step 0: block 7*16 of 2 ports -> LOW + (112 % 50) * 2 = LOW + 24
+    assert spec == {"worker": [f"node1:{port}", f"node1:{port + 1}", f"node2:{port}", f"node2:{port + 1}"]}
     assert (res.task_type, res.task_id) == ("worker", 1)
     assert res.num_accelerators() == {"GPU": 0}  # upstream would claim one GPU per task
     described = resolver.describe(res)
-    assert described["rank"] == 1 and described["address"] == "node1:15025"
+    assert described["rank"] == 1 and described["address"] == f"node1:{port + 1}"
     assert described["gpus"] == "CPU"
     assert resolver.cluster_resolver() is not None  # auto-detected from the step
 
@@ -83,22 +109,22 @@ def test_slurm_port_in_use_is_named(monkeypatch):
     import sys
 
     _slurm_env(monkeypatch, procid="0")
-    monkeypatch.setenv(resolver.PORT_RANGE_ENV, "15000-15100")
+    port = _step_range(monkeypatch)
     # another process (another job's worker) holds it; a port this process holds is its own server's
-    holder = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
-                               "s.bind(('0.0.0.0', 15024)); s.listen(); print('held', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(); "
+                               "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True); time.sleep(60)",
+                               str(port)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(CourseError, match=r"port 15024 on 0.0.0.0 is already in use.*job 7 step 0, rank 0"):
+        with pytest.raises(CourseError, match=rf"port {port} on 0.0.0.0 is already in use.*job 7 step 0, rank 0"):
             resolver.slurm_resolver()
     finally:
         holder.kill()
         holder.wait()
     with socket.socket() as mine:  # held by this process: resolving again after its server started
-        mine.bind(("0.0.0.0", 15024))
+        mine.bind(("0.0.0.0", port))
         mine.listen()
-        assert resolver.describe(resolver.slurm_resolver())["address"] == "node1:15024"
+        assert resolver.describe(resolver.slurm_resolver())["address"] == f"node1:{port}"
 
 
 def test_slurm_malformed_variables(monkeypatch):
@@ -124,19 +150,20 @@ def test_tf_config_port_outside_the_range_or_in_use_is_named(monkeypatch):
     """The worker's own path (cluster_resolver with TF_CONFIG) checks its port before TensorFlow binds it."""
     import json
 
-    monkeypatch.setenv(resolver.PORT_RANGE_ENV, "15000-15100")
+    port = _step_range(monkeypatch, avoid=33561)
+    low, high = resolver.port_range()
     # the user's own ports are theirs (the ZIH guide's example uses 33561-33562): a warning names the range
     monkeypatch.setenv("TF_CONFIG", json.dumps(resolver.make_tf_config(["localhost:33561", "localhost:33562"], 0)))
-    with pytest.warns(UserWarning, match=r"port 33561 is outside COURSE_PORT_RANGE=15000-15100.*firewall"):
+    with pytest.warns(UserWarning, match=rf"port 33561 is outside COURSE_PORT_RANGE={low}-{high}.*firewall"):
         assert resolver.cluster_resolver() is not None
     with pytest.raises(CourseError, match="outside the allowed range"):  # the course's own choice: refused
         resolver.check_port(33561)
-    monkeypatch.setenv("TF_CONFIG", json.dumps(resolver.make_tf_config(["localhost:15000", "localhost:15001"], 1)))
+    monkeypatch.setenv("TF_CONFIG", json.dumps(resolver.make_tf_config([f"localhost:{port}", f"localhost:{port + 1}"], 1)))
     with socket.socket() as other:  # bound by another process in real life; by a plain socket here
-        other.bind(("0.0.0.0", 15001))
-        with pytest.raises(CourseError, match=r"port 15001 on 0.0.0.0 is already in use"):
+        other.bind(("0.0.0.0", port + 1))
+        with pytest.raises(CourseError, match=rf"port {port + 1} on 0.0.0.0 is already in use"):
             resolver.cluster_resolver()
-    assert resolver.describe(resolver.cluster_resolver())["address"] == "localhost:15001"
+    assert resolver.describe(resolver.cluster_resolver())["address"] == f"localhost:{port + 1}"
 
 
 def test_a_port_whose_last_worker_just_ended_is_free_a_listening_one_is_not():

@@ -594,9 +594,14 @@ def test_the_command_line_stops_its_cluster_inside_an_allocation(slurm):
 
 
 BUSY_ALLOCATION = """
-import subprocess, sys, time
+import os, subprocess, sys, time
 holder = subprocess.Popen(["srun", "-n", "2", "--job-name=forgotten-step", "sleep", "300"])
-time.sleep(3)  # the step holds the allocation's CPUs
+deadline = time.monotonic() + 60
+while "forgotten-step" not in subprocess.run(["squeue", "--steps", "--noheader", "--format=%j", "--jobs",
+                                              os.environ["SLURM_JOB_ID"]], capture_output=True, text=True).stdout:
+    if time.monotonic() > deadline or holder.poll() is not None:  # the step never started: nothing to test
+        sys.exit(f"the holding step did not start within 60 s (srun: {holder.poll()})")
+    time.sleep(0.1)  # poll until Slurm lists the step, which then holds the allocation's CPUs
 from helpers.engines import start_engines
 from helpers.errors import CourseError
 began = time.monotonic()
