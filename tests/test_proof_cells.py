@@ -93,14 +93,15 @@ def _point(label, replicas, agree=True):
     point of `replicas` workers with one replica each, started as `replicas` workers."""
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
-            "replica_batches": [32] * (1 if multi else replicas),
+            "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False,
             **({"workers": replicas, "started": replicas} if multi else {})}
 
 
 OK["07_scaling_performance.ipynb"] = {
     "points": [_point("MirroredStrategy", 1), _point("MirroredStrategy", 2), _point("MultiWorkerMirroredStrategy", 2)],
     "per_replica": 32, "STEPS": 10,
-    "in_steps": {("MirroredStrategy", 1): 0.97, ("MirroredStrategy", 2): 0.95, ("MultiWorkerMirroredStrategy", 2): 0.99}}
+    "in_steps": {("MirroredStrategy", 1): 0.97, ("MirroredStrategy", 2): 0.95, ("MultiWorkerMirroredStrategy", 2): 0.99},
+    "jit": {("MirroredStrategy", 1): False, ("MirroredStrategy", 2): False, ("MultiWorkerMirroredStrategy", 2): False}}
 
 
 def _plan(rank: int, host: str) -> dict:
@@ -352,6 +353,12 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                    ("MirroredStrategy", 2): 1.3}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), _point("MultiWorkerMirroredStrategy", 2, agree=False)]},
      "weights differ"),
+    # the 1-replica baseline left at jit_compile="auto" on a GPU without a strategy: XLA there, not under the strategies
+    ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MirroredStrategy", 1): True}},
+     "without XLA"),
+    # the same value everywhere, but XLA: under a strategy over 2 logical CPUs it fails (tests/test_gpu_paths.py)
+    ("07_scaling_performance.ipynb", {"jit": dict.fromkeys(OK["07_scaling_performance.ipynb"]["jit"], True)},
+     "without XLA"),
     ("08_batch_job.ipynb", {"imported": ["helpers", "keras"]}, "imports the course"),
     ("08_batch_job.ipynb", {"reports": [{"weights": "w"}]}, "1 reports"),
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(1, "node1") | {"address": "node1:20000"}]},
@@ -704,6 +711,15 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
     """From the runs' raw spans: a run whose timed steps cover half of its span (the rest: start-up,
     iterator teardown) must fail the proof through the gathering cell's arithmetic."""
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2, inside),
+                      _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
+    _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+@pytest.mark.parametrize("baseline_jit,match", [(False, None), (True, "without XLA")])
+def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, match):
+    """From the runs' own results: a 1-replica baseline that Keras ran with XLA (as jit_compile="auto"
+    does for one GPU without a strategy) must fail the proof through the gathering cell."""
+    raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit}, _timed("MirroredStrategy", 2),
                       _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
     _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
 
