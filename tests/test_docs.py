@@ -153,3 +153,41 @@ def test_every_row_of_the_failure_table_names_its_test():
     assert len(rows) >= 20, f"the failure table shrank to {len(rows)} rows"
     untested = [row.split("|")[1].strip() for row in rows if not named_tests(row.rstrip("|").rsplit("|", 1)[-1])]
     assert not untested, f"rows of the failure table that name no test: {untested}"
+
+
+def _course_map(cells: list[dict]) -> list[tuple[str, str]]:
+    """(number, title) of every row of lesson 00's course map."""
+    text = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith("## Map of the course"))
+    return re.findall(r"^\| (\d\d) \| ([^|]+?) \|", text, re.M)
+
+
+def _lesson_titles() -> list[tuple[str, str]]:
+    """(number, title) of every lesson, from the heading of its first cell: '# 07 · Scaling and performance'."""
+    titles = []
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        heading = "".join(json.loads(path.read_text())["cells"][0]["source"]).splitlines()[0]
+        number, title = re.match(r"# (\d\d) · (.+)$", heading).groups()
+        assert number == path.name[:2], f"{path.name}: its heading says lesson {number}"
+        titles.append((number, title.strip()))
+    return titles
+
+
+def test_lesson_00_maps_every_lesson_by_its_notebook_title():
+    """The course map lists each lesson once, in order, with the title its notebook gives it: a lesson
+    added (18, say) or renamed without its row fails here."""
+    cells = json.loads((ROOT / "notebooks" / "00_environment.ipynb").read_text())["cells"]
+    assert _course_map(cells) == _lesson_titles()
+
+
+@pytest.mark.parametrize("change", ["missing row", "renamed lesson"])
+def test_lesson_00_map_check_fails_on_a_stale_map(change):
+    cells = json.loads((ROOT / "notebooks" / "00_environment.ipynb").read_text())["cells"]
+    for cell in cells:
+        text = "".join(cell["source"])
+        if text.startswith("## Map of the course"):
+            if change == "missing row":
+                text = "\n".join(l for l in text.splitlines() if not l.startswith("| 17 |"))
+            else:
+                text = text.replace("| 07 | Scaling and performance |", "| 07 | Scaling |")
+            cell["source"] = text
+    assert _course_map(cells) != _lesson_titles()

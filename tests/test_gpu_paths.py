@@ -37,7 +37,7 @@ def _fake_point(calls):
         devices = env["CUDA_VISIBLE_DEVICES"].split(",")
         calls.append((kind, extra, env["CUDA_VISIBLE_DEVICES"]))
         return {"replicas": len(devices), "images_per_s": 100.0 * len(devices), "median_step_s": 1.28,
-                "gradient_bytes": 94e6}
+                "gradient_bytes": 94e6, "xla": "--xla" in extra}
     return training_point
 
 
@@ -55,6 +55,60 @@ def test_the_gpu_section_passes_each_run_its_devices(monkeypatch):
     assert len(one_gpu) == 4 and all(r.ours == 100.0 for r in one_gpu), one_gpu  # one GPU's images/s, not two
     scaling = next(r for r in rows if "on 2 GPUs" in r.figure)
     assert scaling.ours == 200.0 and scaling.baseline == 200.0 and "mixed precision" in scaling.figure
+    assert "jit_compile=False on both" in scaling.note, scaling.note  # the printed field
+
+
+def test_a_gpu_scaling_row_whose_runs_differ_in_jit_compile_stops_the_bench(monkeypatch):
+    """The 1-GPU run (no strategy) left at Keras's jit_compile="auto" would get XLA, the 2-GPU run under
+    MirroredStrategy would not: the bench refuses to divide one by the other."""
+    calls = []
+    honest = _fake_point(calls)
+
+    def auto_on_one_gpu(kind, n, model, data_dir, steps, batch, extra, env=None):
+        return {**honest(kind, n, model, data_dir, steps, batch, extra, env), "xla": kind == "single"}
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(bench, "training_point", auto_on_one_gpu)
+    monkeypatch.setattr(bench_scaling, "gpu_prediction", lambda *a: Row("model", 1.0, None, "images/s", True, "report"))
+    with pytest.raises(CourseError, match="did not all use the same jit_compile.*'1 GPU': True.*'2 GPUs': False"):
+        bench.bench_gpu("data", 3)
+
+
+def test_same_jit_compile_names_the_runs_that_differ_or_did_not_say():
+    from helpers.tools.bench_rows import same_jit_compile
+
+    assert same_jit_compile({"a": {"xla": False}, "b": {"xla": False}}) is False
+    with pytest.raises(CourseError, match="'b': True"):
+        same_jit_compile({"a": {"xla": False}, "b": {"xla": True}})
+    with pytest.raises(CourseError, match="'b': None"):
+        same_jit_compile({"a": {"xla": False}, "b": {}})
+
+
+@pytest.mark.parametrize("single_xla,match", [(False, None), (True, "same jit_compile")])
+def test_the_distribution_rows_compare_runs_with_one_jit_compile(monkeypatch, single_xla, match):
+    """bench_distribution with its runs replaced: one process, 2 replicas and 2 workers that all ran
+    without XLA give rows whose note prints jit_compile=False; a 1-process run with XLA stops it."""
+    def point(kind, n, model, data_dir, steps, batch, extra=(), env=None):
+        return {"median_step_s": 0.1 * n, "first_step_s": 1.0, "xla": single_xla and kind == "single"}
+
+    monkeypatch.setattr(bench, "training_point", point)
+    if match:
+        with pytest.raises(CourseError, match=match):
+            bench.bench_distribution("cnn", "data", 3, repeats=1)
+        return
+    rows = bench.bench_distribution("cnn", "data", 3, repeats=1)
+    assert len(rows) == 2 and all("jit_compile=False in every run" in r.note for r in rows), rows
+
+
+def test_the_plain_keras_baseline_reports_the_jit_compile_it_ran_with(prepared_dir):
+    """What bench_overhead compares: the hand-written Keras baseline sets jit_compile=False itself
+    (Keras's "auto" would give it XLA on a GPU) and says so in its result, as `helpers train` does."""
+    done = run_python("from helpers.tools.bench_baseline import main; import sys; sys.argv = ['b', '--model', 'cnn', "
+                      f"'--data-dir', {str(prepared_dir)!r}, '--steps', '2', '--batch', '32', '--examples', '64']; main()",
+                      timeout=240, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert result["xla"] is False, result
 
 
 def test_a_row_that_trains_on_more_gpus_than_it_names_stops_the_bench(monkeypatch):

@@ -94,14 +94,15 @@ def _point(label, replicas, agree=True):
     point of `replicas` workers with one replica each, started as `replicas` workers."""
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
-            "replica_batches": [32] * (1 if multi else replicas),
+            "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False,
             **({"workers": replicas, "started": replicas} if multi else {})}
 
 
 OK["07_scaling_performance.ipynb"] = {
     "points": [_point("MirroredStrategy", 1), _point("MirroredStrategy", 2), _point("MultiWorkerMirroredStrategy", 2)],
     "per_replica": 32, "STEPS": 10,
-    "in_steps": {("MirroredStrategy", 1): 0.97, ("MirroredStrategy", 2): 0.95, ("MultiWorkerMirroredStrategy", 2): 0.99}}
+    "in_steps": {("MirroredStrategy", 1): 0.97, ("MirroredStrategy", 2): 0.95, ("MultiWorkerMirroredStrategy", 2): 0.99},
+    "jit": {("MirroredStrategy", 1): False, ("MirroredStrategy", 2): False, ("MultiWorkerMirroredStrategy", 2): False}}
 
 
 def _plan(rank: int, host: str) -> dict:
@@ -188,6 +189,8 @@ _LEVERS = {"as it is: batch 64, float32 gradients, no overlap": 0.31, "per-GPU b
            "InfiniBand 200 Gbit/s instead (8x the bandwidth)": 0.79,
            "TF32 instead of mixed precision (909 images/s: slower GPUs)": 0.54,
            "batch 256 + float16 gradients + 70% overlap": 0.92}
+_XLA = {"alone": False, **{f"engine {i}, {step}": False for i in (0, 1) for step in
+                           ("together", "distributed, 0 bytes per pack", "distributed, 4194304 bytes per pack")}}
 OK["14_predicting_scaling.ipynb"] = {
     "compute_s": 0.06, "allreduce_s": 0.066, "predicted_s": 0.126, "ratio": 1.3,
     "overlap_seen": -0.08, "overlap": 0.0, "packed_ratio": 1.4,
@@ -195,7 +198,7 @@ OK["14_predicting_scaling.ipynb"] = {
     "projection": {(64, "a"): {1: 1.0, 2: 0.87, 8: 0.79}, (64, "b"): {1: 1.0, 2: 0.44}},
     "monotone": {(64, "a"): True, (64, "b"): True}, "ordered": {64: [0.74, 0.61, 0.28], 128: [0.85, 0.76, 0.44]},
     "references": [("DGX A100, mixed, b256", 8, 0.915, 0.993)],
-    "levers": {name: {"efficiency": e} for name, e in _LEVERS.items()}}
+    "levers": {name: {"efficiency": e} for name, e in _LEVERS.items()}, "xla": _XLA}
 
 
 _SAVED = [True, True, True, False]  # written after epochs 0-2; epoch 3 (the staged 20x learning rate) is worse
@@ -375,6 +378,12 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                    ("MirroredStrategy", 2): 1.3}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), _point("MultiWorkerMirroredStrategy", 2, agree=False)]},
      "weights differ"),
+    # the 1-replica baseline left at jit_compile="auto" on a GPU without a strategy: XLA there, not under the strategies
+    ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MirroredStrategy", 1): True}},
+     "without XLA"),
+    # the same value everywhere, but XLA: under a strategy over 2 logical CPUs it fails (tests/test_gpu_paths.py)
+    ("07_scaling_performance.ipynb", {"jit": dict.fromkeys(OK["07_scaling_performance.ipynb"]["jit"], True)},
+     "without XLA"),
     ("08_batch_job.ipynb", {"imported": ["helpers", "keras"]}, "imports the course"),
     ("08_batch_job.ipynb", {"reports": [{"weights": "w"}]}, "1 reports"),
     # every task planned and reporting, but the chief's result counts 1 worker in its cluster
@@ -604,6 +613,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("14_predicting_scaling.ipynb", _levers(**{"per-GPU batch 256 (4x the compute per step)": 0.95}), "efficiency"),
     ("14_predicting_scaling.ipynb", _levers(**{"TF32 instead of mixed precision (909 images/s: slower GPUs)": 0.2}),
      "efficiency"),
+    # the distributed step left at jit_compile=None under TF_FUNCTION_JIT_COMPILE_DEFAULT=true: XLA there only
+    ("14_predicting_scaling.ipynb", {"xla": {**_XLA, "engine 1, distributed, 0 bytes per pack": True}}, "without XLA"),
+    # a step whose jit_compile was left at the default (its graph carries no _XlaMustCompile)
+    ("14_predicting_scaling.ipynb", {"xla": {**_XLA, "alone": None}}, "without XLA"),
 ]
 
 
@@ -827,6 +840,29 @@ def test_lesson_14_model_cell_fits_the_link_and_takes_the_overlap_the_packs_got(
     assert namespace["predicted_packed_s"] == pytest.approx(0.021 + (1 - overlap) * 0.028)
 
 
+@pytest.mark.parametrize("decorator,expected", [("@tf.function(jit_compile=False)", False),
+                                                ("@tf.function", None), ("@tf.function(jit_compile=True)", True)])
+def test_lesson_14_reads_jit_compile_from_the_traced_step(decorator, expected):
+    """Lesson 14's `xla_of` on its own step written three ways: the step as the lesson writes it reads
+    False, the decorator left at its default reads None, XLA reads True; the proof accepts only the first."""
+    import keras
+    import tensorflow as tf
+
+    source = _cell_defining("14_predicting_scaling.ipynb", "def xla_of")
+    namespace = {}
+    exec(compile(source[source.index("def xla_of"):], "14 xla_of", "exec"), namespace)
+    step_source = _cell_defining("14_predicting_scaling.ipynb", "def train_step")
+    assert "@tf.function(jit_compile=False)\ndef train_step" in step_source
+    step_source = step_source.replace("@tf.function(jit_compile=False)", decorator).split("\n\n\nalone_s")[0]
+    step_ns = {"tf": tf, "keras": keras, "wide_cnn": lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])}
+    exec(compile(step_source, "14 train_step", "exec"), step_ns)
+    images, labels = tf.ones([2, 4]), tf.constant([0, 1])
+    xla = {"alone": namespace["xla_of"](step_ns["train_step"], images, labels)}
+    assert xla["alone"] is expected
+    _holds_unless(None if expected is False else "without XLA", _run, "14_predicting_scaling.ipynb",
+                  {**OK["14_predicting_scaling.ipynb"], "xla": {**_XLA, **xla}})
+
+
 def _gather_and_prove(name: str, namespace: dict) -> None:
     """The notebook's gathering cell (the code cell before the proof) on `namespace`, then its proof."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -847,6 +883,15 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
     """From the runs' raw spans: a run whose timed steps cover half of its span (the rest: start-up,
     iterator teardown) must fail the proof through the gathering cell's arithmetic."""
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2, inside),
+                      _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
+    _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+@pytest.mark.parametrize("baseline_jit,match", [(False, None), (True, "without XLA")])
+def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, match):
+    """From the runs' own results: a 1-replica baseline that Keras ran with XLA (as jit_compile="auto"
+    does for one GPU without a strategy) must fail the proof through the gathering cell."""
+    raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit}, _timed("MirroredStrategy", 2),
                       _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
     _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
 

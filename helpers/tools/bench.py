@@ -30,8 +30,8 @@ from ..host import cpu_count
 from ..errors import CourseError
 from ..tuning import TUNING_ENV
 from ..results import parse_result_lines
-from .bench_rows import (MODEL_NAMES, WARM_BATCHES, Row, median, model_repeats, model_steps, run_result, say,
-                         training_point)
+from .bench_rows import (MODEL_NAMES, WARM_BATCHES, Row, median, model_repeats, model_steps, run_result, same_jit_compile,
+                         say, training_point)
 
 ROWS = ("engines", "distribution", "scaling", "overhead", "pipeline", "course", "gpu")
 GLOBAL_BATCH = 64
@@ -230,15 +230,18 @@ def bench_distribution(model: str, data_dir: str, steps: int, repeats: int = 2) 
                "multiworker": ("multiworker", 2, half)}
     steps_s = {(side, name): [] for side in ("ours", "base") for name in configs}
     first_s = {(side, name): [] for side in ("ours", "base") for name in configs}
+    ran = {}  # every run's result, for the jit_compile they must share
     for i in range(repeats):
         for name, (kind, n, batch) in configs.items():
             for side, env in (("ours", None), ("base", DEFAULTS_ENV)):
                 point = training_point(kind, n, model, data_dir, steps, batch, env=env)
+                ran[f"{side} {name} {i + 1}"] = point
                 steps_s[side, name].append(point["median_step_s"])
                 first_s[side, name].append(point["first_step_s"])
                 say(f"  {model} {name:<11} {'helpers' if side == 'ours' else 'TF defaults':<11} "
                      f"repeat {i + 1}/{repeats}: {point['median_step_s'] * 1000:6.0f} ms/step, "
-                     f"first step {point['first_step_s']:.1f} s")
+                     f"first step {point['first_step_s']:.1f} s, jit_compile={point.get('xla')}")
+    jit = same_jit_compile(ran)  # 1 process against 2 replicas and 2 workers: XLA alike on every side
     med = {key: median(values) for key, values in steps_s.items()}
     name = MODEL_NAMES[model]
     targets = {"resnet50": ("<= 1.3", "<= 1.6")}.get(model, ("beat the baseline", "beat the baseline"))
@@ -250,7 +253,7 @@ def bench_distribution(model: str, data_dir: str, steps: int, repeats: int = 2) 
         rows.append(Row(f"{name} step time, global batch {GLOBAL_BATCH}: {label} / 1 process", ours, base, "x",
                         False, target, f"ms/step ours {med['ours', key] * 1000:.0f}/"
                         f"{med['ours', 'single'] * 1000:.0f}, TF defaults {med['base', key] * 1000:.0f}/"
-                        f"{med['base', 'single'] * 1000:.0f}"))
+                        f"{med['base', 'single'] * 1000:.0f}; jit_compile={jit} in every run"))
     if model == "resnet50":
         rows.append(Row(f"{name} first step (tracing) under MirroredStrategy", median(first_s["ours", "mirrored"]),
                         median(first_s["base", "mirrored"]), "s", False, "beat the baseline",
@@ -267,15 +270,17 @@ def bench_overhead(model: str, data_dir: str, steps: int, repeats: int = 2) -> l
         base_args = ["-m", "helpers.tools.bench_baseline", "--model", model, "--loop", loop, "--data-dir", data_dir,
                      "--batch", str(GLOBAL_BATCH), "--steps", str(steps),
                      "--examples", str(GLOBAL_BATCH * WARM_BATCHES)]
-        ours, base = [], []
+        ours, base, ran = [], [], {}
         for i in range(repeats):
-            ours.append(training_point("single", 1, model, data_dir, steps, GLOBAL_BATCH,
-                                       ("--loop", loop))["images_per_s"])
-            base.append(run_result(base_args)["images_per_s"])
+            ran[f"helpers {i + 1}"] = training_point("single", 1, model, data_dir, steps, GLOBAL_BATCH, ("--loop", loop))
+            ran[f"plain Keras {i + 1}"] = run_result(base_args)
+            ours.append(ran[f"helpers {i + 1}"]["images_per_s"])
+            base.append(ran[f"plain Keras {i + 1}"]["images_per_s"])
             say(f"  {model} {loop:<6} repeat {i + 1}/{repeats}: helpers {ours[-1]:.0f} vs plain Keras "
                  f"{base[-1]:.0f} images/s")
         rows.append(Row(f"{name} {loop} images/s, batch {GLOBAL_BATCH}, 1 process: helpers / plain Keras",
-                        median(ours), median(base), "images/s", True, ">= 0.97", target_on="ratio"))
+                        median(ours), median(base), "images/s", True, ">= 0.97",
+                        f"jit_compile={same_jit_compile(ran)} on both sides", target_on="ratio"))
     return rows
 
 
@@ -342,21 +347,25 @@ def bench_gpu(data_dir: str, steps: int) -> tuple[list[Row], str | None]:
     runs = gpu_runs(visible_gpus())
     if not runs:
         return [], "no GPU visible to this process (CUDA_VISIBLE_DEVICES / nvidia-smi -L)"
-    rows, per_gpu, steps_s = [], {}, {}
+    rows, one_gpu = [], {}
     for name, kind, n, extra, devices in runs:
         point = training_point(kind, n, "resnet50", data_dir, steps, 128, extra, env={VISIBLE_ENV: devices})
         if point["replicas"] != n:
             raise CourseError(f"the {n}-GPU row ran on {point['replicas']} replicas (CUDA_VISIBLE_DEVICES={devices})")
         gradient_bytes = point["gradient_bytes"]
         if n == 1:
-            per_gpu[name], steps_s[name] = point["images_per_s"], point["median_step_s"]
+            one_gpu[name] = point
             rows.append(Row(f"ResNet50 images/s on 1 GPU, batch 128, {name}", point["images_per_s"],
-                            per_gpu["float32"], "images/s", True, "report"))
+                            one_gpu["float32"]["images_per_s"], "images/s", True, "report",
+                            f"jit_compile={point.get('xla')}"))
             continue
+        # the 1-GPU run (no strategy) and this n-GPU run (MirroredStrategy) must share jit_compile
+        jit = same_jit_compile({"1 GPU": one_gpu[name], f"{n} GPUs": point})
         rows.append(Row(f"ResNet50 images/s on {n} GPUs ({name}) / {n} x 1 GPU",
-                        point["images_per_s"], n * per_gpu[name], "images/s", True, "report",
-                        "scaling efficiency = ratio"))
-        rows.append(gpu_prediction(steps_s[name], gradient_bytes, n, 128))
+                        point["images_per_s"], n * one_gpu[name]["images_per_s"], "images/s", True, "report",
+                        f"scaling efficiency = ratio; jit_compile={jit} on both"))
+        steps_s = one_gpu[name]["median_step_s"]
+        rows.append(gpu_prediction(steps_s, gradient_bytes, n, 128))
     return rows, None
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from ..errors import CourseError
 from ..results import parse_result_lines
 
 MODEL_NAMES = {"cnn": "small CNN", "resnet50": "ResNet50"}
@@ -93,6 +94,20 @@ def warm_cache_args(global_batch: int, steps: int) -> list[str]:
             "--steps-per-epoch", str(WARM_BATCHES)]
 
 
+# Every training run the bench compares sets jit_compile itself: `helpers train` passes
+# jit_compile=False unless asked for --xla (and refuses --xla under a strategy), and the plain-Keras
+# baseline passes False too. Left at Keras 3's default, "auto", XLA is on for a model built outside
+# any strategy when TensorFlow sees a GPU and off under every strategy, so a 1-GPU run without a
+# strategy against N-GPU runs would compare XLA with no XLA, not 1 device with N.
+def same_jit_compile(runs: dict[str, dict]) -> bool:
+    """The jit_compile every compared run reported (its `xla` field: what Keras ran with), or a
+    CourseError naming each run's value when they differ or one did not say."""
+    values = {name: run.get("xla") for name, run in runs.items()}
+    if None in values.values() or len(set(values.values())) != 1:
+        raise CourseError(f"the compared runs did not all use the same jit_compile: {values}")
+    return next(iter(values.values()))
+
+
 def training_point(kind: str, n: int, model: str, data_dir: str, steps: int = 10,
                    per_replica_batch: int = 32, extra: tuple[str, ...] = (),
                    env: dict | None = None) -> dict:
@@ -119,6 +134,7 @@ def training_point(kind: str, n: int, model: str, data_dir: str, steps: int = 10
         if failed:
             raise RuntimeError(f"worker {failed[0].rank} failed:\n{failed[0].output[-2000:]}")
         results = [parse_result_lines(o.output)[-1] for o in outcomes]
+        same_jit_compile({f"worker {r.get('rank')}": r for r in results})
         result = {**results[0], "weights_agree": len({r["weights"] for r in results}) == 1}
         label = "MultiWorkerMirroredStrategy"
     else:

@@ -30,7 +30,7 @@ from ..errors import CourseError
 from ..local_workers import run_local_workers
 from ..results import parse_result_lines
 from ..tuning import threads_for
-from .bench_rows import MODEL_NAMES, Row, median, say, training_point, warm_cache_args
+from .bench_rows import MODEL_NAMES, Row, median, same_jit_compile, say, training_point, warm_cache_args
 
 PER_REPLICA_BATCH = 32
 
@@ -53,7 +53,8 @@ def _compute(results: list[dict], expected: int) -> dict:
     if len(results) != expected:
         raise CourseError(f"the compute runs printed {len(results)} of {expected} results")
     return {"median_step_s": median([r["median_step_s"] for r in results]),
-            "gradient_bytes": results[0]["gradient_bytes"]}
+            "gradient_bytes": results[0]["gradient_bytes"],
+            "xla": same_jit_compile({f"compute run {i}": r for i, r in enumerate(results)})}
 
 
 def _local_compute(model: str, data_dir: str, steps: int, n: int) -> dict:
@@ -122,6 +123,7 @@ def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, worker
         say("  Slurm configuration skipped: no Slurm answers here (or this runs inside a job)")
     runs = {label: {"compute": [], "measured": [], "probe": []} for label, _, _ in configs}
     gradient_bytes = 0.0
+    ran = {}  # compute runs (no strategy) and clusters (MWMS) alike: the same jit_compile, or no comparison
     for i in range(repeats):
         for label, n, where in configs:
             if where == "local":
@@ -131,12 +133,14 @@ def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, worker
             else:
                 compute, point, probe = _slurm_point(model, data_dir, steps, n)
             gradient_bytes = compute["gradient_bytes"]
+            ran.update({f"{label} {i + 1}, compute": compute, f"{label} {i + 1}, cluster": point})
             runs[label]["compute"].append(compute["median_step_s"])
             runs[label]["measured"].append(point["median_step_s"])
             runs[label]["probe"].append(probe)
             say(f"  {model} {label}, repeat {i + 1}/{repeats}: compute {compute['median_step_s'] * 1000:.0f} ms, "
                  f"as one cluster {point['median_step_s'] * 1000:.0f} ms/step; all-reduce "
                  f"{max(probe.values()) * 1000:.0f} ms for {max(probe) / 1e6:.0f} MB")
+    jit = same_jit_compile(ran)
     rows = []
     for label, n, _ in configs:
         run = runs[label]
@@ -148,7 +152,8 @@ def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, worker
             median(run["measured"]) * 1000, step["step_s"] * 1000, "ms", False, "report",
             f"model: compute {step['compute_s'] * 1000:.1f} ms ({n} processes at once, not communicating) + ring "
             f"all-reduce {step['allreduce_s'] * 1000:.1f} ms ({gradient_bytes / 1e6:.1f} MB at "
-            f"{link.bandwidth / 1e6:.0f} MB/s, latency {link.latency * 1000:.2f} ms)", versus_defaults=False))
+            f"{link.bandwidth / 1e6:.0f} MB/s, latency {link.latency * 1000:.2f} ms); jit_compile={jit} in compute "
+            "and cluster runs", versus_defaults=False))
     return rows
 
 
