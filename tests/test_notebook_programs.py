@@ -152,7 +152,7 @@ def test_preemption_handler_stops_every_worker_at_one_step_when_only_one_is_sign
     program = tmp_path / "train_requeue.py"
     program.write_text(source)
     args = ["--loop", "handler", "--data-dir", str(prepared_dir), "--state", str(tmp_path / "state"), "--epochs", "2",
-            "--per-replica-batch", "16", "--train-examples", "1024"]
+            "--per-replica-batch", "16"]
     first_logs, second_logs = tmp_path / "first", tmp_path / "second"
     first_logs.mkdir(), second_logs.mkdir()
     first = _two_workers(program, [*args, "--restart", "0"], first_logs, signal_rank1_after_save=True)
@@ -167,9 +167,12 @@ def test_preemption_handler_stops_every_worker_at_one_step_when_only_one_is_sign
     starts = [next(e for e in w["events"] if e["event"] == "start") for w in second]
     ends = [next(e for e in w["events"] if e["event"] == "finished") for w in second]
     assert [s["step"] for s in starts] == [saves[0]["step"]] * 2 and starts[0]["weights"] == saves[0]["weights"], starts
-    assert ends[0]["weights"] == ends[1]["weights"] and ends[0]["iterations"] == 2 * 1024 // 32, ends
-    report(f"lesson 11 handler, 2 MWMS workers, SIGUSR1 to worker 1 only: both saved and stopped at step "
-           f"{saves[0]['step']} (status 3), resumed there, finished at step {ends[0]['iterations']} with identical weights")
+    plan = next(e for e in first[0]["events"] if e["event"] == "plan")
+    assert 0 < saves[0]["step"] < plan["steps"], (saves, plan)
+    assert ends[0]["weights"] == ends[1]["weights"] and ends[0]["iterations"] == ends[1]["iterations"] == plan["steps"], ends
+    report(f"lesson 11 handler, 2 MWMS workers, SIGUSR1 to worker 1 only (after its checkpoint at step "
+           f"{plan['save_every']}): both saved and stopped at step {saves[0]['step']} (status 3), resumed there, "
+           f"finished at step {ends[0]['iterations']} of {plan['steps']} with identical weights")
 
 
 def test_lesson_15_serving_program_reports_its_tf32_and_the_proof_catches_it_on(tmp_path):
