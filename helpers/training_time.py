@@ -74,7 +74,7 @@ def _course_work(s: Settings, replicas: int) -> dict[str, list[Work]]:
         "08": [Work(s.job_model, s.epochs * epoch, b)],
         "09": [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
         "10": [Work("cnn", 5 * s.schedule_epochs * large, 32 // replicas)],
-        "11": [cnn(3 * s.epochs * epoch)],  # three runs of the whole plan
+        "11": [cnn(5 * s.epochs * epoch)],  # five runs of the whole plan
         "12": [Work("cnn", 6 * s.tour_steps * 64 * replicas, 64)],
         "13": [cnn(64)],
         "14": [cnn(20 * 32 * 4)],

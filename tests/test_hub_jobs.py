@@ -83,4 +83,4 @@ def test_lessons_08_and_11_submit_their_jobs_from_a_gpu_server(slurm, tmp_path, 
     assert "the job ran OverSubscribe=USER with 2 GPU(s)" in text08, text08[-3000:]  # the proof's last line
     text11 = "\n".join(found["11_checkpoints_requeue"]["outputs"])
     assert "Slurm, with --exclusive=user --gpus-per-task=1" in text11, text11[-3000:]
-    assert len(logs["tf-mwms"]) == 1 and len(logs["tf-requeue"]) == 4, logs
+    assert len(logs["tf-mwms"]) == 1 and len(logs["tf-requeue"]) == 5, logs

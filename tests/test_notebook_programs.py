@@ -65,16 +65,13 @@ def _requeue_runs(program: Path, data_dir: Path, state: Path, warn: bool) -> lis
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
-
     events, statuses = [], []
     for restart in range(2):
         done = subprocess.run([sys.executable, str(program), "--data-dir", str(data_dir), "--state", str(state),
                                "--loop", "custom", "--epochs", "2", "--per-replica-batch", "8",
                                "--train-examples", "256", "--cpu-replicas", "2", "--restart", str(restart),
                                *(["--warn"] if warn else [])],
-                              capture_output=True, text=True, timeout=300, cwd=ROOT,
-                              env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+                              capture_output=True, text=True, timeout=300, cwd=program.parent)
         statuses.append(done.returncode)
         assert done.returncode in (0, 3), done.stdout[-1500:] + done.stderr[-3000:]
         events += [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("EVENT ")]
@@ -110,6 +107,72 @@ def test_requeue_resume_skips_the_batches_of_every_local_replica(prepared_dir, t
     assert final(skipped_too_few) != final(reference), "skipping one batch per step should have changed the data"
     report(f"lesson 11 resume on 2 local replicas: {plan['steps']} steps, resumed at step {start[1]}, "
            f"final weights {final(resumed)} = uninterrupted; skipping `start` only gave {final(skipped_too_few)}")
+
+
+def _two_workers(program: Path, args: list[str], logs: Path, signal_rank1_after_save: bool) -> list[dict]:
+    """Notebook 11's program as 2 MultiWorkerMirroredStrategy workers (local processes, TF_CONFIG);
+    optionally SIGUSR1 to worker 1 only (not the chief) once it has logged its first checkpoint.
+    Returns each worker's exit status and EVENT lines; every process is killed by the deadline."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from helpers.resolver import free_port, make_tf_config
+
+    addresses = [f"localhost:{free_port()}" for _ in range(2)]
+    outs = [logs / f"worker-{r}.log" for r in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(program), *args], stdout=outs[r].open("w"), stderr=subprocess.STDOUT,
+                              cwd=program.parent, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                                                       "TF_CONFIG": json.dumps(make_tf_config(addresses, r))})
+             for r in range(2)]
+    deadline, signalled = time.monotonic() + 300, not signal_rank1_after_save
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if not signalled and '"event": "saved"' in outs[1].read_text():
+                procs[1].send_signal(signal.SIGUSR1)  # what Slurm's --signal would send, to this task only
+                signalled = True
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    return [{"status": p.returncode, "events": [json.loads(l[6:]) for l in out.read_text().splitlines() if l.startswith("EVENT ")],
+             "tail": out.read_text()[-2000:]} for p, out in zip(procs, outs)]
+
+
+def test_preemption_handler_stops_every_worker_at_one_step_when_only_one_is_signalled(prepared_dir, tmp_path, report):
+    """Notebook 11's handler loop under MultiWorkerMirroredStrategy with 2 local workers: worker 1 alone
+    gets SIGUSR1; PreemptionCheckpointHandler (its watcher reads the program's note) has both workers save at
+    the same step, with the same weights, and exit with the requeue status; a second run resumes there and
+    both finish with identical weights."""
+    source = written_program("11_checkpoints_requeue.ipynb", "{program}")
+    program = tmp_path / "train_requeue.py"
+    program.write_text(source)
+    args = ["--loop", "handler", "--data-dir", str(prepared_dir), "--state", str(tmp_path / "state"), "--epochs", "2",
+            "--per-replica-batch", "16"]
+    first_logs, second_logs = tmp_path / "first", tmp_path / "second"
+    first_logs.mkdir(), second_logs.mkdir()
+    first = _two_workers(program, [*args, "--restart", "0"], first_logs, signal_rank1_after_save=True)
+    assert [w["status"] for w in first] == [3, 3], [w["tail"] for w in first]
+    stops = [next(e for e in w["events"] if e["event"] == "stopped") for w in first]
+    saves = [[e for e in w["events"] if e["event"] == "saved"][-1] for w in first]
+    assert [s["warnings"] for s in stops] == [[], ["SIGUSR1"]], stops  # the chief was never signalled
+    assert stops[0]["iterations"] == stops[1]["iterations"] == saves[0]["step"] == saves[1]["step"], (stops, saves)
+    assert stops[0]["weights"] == stops[1]["weights"] == saves[0]["weights"], (stops, saves)
+    second = _two_workers(program, [*args, "--restart", "1"], second_logs, signal_rank1_after_save=False)
+    assert [w["status"] for w in second] == [0, 0], [w["tail"] for w in second]
+    starts = [next(e for e in w["events"] if e["event"] == "start") for w in second]
+    ends = [next(e for e in w["events"] if e["event"] == "finished") for w in second]
+    assert [s["step"] for s in starts] == [saves[0]["step"]] * 2 and starts[0]["weights"] == saves[0]["weights"], starts
+    plan = next(e for e in first[0]["events"] if e["event"] == "plan")
+    assert 0 < saves[0]["step"] < plan["steps"], (saves, plan)
+    assert ends[0]["weights"] == ends[1]["weights"] and ends[0]["iterations"] == ends[1]["iterations"] == plan["steps"], ends
+    report(f"lesson 11 handler, 2 MWMS workers, SIGUSR1 to worker 1 only (after its checkpoint at step "
+           f"{plan['save_every']}): both saved and stopped at step {saves[0]['step']} (status 3), resumed there, "
+           f"finished at step {ends[0]['iterations']} of {plan['steps']} with identical weights")
 
 
 def test_lesson_15_serving_program_reports_its_tf32_and_the_proof_catches_it_on(tmp_path):
@@ -155,7 +218,7 @@ def test_lesson_15_serving_program_reports_its_tf32_and_the_proof_catches_it_on(
 _COURSE_USE = __import__("re").compile(r"^\s*(from\s+helpers\b|import\s+helpers\b)|-m\s+helpers\b", __import__("re").M)
 _WRITES = sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if written_programs(p.name))
 # Lessons whose written files still use the course (fix them, then drop them here: strict xfail fails once they pass)
-_STILL_IMPORT = {"06_fault_tolerance.ipynb", "11_checkpoints_requeue.ipynb"}
+_STILL_IMPORT: set[str] = set()
 
 
 def course_uses(source: str) -> list[str]:

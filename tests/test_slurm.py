@@ -508,12 +508,13 @@ def test_software_stack_notebook_loads_its_module_on_slurm(slurm, tmp_path, repo
 
 def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
     """Notebook 11 on the local Slurm: each warned job (scancel --signal=USR1, what --signal=USR1@120
-    sends before the time limit) saves, stops, requeues itself, runs again from its checkpoint and
-    completes; the notebook's proof checks the weights. Here: Slurm's side, from the jobs' logs."""
+    sends before the time limit; the custom loop, the loop with PreemptionCheckpointHandler, fit) saves,
+    stops, requeues itself, runs again from its checkpoint and completes; the notebook's proof checks
+    the weights. Here: Slurm's side, from the jobs' logs."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     _nbval("11_checkpoints_requeue", env, cell_timeout=900)
     logs = sorted((tmp_path / "requeue_job").glob("tf-requeue-*.out"))
-    assert len(logs) == 4, "the notebook ran its jobs without Slurm"
+    assert len(logs) == 5, "the notebook ran its jobs without Slurm"
     timelines = []
     for log in logs:
         text = log.read_text()
@@ -536,8 +537,8 @@ def test_requeue_notebook_on_slurm(slurm, tmp_path, report):
             elif e["event"] == "finished":
                 line.append(f"finished at {e['time'] - start:.1f} s")
         timelines.append(f"{log.name}: " + "; ".join(line))
-    assert sum(len([l for l in log.read_text().splitlines() if l.startswith("RUN ")]) == 2 for log in logs) == 2, \
-        "both warned jobs should have been requeued once"
+    assert sum(len([l for l in log.read_text().splitlines() if l.startswith("RUN ")]) == 2 for log in logs) == 3, \
+        "the three warned jobs (custom loop, handler, fit) should have been requeued once each"
     for line in timelines:
         report("requeue timeline " + line)
     assert _squeue_empty(slurm["env"])
