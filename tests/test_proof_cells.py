@@ -493,6 +493,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"iterations at end": [64]})), "in full"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, never warned", {"runs": [0, 1], "outcomes": ["stopped", "finished"],
                                                                "final": ["g"]}), "never-warned run"),
+    # a never-warned fit whose workers ended apart
+    ("11_checkpoints_requeue.ipynb", _rq("fit, never warned", {"runs": [0], "outcomes": ["finished"], "final": ["g", "h"]}),
+     "never-warned run"),
+    # the optimizer's count at the stop (40) is not where the callback says fit stopped (16 steps into epoch 1: 48)
+    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"iterations at stop": 40, "iterations at start": [0, 40],
+                                                                           "iterations at end": [72]})),
+     "from step 0 to its stop"),
     # the handler: a worker that stopped one step later than its peer (no agreement), or a resume that is not the
     # uninterrupted run (data skipped wrongly, or the step counter not restored)
     ("11_checkpoints_requeue.ipynb", _rq("handler, warned", _requeued("u", **{"stop steps": [41, 42]})), "different numbers"),
@@ -774,7 +781,7 @@ def _surviving(name: str) -> list[str]:
 
 # Lessons whose proofs other branches of this session edit: their surviving mutants are printed and
 # the test xfails, until the lead has merged those branches and removes the lesson from this set.
-MUTANTS_PENDING = {"10", "11", "15"}
+MUTANTS_PENDING = {"10", "15"}
 
 
 @pytest.mark.parametrize("name", sorted(OK))
