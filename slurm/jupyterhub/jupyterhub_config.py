@@ -7,7 +7,8 @@ what a one-machine test needs). Install the course once where every compute node
     .venv/bin/pip install -e '.[hub]'        # jupyterhub + batchspawner for the servers
 
 then run the hub with this file (`jupyterhub -f slurm/jupyterhub/jupyterhub_config.py`)
-behind the centre's HTTPS front end. Everything site-specific is an environment variable:
+behind the centre's HTTPS front end. Everything site-specific is an environment variable (each
+declared in helpers/settings.py; all of them, with defaults: docs/settings.md):
 
     COURSE_DIR             the course checkout (default: two levels above this file)
     COURSE_HUB_IP          the hub API address compute nodes can reach (default: this host's
