@@ -115,7 +115,7 @@ _ALL = (
        check="helpers.engines.slurm:want_slurm", bad="slrum"),
     _s("COURSE_CLUSTER", "a cluster id (course-...), a profile name or default", "unset: lessons start their own",
        ("helpers/engines/cluster.py",), "a running ipyparallel cluster every lesson attaches to"),
-    _s("COURSE_CONTROLLER_IP", "an IPv4 address", "this host's address on the route to the nodes",
+    _s("COURSE_CONTROLLER_IP", "an address of this host (never *, 0.0.0.0 or ::)", "this host's address on the route to the nodes",
        ("helpers/engines/slurm.py", "slurm/engines.sbatch"),
        "the address the controller listens on, reachable from the compute nodes (never 0.0.0.0)",
        check="helpers.engines.slurm:controller_ip", bad="0.0.0.0"),
@@ -143,7 +143,7 @@ _ALL = (
        "hub's config", ("slurm/jupyterhub/jupyterhub_config.py", "slurm/train.sbatch", "slurm/engines.sbatch",
                         "slurm/sweep"),
        "the course checkout the hub's servers and the batch scripts run from", "hub"),
-    _s("COURSE_HUB_IP", "an IPv4 address", "this host's address on the route to the servers' partition",
+    _s("COURSE_HUB_IP", "an address of this host (never *, 0.0.0.0 or ::)", "this host's address on the route to the servers' partition",
        ("slurm/jupyterhub/jupyterhub_config.py",), "the hub API's address the compute nodes reach", "hub"),
     _s("COURSE_HUB_PARTITION", "a Slurm name", "the site's default partition", ("slurm/jupyterhub/jupyterhub_config.py",),
        "the partition of the learners' server jobs", "hub"),
@@ -155,12 +155,13 @@ _ALL = (
                                                            "helpers/tools/class_admin.py"),
        "the class's reservation: servers, engines and batch jobs run in it; `class end` cancels only its jobs",
        "hub"),
-    _s("COURSE_HUB_SPAWN_LIMIT", "a whole number", "20", ("slurm/jupyterhub/jupyterhub_config.py",),
-       "servers starting at once; the rest are told to retry", "hub"),
-    _s("COURSE_HUB_IDLE_TIMEOUT", "seconds (0: never)", "3600", ("slurm/jupyterhub/jupyterhub_config.py",),
-       "an idle server is stopped after this long", "hub"),
-    _s("COURSE_HUB_START_TIMEOUT", "seconds", "300", ("slurm/jupyterhub/jupyterhub_config.py",),
-       "the longest queue wait plus start of a server", "hub"),
+    _s("COURSE_HUB_SPAWN_LIMIT", "a whole number >= 1", "20", ("slurm/jupyterhub/jupyterhub_config.py",),
+       "servers starting at once; the rest are told to retry", "hub", "helpers.settings:whole_number", "twenty"),
+    _s("COURSE_HUB_IDLE_TIMEOUT", "seconds, a whole number (0: never)", "3600",
+       ("slurm/jupyterhub/jupyterhub_config.py",), "an idle server is stopped after this long", "hub",
+       "helpers.settings:whole_number", "1h", low=0),
+    _s("COURSE_HUB_START_TIMEOUT", "seconds, a whole number >= 1", "300", ("slurm/jupyterhub/jupyterhub_config.py",),
+       "the longest queue wait plus start of a server", "hub", "helpers.settings:whole_number", "-1"),
     _s("COURSE_HUB_EXEC_PREFIX", "a command prefix", "sudo -E -u {username}", ("slurm/jupyterhub/jupyterhub_config.py",),
        "how the hub runs sbatch and squeue as the learner", "hub"),
     _s("COURSE_HUB_URL", "https://host[:port]", "http://127.0.0.1:8000 for class who/end; none for class link",
@@ -185,7 +186,7 @@ _ALL = (
     _s("COURSE_PYTHON", "a path", "$COURSE_DIR/.venv/bin/python (the OOD app: its form)",
        ("slurm/train.sbatch", "slurm/engines.sbatch", "slurm/sweep", "slurm/ood/tf-hpc-course/template/script.sh.erb"),
        "the course's Python in batch scripts and the Open OnDemand app", "script"),
-    _s("COURSE_SERVER_IP", "an IPv4 address", "the node's address (getent hosts)", ("slurm/jupyterhub/server.sbatch.j2",),
+    _s("COURSE_SERVER_IP", "an address of the node", "the node's address (getent hosts)", ("slurm/jupyterhub/server.sbatch.j2",),
        "the address a learner's server listens on", "script"),
     _s("COURSE_REPO", "a git URL", "the OOD form's", ("slurm/ood/tf-hpc-course/template/script.sh.erb",),
        "the repository the Open OnDemand app pulls", "script"),
@@ -205,7 +206,7 @@ _ALL = (
     _s("COURSE_KERNEL_GPU_MIB", "MiB", "unset", ("helpers/gpus.py",),
        "the kernel's share of the learner's GPU, handed down so engines and workers share the rest", "internal"),
     _s("COURSE_RANK", "a whole number", "unset outside engines", ("helpers/engines/on_engine.py",),
-       "an engine's worker rank, set when the cluster is resolved", "internal"),
+       "an engine's worker rank, set when the engine is prepared for TensorFlow", "internal"),
     _s("COURSE_OWNER_PID", "a process id", "unset", ("helpers/engines/ownership.py",),
        "the kernel that started a controller (what may be stopped is provably its own)", "internal"),
     _s("COURSE_OWNER_START", "a start time", "unset", ("helpers/engines/ownership.py",),
@@ -262,6 +263,17 @@ def text(name: str, env: Mapping[str, str] | None = None) -> str:
 def source(name: str, env: Mapping[str, str] | None = None) -> str:
     """Where the value in force comes from: `environment` when set (not blank), else `default`."""
     return "environment" if text(name, env) else "default"
+
+
+def whole_number(name: str, default: int | None = None, env: Mapping[str, str] | None = None) -> int:
+    """The declared setting `name` as a whole number of at least its `low`, else `default` when unset
+    or blank; a CourseError naming it otherwise (never a ValueError traceback where a hub starts)."""
+    raw, low = text(name, env), declared(name).low
+    if not raw and default is not None:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < low:
+        raise CourseError(f"{name}={value(name, env)!r} must be a whole number of at least {low}")
+    return int(raw)
 
 
 def class_wide() -> dict[str, Setting]:

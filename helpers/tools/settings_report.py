@@ -8,6 +8,7 @@ guide equal to the table).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Callable, Mapping
 
@@ -18,14 +19,15 @@ HIDDEN = "(set, not shown)"
 
 
 def checker(setting: Setting) -> Callable[[], object] | None:
-    """The function named by `setting.check` ("module:function" or "module:Class.method"), or None."""
+    """The function named by `setting.check` ("module:function" or "module:Class.method"), or None;
+    a check of helpers.settings itself (`whole_number`) is given the setting's name."""
     if not setting.check:
         return None
     module, _, attribute = setting.check.partition(":")
     found: object = importlib.import_module(module)
     for part in attribute.split("."):
         found = getattr(found, part)
-    return found  # type: ignore[return-value]
+    return functools.partial(found, setting.name) if module == "helpers.settings" else found  # type: ignore
 
 
 def problem(setting: Setting, env: Mapping[str, str] | None = None) -> str:

@@ -69,6 +69,13 @@ def _setting(name: str, default: str = "") -> str:
     return default if found is None else found
 
 
+def _whole(name: str, default: int) -> int:
+    """A whole-number setting, else `default`: a bad value stops the hub with one line naming it."""
+    from helpers.settings import whole_number
+
+    return whole_number(name, default)
+
+
 HERE = Path(__file__).resolve().parent
 COURSE_DIR = Path(_setting("COURSE_DIR", str(HERE.parents[1])))
 VENV_BIN = COURSE_DIR / ".venv" / "bin"
@@ -137,7 +144,7 @@ c.SlurmSpawner.req_partition = _setting("COURSE_HUB_PARTITION")
 LAYOUT_OPTIONS = {"node": "--nodes=1 --ntasks=2 --exclusive", "gpu": "--nodes=1 --ntasks=2 --gpus=1"}
 c.SlurmSpawner.req_options = _setting("COURSE_HUB_OPTIONS", LAYOUT_OPTIONS[LAYOUT])
 # a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
-c.SlurmSpawner.start_timeout = int(_setting("COURSE_HUB_START_TIMEOUT", "300"))
+c.SlurmSpawner.start_timeout = _whole("COURSE_HUB_START_TIMEOUT", 300)
 c.SlurmSpawner.http_timeout = 120
 # one squeue a second per starting server, not two (batchspawner's 0.5 s: at the spawn limit of
 # 20, forty sudo+squeue calls a second on the hub and the controller)
@@ -156,11 +163,11 @@ if RESERVATION:
     c.Spawner.environment.update({"SBATCH_RESERVATION": RESERVATION, "SALLOC_RESERVATION": RESERVATION})
 # a whole class logging in at once: at most this many servers start together, the others get
 # "too many users trying to log in right now, try again" (HTTP 429) instead of slowing everyone
-c.JupyterHub.concurrent_spawn_limit = int(_setting("COURSE_HUB_SPAWN_LIMIT", "20"))
+c.JupyterHub.concurrent_spawn_limit = _whole("COURSE_HUB_SPAWN_LIMIT", 20)
 # the servers are Slurm jobs: a hub restart must not stop them (it finds them in its database)
 c.JupyterHub.cleanup_servers = False
 
-IDLE = int(_setting("COURSE_HUB_IDLE_TIMEOUT", "3600"))
+IDLE = _whole("COURSE_HUB_IDLE_TIMEOUT", 3600)
 if IDLE > 0:
     import sys
 
