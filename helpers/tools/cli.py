@@ -11,7 +11,7 @@ import os
 import sys
 
 from ..errors import CourseError
-from ..settings import value as setting_value
+from ..settings import SCOPES, value as setting_value
 
 
 def _positive(text: str) -> int:
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     settings = sub.add_parser("settings", help="every COURSE_* setting: its value here, where it came from "
                               "(environment or default), and the error of a bad one (exit status 1)")
     settings.add_argument("--markdown", action="store_true", help="print docs/settings.md, the table as a guide")
-    settings.add_argument("--scope", action="append", choices=["class", "learner", "hub", "script", "internal", "test"],
+    settings.add_argument("--scope", action="append", choices=list(SCOPES),
                           help="only these scopes (repeatable; default: all)")
     doctor = sub.add_parser("doctor", help="go/no-go pre-flight for a cluster: one block to paste into a ticket")
     doctor.add_argument("--partition", help="partition to check (default: COURSE_SLURM_PARTITION, else Slurm's default)")
@@ -161,7 +161,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _settings(markdown: bool, scopes: tuple[str, ...]) -> int:
     """Print every setting (or the guide); 1 when a value set here is bad."""
-    from ..settings import SCOPES
     from .settings_report import markdown as guide, report
 
     if markdown:
