@@ -23,6 +23,7 @@ import numpy as np
 
 from . import atomic
 from .errors import CourseError
+from .settings import value
 
 DATA_DIR_ENV = "COURSE_DATA_DIR"
 TFDS_NAME, TFDS_VERSION = "cifar10", "3.0.2"
@@ -215,7 +216,7 @@ def ensure_data(quick: bool, data_dir: str | os.PathLike | None = None) -> DataI
     In quick mode without a data_dir, a small synthetic dataset is made and prepared once
     (about 3 s); workshop and full mode need a prepared real CIFAR-10 and say how to make one.
     """
-    chosen = data_dir or os.environ.get(DATA_DIR_ENV)
+    chosen = data_dir or value(DATA_DIR_ENV)
     if chosen:
         return dataset_info(chosen)
     if not quick:

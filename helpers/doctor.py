@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CourseError
+from .settings import value
 
 COURSE_DIR = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT = 120.0  # seconds for each srun the doctor starts (waiting for nodes included)
@@ -63,7 +64,7 @@ def check_versions() -> Check:
     except CourseError as exc:
         return Check("versions", "no-go", text + ": " + str(exc).split(";")[0],
                      f"pip install 'keras=={keras_fix.VERIFIED[0]}.{keras_fix.VERIFIED[1]}.*' (or make install)")
-    if os.environ.get(keras_fix.DISABLE_ENV) == "1":
+    if value(keras_fix.DISABLE_ENV) == "1":
         return Check("versions", "no-go", text + ": this Keras has keras-team/keras#20585 (model.fit under "
                      f"MultiWorkerMirroredStrategy fails) and {keras_fix.DISABLE_ENV}=1 turns the course's fix off",
                      f"unset {keras_fix.DISABLE_ENV}")
@@ -262,7 +263,7 @@ def probe_task() -> None:
     from .resolver import step_workers
     from .slurm_step import step_layout
 
-    want = json.loads(os.environ["COURSE_DOCTOR_PROBE"])
+    want = json.loads(value("COURSE_DOCTOR_PROBE"))
     found: dict = {"host": socket.gethostname(), "rank": os.environ.get("SLURM_PROCID")}
     try:
         layout = step_layout()
@@ -279,7 +280,7 @@ def probe_task() -> None:
         found["reach"] = f"{type(exc).__name__}: {exc}"
     marker = Path(want["marker"])
     found["home"] = marker.is_file() and marker.read_text() == want["token"]
-    data = os.environ.get("COURSE_DATA_DIR")
+    data = value("COURSE_DATA_DIR")
     found["data"] = None if not data else (Path(data) / "cifar10").is_dir()
     print("PROBE " + json.dumps(found), flush=True)
 
@@ -339,7 +340,7 @@ def _files_check(tasks: list[dict]) -> Check:
                      "full mode has no CIFAR-10", "python -m helpers data prepare ..., then export COURSE_DATA_DIR")
     if False in data:
         where = sorted({t["host"] for t in tasks if t["data"] is False})
-        return Check("shared files", "no-go", f"COURSE_DATA_DIR={os.environ.get('COURSE_DATA_DIR')} has no prepared "
+        return Check("shared files", "no-go", f"COURSE_DATA_DIR={value('COURSE_DATA_DIR')} has no prepared "
                      f"cifar10 on {', '.join(where)}", "prepare it on a shared file system (python -m helpers data prepare)")
     return Check("shared files", "go", "course, home and the prepared dataset visible on every node")
 
@@ -368,7 +369,8 @@ def bandwidth_check(shape: dict, partition: str | None) -> Check:
         args.append("--gpus-per-task=1")
     if partition:
         args.append(f"--partition={partition}")
-    env = {**os.environ, "COURSE_RENDEZVOUS_TIMEOUT": os.environ.get("COURSE_RENDEZVOUS_TIMEOUT", "45"),
+    deadline = value("COURSE_RENDEZVOUS_TIMEOUT")  # 45 s unless set: a probe is short
+    env = {**os.environ, "COURSE_RENDEZVOUS_TIMEOUT": "45" if deadline is None else deadline,
            "TF_CPP_MIN_LOG_LEVEL": "3"}
     env.pop("SLURM_EXPORT_ENV", None)
     code = ALLREDUCE.format(elements=ALLREDUCE_BYTES // 4)
@@ -409,7 +411,7 @@ def link_speed(destination: str) -> str | None:
 # ------------------------------------------------------------------------- the block
 def run(slurm: bool | None = None, partition: str | None = None, bandwidth: bool = True) -> list[Check]:
     """All checks; Slurm checks when Slurm is here (or `slurm=True`), skipped with `slurm=False`."""
-    partition = partition or os.environ.get("COURSE_SLURM_PARTITION") or None
+    partition = partition or value("COURSE_SLURM_PARTITION") or None
     checks = [check_versions(), check_proxies(), check_ports()]
     if slurm is False:
         return [*checks, Check("slurm", "skip", "Slurm checks not asked for")]

@@ -15,6 +15,7 @@ from . import tuning
 from .errors import CourseError
 from .gpus import gpu_count_without_tf
 from .host import cpu_count, import_tensorflow
+from .settings import value
 
 # gRPC's C core reads grpc_proxy, https_proxy, http_proxy (first one set wins; gRPC's
 # doc/environment_variables.md); the upper-case and all_proxy forms are read by other clients
@@ -142,8 +143,8 @@ def output_dir() -> "Path":
     Multi-node runs need it on a shared filesystem."""
     from pathlib import Path
 
-    if os.environ.get("COURSE_OUTPUT_DIR"):
-        return Path(os.environ["COURSE_OUTPUT_DIR"])
+    if value("COURSE_OUTPUT_DIR"):
+        return Path(value("COURSE_OUTPUT_DIR"))
     return checkout_build(Path(__file__).resolve().parents[1]) or Path.home() / "tf-hpc-course-output"
 
 
@@ -210,7 +211,7 @@ def split_gpu(replicas: int) -> list:
     from .gpus import gpu_memory_mib
     from .host import GPU_MEMORY_ENV
 
-    budget = os.environ.get(GPU_MEMORY_ENV, "")  # this process's share of a learner's GPU (gpu layout)
+    budget = value(GPU_MEMORY_ENV) or ""  # this process's share of a learner's GPU (gpu layout)
     limit = (max(256, int(budget) // replicas) if budget.isdigit()
              else logical_gpu_memory_mib(gpu_memory_mib(), replicas))
     try:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from .errors import CourseError
 from .host import GPU_MEMORY_ENV
+from .settings import text
 from .slurm_jobs import class_layout
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
@@ -142,7 +143,7 @@ def _memory_plan(visible: list[str], workers: int, what: str, total_mib: int | N
     """A worker's share of the GPU(s) it shares with `workers - 1` others and the learner's kernel:
     what the kernel left (its share is in the environment it handed down), else one share of
     `workers + 1` (a kernel may use the GPU, growing)."""
-    kernel = env.get(KERNEL_MEMORY_ENV, "").strip()
+    kernel = text(KERNEL_MEMORY_ENV, env)
     if kernel.isdigit():
         left = int((total_mib or DEFAULT_GPU_MIB) * SHARED_FRACTION) - int(kernel)
         share = max(256, left // workers)
@@ -262,4 +263,4 @@ def apply(plan: GpuPlan) -> GpuPlan:
 def shares_gpu(environ: dict | None = None) -> bool:
     """Whether this process was given a share of a GPU other processes use (RING, not NCCL)."""
     env = os.environ if environ is None else environ
-    return env.get(GPU_MEMORY_ENV, "").strip().isdigit() and bool(visible_gpus(env))
+    return text(GPU_MEMORY_ENV, env).isdigit() and bool(visible_gpus(env))

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .errors import CourseError
+from .settings import value
 
 VERSION = "0.28.1"
 DIR_ENV = "COURSE_HOROVOD_DIR"
@@ -20,8 +21,8 @@ DIR_ENV = "COURSE_HOROVOD_DIR"
 
 def default_dir() -> Path:
     """`COURSE_HOROVOD_DIR`, else horovod/ in the course's output directory (build/ in a checkout)."""
-    if os.environ.get(DIR_ENV):
-        return Path(os.environ[DIR_ENV])
+    if value(DIR_ENV):
+        return Path(value(DIR_ENV))
     from .environment import output_dir
 
     return output_dir() / "horovod"

@@ -1,14 +1,16 @@
 """Facts about this process that every other module needs, found without starting TensorFlow.
 
 Kept apart from `environment`, `tuning` and `gpus` so that all of them can use these without
-importing each other; this module imports nothing of the course. The one place to import
-TensorFlow quietly from (`import_tensorflow`).
+importing each other; this module imports nothing of the course but the settings table. The one
+place to import TensorFlow quietly from (`import_tensorflow`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from .settings import text as setting_text
 
 # A GPU shared by several of the course's processes (the gpu class layout, helpers.gpus): each
 # process's memory limit in MiB, applied where TensorFlow is imported, before it initialises.
@@ -65,7 +67,7 @@ def limit_gpu_memory(tf=None) -> int | None:
     """Give each GPU of this process one logical device of `COURSE_GPU_MEMORY_MIB` MiB, if set;
     returns the limit. Only before TensorFlow initialises, and never over a split a lesson made
     already (`environment.split_gpu` divides the same limit). Never run on a real GPU here."""
-    text = os.environ.get(GPU_MEMORY_ENV, "").strip()
+    text = setting_text(GPU_MEMORY_ENV)
     if not text.isdigit() or (tf is None and "tensorflow" not in sys.modules):
         return None
     tf = tf or sys.modules["tensorflow"]

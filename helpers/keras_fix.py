@@ -29,7 +29,8 @@ pulls in the full `tensorflow` wheel.
 from __future__ import annotations
 
 import functools
-import os
+
+from .settings import value
 
 VERIFIED = (3, 15)  # major.minor: 3.15.1 verified broken without the patch, right with it (2026-11)
 DISABLE_ENV = "COURSE_DISABLE_KERAS_FIX"  # set to 1 to see the upstream failure
@@ -64,7 +65,7 @@ def apply() -> bool:
     global _applied
     if _applied:
         return True
-    if os.environ.get(DISABLE_ENV) == "1" or not keras_needs_fix():
+    if value(DISABLE_ENV) == "1" or not keras_needs_fix():
         return False
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src import tree

@@ -23,6 +23,7 @@ from itertools import product
 from pathlib import Path
 
 from .errors import CourseError
+from .settings import text
 
 LOCAL_WORKERS_ENV = "COURSE_LOCAL_WORKERS"  # "allow": the owner's override, never on a login node
 SINFO_TIMEOUT_S = 10.0  # an sinfo that has not answered by then counts as a cluster
@@ -34,7 +35,7 @@ NO_CONFIGURATION = "configuration source"  # sinfo's "Could not establish a conf
 
 def check_local_workers(what: str) -> None:
     """Refuse local multi-worker TensorFlow unless this host is provably not a login node."""
-    if os.environ.get(LOCAL_WORKERS_ENV, "").strip().lower() == "allow":
+    if text(LOCAL_WORKERS_ENV).lower() == "allow":
         return
     if os.environ.get("SLURM_JOB_ID"):
         if on_allocation_node():

@@ -19,10 +19,10 @@ Two overrides a trainer sets once for a whole class (they reach every lesson, ba
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 from .errors import CourseError
+from .settings import text as setting_text, value
 
 MODE_ENV = "COURSE_MODE"
 EPOCHS_ENV = "COURSE_EPOCHS"
@@ -82,7 +82,7 @@ _SETTINGS = {
 
 def resolve_mode(mode: str | None = None) -> str:
     """The mode asked for (argument, then `COURSE_MODE`), with `auto` resolved."""
-    chosen = (mode or os.environ.get(MODE_ENV) or "auto").strip().lower()
+    chosen = (mode or value(MODE_ENV) or "auto").strip().lower()
     if chosen == "auto":
         from .gpus import gpu_count_without_tf
 
@@ -93,7 +93,7 @@ def resolve_mode(mode: str | None = None) -> str:
 
 
 def _positive(name: str) -> int | None:
-    text = os.environ.get(name, "").strip()
+    text = setting_text(name)
     if not text:
         return None
     if not text.isdigit() or int(text) < 1:

@@ -6,16 +6,17 @@ mistaken for CIFAR-10; `save` also writes it to the figures directory of `make c
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .settings import value
 
 FIGURES_ENV = "COURSE_FIGURES_DIR"
 
 
 def figures_dir() -> Path:
     """`COURSE_FIGURES_DIR`, else figures/ in the course's output directory."""
-    if os.environ.get(FIGURES_ENV):
-        return Path(os.environ[FIGURES_ENV])
+    if value(FIGURES_ENV):
+        return Path(value(FIGURES_ENV))
     from .environment import output_dir
 
     return output_dir() / "figures"

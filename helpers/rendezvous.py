@@ -21,6 +21,8 @@ import signal
 import subprocess
 from contextlib import contextmanager
 
+from .settings import value
+
 RENDEZVOUS_ENV = "COURSE_RENDEZVOUS_TIMEOUT"
 DEFAULT_RENDEZVOUS_S = 120.0
 DEADLINE_EXIT = 42  # exit status of a worker ended by the rendezvous deadline (docs/troubleshooting.md)
@@ -46,7 +48,7 @@ def _exit_on_deadline_signal(install: bool) -> bool:
 def rendezvous_seconds() -> float:
     from .errors import CourseError
 
-    raw = os.environ.get(RENDEZVOUS_ENV, "")
+    raw = value(RENDEZVOUS_ENV) or ""
     try:
         seconds = float(raw) if raw else DEFAULT_RENDEZVOUS_S
     except ValueError:

@@ -18,6 +18,7 @@ import warnings
 
 from .environment import slurm_info
 from .errors import CourseError
+from .settings import value
 
 PORT_RANGE_ENV = "COURSE_PORT_RANGE"
 DEFAULT_PORT_RANGE = (10000, 20000)
@@ -25,7 +26,7 @@ DEFAULT_PORT_RANGE = (10000, 20000)
 
 def port_range() -> tuple[int, int]:
     """The allowed (low, high) worker ports, from `COURSE_PORT_RANGE=LOW-HIGH`."""
-    text = os.environ.get(PORT_RANGE_ENV)
+    text = value(PORT_RANGE_ENV)
     if not text:
         return DEFAULT_PORT_RANGE
     try:

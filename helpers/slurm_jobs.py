@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from .errors import CourseError
+from .settings import text
 
 LAYOUT_ENV = "COURSE_CLASS_LAYOUT"
 LAYOUTS = ("node", "gpu")
@@ -34,7 +35,7 @@ _KEPT = ("SLURM_CONF",)  # where the cluster's configuration is: the child needs
 
 def class_layout(env: dict | None = None) -> str:
     """`node` (a node per learner, the default) or `gpu` (a GPU per learner, nodes shared)."""
-    raw = (os.environ if env is None else env).get(LAYOUT_ENV, "").strip().lower() or "node"
+    raw = text(LAYOUT_ENV, env).lower() or "node"
     if raw not in LAYOUTS:
         raise CourseError(f"{LAYOUT_ENV}={raw!r} is not a class layout: use node (a node per learner) "
                           "or gpu (a GPU per learner, nodes shared)")
@@ -45,7 +46,7 @@ def gpus_per_task(env: dict | None = None) -> int:
     """GPUs each task of a submitted job asks for: `COURSE_JOB_GPUS_PER_TASK`, or with `auto`
     (the default) 1 when the job this runs in has GPUs, else 0."""
     env = os.environ if env is None else env
-    raw = env.get(GPUS_ENV, "").strip().lower() or "auto"
+    raw = text(GPUS_ENV, env).lower() or "auto"
     if raw == "auto":
         return 1 if this_job_has_gpus(env) else 0
     if not raw.isdigit():

@@ -18,6 +18,7 @@ from .host import import_tensorflow
 from .errors import CourseError
 from .gpus import GROWTH_ENV, shares_gpu
 from .rendezvous import rendezvous_deadline
+from .settings import text as setting_text
 from .resolver import cluster_resolver, describe, slurm_resolver
 
 KINDS = ("auto", "mirrored", "multiworker", "default")
@@ -30,7 +31,7 @@ def collective_timeout() -> float:
 
     Read when a strategy is made (not at import), so a bad value is one clear error there and
     a value set in a notebook before `make_strategy` counts."""
-    text = os.environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    text = setting_text(COLLECTIVE_TIMEOUT_ENV)
     if not text:
         return DEFAULT_COLLECTIVE_TIMEOUT
     try:

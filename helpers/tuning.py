@@ -25,10 +25,10 @@ nothing and say so in their return value rather than failing.
 
 from __future__ import annotations
 
-import os
 
 from .gpus import gpu_count_without_tf
 from .host import cpu_count, import_tensorflow
+from .settings import value
 
 TUNING_ENV = "COURSE_TUNING"
 RING_PACK_BYTES = 4 * 1024 * 1024
@@ -37,7 +37,7 @@ INTER_OP_THREADS = 2
 
 def enabled() -> bool:
     """Whether the course's defaults apply (`COURSE_TUNING` is not "off")."""
-    return os.environ.get(TUNING_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+    return (value(TUNING_ENV) or "on").strip().lower() not in ("off", "0", "false", "no")
 
 
 def threads_for(sharers: int, cpus: int | None = None) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import CourseError
 from ..login_node import check_local_workers
+from ..settings import text, value
 from . import kernel_watch, on_engine, ownership
 from . import slurm as slurm_engines
 
@@ -344,7 +345,7 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     if slurm_engines.in_allocation():
         slurm_engines.check_tasks_available(n)
         config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
-        if os.environ.get(slurm_engines.OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
+        if value(slurm_engines.OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
             config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
         else:
             slurm_engines.check_cpus_free(n, request.cpus_per_task or 1)
@@ -624,4 +625,4 @@ def _wait(client, expected: int, old: set, deadline: float, spec: str) -> None:
 
 def cluster_setting() -> str:
     """`COURSE_CLUSTER`, stripped ("" when lessons start their own engines)."""
-    return os.environ.get(CLUSTER_ENV, "").strip()
+    return text(CLUSTER_ENV)

@@ -98,7 +98,8 @@ class RankPrefixed:
 
 
 def was_used() -> bool:
-    import os
     import sys
 
-    return "COURSE_RANK" in os.environ or "tensorflow" in sys.modules
+    from helpers.settings import value
+
+    return value("COURSE_RANK") is not None or "tensorflow" in sys.modules

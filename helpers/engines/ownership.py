@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 
+from ..settings import value
+
 OWNER_PID_ENV = "COURSE_OWNER_PID"  # in the controller's environment: the kernel that started it
 OWNER_START_ENV = "COURSE_OWNER_START"
 
@@ -82,7 +84,7 @@ def living_owner(cluster) -> int | None:
     process = getattr(getattr(cluster, "controller", None), "process", None)
     try:
         env = process.environ() if process is not None else {}
-        pid, started = int(env.get(OWNER_PID_ENV, "0")), float(env.get(OWNER_START_ENV, "0"))
+        pid, started = int(value(OWNER_PID_ENV, env) or "0"), float(value(OWNER_START_ENV, env) or "0")
         if pid and abs(psutil.Process(pid).create_time() - started) < 0.05:
             return pid
     except (psutil.Error, ValueError):

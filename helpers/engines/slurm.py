@@ -26,6 +26,7 @@ from ipyparallel.cluster.launcher import EngineLauncher, MPILauncher
 from traitlets import List
 
 from ..errors import CourseError
+from ..settings import text, value
 from ..slurm_jobs import exclusive_options
 
 CONTROLLER_IP_ENV = "COURSE_CONTROLLER_IP"
@@ -44,11 +45,11 @@ def is_engines_job_name(name: str) -> bool:
     return re.fullmatch(re.escape(ENGINES_JOB_NAME) + r"(-[A-Za-z0-9_-]*)?", name) is not None
 
 
-def want_slurm(slurm: bool | None) -> bool:
+def want_slurm(slurm: bool | None = None) -> bool:
     """Whether engines go through Slurm: the argument if given, else `COURSE_ENGINES`."""
     if slurm is not None:
         return bool(slurm)
-    choice = os.environ.get(ENGINES_ENV, "local").strip().lower() or "local"
+    choice = text(ENGINES_ENV).lower() or "local"
     if choice not in ("local", "slurm"):
         raise CourseError(f"{ENGINES_ENV}={choice!r} is not understood: use local or slurm")
     return choice == "slurm"
@@ -82,7 +83,7 @@ class SlurmRequest:
         """
         values = {}
         for name in cls.__dataclass_fields__:
-            raw = os.environ.get(f"COURSE_SLURM_{name.upper()}")
+            raw = value(f"COURSE_SLURM_{name.upper()}")
             if raw is None or raw == "":
                 continue
             if name in cls.INTEGER_FIELDS:
@@ -203,8 +204,8 @@ def controller_ip(partition: str | None = None) -> str:
     `COURSE_CONTROLLER_IP` wins; otherwise the local address the kernel would use to reach the
     partition's first node (a UDP socket's route lookup: no packet is sent).
     """
-    if os.environ.get(CONTROLLER_IP_ENV):
-        return checked_controller_ip(os.environ[CONTROLLER_IP_ENV])
+    if value(CONTROLLER_IP_ENV):
+        return checked_controller_ip(value(CONTROLLER_IP_ENV))
     args = ["sinfo", "-h", "-N", "-o", "%N"] + (["-p", partition] if partition else [])
     nodes = _run(args).split()
     if not nodes:

@@ -17,7 +17,6 @@ The token needs the scopes `read:groups`, `list:users`, `read:servers` and `dele
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..engines.slurm import is_engines_job_name
 from ..errors import CourseError
+from ..settings import value
 
 SERVER_JOB = "jupyterhub-course"  # server.sbatch.j2's --job-name, matched exactly
 
@@ -82,8 +82,8 @@ class HubAPI:
 
     @classmethod
     def from_env(cls) -> "HubAPI | None":
-        token = os.environ.get("COURSE_HUB_TOKEN", "")
-        return cls(os.environ.get("COURSE_HUB_URL", "http://127.0.0.1:8000"), token) if token else None
+        token, url = value("COURSE_HUB_TOKEN") or "", value("COURSE_HUB_URL")
+        return cls("http://127.0.0.1:8000" if url is None else url, token) if token else None
 
     def _check_transport(self) -> None:
         """The token goes in every request: over plain HTTP only to this machine."""
@@ -245,8 +245,8 @@ def _remaining(ids: list[str]) -> list[Job]:
 
 
 def main(action: str, group: str = "", reservation: str = "", dry_run: bool = False) -> int:
-    spec = ClassSpec(group or os.environ.get("COURSE_HUB_GROUP", ""),
-                     reservation or os.environ.get("COURSE_HUB_RESERVATION", ""))
+    spec = ClassSpec(group or value("COURSE_HUB_GROUP") or "",
+                     reservation or value("COURSE_HUB_RESERVATION") or "")
     hub = HubAPI.from_env()
     if hub is None and spec.group:
         raise CourseError("--group needs the hub's API: set COURSE_HUB_URL and COURSE_HUB_TOKEN")

@@ -11,6 +11,7 @@ import os
 import sys
 
 from ..errors import CourseError
+from ..settings import SCOPES, value as setting_value
 
 
 def _positive(text: str) -> int:
@@ -51,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("info", help="what this process has: CPUs, GPUs, Slurm, versions")
+    settings = sub.add_parser("settings", help="every COURSE_* setting: its value here, where it came from "
+                              "(environment or default), and the error of a bad one (exit status 1)")
+    settings.add_argument("--markdown", action="store_true", help="print docs/settings.md, the table as a guide")
+    settings.add_argument("--scope", action="append", choices=list(SCOPES),
+                          help="only these scopes (repeatable; default: all)")
     doctor = sub.add_parser("doctor", help="go/no-go pre-flight for a cluster: one block to paste into a ticket")
     doctor.add_argument("--partition", help="partition to check (default: COURSE_SLURM_PARTITION, else Slurm's default)")
     doctor.add_argument("--no-slurm", action="store_false", dest="slurm", default=None,
@@ -98,12 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "(COURSE_HUB_URL, COURSE_HUB_TOKEN); plan: the nodes, settings and reservation a "
                             "class needs, a node per learner and a GPU per learner")
     # the same settings the hub gives the servers, whose course_server pulls nothing else
-    klass.add_argument("--repo", default=os.environ.get("COURSE_PULL_REPO", ""),
+    klass.add_argument("--repo", default=setting_value("COURSE_PULL_REPO") or "",
                        help="link: the course repository learners pull from (a git URL; COURSE_PULL_REPO)")
-    klass.add_argument("--branch", default=os.environ.get("COURSE_PULL_BRANCH") or "main",
+    klass.add_argument("--branch", default=setting_value("COURSE_PULL_BRANCH") or "main",
                        help="link: the branch or tag (COURSE_PULL_BRANCH, default main)")
     klass.add_argument("--lesson", default="00", help="link: the lesson to open, by number (default 00)")
-    klass.add_argument("--into", default=os.environ.get("COURSE_PULL_DIR") or "tf-hpc-course",
+    klass.add_argument("--into", default=setting_value("COURSE_PULL_DIR") or "tf-hpc-course",
                        help="link: the directory in each learner's home (COURSE_PULL_DIR)")
     klass.add_argument("--group", default="", help="the hub group of the class's learners (COURSE_HUB_GROUP)")
     klass.add_argument("--reservation", default="",
@@ -153,11 +159,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _settings(markdown: bool, scopes: tuple[str, ...]) -> int:
+    """Print every setting (or the guide); 1 when a value set here is bad."""
+    from .settings_report import markdown as guide, report
+
+    if markdown:
+        print(guide(), end="")
+        return 0
+    text, bad = report(scopes=scopes or tuple(SCOPES))
+    print(text)
+    return 1 if bad else 0
+
+
 def _dispatch(args) -> int:
     if args.command == "info":
         from ..environment import report
 
         print(json.dumps(report(), indent=2))
+    elif args.command == "settings":
+        return _settings(args.markdown, tuple(args.scope or ()))
     elif args.command == "doctor":
         from .. import doctor
 
@@ -211,7 +231,7 @@ def _dispatch(args) -> int:
     elif args.command == "class" and args.action == "link":
         from .pull_link import pull_link
 
-        print(pull_link(os.environ.get("COURSE_HUB_URL", ""), args.repo, args.branch, args.lesson, args.into))
+        print(pull_link(setting_value("COURSE_HUB_URL") or "", args.repo, args.branch, args.lesson, args.into))
     elif args.command == "class" and args.action == "plan":
         from .class_plan import report as class_plan
 

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..settings import text, value
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -69,13 +71,13 @@ def announce_mode() -> str:
     from ..gpus import gpu_count_without_tf
     from ..mode import MODE_ENV, resolve_mode
 
-    asked = os.environ.get(MODE_ENV, "").strip().lower() or "auto"
+    asked = text(MODE_ENV).lower() or "auto"
     mode = resolve_mode()
     why = f"{MODE_ENV}={asked}" if asked != "auto" else (
         f"auto: {gpu_count_without_tf()} GPU(s) visible" if mode == "workshop" else "auto: no GPU visible")
     if mode != "quick":
         data = ensure_data(False)  # CourseError naming COURSE_DATA_DIR when there is none
-        return f"mode {mode} ({why}); data: {data.label} in {os.environ[DATA_DIR_ENV]}"
+        return f"mode {mode} ({why}); data: {data.label} in {value(DATA_DIR_ENV)}"
     return f"mode quick ({why}); small SYNTHETIC data (COURSE_MODE=workshop with {DATA_DIR_ENV} for the class's size)"
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ..errors import CourseError
 from ..horovod_env import VERSION, default_dir, importable
+from ..settings import value
 
 # PyPI's sha256 of horovod-0.28.1.tar.gz, the only archive this recipe builds
 SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
@@ -79,7 +80,7 @@ def build(into: Path | None = None, *, quiet: bool = False) -> Path:
 
 def cache_dir() -> Path:
     """Where this machine keeps the build for exactly these versions."""
-    root = Path(os.environ.get("COURSE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    root = Path(value("COURSE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
                 / "tf-hpc-course")
     python = ".".join(platform.python_version_tuple()[:2])
     return root / f"horovod-{VERSION}-tensorflow-{_tensorflow_version()}-py{python}-{platform.machine()}"

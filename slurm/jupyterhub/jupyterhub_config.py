@@ -7,7 +7,8 @@ what a one-machine test needs). Install the course once where every compute node
     .venv/bin/pip install -e '.[hub]'        # jupyterhub + batchspawner for the servers
 
 then run the hub with this file (`jupyterhub -f slurm/jupyterhub/jupyterhub_config.py`)
-behind the centre's HTTPS front end. Everything site-specific is an environment variable:
+behind the centre's HTTPS front end. Everything site-specific is an environment variable (each
+declared in helpers/settings.py; all of them, with defaults: docs/settings.md):
 
     COURSE_DIR             the course checkout (default: two levels above this file)
     COURSE_HUB_IP          the hub API address compute nodes can reach (default: this host's
@@ -58,8 +59,25 @@ c = get_config()  # noqa: F821 - provided by JupyterHub
 # hub writes is readable by its owner only (the servers' batch script sets its own umask).
 os.umask(0o077)
 
+
+def _setting(name: str, default: str = "") -> str:
+    """The COURSE_* setting `name` (each is declared in helpers.settings, docs/settings.md) as set
+    in the hub's environment, else `default`."""
+    from helpers.settings import value
+
+    found = value(name)
+    return default if found is None else found
+
+
+def _whole(name: str, default: int) -> int:
+    """A whole-number setting, else `default`: a bad value stops the hub with one line naming it."""
+    from helpers.settings import whole_number
+
+    return whole_number(name, default)
+
+
 HERE = Path(__file__).resolve().parent
-COURSE_DIR = Path(os.environ.get("COURSE_DIR", HERE.parents[1]))
+COURSE_DIR = Path(_setting("COURSE_DIR", str(HERE.parents[1])))
 VENV_BIN = COURSE_DIR / ".venv" / "bin"
 
 # batchspawner's SlurmSpawner, with squeue failures, early job ends and queue waits handled
@@ -71,8 +89,10 @@ def _hub_ip() -> str:
     API would then answer anyone on any network this host is on)."""
     from helpers.engines.slurm import checked_controller_ip, controller_ip
 
-    given = os.environ.get("COURSE_HUB_IP")
-    return checked_controller_ip(given) if given is not None else controller_ip(os.environ.get("COURSE_HUB_PARTITION"))
+    from helpers.settings import value
+
+    given = value("COURSE_HUB_IP")
+    return checked_controller_ip(given) if given is not None else controller_ip(value("COURSE_HUB_PARTITION"))
 
 
 c.JupyterHub.hub_ip = _hub_ip()
@@ -90,7 +110,7 @@ c.Spawner.environment = {
     "TF_FORCE_GPU_ALLOW_GROWTH": "true",
 }
 # what a pull link may pull into a learner's home (course_server/pull.py): nothing else
-c.Spawner.environment.update({name: os.environ.get(name, "") for name in
+c.Spawner.environment.update({name: _setting(name) for name in
                               ("COURSE_PULL_REPO", "COURSE_PULL_BRANCH", "COURSE_PULL_DIR")})
 
 
@@ -115,26 +135,26 @@ def _batch_script() -> str:
 
 c.SlurmSpawner.batch_script = _batch_script()
 c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebook gets the job's CPUs
-c.SlurmSpawner.req_runtime = os.environ.get("COURSE_HUB_TIME", "02:00:00")
-c.SlurmSpawner.req_partition = os.environ.get("COURSE_HUB_PARTITION", "")
+c.SlurmSpawner.req_runtime = _setting("COURSE_HUB_TIME", "02:00:00")
+c.SlurmSpawner.req_partition = _setting("COURSE_HUB_PARTITION")
 # node layout, --exclusive: no other user's job on a learner's node, where the lessons' TensorFlow
 # workers open unauthenticated gRPC ports (docs/security.md); a partition reserved for the class
 # (one user per node, ExclusiveUser=YES) serves as well. gpu layout: one GPU and two tasks (the
 # engines) per learner, nodes shared with classmates.
 LAYOUT_OPTIONS = {"node": "--nodes=1 --ntasks=2 --exclusive", "gpu": "--nodes=1 --ntasks=2 --gpus=1"}
-c.SlurmSpawner.req_options = os.environ.get("COURSE_HUB_OPTIONS", LAYOUT_OPTIONS[LAYOUT])
+c.SlurmSpawner.req_options = _setting("COURSE_HUB_OPTIONS", LAYOUT_OPTIONS[LAYOUT])
 # a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
-c.SlurmSpawner.start_timeout = int(os.environ.get("COURSE_HUB_START_TIMEOUT", "300"))
+c.SlurmSpawner.start_timeout = _whole("COURSE_HUB_START_TIMEOUT", 300)
 c.SlurmSpawner.http_timeout = 120
 # one squeue a second per starting server, not two (batchspawner's 0.5 s: at the spawn limit of
 # 20, forty sudo+squeue calls a second on the hub and the controller)
 c.SlurmSpawner.startup_poll_interval = 1.0
 # Submit as the user. With sudo rules in place use the default ("sudo -E -u {username}");
 # a hub running as root without sudo can use runuser:
-c.SlurmSpawner.exec_prefix = os.environ.get("COURSE_HUB_EXEC_PREFIX", "sudo -E -u {username}")
+c.SlurmSpawner.exec_prefix = _setting("COURSE_HUB_EXEC_PREFIX", "sudo -E -u {username}")
 
 # --- a class ---------------------------------------------------------------------------------
-RESERVATION = os.environ.get("COURSE_HUB_RESERVATION", "")
+RESERVATION = _setting("COURSE_HUB_RESERVATION")
 if RESERVATION:
     from helpers.engines.slurm import checked_word
 
@@ -143,11 +163,11 @@ if RESERVATION:
     c.Spawner.environment.update({"SBATCH_RESERVATION": RESERVATION, "SALLOC_RESERVATION": RESERVATION})
 # a whole class logging in at once: at most this many servers start together, the others get
 # "too many users trying to log in right now, try again" (HTTP 429) instead of slowing everyone
-c.JupyterHub.concurrent_spawn_limit = int(os.environ.get("COURSE_HUB_SPAWN_LIMIT", "20"))
+c.JupyterHub.concurrent_spawn_limit = _whole("COURSE_HUB_SPAWN_LIMIT", 20)
 # the servers are Slurm jobs: a hub restart must not stop them (it finds them in its database)
 c.JupyterHub.cleanup_servers = False
 
-IDLE = int(os.environ.get("COURSE_HUB_IDLE_TIMEOUT", "3600"))
+IDLE = _whole("COURSE_HUB_IDLE_TIMEOUT", 3600)
 if IDLE > 0:
     import sys
 
