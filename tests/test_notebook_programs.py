@@ -175,17 +175,20 @@ def test_preemption_handler_stops_every_worker_at_one_step_when_only_one_is_sign
            f"finished at step {ends[0]['iterations']} of {plan['steps']} with identical weights")
 
 
-def test_lesson_15_serving_program_reports_its_tf32_and_the_proof_catches_it_on(tmp_path):
-    """Notebook 15's serving program writes the TF32 setting it ran with beside the logits. As written
-    it reports TF32 off; without its enable_tensor_float_32_execution(False) line it reports TF32 on
-    (TensorFlow's default, on a CPU too), and the lesson's proof fails on that report."""
+def test_lesson_15_serving_program_reports_tf32_and_keras_and_the_proof_catches_either(tmp_path):
+    """Notebook 15's serving program writes beside the logits the TF32 setting it ran with and whether
+    Keras was loaded. Run as the lesson runs it (Keras made unimportable) it reports both off; without
+    its enable_tensor_float_32_execution(False) line it reports TF32 on (TensorFlow's default, on a CPU
+    too); run plainly it reports Keras loaded (`import tensorflow` imports the installed Keras). The
+    lesson's proof fails on either report."""
+    import ast
     import math
+    import re
     import subprocess
     import sys
 
     import keras
     import numpy as np
-    import pytest
 
     from tests.test_proof_cells import OK, _run
 
@@ -193,23 +196,28 @@ def test_lesson_15_serving_program_reports_its_tf32_and_the_proof_catches_it_on(
     keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]).export(str(tmp_path / "exported"), verbose=False)
     np.save(tmp_path / "probe.npy", np.ones((3, 4), np.float32))
     program = written_program("15_models_you_keep.ipynb")
+    runner = next(c.source for c in nbformat.read(NOTEBOOKS / "15_models_you_keep.ipynb", as_version=4).cells
+                  if c.cell_type == "code" and "WITHOUT_KERAS = " in c.source)
+    without_keras = ast.literal_eval(re.search(r"WITHOUT_KERAS = (\(.*?\))  #", runner, re.S).group(1))
     line = "tf.config.experimental.enable_tensor_float_32_execution(False)"
     assert program.count(line) == 1
-    variants = {"as written": (program, False),
-                "without the line": ("\n".join(s for s in program.splitlines() if line not in s), True)}
-    for name, (source, tf32_expected) in variants.items():
+    without_line = "\n".join(s for s in program.splitlines() if line not in s)
+    variants = {"as the lesson runs it": (program, ["-c", without_keras], False, False),
+                "without the TF32 line": (without_line, ["-c", without_keras], True, False),
+                "with Keras importable": (program, [], False, True)}
+    for name, (source, prefix, tf32_expected, keras_expected) in variants.items():
         script, out = tmp_path / f"{name.replace(' ', '_')}.py", tmp_path / f"{name.replace(' ', '_')}.npz"
         script.write_text(source)
-        done = subprocess.run([sys.executable, str(script), str(tmp_path / "exported"), str(tmp_path / "probe.npy"),
-                               str(out)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, *prefix, str(script), str(tmp_path / "exported"),
+                               str(tmp_path / "probe.npy"), str(out)], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         with np.load(out) as answer:
-            logits, tf32 = answer["logits"], bool(answer["tf32"])
-        assert logits.shape == (3, 2) and tf32 is tf32_expected, (name, tf32)
-        reported = {"tf32_on": {"workers": False, "here": False, "serving program": tf32}}
+            logits, tf32, keras_loaded = answer["logits"], bool(answer["tf32"]), bool(answer["keras_loaded"])
+        assert logits.shape == (3, 2) and (tf32, keras_loaded) == (tf32_expected, keras_expected), (name, tf32, keras_loaded)
+        reported = {"tf32_on": {"workers": False, "here": False, "serving program": tf32}, "served_keras": keras_loaded}
         namespace = {"math": math, **OK["15_models_you_keep.ipynb"], **reported}
-        if tf32_expected:
-            with pytest.raises(AssertionError, match="float32 without XLA"):
+        if tf32_expected or keras_expected:
+            with pytest.raises(AssertionError, match="float32 without XLA" if tf32_expected else "without Keras"):
                 _run("15_models_you_keep.ipynb", namespace)
         else:
             _run("15_models_you_keep.ipynb", namespace)

@@ -135,8 +135,10 @@ OK["10_large_batches.ipynb"] = {
     "rates": {"start": 0.025, "after warm-up": 0.4, "end": 0.0, "sqrt peak": 0.1},
     "final": {"batch 32": 0.07, "batch 512, same rate": 1.4, "batch 512, linear, no warm-up": 0.7,
               "batch 512, linear + warm-up": 0.1, "batch 512, sqrt + warm-up": 0.67},
-    "first": {"batch 32": 1.4, "batch 512, same rate": 2.8, "batch 512, linear, no warm-up": 3.1,
-              "batch 512, linear + warm-up": 2.7, "batch 512, sqrt + warm-up": 2.76},
+    # each step's loss; without warm-up the third step spikes above the start (2.31) and ln 10
+    "step_loss": {"batch 512, linear, no warm-up": [2.31, 2.25, 5.2, 3.0, 2.1] + [1.0] * 19}, "uniform_guess": math.log(10),
+    "during_warmup": {"batch 32": 2.1, "batch 512, same rate": 2.28, "batch 512, linear, no warm-up": 3.0,
+                      "batch 512, linear + warm-up": 2.26, "batch 512, sqrt + warm-up": 2.27},
     "epochs": 6, "iterations": {"batch 32": 384, **{n: 24 for n in _RUNS if n != "batch 32"}},
     "last_rate": {n: 0.0 for n in _RUNS}}
 
@@ -204,7 +206,8 @@ OK["14_predicting_scaling.ipynb"] = {
 _SAVED = [True, True, True, False]  # written after epochs 0-2; epoch 3 (the staged 20x learning rate) is worse
 OK["15_models_you_keep.ipynb"] = {
     "val_loss": [2.0, 1.8, 1.7, 3.5], "improved": [0, 1, 2], "best_epoch": 2, "saved": [_SAVED, _SAVED],
-    "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "others_kept": [False],
+    "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "chiefs": [True, False], "kept_on": [True, False],
+    "on_read": [{"in the file": [], "metrics": ["loss/total", "loss/count"]}] * 2, "served_keras": False,
     "differences": {"no strategy": 0.0, "OneDeviceStrategy": 0.0, "MirroredStrategy, 3 replicas": 2e-7,
                     "exported, served": 3e-7},
     "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002},
@@ -452,10 +455,18 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("10_large_batches.ipynb", _lb("rates", end=0.1), "decay"),
     ("10_large_batches.ipynb", _lb("iterations", **{"batch 512, same rate": 384}), "updates"),
     ("10_large_batches.ipynb", _lb("last_rate", **{"batch 32": 0.01}), "decayed to 0"),
-    ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.05}), "close part of the gap"),
-    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.5}), "close part of the gap"),
-    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 0.06}), "close part of the gap"),
-    ("10_large_batches.ipynb", _lb("first", **{"batch 512, linear, no warm-up": 2.0}), "without warm-up"),
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.05}), "end behind"),  # unscaled not behind
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.5}), "close most of the gap"),
+    # half the gap (1.4 - 0.07) left, either side of the small batch: "most" is more than half
+    ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 0.07 + 1.33 / 2}), "close most of the gap"),
+    ("10_large_batches.ipynb", _lb("final", **{"batch 32": 0.8, "batch 512, linear + warm-up": 0.1}), "close most"),
+    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [2.31, 2.2, 2.0, 1.5]}),
+     "rise above its start"),
+    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [2.6, 2.4, 2.5, 1.5]}),
+     "rise above its start"),  # above ln 10 all along, never above its start
+    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [2.0, 2.2, 1.5]}),
+     "rise above its start"),  # above its start, never above ln 10
+    ("10_large_batches.ipynb", _lb("during_warmup", **{"batch 512, linear, no warm-up": 2.2}), "warm-up's steps"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", runs=[0])), "one resumed run"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"stopped at": ["s", "t"]})),
@@ -553,7 +564,16 @@ BROKEN: list[tuple[str, dict, str]] = [
                                   "saved": [[True] * 4] * 2, "file_digest": "d", "losses": {"no strategy": 1.6}},
      "not the \\(staged\\) last"),
     ("15_models_you_keep.ipynb", {"file_digest": "d"}, "weights of the best epoch"),  # the last epoch's file
-    ("15_models_you_keep.ipynb", {"others_kept": [True]}, "copies should be gone"),
+    # each worker reports its own disk: a copy left on a non-chief worker, or the chief's file gone
+    ("15_models_you_keep.ipynb", {"kept_on": [True, True]}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"kept_on": [False, False]}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"chiefs": [True, False, False], "kept_on": [True, False, True]}, "only the chief's file"),
+    # a sync-on-read variable in the file (its read would all-reduce), or a check that sees none at all
+    ("15_models_you_keep.ipynb", {"on_read": [{"in the file": [], "metrics": ["loss/total"]},
+                                             {"in the file": ["bn/moving_mean"], "metrics": ["loss/total"]}]},
+     "mirrored on write"),
+    ("15_models_you_keep.ipynb", {"on_read": [{"in the file": [], "metrics": []}] * 2}, "mirrored on write"),
+    ("15_models_you_keep.ipynb", {"served_keras": True}, "without Keras"),
     ("15_models_you_keep.ipynb", {"tf32_on": {"workers": True, "here": False}}, "float32 without XLA"),
     ("15_models_you_keep.ipynb", {"jit": {"no strategy": True, "OneDeviceStrategy": False}}, "float32 without XLA"),
     ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "exported, served": 0.02}}, "predicts differently"),
@@ -795,6 +815,15 @@ def test_every_piece_of_every_proof_is_needed_by_some_broken_case(name):
         print("\n".join(surviving))
         pytest.xfail(f"{len(surviving)} surviving mutants, lesson edited on another branch: " + "; ".join(surviving))
     assert not surviving, f"{name}: no broken variant needs these pieces: {surviving}"
+
+
+def test_lesson_10_passes_where_linear_scaling_ends_below_the_small_batch():
+    """Full mode at 50,000 images with COURSE_EPOCHS=2 (issue 42): linear scaling with warm-up ended
+    below the small batch (0.0035 vs 0.0088; unscaled 0.28), as Goyal et al. allow (they report it
+    matches): the old proof, 'between the small and the unscaled large batch', failed on it."""
+    ended_below = {**OK["10_large_batches.ipynb"]["final"], "batch 32": 0.0088, "batch 512, same rate": 0.28,
+                   "batch 512, linear + warm-up": 0.0035}
+    _run("10_large_batches.ipynb", {"math": math, **OK["10_large_batches.ipynb"], "final": ended_below})
 
 
 def _cell_defining(name: str, marker: str) -> str:

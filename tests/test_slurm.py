@@ -115,18 +115,21 @@ def _nbval(notebook: str, env: dict, cell_timeout: int = 600) -> None:
     assert done.returncode == 0, done.stdout[-6000:]
 
 
-@pytest.mark.parametrize("notebook", ["06_fault_tolerance"])
+@pytest.mark.parametrize("notebook", ["06_fault_tolerance", "15_models_you_keep"])
 def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
     """The same notebook as the local run, starting its own engines as Slurm tasks on both nodes;
-    06 kills one of them mid-training and resumes on fresh engines. (03 and 04 run on Slurm
-    engines in test_ipcluster, attached to a cluster as a class would; 03 again in test_hub and
-    test_ipcmagic: one Slurm run per path is enough, and saves 46 s of CI.)"""
+    06 kills one of them mid-training and resumes on fresh engines; 15 keeps the chief's file only,
+    each engine checking its own path (ranks from SLURM_PROCID, not engine ids). (03 and 04 run on
+    Slurm engines in test_ipcluster, attached to a cluster as a class would; 03 again in test_hub
+    and test_ipcmagic: one Slurm run per path is enough, and saves 46 s of CI.)"""
     env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
            "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
     _nbval(notebook, env)
     if notebook.startswith("03"):
         assert (tmp_path / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
+    if notebook.startswith("15"):
+        assert (tmp_path / "models" / "15_best.keras").exists(), "the chief keeps the best epoch's file"
     after = sorted(p.name for p in (ROOT / "notebooks").iterdir() if not p.name.startswith("."))
     assert after == [n for n in before if not n.startswith(".")], "the run left files among the notebooks"
     assert _squeue_empty(slurm["env"])
