@@ -257,8 +257,8 @@ def scope_findings(run: Run) -> list[Finding]:
                 "call model.compile inside `with strategy.scope():` too"))
     if not findings and unique_models(report):
         names = ", ".join(m["name"] for _, m in unique_models(report))
-        findings.append(Finding("PASS", "strategy.scope()", f"model(s) {names} built and compiled in the scope "
-                                "(mirrored variables)"))
+        findings.append(Finding("PASS", "strategy.scope()", f"model(s) {names} built (and compiled) in the "
+                                "scope: mirrored variables"))
     return findings
 
 
@@ -283,9 +283,10 @@ def batch_findings(ref: Run, run: Run, opts: Options) -> tuple[list[Finding], bo
     b, n = opts.global_batch, run.workers
     steps = run_steps(run)
     ref_batches = consumed(ref.reports[0], run_steps(ref))
-    if ref_batches is None or steps is None or any(consumed(run.reports[r], steps) is None for r in run.reports):
+    if not ref_batches or steps is None or any(not consumed(run.reports[r], steps) for r in run.reports):
         return [Finding("NOT SEEN", "batch per replica", "no training step or no input distributed by the strategy "
-                        "was observed (see docs/check-your-script.md: what the command cannot see)")], False
+                        "was observed (a model outside strategy.scope() makes model.fit read the dataset undistributed; see "
+                        "docs/check-your-script.md: what the command cannot see)")], False
     ref_sizes = Counter(len(x) for x in ref_batches)
     if set(ref_sizes) != {b}:
         flag = "--per-replica-batch-flag" if opts.batch_is_global else "--global-batch-flag"
@@ -561,6 +562,7 @@ def analyse(ref: Run, runs: list[Run], opts: Options) -> list[tuple[str, list[Fi
             findings += coverage
             findings += weight_findings(ref, run, comparable, opts)
             findings += identical_findings(run)
+        if len(run.reports) == run.workers:  # writes are recorded up to a failure (e.g. two workers' checkpoint race)
             findings += write_findings(run)
         findings += batch_norm_findings(run, opts)
         sections.append((label, findings))

@@ -241,7 +241,9 @@ def _install_tensorflow() -> None:
             _record_write(name, "tf.io.gfile")
 
     _wrap(tf.io.gfile.GFile, "__init__", before=gfile)
-    original_writer = tf.summary.create_file_writer
+    import tensorflow.summary as summary_module  # Keras's TensorBoard imports it by this name: maybe a new module
+
+    original_writer = summary_module.create_file_writer
 
     def create_file_writer(logdir, *args, **kwargs):
         path = os.path.abspath(os.fspath(logdir))
@@ -249,7 +251,7 @@ def _install_tensorflow() -> None:
             _STATE["summary_dirs"].append(path)
         return original_writer(logdir, *args, **kwargs)
 
-    tf.summary.create_file_writer = create_file_writer
+    summary_module.create_file_writer = tf.summary.create_file_writer = create_file_writer
 
 
 def _layers(model) -> list:
