@@ -27,6 +27,7 @@ from ..errors import CourseError
 DEFAULT_BATCH = 12  # divisible by 1, 2, 3, 4 and 6 workers
 DEFAULT_DEADLINE_S = 300.0
 EPS32 = 2.0 ** -24  # float32 unit roundoff
+PEER_GONE = ("UnavailableError", "CancelledError", "AbortedError", "DeadlineExceededError")  # a peer left
 KERAS_FIT_SIGNS = ("Attempt to convert a value (PerReplica", "Invalid reduction dimension")
 
 
@@ -112,7 +113,10 @@ def worker_command(out: Path, opts: Options, n: int) -> list[str]:
 
 
 def _environment() -> dict:
-    env = dict(os.environ)
+    from .. import HUB_SECRETS
+    from ..environment import PROXY_VARIABLES
+
+    env = {k: v for k, v in os.environ.items() if k not in (*PROXY_VARIABLES, *HUB_SECRETS)}
     env.update(TF_DETERMINISTIC_OPS="1", PYTHONHASHSEED="1234", CUDA_VISIBLE_DEVICES="")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     root = str(Path(__file__).resolve().parents[2])  # the course's package, for `-m helpers.tools.check_worker`
@@ -143,7 +147,7 @@ def run_slurm(opts: Options, n: int, out: Path) -> Run:
     env = _environment()
     env["CHECK_SCRIPT_SLURM"] = "1"
     nodes = min(n, int(os.environ.get("CHECK_SCRIPT_NODES", n)))
-    command = [srun, f"--nodes={nodes}", f"--ntasks={n}", "--kill-on-bad-exit=1", "--overlap",
+    command = [srun, f"--nodes={nodes}", f"--ntasks={n}", "--kill-on-bad-exit=1",
                f"--time={max(1, math.ceil(opts.deadline_s / 60))}", sys.executable, *worker_command(out, opts, n)]
     began = time.monotonic()
     run = Run(workers=n)
@@ -190,7 +194,8 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
         if not exc:
             continue
         where = f" at {exc['line']} ({exc['code'].strip()})" if exc.get("line") and exc.get("code") else ""
-        message = exc["message"].strip().splitlines()[0][:300] if exc["message"].strip() else ""
+        lines = [line.strip() for line in exc["message"].splitlines() if line.strip()]
+        message = next((line for line in lines if not line.endswith(":")), lines[0] if lines else "")[:300]
         if any(sign in exc["message"] for sign in KERAS_FIT_SIGNS):
             findings.append(Finding(
                 "FAIL", f"model.fit with {label}",
@@ -199,6 +204,14 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
                 "does not carry the fix",
                 "patch Keras before the strategy is made, as lesson 08's script does (fix_keras_fit_for_multiworker; "
                 "docs/keras3-fit.md), or write a custom loop over strategy.run"))
+        elif exc["type"] in PEER_GONE and any(not r.get("exception") for r in run.reports.values()):
+            ended = [r for r, rep in sorted(run.reports.items()) if not rep.get("exception")]
+            findings.append(Finding(
+                "FAIL", "a collective only some workers enter", f"worker {rank} failed{where}: {exc['type']}: a "
+                f"collective its peers never joined: worker(s) {', '.join(map(str, ended))} had already ended the "
+                "script",
+                "run every training step, evaluate and reduce on every worker; only file writing may depend on the "
+                "chief"))
         else:
             findings.append(Finding("FAIL", f"the run with {label}", f"worker {rank} failed{where}: "
                                     f"{exc['type']}: {message}", "fix the error above (the run with one worker "
@@ -516,8 +529,9 @@ def write_findings(run: Run) -> list[Finding]:
         return [Finding("NOT SEEN", "who writes", "the script wrote no file the command observes (Python open, Keras "
                         "save/save_weights, tf.train.Checkpoint, tf.summary, tf.io.gfile)")]
     chief = sorted(p for p, r in by_path.items() if 0 in r) + sorted(logs)
-    return [Finding("PASS", "who writes", f"no file is written by two workers; the chief wrote {len(chief)} "
-                    f"path(s) ({_short(chief)}), the others only paths of their own")]
+    wrote = f"; the chief wrote {len(chief)} path(s) ({_short(chief)})" if chief else ""
+    return [Finding("PASS", "who writes", f"no file is written by two workers{wrote}, the others only paths of "
+                    "their own")]
 
 
 def _short(paths: list[str]) -> str:

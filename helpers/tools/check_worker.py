@@ -44,6 +44,15 @@ def _rank() -> int:
     return int(os.environ.get("SLURM_PROCID", "0"))
 
 
+def _tf_config_from_slurm() -> None:
+    """A task of `check-script --slurm`: the course's TF_CONFIG for this Slurm step (ports in
+    COURSE_PORT_RANGE), which a script that reads TF_CONFIG uses and one that reads Slurm ignores."""
+    from ..resolver import make_tf_config, resolve_step
+
+    layout, _, workers = resolve_step()
+    os.environ["TF_CONFIG"] = json.dumps(make_tf_config(workers, layout.rank))
+
+
 def mark(text: str) -> None:
     """One progress line, written through at once (a worker killed with SIGKILL keeps it)."""
     _STATE["marks"] += 1
@@ -355,6 +364,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m helpers.tools.check_worker OUT_DIR SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     _OUT, script = os.path.abspath(argv[0]), argv[1]
+    if os.environ.get("CHECK_SCRIPT_SLURM") == "1" and not os.environ.get("TF_CONFIG"):
+        _tf_config_from_slurm()
     _RANK = _rank()
     _STATE.update(script=script, rank=_RANK, argv=argv[2:])
     os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
