@@ -105,40 +105,95 @@ def mnist(tmp_path_factory) -> Path:
     return path
 
 
-def check(tmp_path: Path, source: str, *args: str, deadline: int = 240) -> tuple[int, str]:
+def check(tmp_path: Path, source: str, *args: str, env: dict | None = None) -> tuple[int, str]:
     script = tmp_path / "train.py"
     script.write_text(source)
     began = time.monotonic()
-    done = run_cli("check-script", str(script), *args, timeout=3 * deadline + 60)
+    done = run_cli("check-script", str(script), *args, timeout=900, env=env)
     print(done.stdout, done.stderr[-2000:], f"one check: {time.monotonic() - began:.0f} s", sep="\n")
     return done.returncode, done.stdout
 
 
-def tutorial(tmp_path, mnist, source=TUTORIAL, *more):
-    return check(tmp_path, source, "--per-replica-batch-flag", "per-worker-batch", "--examples-flag", "examples",
-                 *more, "--", "--data", str(mnist), "--epochs", "3", "--steps-per-epoch", "1",
-                 "--model-dir", str(tmp_path / "model"))
+def options(base: str, tmp_path: Path, data: Path) -> tuple[list[str], list[str]]:
+    """(check-script's options, the script's own options) of each correct script."""
+    if base == "tutorial":
+        return (["--per-replica-batch-flag", "per-worker-batch", "--examples-flag", "examples"],
+                ["--data", str(data), "--epochs", "3", "--steps-per-epoch", "1", "--model-dir", str(tmp_path / "model")])
+    if base == "custom":
+        return (["--global-batch-flag", "global-batch", "--examples-flag", "examples"],
+                ["--data", str(data), "--epochs", "3", "--steps-per-epoch", "1",
+                 "--checkpoint-dir", str(tmp_path / "ckpt")])
+    return (["--per-replica-batch-flag", "per-replica-batch", "--examples-flag", "train-examples"],
+            ["--data-dir", str(data), "--out", str(tmp_path / "run"), "--epochs", "3", "--test-examples", "12"])
 
 
-def custom(tmp_path, mnist, source=CUSTOM, *more):
-    return check(tmp_path, source, "--global-batch-flag", "global-batch", "--examples-flag", "examples", *more,
-                 "--", "--data", str(mnist), "--epochs", "3", "--steps-per-epoch", "1",
-                 "--checkpoint-dir", str(tmp_path / "ckpt"))
-
-
-def lesson08(tmp_path, prepared_dir, source=LESSON08):
-    return check(tmp_path, source, "--per-replica-batch-flag", "per-replica-batch", "--examples-flag",
-                 "train-examples", "--", "--data-dir", str(prepared_dir), "--out", str(tmp_path / "run"),
-                 "--epochs", "3", "--test-examples", "12")
-
-
-def plant(source: str, old: str, new: str) -> str:
-    assert source.count(old) == 1, old
-    return source.replace(old, new)
-
-
+SOURCES = {"tutorial": TUTORIAL, "custom": CUSTOM, "lesson08": LESSON08}
+SHARD = "dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)\n"
+# name: (correct script, [(old, new) edits], check-script options, lines the output must hold)
+PLANTED = {
+    "outside_scope": ("tutorial", [("with strategy.scope():\n    # Model building/compiling need to be within "
+                                    "`strategy.scope()`.\n    multi_worker_model", "if True:\n    multi_worker_model")],
+                      [], ["FAIL     strategy.scope(): model 'sequential' (made at train.py:",
+                           "was built outside strategy.scope()"]),
+    "per_worker_batch_as_global": ("tutorial", [("mnist_dataset(args.data, global_batch_size, args.examples)",
+                                                 "mnist_dataset(args.data, per_worker_batch_size, args.examples)")],
+                                   [], ["FAIL     batch per replica: each worker's steps hold 3 examples, 1/2 of the 6",
+                                        "batched by the per-worker batch"]),
+    "loss_over_replica_batch": ("custom", [("loss = tf.nn.compute_average_loss(per_example_loss, "
+                                            "global_batch_size=global_batch_size)",
+                                            "loss = tf.reduce_mean(per_example_loss)")],
+                                [], ["FAIL     same weights as one worker: the 2 workers moved the weights",
+                                     "the loss is averaged over each replica's batch"]),
+    "not_sharded": ("lesson08", [("ds = examples.shard(context.num_input_pipelines, context.input_pipeline_id)",
+                                  "ds = examples")],
+                    [], ["FAIL     input sharding: all 2 workers read the same examples in every step"]),
+    # a manual shard() before experimental_distribute_dataset is no mistake: auto-sharding leaves such a
+    # pipeline alone (measured with the tutorial copy); sharding twice happens in a dataset function
+    "sharded_twice": ("custom", [(SHARD, SHARD + "    " + SHARD)],
+                      [], ["FAIL     input sharding:", "the input is sharded twice"]),
+    "shuffled_per_worker_then_shard": ("lesson08", [("ds = examples.shard(", "ds = examples.shuffle(1000, "
+                                                     "seed=context.input_pipeline_id).shard(")],
+                                       [], ["FAIL     input sharding: the workers' shards overlap",
+                                            "each worker shuffled differently before a manual shard()"]),
+    "same_checkpoint": ("custom", [('write_dir = args.checkpoint_dir if task_id == 0 else os.path.join('
+                                    'args.checkpoint_dir, f"workertemp_{task_id}")', "write_dir = args.checkpoint_dir"),
+                                   ("if task_id != 0:\n    tf.io.gfile.rmtree(write_dir)\n", "")],
+                        [], ["FAIL     who writes: workers 0, 1 all write ", "ckpt (write)", "write only on the chief"]),
+    "batch_norm_per_replica": ("tutorial", [('keras.layers.Conv2D(8, 3, activation="relu"),',
+                                             'keras.layers.Conv2D(8, 3, activation="relu"),\n'
+                                             '        keras.layers.BatchNormalization(),')],
+                               [], ["FAIL     batch norm: layers batch_normalization compute their statistics over "
+                                    "each replica's batch alone (6 examples here, not the global 12)",
+                                    "NOT SEEN same weights as one worker: not exact: batch-norm layers "
+                                    "batch_normalization"]),
+    "fit_without_the_keras_fix": ("tutorial", [("\nfix_keras_fit_for_multiworker()\n", "\n")],
+                                  [], ["FAIL     model.fit with 2 workers: worker", "this script does not carry the fix",
+                                       "docs/keras3-fit.md"]),
+    "worker_never_joins": ("custom", [("strategy = tf.distribute.MultiWorkerMirroredStrategy()",
+                                       "import time\nif json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+                                       "    time.sleep(3600)\nstrategy = tf.distribute.MultiWorkerMirroredStrategy()")],
+                           ["--deadline", "40"], ["FAIL     hang: worker(s) 1 never joined",
+                                                  "its last step 'MultiWorkerMirroredStrategy() entered"]),
+    "step_only_the_chief_runs": ("custom", [("checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\n"
+                                             "checkpoint.write(")],
+                                 ["--deadline", "40"], ["FAIL     a collective only some workers enter: worker 0 failed "
+                                                        "at train.py:", "worker(s) 1 had already ended the script"]),
+}
 CHECKS = ("strategy.scope()", "batch per replica", "input sharding", "same weights as one worker",
           "identical weights on every worker", "who writes")
+
+
+def planted(name: str) -> str:
+    base, edits, _, _ = PLANTED[name]
+    source = SOURCES[base]
+    for old, new in edits:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return source
+
+
+def _data(request, base: str) -> Path:
+    return request.getfixturevalue("prepared_dir" if base == "lesson08" else "mnist")
 
 
 def passes(code: int, out: str) -> bool:
@@ -146,119 +201,38 @@ def passes(code: int, out: str) -> bool:
 
 
 @pytest.mark.multiprocess
-def test_lesson_08s_script_passes(tmp_path, prepared_dir):
-    code, out = lesson08(tmp_path, prepared_dir)
+@pytest.mark.parametrize("base", ["lesson08", "tutorial", "custom"])
+def test_a_correct_script_passes(tmp_path, request, base):
+    ours, theirs = options(base, tmp_path, _data(request, base))
+    code, out = check(tmp_path, SOURCES[base], *ours, "--", *theirs)
     assert passes(code, out), out
 
 
 @pytest.mark.multiprocess
-def test_the_keras_tutorial_script_passes(tmp_path, mnist):
-    code, out = tutorial(tmp_path, mnist)
-    assert passes(code, out), out
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_each_planted_mistake_is_named(tmp_path, request, name):
+    base, _, more, expected = PLANTED[name]
+    ours, theirs = options(base, tmp_path, _data(request, base))
+    code, out = check(tmp_path, planted(name), *ours, *more, "--", *theirs)
+    assert code == 1 and all(line in out for line in expected), out
 
 
+SLURM_PLANTED = sorted(set(PLANTED) - {"worker_never_joins", "step_only_the_chief_runs"})
+
+
+@pytest.mark.slurm
 @pytest.mark.multiprocess
-def test_the_custom_loop_script_passes(tmp_path, mnist):
-    code, out = custom(tmp_path, mnist)
-    assert passes(code, out), out
-
-
-@pytest.mark.multiprocess
-def test_a_model_built_outside_the_scope(tmp_path, mnist):
-    source = plant(TUTORIAL, "with strategy.scope():\n    # Model building/compiling need to be within `strategy.scope()`.\n"
-                   "    multi_worker_model", "if True:\n    multi_worker_model")
-    code, out = tutorial(tmp_path, mnist, source)
-    assert code == 1 and "FAIL     strategy.scope(): model 'sequential' (made at train.py:" in out, out
-    assert "was built outside strategy.scope()" in out, out
-
-
-@pytest.mark.multiprocess
-def test_a_per_worker_batch_used_as_the_global_batch(tmp_path, mnist):
-    source = plant(TUTORIAL, "mnist_dataset(args.data, global_batch_size, args.examples)",
-                   "mnist_dataset(args.data, per_worker_batch_size, args.examples)")
-    code, out = tutorial(tmp_path, mnist, source)
-    assert code == 1 and "FAIL     batch per replica: each worker's steps hold 3 examples, 1/2 of the 6" in out, out
-    assert "batched by the per-worker batch" in out, out
-
-
-@pytest.mark.multiprocess
-def test_a_loss_divided_by_the_per_replica_batch(tmp_path, mnist):
-    source = plant(CUSTOM, "loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)",
-                   "loss = tf.reduce_mean(per_example_loss)")
-    code, out = custom(tmp_path, mnist, source)
-    assert code == 1 and "FAIL     same weights as one worker: the 2 workers moved the weights" in out, out
-    assert "the loss is averaged over each replica's batch" in out, out
-
-
-@pytest.mark.multiprocess
-def test_data_not_sharded(tmp_path, prepared_dir):
-    source = plant(LESSON08, "ds = examples.shard(context.num_input_pipelines, context.input_pipeline_id)",
-                   "ds = examples")
-    code, out = lesson08(tmp_path, prepared_dir, source)
-    assert code == 1 and "FAIL     input sharding: all 2 workers read the same examples in every step" in out, out
-
-
-@pytest.mark.multiprocess
-def test_data_sharded_twice(tmp_path, mnist):
-    """Sharded in the dataset function, then again (a manual shard() before experimental_distribute_dataset
-    is not a mistake: TensorFlow's auto-sharding leaves a pipeline that shards alone, measured here)."""
-    line = "dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)\n"
-    source = plant(CUSTOM, line, line + "    " + line)
-    code, out = custom(tmp_path, mnist, source)
-    assert code == 1 and "FAIL     input sharding:" in out and "the input is sharded twice" in out, out
-
-
-@pytest.mark.multiprocess
-def test_a_shuffle_seeded_per_worker_before_a_manual_shard(tmp_path, prepared_dir):
-    source = plant(LESSON08, "ds = examples.shard(", "ds = examples.shuffle(1000, seed=context.input_pipeline_id)"
-                   ".shard(")
-    code, out = lesson08(tmp_path, prepared_dir, source)
-    assert code == 1 and "FAIL     input sharding: the workers' shards overlap" in out, out
-    assert "each worker shuffled differently before a manual shard()" in out, out
-
-
-@pytest.mark.multiprocess
-def test_every_worker_writing_the_same_checkpoint(tmp_path, mnist):
-    source = plant(CUSTOM, 'write_dir = args.checkpoint_dir if task_id == 0 else os.path.join(args.checkpoint_dir, '
-                   'f"workertemp_{task_id}")', "write_dir = args.checkpoint_dir")
-    source = plant(source, "if task_id != 0:\n    tf.io.gfile.rmtree(write_dir)\n", "")
-    code, out = custom(tmp_path, mnist, source)
-    assert code == 1 and "FAIL     who writes: workers 0, 1 all write " in out, out
-    assert "ckpt (write)" in out and "write only on the chief" in out, out
-
-
-@pytest.mark.multiprocess
-def test_batch_norm_per_replica(tmp_path, mnist):
-    source = plant(TUTORIAL, 'keras.layers.Conv2D(8, 3, activation="relu"),',
-                   'keras.layers.Conv2D(8, 3, activation="relu"),\n        keras.layers.BatchNormalization(),')
-    code, out = tutorial(tmp_path, mnist, source)
-    assert code == 1 and "FAIL     batch norm: layers batch_normalization compute their statistics over each " \
-                         "replica's batch alone (6 examples here, not the global 12)" in out, out
-    assert "NOT SEEN same weights as one worker: not exact: batch-norm layers batch_normalization" in out, out
-
-
-@pytest.mark.multiprocess
-def test_fit_without_the_keras_fix(tmp_path, mnist):
-    source = plant(TUTORIAL, "\nfix_keras_fit_for_multiworker()\n", "\n")
-    code, out = tutorial(tmp_path, mnist, source)
-    assert code == 1 and "FAIL     model.fit with 2 workers: worker" in out, out
-    assert "this script does not carry the fix" in out and "docs/keras3-fit.md" in out, out
-
-
-@pytest.mark.multiprocess
-def test_a_worker_that_never_joins_is_named(tmp_path, mnist):
-    source = plant(CUSTOM, "strategy = tf.distribute.MultiWorkerMirroredStrategy()",
-                   "import time\nif json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n    time.sleep(3600)\n"
-                   "strategy = tf.distribute.MultiWorkerMirroredStrategy()")
-    began = time.monotonic()
-    code, out = custom(tmp_path, mnist, source, "--deadline", "40")
-    assert code == 1 and "FAIL     hang: worker(s) 1 never joined" in out, out
-    assert time.monotonic() - began < 200
-
-
-@pytest.mark.multiprocess
-def test_a_collective_only_the_chief_enters_ends_at_the_deadline(tmp_path, mnist):
-    source = plant(CUSTOM, "checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\ncheckpoint.write(")
-    code, out = custom(tmp_path, mnist, source, "--deadline", "40")
-    assert code == 1 and "FAIL     a collective only some workers enter: worker 0 failed at train.py:" in out, out
-    assert "worker(s) 1 had already ended the script" in out, out
+@pytest.mark.parametrize("name", ["lesson08", "tutorial", "custom", *SLURM_PLANTED])
+def test_on_two_nodes_of_the_local_slurm(slurm, tmp_path, request, name):
+    """The same checks with the workers as tasks of srun steps on node1 and node2 (the hangs are
+    local only: ending a step that hangs is Slurm's time limit, at least a minute)."""
+    base = PLANTED[name][0] if name in PLANTED else name
+    more = PLANTED[name][2] if name in PLANTED else []
+    ours, theirs = options(base, tmp_path, _data(request, base))
+    code, out = check(tmp_path, planted(name) if name in PLANTED else SOURCES[base], *ours, *more, "--slurm",
+                      "--", *theirs, env={**slurm["env"], "CHECK_SCRIPT_NODES": "2"})
+    assert "Slurm tasks" in out and "2 workers: " in out and " s on node1, node2" in out, out
+    if name in PLANTED:
+        assert code == 1 and all(line in out for line in PLANTED[name][3]), out
+    else:
+        assert passes(code, out), out

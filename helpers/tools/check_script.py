@@ -14,6 +14,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -151,14 +152,22 @@ def run_slurm(opts: Options, n: int, out: Path) -> Run:
                f"--time={max(1, math.ceil(opts.deadline_s / 60))}", sys.executable, *worker_command(out, opts, n)]
     began = time.monotonic()
     run = Run(workers=n)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=opts.deadline_s,
-                              stdin=subprocess.DEVNULL)
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        run.outputs = {0: lines[-6:]}
+        output, _ = proc.communicate(timeout=opts.deadline_s)
     except subprocess.TimeoutExpired:
         for rank in range(n):
             run.killed[rank] = "deadline"
+        for _ in range(2):  # two interrupts within a second: srun terminates the step (srun(1))
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+        try:
+            output, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+    run.outputs = {0: output.strip().splitlines()[-6:]}
     run.seconds = time.monotonic() - began
     return read_run(run, out)
 
@@ -584,6 +593,11 @@ def analyse(ref: Run, runs: list[Run], opts: Options) -> list[tuple[str, list[Fi
 
 
 # ------------------------------------------------------------------ the command
+def _hosts(run: Run) -> str:
+    hosts = [run.reports[r].get("host", "?") for r in sorted(run.reports)]
+    return ", ".join(dict.fromkeys(hosts)) or "?"
+
+
 def main(opts: Options) -> int:
     check_options(opts)
     began = time.monotonic()
@@ -601,7 +615,8 @@ def main(opts: Options) -> int:
     print(f"check-script {opts.script}: global batch {opts.global_batch}, {opts.batch_flag} "
           f"({'global' if opts.batch_is_global else 'per replica'}), {where}; "
           f"script options: {shlex.join(opts.script_args) or '(none)'}")
-    print(f"  1 worker: {ref.seconds:.0f} s" + "".join(f"; {r.workers} workers: {r.seconds:.0f} s" for r in runs))
+    print("  " + "; ".join(f"{r.workers} worker{'s' if r.workers > 1 else ''}: {r.seconds:.0f} s on {_hosts(r)}"
+                           for r in [ref, *runs]))
     failed = False
     for label, findings in sections:
         print(f"{label}:")

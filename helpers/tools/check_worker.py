@@ -367,7 +367,10 @@ def main(argv: list[str]) -> int:
     if os.environ.get("CHECK_SCRIPT_SLURM") == "1" and not os.environ.get("TF_CONFIG"):
         _tf_config_from_slurm()
     _RANK = _rank()
-    _STATE.update(script=script, rank=_RANK, argv=argv[2:])
+    import socket
+
+    _STATE.update(script=script, rank=_RANK, argv=argv[2:],
+                  host=os.environ.get("SLURMD_NODENAME") or socket.gethostname())
     os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
     os.environ.setdefault("PYTHONHASHSEED", str(SEED))
     import random
