@@ -167,7 +167,7 @@ PLANTED = {
                                     "NOT SEEN same weights as one worker: not exact: batch-norm layers "
                                     "batch_normalization"]),
     "fit_without_the_keras_fix": ("tutorial", [("\nfix_keras_fit_for_multiworker()\n", "\n")],
-                                  [], ["FAIL     model.fit with 2 workers: worker", "this script does not carry the fix",
+                                  [], ["FAIL     model.fit with 2 workers: worker",  # one line, whichever workers failed "this script does not carry the fix",
                                        "docs/keras3-fit.md"]),
     "worker_never_joins": ("custom", [("strategy = tf.distribute.MultiWorkerMirroredStrategy()",
                                        "import time\nif json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
@@ -215,6 +215,7 @@ def test_each_planted_mistake_is_named(tmp_path, request, name):
     ours, theirs = options(base, tmp_path, _data(request, base))
     code, out = check(tmp_path, planted(name), *ours, *more, "--", *theirs)
     assert code == 1 and all(line in out for line in expected), out
+    assert out.count("FAIL     " + expected[0].split("FAIL     ")[1].split(":")[0] + ":") == 1, out
 
 
 SLURM_PLANTED = sorted(set(PLANTED) - {"worker_never_joins", "step_only_the_chief_runs"})
@@ -236,3 +237,11 @@ def test_on_two_nodes_of_the_local_slurm(slurm, tmp_path, request, name):
         assert code == 1 and all(line in out for line in PLANTED[name][3]), out
     else:
         assert passes(code, out), out
+
+
+@pytest.mark.multiprocess
+def test_three_workers_where_asked(tmp_path, mnist):
+    ours, theirs = options("custom", tmp_path, mnist)
+    code, out = check(tmp_path, CUSTOM, *ours, "--workers", "2,3", "--", *theirs)
+    assert passes(code, out) and "3 workers:\n" in out, out
+    assert "each of the 3 workers' steps held 4 examples" in out, out

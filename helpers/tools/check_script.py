@@ -198,17 +198,22 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
     hung = [r for r, why in run.killed.items() if why == "deadline"]
     if hung:
         findings.append(hang_finding(run, hung))
+    told = set()
     for rank, report in sorted(run.reports.items()):
         exc = report.get("exception")
-        if not exc:
-            continue
+        if not exc or (exc["type"], exc.get("line")) in told:
+            continue  # the same failure on several workers: once, on the first
+        told.add((exc["type"], exc.get("line")))
+        same = [r for r, rep in sorted(run.reports.items()) if rep.get("exception")
+                and (rep["exception"]["type"], rep["exception"].get("line")) == (exc["type"], exc.get("line"))]
+        who = f"worker {rank}" if len(same) == 1 else "workers " + ", ".join(map(str, same))
         where = f" at {exc['line']} ({exc['code'].strip()})" if exc.get("line") and exc.get("code") else ""
         lines = [line.strip() for line in exc["message"].splitlines() if line.strip()]
         message = next((line for line in lines if not line.endswith(":")), lines[0] if lines else "")[:300]
         if any(sign in exc["message"] for sign in KERAS_FIT_SIGNS):
             findings.append(Finding(
                 "FAIL", f"model.fit with {label}",
-                f"worker {rank} failed{where}: {exc['type']}: {message[:120]}: Keras 3's model.fit fails under "
+                f"{who} failed{where}: {exc['type']}: {message[:120]}: Keras 3's model.fit fails under "
                 "MultiWorkerMirroredStrategy with 2 or more workers (keras-team/keras#20585), and this script "
                 "does not carry the fix",
                 "patch Keras before the strategy is made, as lesson 08's script does (fix_keras_fit_for_multiworker; "
@@ -216,13 +221,13 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
         elif exc["type"] in PEER_GONE and any(not r.get("exception") for r in run.reports.values()):
             ended = [r for r, rep in sorted(run.reports.items()) if not rep.get("exception")]
             findings.append(Finding(
-                "FAIL", "a collective only some workers enter", f"worker {rank} failed{where}: {exc['type']}: a "
+                "FAIL", "a collective only some workers enter", f"{who} failed{where}: {exc['type']}: a "
                 f"collective its peers never joined: worker(s) {', '.join(map(str, ended))} had already ended the "
                 "script",
                 "run every training step, evaluate and reduce on every worker; only file writing may depend on the "
                 "chief"))
         else:
-            findings.append(Finding("FAIL", f"the run with {label}", f"worker {rank} failed{where}: "
+            findings.append(Finding("FAIL", f"the run with {label}", f"{who} failed{where}: "
                                     f"{exc['type']}: {message}", "fix the error above (the run with one worker "
                                     "is the reference)" if run.workers > 1 else "the script must run alone first"))
     return findings
