@@ -173,7 +173,8 @@ PLANTED = {
                                        "import time\nif json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
                                        "    time.sleep(3600)\nstrategy = tf.distribute.MultiWorkerMirroredStrategy()")],
                            ["--deadline", "40"], ["FAIL     hang: worker(s) 1 never joined",
-                                                  "its last step 'MultiWorkerMirroredStrategy() entered"]),
+                                                  "its last step 'MultiWorkerMirroredStrategy() entered",
+                                                  "worker 1: still running at train.py:26 (time.sleep(3600))"]),
     "step_only_the_chief_runs": ("custom", [("checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\n"
                                              "checkpoint.write(")],
                                  ["--deadline", "40"], ["FAIL     a collective only some workers enter: worker 0 failed "
@@ -185,7 +186,10 @@ CHECKS = ("strategy.scope()", "batch per replica", "input sharding", "same weigh
 
 def planted(name: str) -> str:
     base, edits, _, _ = PLANTED[name]
-    source = SOURCES[base]
+    return plant_edits(SOURCES[base], edits)
+
+
+def plant_edits(source: str, edits: list[tuple[str, str]]) -> str:
     for old, new in edits:
         assert source.count(old) == 1, old
         source = source.replace(old, new)
@@ -245,3 +249,18 @@ def test_three_workers_where_asked(tmp_path, mnist):
     code, out = check(tmp_path, CUSTOM, *ours, "--workers", "2,3", "--", *theirs)
     assert passes(code, out) and "3 workers:\n" in out, out
     assert "each of the 3 workers' steps held 4 examples" in out, out
+
+
+@pytest.mark.multiprocess
+def test_a_collective_that_never_completes_ends_at_the_deadline(tmp_path, mnist):
+    """The chief runs one step more while worker 1, alive, waits elsewhere: the chief's all-reduce
+    never completes; the deadline ends both and names them with their last steps."""
+    source = plant_edits(CUSTOM, [("checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\nelse:\n"
+                                   "    import time\n    time.sleep(3600)\ncheckpoint.write(")])
+    ours, theirs = options("custom", tmp_path, mnist)
+    began = time.monotonic()
+    code, out = check(tmp_path, source, *ours, "--deadline", "40", "--", *theirs)
+    assert code == 1 and "FAIL     hang: worker(s) 0, 1 did not finish within the deadline" in out, out
+    assert "worker 0: still running at train.py:79 (train_step(iterator))" in out, out
+    assert "worker 1: still running at train.py:82 (time.sleep(3600))" in out, out
+    assert time.monotonic() - began < 200

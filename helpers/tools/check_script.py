@@ -55,6 +55,7 @@ class Run:
     weights: dict = field(default_factory=dict)  # rank -> {name: array}
     last_marks: dict = field(default_factory=dict)  # rank -> last progress line
     marks: dict = field(default_factory=dict)  # rank -> every progress line
+    where: dict = field(default_factory=dict)  # rank -> the script line it was last seen on
     killed: dict = field(default_factory=dict)  # rank -> why (deadline, rank N failed)
     outputs: dict = field(default_factory=dict)  # rank -> last lines the worker printed
 
@@ -186,6 +187,9 @@ def read_run(run: Run, out: Path) -> Run:
                 run.weights[rank] = {k: data[k] for k in data.files}
         marks = out / f"marks-{rank}.txt"
         lines = marks.read_text().strip().splitlines() if marks.exists() else []
+        where = out / f"where-{rank}.txt"
+        if where.exists():
+            run.where[rank] = where.read_text().strip()
         run.marks[rank] = [line.split(" ", 1)[1] for line in lines]
         run.last_marks[rank] = run.marks[rank][-1] if lines else "never started the script"
     return run
@@ -237,8 +241,9 @@ def hang_finding(run: Run, hung: list[int]) -> Finding:
     waiting = [r for r in hung if "waiting for every worker" in run.last_marks[r]]
     absent = [r for r in range(run.workers) if r not in waiting
               and "MultiWorkerMirroredStrategy() returned" not in _all_marks_text(run, r)]
-    states = "; ".join(f"worker {r}: {'still running' if r in hung else 'ended'}, its last step "
-                       f"'{run.last_marks[r]}'" for r in range(run.workers))
+    states = "; ".join(f"worker {r}: " + (f"still running at {run.where[r]}" if r in hung and run.where.get(r)
+                                          else "still running" if r in hung else "ended")
+                       + f", its last step '{run.last_marks[r]}'" for r in range(run.workers))
     if waiting and absent:
         names = ", ".join(map(str, absent))
         return Finding("FAIL", "hang", f"worker(s) {names} never joined: MultiWorkerMirroredStrategy() waited for "
@@ -600,7 +605,7 @@ def analyse(ref: Run, runs: list[Run], opts: Options) -> list[tuple[str, list[Fi
 # ------------------------------------------------------------------ the command
 def _hosts(run: Run) -> str:
     hosts = [run.reports[r].get("host", "?") for r in sorted(run.reports)]
-    return ", ".join(dict.fromkeys(hosts)) or "?"
+    return ", ".join(dict.fromkeys(hosts)) or "(no worker reported)"
 
 
 def main(opts: Options) -> int:

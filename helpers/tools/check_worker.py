@@ -60,6 +60,29 @@ def mark(text: str) -> None:
         f.write(f"{time.time():.3f} {text}\n")
 
 
+def _watch_where() -> None:
+    """Every second, the line of the script the main thread is on, to where-RANK.txt: a worker
+    ended at the deadline is named with the line it was stuck on (a TensorFlow call that waits in
+    C++ releases the GIL, so this thread runs; the strategy's constructor does not, see marks)."""
+    import linecache
+    import threading
+
+    main_id, script = threading.main_thread().ident, os.path.abspath(_STATE["script"])
+    path, last = os.path.join(_OUT, f"where-{_RANK}.txt"), None
+    while True:
+        time.sleep(1.0)
+        frame = sys._current_frames().get(main_id)
+        while frame is not None and os.path.abspath(frame.f_code.co_filename) != script:
+            frame = frame.f_back
+        if frame is None:
+            continue
+        where = f"{os.path.basename(script)}:{frame.f_lineno} ({linecache.getline(script, frame.f_lineno).strip()})"
+        if where != last:
+            with open(path, "w") as f:
+                f.write(where)
+            last = where
+
+
 def _script_line() -> str:
     """Where in the user's script the current call comes from (file:line)."""
     frame = sys._getframe(1)
@@ -382,6 +405,9 @@ def main(argv: list[str]) -> int:
     sys.argv = [script, *argv[2:]]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     _STATE["running"] = True
+    import threading
+
+    threading.Thread(target=_watch_where, name="check-script-where", daemon=True).start()
     code = 0
     try:
         import runpy
