@@ -591,7 +591,7 @@ def analyse(ref: Run, runs: list[Run], opts: Options) -> list[tuple[str, list[Fi
             batch, sizes_ok = batch_findings(ref, run, opts)
             findings += batch
             coverage, comparable = coverage_findings(ref, run) if sizes_ok else (
-                [Finding("NOT SEEN", "input sharding", "not checked: the batch sizes are wrong (above)")], False)
+                [Finding("NOT SEEN", "input sharding", "not checked: see batch per replica above")], False)
             findings += coverage
             findings += weight_findings(ref, run, comparable, opts)
             findings += identical_findings(run)
