@@ -1,4 +1,4 @@
-"""`python -m helpers ...`: the command line of the course (info, data, train, cluster, bench).
+"""`python -m helpers ...`: the command line of the course (info, data, train, cluster, bench, check-script).
 
 Problems a user can fix end in one line on stderr and exit status 2, never a traceback.
 """
@@ -134,6 +134,25 @@ def build_parser() -> argparse.ArgumentParser:
                          "headers it needs with apt-get)")
     horovod.add_argument("--into", help="directory (default: COURSE_HOROVOD_DIR, else build/horovod)")
 
+    check = sub.add_parser("check-script", help="run your training script small, as 1 and as N workers, and check "
+                           "it: python -m helpers check-script train.py --per-replica-batch-flag --batch -- OPTIONS",
+                           description="Everything after -- goes to your script (its sizes: few steps, small data). "
+                           "Contract and limits: docs/check-your-script.md")
+    check.add_argument("script", help="your training script (.py)")
+    kind = check.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--global-batch-flag", metavar="FLAG", help="your script's option that takes the global batch, e.g. batch-size (or =--batch-size)")
+    kind.add_argument("--per-replica-batch-flag", metavar="FLAG",
+                      help="your script's option that takes the batch of one replica (= one worker here)")
+    check.add_argument("--examples-flag", metavar="FLAG", help="your script's option for the number of training "
+                       "examples: set to one global batch, so every step is a whole epoch (recommended)")
+    check.add_argument("--global-batch", type=_positive, default=12, help="global batch B of every run (default 12)")
+    check.add_argument("--workers", default="2", help="workers of the runs compared with one worker: 2, or 2,3")
+    check.add_argument("--deadline", type=_positive, default=300, help="seconds a run may take before its workers "
+                       "are ended and named (default 300)")
+    check.add_argument("--slurm", action="store_true", help="run the workers as tasks of srun steps (inside an "
+                       "allocation), not as local processes")
+    check.add_argument("--keep", metavar="DIR", help="keep each worker's report in DIR")
+
     results = sub.add_parser("results", help="table of batch training results (e.g. a scaling sweep)")
     results.add_argument("--dir", help="results directory (default: COURSE_OUTPUT_DIR/results)")
 
@@ -147,7 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passed: list[str] = []
+    if argv[:1] == ["check-script"] and "--" in argv:  # the script's own options, untouched
+        cut = argv.index("--")
+        argv, passed = argv[:cut], argv[cut + 1:]
     args = build_parser().parse_args(argv)
+    args.script_args = passed
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads: no INFO lines
     try:
         return _dispatch(args)
@@ -257,6 +282,19 @@ def _dispatch(args) -> int:
         from .horovod_build import build
 
         build(args.into)
+    elif args.command == "check-script":
+        from pathlib import Path
+
+        from .check_script import Options, main as check_main, option_name
+
+        try:
+            workers = [int(n) for n in args.workers.split(",")]
+        except ValueError:
+            raise CourseError(f"--workers {args.workers!r}: give worker counts like 2 or 2,3") from None
+        flag = option_name(args.global_batch_flag or args.per_replica_batch_flag)
+        return check_main(Options(Path(args.script), args.script_args, workers, args.global_batch, flag,
+                                  bool(args.global_batch_flag), option_name(args.examples_flag), float(args.deadline), args.slurm,
+                                  Path(args.keep) if args.keep else None))
     elif args.command == "bench":
         from .bench import main as bench_main
 

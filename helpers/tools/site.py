@@ -28,7 +28,7 @@ from .scrub import scrub_notebooks
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = ("modes-and-data", "slurm", "offering", "gpu-class", "instructor", "troubleshooting", "security", "measured",
-          "from-horovod-or-pytorch", "keras3-fit", "settings", "reviewing-a-lesson")
+          "from-horovod-or-pytorch", "keras3-fit", "settings", "check-your-script", "reviewing-a-lesson")
 # Sphinx warnings that mean a reader would meet a dead end
 BROKEN = re.compile(r"(reference target not found|cross-reference target not found|document isn't included in any "
                     r"toctree|toctree contains reference to nonexisting document|image file not readable|"
