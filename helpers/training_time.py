@@ -127,7 +127,7 @@ def time_lesson(lesson: str, s: Settings, replicas: int = 2) -> Stopwatch:
     work = lesson_work(lesson, s, max(replicas, gpus, 1))
     predicted = seconds(work, gpus, replicas)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
-    trained = ", ".join(f"{w.images:,} images through {w.model}" for w in work) or "no training"
+    trained = ", ".join(f"{w.images:,} images through {w.model}" for w in work) or "none of the course's models trained"
     print(f"{s.mode} mode: {trained}; predicted training time on {where}: {_minutes(predicted)} "
           f"(training only: not start-up, data preparation, a queue or evaluation; helpers.training_time says how)")
     return Stopwatch(lesson, predicted, where)

@@ -7,6 +7,7 @@ so no proof cell can silently stop proving anything.
 """
 
 import math
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -234,13 +235,15 @@ _FLAGGED = {"here": [], "CPU build, 4 GPUs allocated": ["a CPU build"], "CUDA bu
             "CUDA build, sees 4 of 4": []}
 OK["17_software_stack.ipynb"] = {
     "NODES": 2, "lmod_here": True, "use_slurm": False, "ran_stack": True, "loaded": True, "stack": {}, "stack_log": "",
-    "tf_from_module": True, "extras_from_venv": True, "own_package_kept": True, "recommended_route": True,
+    "tf_from_module": True, "keras_from_module": True, "extras_from_venv": True, "own_package_kept": True,
+    "module_einops": "0.8.2", "recommended_route": True,
     "other_python": {"tensorflow": False, "keras": False, "einops": False}, "workers": dict.fromkeys(_VARIANTS, 2),
     "outcomes": {"Keras 3": ["ValueError"], "Keras 3 + fix": ["ok"], "Keras 2 (tf_keras)": ["ok"]},
     "keras_log": "ValueError: Attempt to convert a value (PerReplica:{...})",
     "keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})"] * 2,
     "weights": {"Keras 3": [None], "Keras 3 + fix": ["a"], "Keras 2 (tf_keras)": ["b"]},
     "versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"], "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]},
+    "imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["tf_keras"]},
     "flagged": _FLAGGED, "where": "this machine"}
 
 
@@ -646,8 +649,14 @@ BROKEN: list[tuple[str, dict, str]] = [
                                               "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]}}, "tf_keras only when asked"),
     ("17_software_stack.ipynb", {"tf_from_module": False}, "from the module's environment"),
     ("17_software_stack.ipynb", {"extras_from_venv": False}, "venv on top of the module"),
-    # the module of before (PYTHONPATH): the module's einops shadowed the venv's own
+    # a module on PYTHONPATH (EasyBuild's default): the module's einops shadowed the venv's own
     ("17_software_stack.ipynb", {"own_package_kept": False}, "own einops should win"),
+    # a module with no einops of its own: the venv's einops shadowed nothing
+    ("17_software_stack.ipynb", {"module_einops": None}, "own einops should win"),
+    # the kernel's einops is the venv's stand-in: the module's was never looked at
+    ("17_software_stack.ipynb", {"module_einops": "99.0"}, "own einops should win"),
+    # TensorFlow from the module, Keras from somewhere else (the venv, a user site)
+    ("17_software_stack.ipynb", {"keras_from_module": False}, "from the module's environment"),
     # ... and handed its packages to the system's Python too; no OTHER line at all proves nothing
     ("17_software_stack.ipynb", {"other_python": {"tensorflow": True, "keras": True, "einops": True}}, "should not be handed"),
     ("17_software_stack.ipynb", {"other_python": None}, "should not be handed"),
@@ -663,6 +672,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"],
                                               "Keras 2 (tf_keras)": ["keras 3.15.1"]}}, "tf_keras only when asked"),
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CPU build, 4 GPUs allocated": []}}, "pre-flight should stop"),
+    # tf.keras was tf_keras, but `from tensorflow.keras import` gave Keras 3 (the variable set after the import)
+    ("17_software_stack.ipynb", {"imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["keras"]}},
+     "from tensorflow.keras import should give tf_keras"),
+    ("17_software_stack.ipynb", {"imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["tf_keras"],
+                                              "Keras 2 (tf_keras)": ["tf_keras"]}}, "from tensorflow.keras import should give tf_keras"),
+    # a node that sees 2 of its 4 GPUs let through; a good node stopped
+    ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 2 of 4": []}}, "pre-flight should stop"),
+    ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 4 of 4": ["4 of 4"]}}, "pre-flight should stop"),
     # the log holds PerReplica (another worker's traceback, say) but a Keras 3 worker failed otherwise
     ("17_software_stack.ipynb", {"keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})",
                                                  "ValueError: Invalid reduction dimension 0"]}, "fail without the fix"),
@@ -1146,7 +1163,7 @@ _STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true
 
 @pytest.mark.parametrize("change,match", [
     ({}, None),
-    ({"pythonpath": "/m/lib/python3.11/site-packages",  # the module of before: its packages ahead of the venv's
+    ({"pythonpath": "/m/lib/python3.11/site-packages",  # a module on PYTHONPATH: its packages ahead
       "sys_path": ["/m/lib/python3.11/site-packages", "/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]},
      "recommended"),
     ({"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = false\n"}, "recommended"),  # not the route 17:5 gives
@@ -1181,8 +1198,9 @@ class _Ran:
         program = command[-1]
         if "from tensorflow.keras import" in program:
             keras = self.from_import
-        else:
-            keras = "keras" if program.index("tf.keras") < program.index("TF_USE_LEGACY_KERAS") else "tf_keras"
+        else:  # each attribute (tf.keras, tf.optimizers) follows the value at its own first use
+            attribute = "tf.optimizers" if "tf.optimizers" in program else "tf.keras"
+            keras = "keras" if program.index(attribute) < program.index("TF_USE_LEGACY_KERAS") else "tf_keras"
         return SimpleNamespace(stdout=f"{keras}.src.models.sequential\n", returncode=0)
 
 
@@ -1196,6 +1214,37 @@ def test_lesson_17_solution_1_sees_the_import_path(from_import, match):
     namespace = {"subprocess": _Ran(from_import), "sys": SimpleNamespace(executable="python"),
                  "os": SimpleNamespace(environ={"TF_USE_LEGACY_KERAS": "1"}), "print": lambda *a, **k: None}
     _holds_unless(match, exec, compile(source, "17 solution 1", "exec"), namespace)
+
+
+class _Shell:
+    """subprocess for lesson 17's solution 2: PATH before, with and after the module; the venv's einops
+    in a job after another Python module, without and with `module purge`."""
+
+    def __init__(self, no_purge: str, purge: str):
+        self.no_purge, self.purge = no_purge, purge
+
+    def run(self, command, **kwargs):
+        if "echo $PATH" in command[-1]:
+            return SimpleNamespace(stdout="/usr/bin:/bin\n/m/bin:/usr/bin:/bin\n/usr/bin:/bin\n")
+        return SimpleNamespace(stdout=(self.purge if "module purge" in command[-1] else self.no_purge) + "\n")
+
+
+@pytest.mark.parametrize("no_purge,purge,match", [
+    ("0.1-other", "99.0", None),
+    ("99.0", "99.0", "without module purge"),  # the other module's PYTHONPATH never got ahead: nothing shown
+    ("0.1-other", "0.1-other", "without module purge"),  # module purge did not help
+], ids=["as run", "no shadowing shown", "purge did not help"])
+def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_purge, purge, match):
+    """Solution 2's answer to "what can go wrong": the venv takes another Python module's einops
+    without `module purge`, and its own with it; both must be seen, or the solution fails."""
+    source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                  if c.source.startswith("# Solution 2"))
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    (tmp_path / "modulefiles").mkdir()
+    namespace = {"subprocess": _Shell(no_purge, purge), "sys": SimpleNamespace(prefix="/m"), "os": os,
+                 "lmod_here": True, "job_dir": tmp_path, "modulefiles": tmp_path / "modulefiles", "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
 
 
 def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():

@@ -501,8 +501,8 @@ def test_software_stack_notebook_loads_its_module_on_slurm(slurm, tmp_path, repo
     assert other == [{"tensorflow": False, "keras": False, "einops": False}], stack_text[-2000:]  # the node's system Python
     runs = [json.loads(l[6:]) for l in keras_logs[0].read_text().splitlines() if l.startswith("KERAS ")]
     assert len(runs) == 6 and {r["host"] for r in runs} == {"node1", "node2"}, runs
-    assert sorted((r["module"], r["fit"].split(":")[0]) for r in runs) == sorted(
-        [("keras", "ValueError")] * 2 + [("keras", "ok")] * 2 + [("tf_keras", "ok")] * 2), runs
+    assert sorted((r["module"], r["imported"], r["fit"].split(":")[0]) for r in runs) == sorted(
+        [("keras", "keras", "ValueError")] * 2 + [("keras", "keras", "ok")] * 2 + [("tf_keras", "tf_keras", "ok")] * 2), runs
     assert _squeue_empty(slurm["env"])
     report("lesson 17 on the local Slurm: module tf-hpc-course/2026.11 loaded by Lmod in the job, a venv on top "
            "(EBPYTHONPREFIXES through its .pth; the node's /usr/bin/python3 found none of the module's packages); "

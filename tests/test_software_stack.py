@@ -2,8 +2,9 @@
 
 The modulefile and the job script come from the notebook's own cells; the job script runs in a
 login shell (`bash -l`, as the notebook does where there is Lmod but no Slurm). The module hands
-its packages out through `EBPYTHONPREFIXES` (EasyBuild 5's convention) and the venv reads them
-through a `.pth` file; the same run with the module of before (`PYTHONPATH`) shows what that fixed.
+its packages out through `EBPYTHONPREFIXES` (as EasyBuild's modules do when the centre prefers it, an
+option since EasyBuild 5.0; EasyBuild's default is still `PYTHONPATH`) and the venv reads them
+through a `.pth` file; the same run with a module on `PYTHONPATH` shows what that avoids.
 """
 
 import json
@@ -21,12 +22,12 @@ from tests.test_notebook_programs import written_programs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_software_stack.ipynb"
 LMOD = Path("/usr/share/lmod/lmod/init/bash")
-OLD_LINE = f'prepend_path("PYTHONPATH", "{sysconfig.get_paths()["purelib"]}")'  # the module before EBPYTHONPREFIXES
+OLD_LINE = f'prepend_path("PYTHONPATH", "{sysconfig.get_paths()["purelib"]}")'  # a module on PYTHONPATH (EasyBuild's default)
 
 
-def _cell(starts: str) -> str:
+def _cell(marker: str) -> str:  # the code cell holding `marker`
     return next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
-                if c.cell_type == "code" and c.source.startswith(starts))
+                if c.cell_type == "code" and marker in c.source)
 
 
 def _lmod() -> None:
@@ -40,7 +41,7 @@ def _lmod() -> None:
 
 
 def _run_stack(job_dir: Path, handed_out_by: str) -> tuple[dict, dict | None, str]:
-    """The notebook's modulefile (or the one of before), its extras and stack.sbatch, run in a login shell."""
+    """The notebook's modulefile (or one on PYTHONPATH), its extras and stack.sbatch, run in a login shell."""
     namespace = {"job_dir": job_dir, "sys": sys, "print": lambda *a: None}
     exec(_cell('modulefiles = job_dir / "modulefiles"'), namespace)
     modulefile: Path = namespace["modulefile"]
@@ -67,7 +68,7 @@ def _run_stack(job_dir: Path, handed_out_by: str) -> tuple[dict, dict | None, st
 def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modules(tmp_path, report):
     """EBPYTHONPREFIXES and the venv's .pth: (a) the venv's own einops wins over the module's,
     (b) the system's Python in the same job finds none of the module's packages, (c) the venv's
-    Python finds TensorFlow in the module, after its own site-packages."""
+    Python finds TensorFlow and Keras in the module, after its own site-packages."""
     _lmod()
     if not os.access("/usr/bin/python3", os.X_OK):
         pytest.skip("no /usr/bin/python3: no other Python to check (b) with")
@@ -75,16 +76,18 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     venv = str(tmp_path / "venv")
     assert stack["einops"] == "99.0" and stack["einops_from"].startswith(venv), stack  # (a)
     assert other == {"tensorflow": False, "keras": False, "einops": False}, log[-2000:]  # (b)
-    assert stack["tensorflow_from"].startswith(sys.prefix) and stack["myextras_from"].startswith(venv), stack  # (c)
+    assert stack["tensorflow_from"].startswith(sys.prefix) and stack["keras_from"].startswith(sys.prefix), stack  # (c)
+    assert stack["myextras_from"].startswith(venv), stack
     sites = [p for p in stack["sys_path"] if p.endswith("-packages")]
     assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
 
 
-def test_the_module_of_before_shadowed_the_venv_and_reached_every_python(tmp_path):
-    """The same job with the module of before (prepend_path PYTHONPATH): the module's einops shadows
-    the venv's own, and the system's Python is handed TensorFlow: what EBPYTHONPREFIXES fixed."""
+def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_path):
+    """The same job with a module on PYTHONPATH (prepend_path PYTHONPATH, EasyBuild's default): the
+    module's einops shadows the venv's own, and the system's Python is handed TensorFlow: what
+    EBPYTHONPREFIXES avoids."""
     _lmod()
     if not os.access("/usr/bin/python3", os.X_OK):
         pytest.skip("no /usr/bin/python3: no other Python to check with")
