@@ -278,3 +278,17 @@ def test_lesson_16_worker_reports_a_new_file_order_only_when_its_file_list_is_sh
     report = json.loads((tmp_path / "out" / "worker-0.json").read_text())
     assert [sorted(order) for order in report["orders"]] == [list(range(8))] * 2, report["orders"]
     assert (report["orders"][0] != report["orders"][1]) == shuffle, report["orders"]
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+def test_job_scripts_a_lesson_writes_parse_in_bash(notebook, tmp_path):
+    """Every .sbatch/.sh file a lesson writes parses (`bash -n`): a quote out of place otherwise shows
+    only on a cluster, as the job's first line of output."""
+    import subprocess
+
+    for name, body in written_programs(notebook).items():
+        if name.rstrip('"}').endswith((".sbatch", ".sh")):
+            script = tmp_path / "script"
+            script.write_text(body)
+            parsed = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+            assert parsed.returncode == 0, f"{notebook} {name}: {parsed.stderr}"
