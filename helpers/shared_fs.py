@@ -29,9 +29,10 @@ class SimulatedSharedFS:
         """Where a file really is: a link to the shared files counts as shared."""
         return "shared" if Path(path).resolve().is_relative_to(self.root) else "node-local"
 
-    def records(self, directory: Path, batch: int, batches: int):
+    def records(self, directory: Path, batch: int, batches: int | None = None):
         """`batches` batches of serialized records from the .tfrecord files in `directory`, in file order,
-        repeated as needed; each batch counted where its files are, and made to wait when that is the shared files."""
+        repeated as needed (`batches` None: one pass, every record once); one request at a time, each batch
+        counted where its files are, and made to wait when that is the shared files."""
         import tensorflow as tf
 
         files = sorted(str(p) for p in Path(directory).glob("*.tfrecord"))
@@ -48,7 +49,9 @@ class SimulatedSharedFS:
             with tf.control_dependencies([done]):  # the records come after the wait
                 return tf.identity(records)
 
-        return tf.data.TFRecordDataset(files).repeat().batch(batch).take(batches).map(read)
+        data = tf.data.TFRecordDataset(files)
+        data = data.batch(batch) if batches is None else data.repeat().batch(batch).take(batches)
+        return data.map(read)
 
     def _read(self, place: str, size) -> bool:
         """Count one batch where its files are; on the shared files, wait for its bytes."""

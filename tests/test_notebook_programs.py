@@ -247,3 +247,56 @@ def test_files_a_lesson_writes_import_nothing_from_the_course(notebook):
     `python -m helpers` (the course is not installed where a learner takes them)."""
     uses = {name: course_uses(body) for name, body in written_programs(notebook).items()}
     assert not any(uses.values()), f"{notebook}: {uses}"
+
+
+@pytest.mark.parametrize("shuffle", [True, False], ids=["as written", "shuffle=False"])
+def test_lesson_16_worker_reports_a_new_file_order_only_when_its_file_list_is_shuffled(tmp_path, shuffle):
+    """Notebook 16's read_shards.py as one worker (MWMS alone, no TF_CONFIG) on 8 small files: as written
+    its two passes, one file after the other, report two orders (the same one twice: 1 in 40,320);
+    with sharded_dataset(..., shuffle=False) it reports one order twice, which the lesson's proof fails
+    (`reshuffled`)."""
+    import os
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    programs = written_programs("16_input_at_scale.ipynb")
+    program = programs['"read_shards.py"}']
+    if not shuffle:
+        for call in ('global_batch)  # its file list', "global_batch, cycle_length=1)"):
+            assert program.count(call) == 1, call
+            program = program.replace(call, call.replace("global_batch", "global_batch, shuffle=False"))
+    (tmp_path / "read_shards.py").write_text(program)
+    (tmp_path / "shards.py").write_text(programs['"shards.py"}'])
+    files = tmp_path / "files"
+    files.mkdir()
+    for k in range(8):
+        with tf.io.TFRecordWriter(str(files / f"part-{k}.tfrecord")) as writer:
+            for i in range(k, 32, 8):
+                ints = {"label": 0, "index": i, "shard": k}
+                feature = {n: tf.train.Feature(int64_list=tf.train.Int64List(value=[v])) for n, v in ints.items()}
+                feature["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(32 * 32 * 3)]))
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
+    done = subprocess.run([sys.executable, str(tmp_path / "read_shards.py"), "--files", str(files), "--out",
+                           str(tmp_path / "out"), "--per-replica-batch", "4"], env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "worker-0.json").read_text())
+    assert [sorted(order) for order in report["orders"]] == [list(range(8))] * 2, report["orders"]
+    assert (report["orders"][0] != report["orders"][1]) == shuffle, report["orders"]
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+def test_job_scripts_a_lesson_writes_parse_in_bash(notebook, tmp_path):
+    """Every .sbatch/.sh file a lesson writes parses (`bash -n`): a quote out of place otherwise shows
+    only on a cluster, as the job's first line of output."""
+    import subprocess
+
+    for name, body in written_programs(notebook).items():
+        if name.rstrip('"}').endswith((".sbatch", ".sh")):
+            script = tmp_path / "script"
+            script.write_text(body)
+            parsed = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+            assert parsed.returncode == 0, f"{notebook} {name}: {parsed.stderr}"

@@ -218,10 +218,11 @@ OK["15_models_you_keep.ipynb"] = {
 
 _FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
 _READS = {"shared every epoch": {"shared": [64, 64, 64], "node-local": [0, 0, 0]},
-          "cache(filename=...)": {"shared": [64, 0, 0], "node-local": [0, 0, 0]},
-          "staged": {"shared": [64, 0, 0, 0], "node-local": [0, 64, 64, 64]}}
+          "cache(filename=...)": {"shared": [64, 0, 0], "node-local": "from the cache file (not counted)"},
+          "staged": {"shared": [128, 0, 0, 0], "node-local": [0, 64, 64, 64]}}
 OK["16_input_at_scale.ipynb"] = {
-    "NODES": 2, "STEPS": 64, "TIMED": 64, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES, "expected": _FILES,
+    "NODES": 2, "STEPS": 64, "TIMED": 64, "ALL": 128, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES,
+    "expected": _FILES, "reshuffled": True, "hidden_first": {2: True, 3: True},
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
     "staged_everywhere": {2: True, 3: True}, "read_from": _READS,
@@ -604,14 +605,23 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"files_of": {**_FILES, 2: [[0, 1, 2, 3], [4, 5, 6, 7]]}}, "FILE sharding should give"),
     ("16_input_at_scale.ipynb", {"covered": {2: True, 3: False}}, "disjoint and cover"),
     ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete node-local copy"),
+    # workers whose file lists came in one order on both passes: nothing shows that they shuffled
+    # (read_shards.py with sharded_dataset(..., shuffle=False) reports so)
+    ("16_input_at_scale.ipynb", {"reshuffled": False}, "should be shuffled"),
+    # a job that left the queue before the kernel saw STAGED: nothing was hidden while the workers read
+    ("16_input_at_scale.ipynb", {"hidden_first": {2: True, 3: False}}, "hidden before any worker"),
     # a simulation that never reached the shared files: nothing else the proof says about them means anything
     ("16_input_at_scale.ipynb", {"read_from": {**_READS, "shared every epoch": {"shared": [0, 0, 0],
                                                                                 "node-local": [64, 64, 64]}}},
      "every plain epoch should read the shared"),
     ("16_input_at_scale.ipynb", {"read_from": {**_READS, "cache(filename=...)": {"shared": [64, 64, 64],
-                                                                                 "node-local": [0, 0, 0]}}},
+                                                                                 "node-local": "not counted"}}},
      "first epoch only"),
-    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 64, 0, 0],
+    # a staging that read the timed epoch's batches (COURSE_MAX_STEPS cuts them), not every record
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 0, 0, 0],
+                                                                    "node-local": [0, 64, 64, 64]}}},
+     "every record"),
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [128, 64, 0, 0],
                                                                     "node-local": [0, 0, 64, 64]}}},
      "staging should read"),
     # a staging that read nothing from the shared files (its timing then measures nothing)
@@ -620,11 +630,11 @@ BROKEN: list[tuple[str, dict, str]] = [
      "staging should read"),
     # batches are counted by where their files really are: a staged epoch that reached the shared files
     # (a link to them, say) counts there, not on node-local disk
-    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 0, 0, 64],
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [128, 0, 0, 64],
                                                                     "node-local": [0, 64, 64, 0]}}},
      "staging should read"),
     # staged epochs that read nothing at all (an empty copy, a pipeline cut short) are not "local reads"
-    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [64, 0, 0, 0],
+    ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [128, 0, 0, 0],
                                                                     "node-local": [0, 0, 0, 0]}}},
      "from the node-local copy"),
     # cache() in memory reads the shared file system once too, but leaves no file on node-local disk
@@ -1251,10 +1261,12 @@ def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
     """zip would stop at the shorter pipeline and call a truncated one the same data: it must raise."""
     line = _assignment("16_input_at_scale.ipynb", "same_data")
     batches = [(np.arange(4), np.arange(4)), (np.arange(4, 8), np.arange(4, 8))]
-    same = {"np": np, "ways": {"map, then batch": lambda: iter(batches), "batch, then map": lambda: iter(batches)}}
+    same = {"np": np, "one_pass": None,
+            "ways": {"map, then batch": lambda _: iter(batches), "batch, then map": lambda _: iter(batches)}}
     exec(line, same)
     assert same["same_data"] is True
-    truncated = {"np": np, "ways": {"map, then batch": lambda: iter(batches), "batch, then map": lambda: iter(batches[:1])}}
+    truncated = {"np": np, "one_pass": None,
+                 "ways": {"map, then batch": lambda _: iter(batches), "batch, then map": lambda _: iter(batches[:1])}}
     with pytest.raises(ValueError, match="shorter|longer"):
         exec(line, truncated)
 
@@ -1266,7 +1278,10 @@ def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
     # the "fix" with differently seeded shuffles still clashes
     (("files_of_worker(0, None, False) & files_of_worker(1, None, False)",
       "files_of_worker(0, 1, True) & files_of_worker(1, 2, True)"), "should give each file to one worker"),
-], ids=["as written", "one seed for both", "no fix"])
+    # "one seed everywhere" that is not one seed
+    (("files_of_worker(0, 7, True) & files_of_worker(1, 7, True)",
+      "files_of_worker(0, 7, True) & files_of_worker(1, 8, True)"), "one seed everywhere"),
+], ids=["as written", "one seed for both", "no fix", "one seed, not one"])
 def test_lesson_16_solution_2_fails_when_the_manual_shard_trap_is_not_shown(tmp_path, change, match):
     """Solution 2 lists 8 file names, shuffles them per worker and shards by hand: it must show
     two workers picking one file when their seeds differ, and none when the order is one."""
@@ -1322,15 +1337,115 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
             outcomes.append(SimpleNamespace(output=f"WORKER {rank} read {where}\n"))
         return outcomes
 
-    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
+    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden", "hidden_first": {},
                  "run_local_workers": run_local_workers, "shutil": shutil, "time": time, "json": json, "sys": sys}
     exec(_function("16_input_at_scale.ipynb", "read_on"), namespace)
     if reads == "its copy":
         assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
+        assert namespace["hidden_first"] == {2: True}
     else:
         with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
             namespace["read_on"](2)
     assert sorted(p.name for p in shared.iterdir()) == ["part-0.tfrecord", "part-1.tfrecord"], "shared restored"
+
+
+@pytest.mark.parametrize("seen", ["staged, no report yet", "gone before the kernel looked", "reports before STAGED"])
+def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_report(tmp_path, seen):
+    """On Slurm the kernel hides the shared directory when the job's log says STAGED: only a job seen
+    in the queue with STAGED in its log and no worker report yet counts as hidden first; a job that
+    left the queue before the kernel looked, or whose workers reported first, must not."""
+    import os
+    import sys
+    import time
+
+    shared, out = tmp_path / "shared", tmp_path / "run-2"
+    shared.mkdir()
+    out.mkdir()
+    log = tmp_path / "tf-shards-7.out"
+    log.write_text("STAGED 2 nodes 5 ms\n")
+    if seen == "reports before STAGED":
+        (out / "worker-0.json").write_text("{}")
+    polls = []
+
+    def run(argv, **kwargs):  # sbatch answers job 7; squeue shows it once (or never), then it is gone
+        if argv[0] == "squeue":
+            polls.append(shared.exists())
+            queued = seen != "gone before the kernel looked" and len(polls) == 1
+            return SimpleNamespace(stdout="7\n" if queued else "", stderr="", returncode=0)
+        return SimpleNamespace(stdout="7\n", stderr="", returncode=0)
+
+    namespace = {"os": os, "sys": sys, "time": time, "subprocess": SimpleNamespace(run=run), "added": [], "NODES": 2,
+                 "job_environment": lambda extra: {}, "job_dir": tmp_path, "shared": shared,
+                 "hidden": tmp_path / "shared-hidden", "hidden_first": {2: False}}
+    exec(_function("16_input_at_scale.ipynb", "run_job"), namespace)
+    assert "STAGED" in namespace["run_job"](2, out)
+    assert namespace["hidden_first"] == {2: seen == "staged, no report yet"}, (seen, namespace["hidden_first"])
+
+
+@pytest.mark.parametrize("where,held", [("its copy", True), ("the shared directory", False),
+                                        ("a link to it", False), ("a bind mount of it", False)])
+def test_lesson_16_a_copy_is_told_from_the_shared_directory_by_path_and_by_inode(tmp_path, where, held):
+    """staged_everywhere compares the resolved path and the device and inode a worker reports with
+    the shared directory's: a link to it, or the same directory under another name (a bind mount,
+    here a report with another path and the shared directory's inode), is not a copy."""
+    import os
+
+    shared, copy = tmp_path / "shared", tmp_path / "copy"
+    shared.mkdir(), copy.mkdir()
+    (tmp_path / "link").symlink_to(shared)
+    path = {"its copy": copy, "the shared directory": shared, "a link to it": tmp_path / "link",
+            "a bind mount of it": copy}[where]
+    stat = os.stat(shared if where == "a bind mount of it" else path)
+    report = {"read_from": os.path.realpath(path), "read_from_id": [stat.st_dev, stat.st_ino], "files_there": ["a"] * 8}
+    namespace = {"os": os, "shared": shared, "SHARDS": 8, "reports": {2: [report]}}
+    exec(_assignment("16_input_at_scale.ipynb", "shared_id"), namespace)
+    exec(_assignment("16_input_at_scale.ipynb", "staged_everywhere"), namespace)
+    assert namespace["staged_everywhere"] == {2: held}
+
+
+def _lesson_16_shards(directory: Path, train_size: int, file_of) -> dict:
+    """`train_size` records as lesson 16 writes them, example i into file file_of(i) of 8; shards.py's names."""
+    import tensorflow as tf
+
+    from tests.test_notebook_programs import written_programs
+
+    directory.mkdir()
+    writers = [tf.io.TFRecordWriter(str(directory / f"cifar10-train-{k:05d}-of-00008.tfrecord")) for k in range(8)]
+    for i in range(train_size):
+        ints = {"label": 0, "index": i, "shard": file_of(i)}
+        feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=[v])) for name, v in ints.items()}
+        feature["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(32 * 32 * 3)]))
+        writers[file_of(i)].write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    for writer in writers:
+        writer.close()
+    shards = {}
+    exec(written_programs("16_input_at_scale.ipynb")['"shards.py"}'], shards)
+    return shards
+
+
+@pytest.mark.parametrize("layout,change,match", [
+    ("round-robin", None, None),
+    # the same counts per file (256 each), other examples: the count alone would not see it
+    ("contiguous blocks", None, "should hold the examples"),
+    # list_files' default shuffle: shard(3, 2) takes files of a random order
+    ("round-robin", ("shuffle=False)", "shuffle=True, seed=1)"), "should read the files"),
+], ids=["as written", "blocks", "shuffled list"])
+def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, change, match):
+    """Solution 1 names worker 2's files and reads the examples really in them: files written in
+    contiguous blocks (each file 256 of 2,048, like round-robin) or a shuffled file list must fail it."""
+    import tensorflow as tf
+
+    file_of = (lambda i: i % 8) if layout == "round-robin" else (lambda i: i // 256)
+    shards = _lesson_16_shards(tmp_path / "shared", 2048, file_of)
+    source = _solution("16_input_at_scale.ipynb", 1)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"tf": tf, "shared": tmp_path / "shared", "SHARDS": 8, "train_size": 2048,
+                 "parse_batch": shards["parse_batch"], "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "16 solution 1", "exec"), namespace)
+    if match is None:
+        assert len(namespace["indices"]) == 512
 
 
 def test_the_mutants_drop_each_operand_each_link_and_each_raise():

@@ -35,6 +35,13 @@ def test_records_come_in_file_order_and_repeat_to_the_batches_asked_for(tmp_path
     assert sizes == [4, 4, 4]  # 6 records, repeated to 3 batches of 4
 
 
+def test_without_a_count_of_batches_records_are_one_pass_every_record_once(tmp_path):
+    shared = _files(tmp_path / "shared", n=2, records=3)
+    fs = SimulatedSharedFS(shared, mb_s=1e6, latency_ms=0.0)
+    sizes = [len(batch) for batch in fs.records(shared, 4).as_numpy_iterator()]
+    assert sizes == [4, 2] and fs.batches == {"shared": 2, "node-local": 0}, (sizes, fs.batches)  # 6 records, once
+
+
 def test_a_directory_without_tfrecord_files_is_a_one_line_error(tmp_path):
     with pytest.raises(CourseError, match="no .tfrecord file"):
         SimulatedSharedFS(tmp_path, 1.0, 1.0).records(tmp_path, 4, 1)
