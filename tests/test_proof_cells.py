@@ -50,7 +50,7 @@ class _Sizes:
 OK: dict[str, dict] = {
     "00_environment.ipynb": {
         "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="SYNTHETIC"),
-        "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick"),
+        "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
         "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
     "01_mirrored_strategy.ipynb": {
         "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07},
@@ -252,6 +252,17 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("00_environment.ipynb", {"labels": [1, 2, 3]}, "all ten classes"),
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=16, synthetic=True, label="x")}, "smaller than one batch"),
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=False, label="x")}, "synthetic"),
+    # 40 images: more than one per-replica batch, less than the mode's 2048 it would train on
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=40, synthetic=True, label="x")}, "smaller than one batch"),
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=1024, synthetic=True, label="x")}, "fewer than the mode"),
+    # workshop mode (every image, batch 128) on a split that does not fill one global batch of 2 replicas
+    ("00_environment.ipynb", {"settings": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
+                                                          train_examples=None),
+                              "dataset": SimpleNamespace(train_size=200, synthetic=False, label="x")}, "smaller than one batch"),
+    # workshop mode pointed (COURSE_DATA_DIR) at the synthetic data
+    ("00_environment.ipynb", {"settings": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
+                                                          train_examples=None),
+                              "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="x")}, "needs real CIFAR-10"),
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
     ("01_mirrored_strategy.ipynb", {"updated_gap": 1e-3}, "differ between replicas"),
     ("01_mirrored_strategy.ipynb", {"moving_gap": 0.0}, "moving statistics should differ"),
