@@ -662,8 +662,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("14_predicting_scaling.ipynb", {"packed_ratio": 0.3}, "packed step"),
     ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
     ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),
-    # a model whose all-reduce is 20x the compute, over-predicting the step 3x
-    ("14_predicting_scaling.ipynb", {"ratio": 0.3, "compute_only": 6.0}, "measure again"),
+    ("14_predicting_scaling.ipynb", {"ratio": 0.3}, "measure again"),
     ("14_predicting_scaling.ipynb", {"overlap": 0.7}, "not the measured"),  # an assumed overlap, not the packs'
     ("14_predicting_scaling.ipynb", {"overlap": -0.08}, "not the measured"),  # a negative share taken as it is
     ("14_predicting_scaling.ipynb", {"packed_ratio": 2.4}, "packed step"),
@@ -687,8 +686,8 @@ BROKEN: list[tuple[str, dict, str]] = [
      "auto-clustering"),
     # a ring formula that ignored N (message_bytes / bandwidth): equal at N=2, where it was fitted and measured
     ("14_predicting_scaling.ipynb", {"growth": 1.0}, "1.75x as much"),
-    # the model within 2x of the measured step, but compute alone is closer: the all-reduce term explains nothing
-    ("14_predicting_scaling.ipynb", {"ratio": 1.8, "compute_only": 1.2}, "no closer"),
+    # a real step no slower than the compute alone: nothing was all-reduced, whatever the model says
+    ("14_predicting_scaling.ipynb", {"ratio": 0.55, "compute_only": 0.98}, "cost more than the compute"),
 ]
 
 
