@@ -34,7 +34,7 @@ def allreduce_seconds(strategy, elements: int, repeats: int = 5) -> float:
 
     x = tf.ones([elements], tf.float32)
 
-    @tf.function
+    @tf.function(jit_compile=False)  # the all-reduce alone: TF_FUNCTION_JIT_COMPILE_DEFAULT=true would give it XLA
     def step():
         return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", x))
 

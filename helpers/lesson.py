@@ -153,7 +153,9 @@ def make_train_step(strategy, model: keras.Model, optimizer, global_batch: int, 
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # unscales if scaled
         return loss, correct_predictions(labels, logits)
 
-    @tf.function
+    # jit_compile explicit (notebook 04 writes the bare decorator): TF_FUNCTION_JIT_COMPILE_DEFAULT=true would
+    # give a step left at None XLA, while `helpers train` and the bench report it ran without
+    @tf.function(jit_compile=False)
     def train_step(batch):
         loss, correct = strategy.run(replica_step, args=batch)
         return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
@@ -171,7 +173,7 @@ def make_eval_step(strategy, model: keras.Model):
         return (tf.reduce_sum(loss_object(labels, logits) * weights),
                 correct_predictions(labels, logits, weights), tf.reduce_sum(weights))
 
-    @tf.function
+    @tf.function(jit_compile=False)  # as train_step
     def eval_step(batch):
         sums = strategy.run(replica_step, args=batch)
         return tuple(strategy.reduce(tf.distribute.ReduceOp.SUM, s, axis=None) for s in sums)

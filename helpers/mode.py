@@ -9,11 +9,13 @@
 otherwise (full only when asked), so the same notebook runs unchanged on a laptop, in CI and on a
 GPU node. Notebooks read every size from `mode_settings()`; none branches on the mode.
 
-Two overrides a trainer sets once for a whole class (they reach every lesson, batch jobs too):
-- `COURSE_EPOCHS=N`: every training in every lesson runs N epochs (lessons that need more to show
-  their point say so, e.g. lesson 06 keeps one epoch to lose after one to keep);
-- `COURSE_MAX_STEPS=N`: no epoch of any training (nor any evaluation) takes more than N steps (the data stays full
-  size: only how much of it an epoch reads shrinks), a budget for slow hardware; the tests run
+Two overrides a trainer sets once for a whole class (they reach the lessons and batch jobs):
+- `COURSE_EPOCHS=N`: the lessons' trainings run N epochs (lessons that need more to show their
+  point say so: lesson 06 keeps one epoch to lose after one to keep, lesson 15 at least 3; lessons
+  that time or trace a fixed number of steps, 07, 09, 14 and 17's checks, keep them);
+- `COURSE_MAX_STEPS=N`: no epoch of the lessons' trainings (nor their evaluations) takes more than N steps
+  (the data stays full size: only how much of it an epoch reads shrinks; lesson 12 keeps at least 40, the
+  fixed-step lessons above keep theirs), a budget for slow hardware; the tests run
   workshop and full mode at 50,000 images on a CPU with it.
 """
 

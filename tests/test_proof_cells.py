@@ -51,7 +51,7 @@ class _Sizes:
 OK: dict[str, dict] = {
     "00_environment.ipynb": {
         "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="SYNTHETIC"),
-        "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick"),
+        "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
         "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
     "01_mirrored_strategy.ipynb": {
         "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07},
@@ -95,7 +95,7 @@ def _point(label, replicas, agree=True):
     point of `replicas` workers with one replica each, started as `replicas` workers."""
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
-            "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False,
+            "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "auto_jit": "",
             **({"workers": replicas, "started": replicas} if multi else {})}
 
 
@@ -103,7 +103,8 @@ OK["07_scaling_performance.ipynb"] = {
     "points": [_point("MirroredStrategy", 1), _point("MirroredStrategy", 2), _point("MultiWorkerMirroredStrategy", 2)],
     "per_replica": 32, "STEPS": 10,
     "in_steps": {("MirroredStrategy", 1): 0.97, ("MirroredStrategy", 2): 0.95, ("MultiWorkerMirroredStrategy", 2): 0.99},
-    "jit": {("MirroredStrategy", 1): False, ("MirroredStrategy", 2): False, ("MultiWorkerMirroredStrategy", 2): False}}
+    "jit": {("MirroredStrategy", 1): False, ("MirroredStrategy", 2): False, ("MultiWorkerMirroredStrategy", 2): False},
+    "clustering": {("MirroredStrategy", 1): "", ("MirroredStrategy", 2): "", ("MultiWorkerMirroredStrategy", 2): ""}}
 
 
 def _plan(rank: int, host: str) -> dict:
@@ -193,9 +194,11 @@ _LEVERS = {"as it is: batch 64, float32 gradients, no overlap": 0.31, "per-GPU b
            "TF32 instead of mixed precision (909 images/s: slower GPUs)": 0.54,
            "batch 256 + float16 gradients + 70% overlap": 0.92}
 _XLA = {"alone": False, **{f"engine {i}, {step}": False for i in (0, 1) for step in
-                           ("together", "distributed, 0 bytes per pack", "distributed, 4194304 bytes per pack")}}
+                           ("together", "distributed, 0 bytes per pack", "distributed, 4194304 bytes per pack",
+                            "all-reduce probe")}}
 OK["14_predicting_scaling.ipynb"] = {
-    "compute_s": 0.06, "allreduce_s": 0.066, "predicted_s": 0.126, "ratio": 1.3,
+    "compute_s": 0.06, "allreduce_s": 0.066, "predicted_s": 0.126, "ratio": 1.3, "compute_only": 2.73, "growth": 1.75,
+    "clustering": {"kernel": "", "engine 0": "", "engine 1": ""},
     "overlap_seen": -0.08, "overlap": 0.0, "packed_ratio": 1.4,
     "times": {1_000_000: 0.009, 4_000_000: 0.02, 16_000_000: 0.064},
     "projection": {(64, "a"): {1: 1.0, 2: 0.87, 8: 0.79}, (64, "b"): {1: 1.0, 2: 0.44}},
@@ -256,6 +259,17 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("00_environment.ipynb", {"labels": [1, 2, 3]}, "all ten classes"),
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=16, synthetic=True, label="x")}, "smaller than one batch"),
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=False, label="x")}, "synthetic"),
+    # 40 images: more than one per-replica batch, less than the mode's 2048 it would train on
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=40, synthetic=True, label="x")}, "smaller than one batch"),
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=1024, synthetic=True, label="x")}, "fewer than the mode"),
+    # workshop mode (every image, batch 128) on a split that does not fill one global batch of 2 replicas
+    ("00_environment.ipynb", {"settings": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
+                                                          train_examples=None),
+                              "dataset": SimpleNamespace(train_size=200, synthetic=False, label="x")}, "smaller than one batch"),
+    # workshop mode pointed (COURSE_DATA_DIR) at the synthetic data
+    ("00_environment.ipynb", {"settings": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
+                                                          train_examples=None),
+                              "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="x")}, "needs real CIFAR-10"),
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
     ("01_mirrored_strategy.ipynb", {"updated_gap": 1e-3}, "differ between replicas"),
     ("01_mirrored_strategy.ipynb", {"moving_gap": 0.0}, "moving statistics should differ"),
@@ -402,9 +416,13 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                    ("MirroredStrategy", 2): 1.3}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1), _point("MultiWorkerMirroredStrategy", 2, agree=False)]},
      "weights differ"),
-    # the 1-replica baseline left at jit_compile="auto" on a GPU without a strategy: XLA there, not under the strategies
+    # one configuration measured with jit_compile=True (the measure() default changed, or the argument passed)
     ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MirroredStrategy", 1): True}},
      "without XLA"),
+    # every configuration asked for jit_compile=False, but the workers ran with TF_XLA_FLAGS=--tf_xla_auto_jit=2
+    ("07_scaling_performance.ipynb", {"clustering": {**OK["07_scaling_performance.ipynb"]["clustering"],
+                                                     ("MultiWorkerMirroredStrategy", 2): "--tf_xla_auto_jit=2"}},
+     "auto-clustering"),
     # the same value everywhere, but XLA: under a strategy over 2 logical CPUs it fails (tests/test_gpu_paths.py)
     ("07_scaling_performance.ipynb", {"jit": dict.fromkeys(OK["07_scaling_performance.ipynb"]["jit"], True)},
      "without XLA"),
@@ -716,6 +734,16 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("14_predicting_scaling.ipynb", {"xla": {**_XLA, "engine 1, distributed, 0 bytes per pack": True}}, "without XLA"),
     # a step whose jit_compile was left at the default (its graph carries no _XlaMustCompile)
     ("14_predicting_scaling.ipynb", {"xla": {**_XLA, "alone": None}}, "without XLA"),
+    # the all-reduce probe left at @tf.function under TF_FUNCTION_JIT_COMPILE_DEFAULT=true: compiled by XLA
+    ("14_predicting_scaling.ipynb", {"xla": {**_XLA, "engine 0, all-reduce probe": True}}, "without XLA"),
+    # every step reads jit_compile=False, but one engine ran with TF_XLA_FLAGS=--tf_xla_auto_jit=2: XLA compiled it anyway
+    ("14_predicting_scaling.ipynb", {"clustering": {"kernel": "", "engine 0": "",
+                                                    "engine 1": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}},
+     "auto-clustering"),
+    # a ring formula that ignored N (message_bytes / bandwidth): equal at N=2, where it was fitted and measured
+    ("14_predicting_scaling.ipynb", {"growth": 1.0}, "1.75x as much"),
+    # a real step no slower than the compute alone: nothing was all-reduced, whatever the model says
+    ("14_predicting_scaling.ipynb", {"ratio": 0.55, "compute_only": 0.98}, "cost more than the compute"),
 ]
 
 
@@ -997,12 +1025,15 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
     _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
-@pytest.mark.parametrize("baseline_jit,match", [(False, None), (True, "without XLA")])
-def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, match):
-    """From the runs' own results: a 1-replica baseline that Keras ran with XLA (as jit_compile="auto"
-    does for one GPU without a strategy) must fail the proof through the gathering cell."""
-    raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit}, _timed("MirroredStrategy", 2),
-                      _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
+@pytest.mark.parametrize("baseline_jit,auto_jit,match", [(False, "", None), (True, "", "without XLA"),
+                                                         (False, "--tf_xla_auto_jit=2", "auto-clustering")])
+def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, auto_jit, match):
+    """From the runs' own results: a 1-replica baseline that Keras ran with XLA, or one whose process
+    had XLA's auto-clustering on (jit_compile=False then compiles anyway), must fail the proof
+    through the gathering cell."""
+    raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit, "auto_jit": auto_jit},
+                      _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
+           "per_replica": 32, "STEPS": 10}
     _holds_unless(match, _gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 

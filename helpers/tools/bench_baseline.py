@@ -58,7 +58,7 @@ def main() -> None:
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         optimizer = model.optimizer
 
-        @tf.function
+        @tf.function(jit_compile=False)  # explicit, as reported: TF_FUNCTION_JIT_COMPILE_DEFAULT=true would give it XLA
         def train_step(images, labels):
             with tf.GradientTape() as tape:
                 logits = model(images, training=True)
