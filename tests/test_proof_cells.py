@@ -134,11 +134,13 @@ _RUNS = {f"batch 32{s}": None for s in ("",)} | {f"batch 512, {s}": None for s i
                                                    ("same rate", "linear, no warm-up", "linear + warm-up", "sqrt + warm-up")}
 OK["10_large_batches.ipynb"] = {
     "runs": _RUNS, "base_lr": 0.025, "FACTOR": 16, "count": 2048, "per_epoch": 2048, "SMALL": 32, "large": 512,
-    "rates": {"start": 0.025, "after warm-up": 0.4, "end": 0.0, "sqrt peak": 0.1},
+    "rates": {"start": 0.025, "after warm-up": 0.4, "sqrt peak": 0.1},  # as the optimizers took them
     "final": {"batch 32": 0.07, "batch 512, same rate": 1.4, "batch 512, linear, no warm-up": 0.7,
               "batch 512, linear + warm-up": 0.1, "batch 512, sqrt + warm-up": 0.67},
-    # each step's loss; without warm-up the third step spikes above the start (2.31) and ln 10
-    "step_loss": {"batch 512, linear, no warm-up": [2.31, 2.25, 5.2, 3.0, 2.1] + [1.0] * 19}, "uniform_guess": math.log(10),
+    # each step's loss, from a start above ln 10 as the runs measure it (3.20): without warm-up the third
+    # step spikes above the start, with warm-up no step does
+    "step_loss": {"batch 512, linear, no warm-up": [3.2, 3.1, 5.2, 3.0, 2.1] + [1.0] * 19,
+                  "batch 512, linear + warm-up": [3.2, 2.9, 2.6, 2.3, 2.0] + [1.0] * 19},
     "during_warmup": {"batch 32": 2.1, "batch 512, same rate": 2.28, "batch 512, linear, no warm-up": 3.0,
                       "batch 512, linear + warm-up": 2.26, "batch 512, sqrt + warm-up": 2.27},
     "epochs": 6, "iterations": {"batch 32": 384, **{n: 24 for n in _RUNS if n != "batch 32"}},
@@ -210,12 +212,15 @@ OK["14_predicting_scaling.ipynb"] = {
 _SAVED = [True, True, True, False]  # written after epochs 0-2; epoch 3 (the staged 20x learning rate) is worse
 OK["15_models_you_keep.ipynb"] = {
     "val_loss": [2.0, 1.8, 1.7, 3.5], "improved": [0, 1, 2], "best_epoch": 2, "saved": [_SAVED, _SAVED],
-    "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "chiefs": [True, False], "kept_on": [True, False],
+    "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "histories": [{"val_loss": [2.0, 1.8, 1.7, 3.5]}] * 2,
+    "checkpoint_best": [1.7, 1.7], "in_models": ["15_best.keras"], "shared_elsewhere": [],
+    "mirrored_replicas": 3, "worker_replicas": 2, "stored_jit": False,
     "on_read": [{"in the file": [], "metrics": ["loss/total", "loss/count"]}] * 2, "served_keras": False,
     "differences": {"no strategy": 0.0, "OneDeviceStrategy": 0.0, "MirroredStrategy, 3 replicas": 2e-7,
                     "exported, served": 3e-7},
     "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002},
-    "tf32_on": {"workers": False, "here": False, "serving program": False}, "prediction_tolerance": 16 * 2**-24, "loss_tolerance": 2 * 12 * 2**-24,  # on CPUs, 384 images in batches of 32
+    "tf32_on": {"workers": False, "here": False, "serving program": False}, "prediction_tolerance": 16 * 2**-24,
+    "loss_tolerance": 2 * (96 + 12 + 2) * 2**-24,  # on CPUs: 384 images, batches of 32 per replica, 96 here
     "jit": {"no strategy": False, "OneDeviceStrategy": False, "MirroredStrategy, 3 replicas": False}}
 
 
@@ -474,7 +479,6 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("09_monitoring.ipynb", {"served_runs": ["healthy/train"]}, "TensorBoard served"),  # one run's logs missing
     ("10_large_batches.ipynb", _lb("rates", **{"after warm-up": 0.1}), "linear warm-up"),
     ("10_large_batches.ipynb", _lb("rates", start=0.4), "linear warm-up"),
-    ("10_large_batches.ipynb", _lb("rates", end=0.1), "decay"),
     # the square-root schedule peaking at the linear rate (sqrt(16) x 0.025 = 0.1, not 0.4)
     ("10_large_batches.ipynb", _lb("rates", **{"sqrt peak": 0.4}), "sqrt peak"),
     # the small batch trained fewer updates than 16x the large one's (an epoch cut short)
@@ -488,12 +492,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     # half the gap (1.4 - 0.07) left, either side of the small batch: "most" is more than half
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 0.07 + 1.33 / 2}), "close most of the gap"),
     ("10_large_batches.ipynb", _lb("final", **{"batch 32": 0.8, "batch 512, linear + warm-up": 0.1}), "close most"),
-    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [2.31, 2.2, 2.0, 1.5]}),
+    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [3.2, 3.1, 2.9, 1.5]}),
      "rise above its start"),
-    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [2.6, 2.4, 2.5, 1.5]}),
-     "rise above its start"),  # above ln 10 all along, never above its start
-    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [2.0, 2.2, 1.5]}),
-     "rise above its start"),  # above its start, never above ln 10
+    # the warm-up's run rising above its start too: the rise would not be warm-up's absence
+    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 2.9, 3.4, 1.5]}),
+     "with warm-up no step"),
     ("10_large_batches.ipynb", _lb("during_warmup", **{"batch 512, linear, no warm-up": 2.2}), "warm-up's steps"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", runs=[0])), "one resumed run"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
@@ -587,18 +590,27 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 0.02, "weights": 7e-9, "recipe": 1.5e-6}},
      "Horovod's own run"),
     ("15_models_you_keep.ipynb", {"saved": [_SAVED, [True, True, False, False]]}, "same epochs"),
+    # each worker validated on its own shard alone: the same epochs saved, other losses
+    ("15_models_you_keep.ipynb", {"histories": [{"val_loss": [2.0, 1.8, 1.7, 3.5]}, {"val_loss": [2.1, 1.9, 1.6, 3.4]}]},
+     "chief's val_loss"),
     ("15_models_you_keep.ipynb", {"saved": [[True] * 4] * 2}, "written exactly when"),  # saved every epoch
     ("15_models_you_keep.ipynb", {"val_loss": [2.0, 1.8, 1.7, 1.6], "improved": [0, 1, 2, 3], "best_epoch": 3,
-                                  "saved": [[True] * 4] * 2, "file_digest": "d", "losses": {"no strategy": 1.6}},
+                                  "saved": [[True] * 4] * 2, "file_digest": "d", "losses": {"no strategy": 1.6},
+                                  "histories": [{"val_loss": [2.0, 1.8, 1.7, 1.6]}] * 2, "checkpoint_best": [1.6, 1.6]},
      "not the \\(staged\\) last"),
     ("15_models_you_keep.ipynb", {"file_digest": "d"}, "weights of the best epoch"),  # the last epoch's file
-    # an earlier improvement kept as "best" (and its file): not the last improvement of val_loss
-    ("15_models_you_keep.ipynb", {"best_epoch": 1, "file_digest": "b",
-                                  "losses": dict.fromkeys(OK["15_models_you_keep.ipynb"]["losses"], 1.8)}, "last improvement"),
-    # each worker reports its own disk: a copy left on a non-chief worker, or the chief's file gone
-    ("15_models_you_keep.ipynb", {"kept_on": [True, True]}, "only the chief's file"),
-    ("15_models_you_keep.ipynb", {"kept_on": [False, False]}, "only the chief's file"),
-    ("15_models_you_keep.ipynb", {"chiefs": [True, False, False], "kept_on": [True, False, True]}, "only the chief's file"),
+    # a worker's ModelCheckpoint that ended with another best (its own val_loss, or an earlier epoch's)
+    ("15_models_you_keep.ipynb", {"checkpoint_best": [1.7, 1.8]}, "checkpoint's best"),
+    # the shared models/ directory seen from the kernel: a second file left, the chief's file gone, or a
+    # non-chief worker that wrote under the output directory (one path for two writers)
+    ("15_models_you_keep.ipynb", {"in_models": ["15_best.keras", "15_best_1.keras"]}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"in_models": []}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"shared_elsewhere": ["build/models/15_best.keras"]}, "only the chief's file"),
+    # N_ENGINES=3 with 3 CPU replicas here: "another replica count" would be false
+    ("15_models_you_keep.ipynb", {"mirrored_replicas": 2}, "another replica count"),
+    # the model compiled with jit_compile="auto" and the file storing it so
+    ("15_models_you_keep.ipynb", {"stored_jit": "auto"}, "float32 without XLA"),
+    ("15_models_you_keep.ipynb", {"stored_jit": True}, "float32 without XLA"),
     # a sync-on-read variable in the file (its read would all-reduce), or a check that sees none at all
     ("15_models_you_keep.ipynb", {"on_read": [{"in the file": [], "metrics": ["loss/total"]},
                                              {"in the file": ["bn/moving_mean"], "metrics": ["loss/total"]}]},
@@ -617,7 +629,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     # on CPUs the copies agree to float32 rounding (0.0 measured): 1e-5, which the old 1e-4 let through, fails
     ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "MirroredStrategy, 3 replicas": 1e-5}},
      "predicts differently"),
-    ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.70002}},
+    ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.7001}},
      "best epoch's val_loss"),
     ("16_input_at_scale.ipynb", {"reports": {2: [{}], 3: [{}, {}, {}]}}, "not every worker reported"),
     ("16_input_at_scale.ipynb", {"files_of": {**_FILES, 2: [[0, 1, 2, 3], [4, 5, 6, 7]]}}, "FILE sharding should give"),
