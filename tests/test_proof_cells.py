@@ -850,6 +850,20 @@ def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
         "fit, warned": got, "custom, never warned": {**reference, "final": ["u"]}, "fit, never warned": reference}})
 
 
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # a callback that never stops fit: the default deletes the backup at the end and False keeps it, as after a
+    # stop, so the backup alone cannot tell; the optimizer's 8 steps instead of 3 do
+    (("self.model.stop_training = batch >= 2", "self.model.stop_training = False"), ""),
+], ids=["as written", "never stopped"])
+def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
+    source = _solution("11_checkpoints_requeue.ipynb", 1)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    _holds_unless(match, exec, compile(source, "11 solution 1", "exec"), {"print": lambda *a, **k: None})
+
+
 @pytest.mark.parametrize("name,one_replica", [
     ("01_mirrored_strategy.ipynb", {"strategy": _strategy(1), "copies": {1}, "moving_gap": 0.0}),
     ("02_input_pipelines.ipynb", {"per_replica": [list(range(8))], "from_fn_per_replica": [list(range(8))]}),
