@@ -143,15 +143,17 @@ def _two_workers(program: Path, args: list[str], logs: Path, signal_rank1_after_
              "tail": out.read_text()[-2000:]} for p, out in zip(procs, outs)]
 
 
-def test_preemption_handler_stops_every_worker_at_one_step_when_only_one_is_signalled(prepared_dir, tmp_path, report):
-    """Notebook 11's handler loop under MultiWorkerMirroredStrategy with 2 local workers: worker 1 alone
-    gets SIGUSR1; PreemptionCheckpointHandler (its watcher reads the program's note) has both workers save at
-    the same step, with the same weights, and exit with the requeue status; a second run resumes there and
-    both finish with identical weights."""
+@pytest.mark.parametrize("loop", ["handler", "custom"])
+def test_every_worker_stops_at_one_step_when_only_one_is_signalled(loop, prepared_dir, tmp_path, report):
+    """Notebook 11's handler loop and custom loop under MultiWorkerMirroredStrategy with 2 local workers:
+    worker 1 alone gets SIGUSR1; PreemptionCheckpointHandler (its watcher reads the program's note), or the
+    custom loop's all-reduce of the notes at each checkpoint, has both workers save at the same step, with
+    the same weights, and exit with the requeue status; a second run resumes there and both finish with
+    identical weights."""
     source = written_program("11_checkpoints_requeue.ipynb", "{program}")
     program = tmp_path / "train_requeue.py"
     program.write_text(source)
-    args = ["--loop", "handler", "--data-dir", str(prepared_dir), "--state", str(tmp_path / "state"), "--epochs", "2",
+    args = ["--loop", loop, "--data-dir", str(prepared_dir), "--state", str(tmp_path / "state"), "--epochs", "2",
             "--per-replica-batch", "16"]
     first_logs, second_logs = tmp_path / "first", tmp_path / "second"
     first_logs.mkdir(), second_logs.mkdir()
@@ -170,7 +172,7 @@ def test_preemption_handler_stops_every_worker_at_one_step_when_only_one_is_sign
     plan = next(e for e in first[0]["events"] if e["event"] == "plan")
     assert 0 < saves[0]["step"] < plan["steps"], (saves, plan)
     assert ends[0]["weights"] == ends[1]["weights"] and ends[0]["iterations"] == ends[1]["iterations"] == plan["steps"], ends
-    report(f"lesson 11 handler, 2 MWMS workers, SIGUSR1 to worker 1 only (after its checkpoint at step "
+    report(f"lesson 11 {loop} loop, 2 MWMS workers, SIGUSR1 to worker 1 only (after its checkpoint at step "
            f"{plan['save_every']}): both saved and stopped at step {saves[0]['step']} (status 3), resumed there, "
            f"finished at step {ends[0]['iterations']} of {plan['steps']} with identical weights")
 
