@@ -503,7 +503,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"stopped at": ["s", "t"]})),
      "none differing"),
-    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"saved before stop": "r"})), "no work lost"),
+    ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"saved before stop": "r"})), "right after it"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"resumed from": ["init"]})),
      "checkpoint's weights"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", {**_requeued("u"), "final": ["u", "v"]}), "finished with different"),
@@ -557,7 +557,6 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"stopped ranks": [0], "exit statuses": [[3, 1], [0, 0]]})),
      "every worker should log its stop"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"exit statuses": [[3, 1], [0, 0]]})), "exit with 3"),
-    ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"exit statuses": [[3, 3], [3, 3], [0, 0]]})), "exit with 3"),
     ("11_checkpoints_requeue.ipynb", _rq("handler, warned", _requeued("u", **{"exit statuses": [[3, 3], [0, 1]]})), "exit with 3"),
     ("11_checkpoints_requeue.ipynb", _rq("handler, warned", _requeued("u", **{"finished ranks": [0]})), "finish in the second"),
     ("12_strategy_tour.ipynb", {"roles": [("chief", 0, 11), ("worker", 0, 11), ("worker", 1, 13), ("ps", 0, 14)]},
@@ -962,7 +961,7 @@ def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
     (None, None),
     # a callback that never stops fit: the default deletes the backup at the end and False keeps it, as after a
     # stop, so the backup alone cannot tell; the optimizer's 8 steps instead of 3 do
-    (("self.model.stop_training = batch >= 2", "self.model.stop_training = False"), ""),
+    (("self.model.stop_training = batch >= 2", "self.model.stop_training = False"), "^$"),  # its one bare assert
 ], ids=["as written", "never stopped"])
 def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
     source = _solution("11_checkpoints_requeue.ipynb", 1)
