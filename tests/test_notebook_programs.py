@@ -157,7 +157,10 @@ def test_every_worker_stops_at_one_step_when_only_one_is_signalled(loop, prepare
             "--per-replica-batch", "16"]
     first_logs, second_logs = tmp_path / "first", tmp_path / "second"
     first_logs.mkdir(), second_logs.mkdir()
-    first = _two_workers(program, [*args, "--restart", "0"], first_logs, signal_rank1_after_save=True)
+    # --wait-for-warning: a worker that reaches its checkpoint after warn_at unwarned waits there (60 s at most),
+    # so a signal the test sends late (a loaded machine finishes the 18 steps in a blink) still lands in the run
+    first = _two_workers(program, [*args, "--restart", "0", "--wait-for-warning", "60"], first_logs,
+                         signal_rank1_after_save=True)
     assert [w["status"] for w in first] == [3, 3], [w["tail"] for w in first]
     stops = [next(e for e in w["events"] if e["event"] == "stopped") for w in first]
     saves = [[e for e in w["events"] if e["event"] == "saved"][-1] for w in first]
