@@ -235,7 +235,7 @@ def test_on_two_nodes_of_the_local_slurm(slurm, tmp_path, request, name):
     more = PLANTED[name][2] if name in PLANTED else []
     ours, theirs = options(base, tmp_path, _data(request, base))
     code, out = check(tmp_path, planted(name) if name in PLANTED else SOURCES[base], *ours, *more, "--slurm",
-                      "--", *theirs, env={**slurm["env"], "CHECK_SCRIPT_NODES": "2"})
+                      "--", *theirs, env=slurm["env"])
     assert "Slurm tasks" in out and "2 workers: " in out and " s on node1, node2" in out, out
     if name in PLANTED:
         assert code == 1 and all(line in out for line in PLANTED[name][3]), out

@@ -886,11 +886,6 @@ def _surviving(name: str) -> list[str]:
             if not any(_passes(code, name, v) for v in failing)]
 
 
-# Lessons whose proofs other branches of this session edit: their surviving mutants are printed and
-# the test xfails, until the lead has merged those branches and removes the lesson from this set.
-MUTANTS_PENDING: set[str] = set()
-
-
 @pytest.mark.parametrize("name", sorted(OK))
 def test_every_piece_of_every_proof_is_needed_by_some_broken_case(name):
     """Remove any one assert, any one operand of an assert's top-level `and`, any one link of a
@@ -898,9 +893,6 @@ def test_every_piece_of_every_proof_is_needed_by_some_broken_case(name):
     fails) must then pass unnoticed. A piece no variant needs is one no test holds to account."""
     assert _mutants(proof_source(name)), f"{name}: a proof with nothing to remove"
     surviving = _surviving(name)
-    if surviving and name[:2] in MUTANTS_PENDING:
-        print("\n".join(surviving))
-        pytest.xfail(f"{len(surviving)} surviving mutants, lesson edited on another branch: " + "; ".join(surviving))
     assert not surviving, f"{name}: no broken variant needs these pieces: {surviving}"
 
 

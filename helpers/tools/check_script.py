@@ -148,7 +148,7 @@ def run_slurm(opts: Options, n: int, out: Path) -> Run:
     out.mkdir(parents=True, exist_ok=True)
     env = _environment()
     env["CHECK_SCRIPT_SLURM"] = "1"
-    nodes = min(n, int(os.environ.get("CHECK_SCRIPT_NODES", n)))
+    nodes = min(n, int(os.environ.get("SLURM_JOB_NUM_NODES") or n))  # inside an allocation: the nodes it holds
     command = [srun, f"--nodes={nodes}", f"--ntasks={n}", "--kill-on-bad-exit=1",
                f"--time={max(1, math.ceil(opts.deadline_s / 60))}", sys.executable, *worker_command(out, opts, n)]
     began = time.monotonic()
