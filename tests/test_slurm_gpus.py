@@ -250,7 +250,7 @@ def test_layout_resolves_with_device_cgroups(cgroup_slurm, batch_job, layout, pr
         t["cvd"] = ",".join(allowed[t["rank"]][int(i)] for i in t["cvd"].split(","))  # the node's device
     _assert_sound(tasks, replicas)
     report(f"GPU layout {layout}, ConstrainDevices=yes, {program}: " + "; ".join(
-        f"rank {t['rank']} {t['address']} device {t['cvd']} x{t['replicas']}" for t in tasks))
+        f"rank {t['rank']} {t['address']} device {t['cvd']} x{t.get('replicas', t.get('gpus'))}" for t in tasks))
     assert squeue_empty(cgroup_slurm["env"])
 
 
