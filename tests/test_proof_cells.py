@@ -214,7 +214,8 @@ _SAVED = [True, True, True, False]  # written after epochs 0-2; epoch 3 (the sta
 OK["15_models_you_keep.ipynb"] = {
     "val_loss": [2.0, 1.8, 1.7, 3.5], "improved": [0, 1, 2], "best_epoch": 2, "saved": [_SAVED, _SAVED],
     "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "histories": [{"val_loss": [2.0, 1.8, 1.7, 3.5]}] * 2,
-    "checkpoint_best": [1.7, 1.7], "in_models": ["15_best.keras"], "shared_elsewhere": [],
+    "checkpoint_best": [1.7, 1.7], "copies_left": [0], "shared_elsewhere": [],
+    "models_listed_by": {"this kernel": ["15_best.keras"], "worker 0": ["15_best.keras"], "worker 1": ["15_best.keras"]},
     "mirrored_replicas": 3, "worker_replicas": 2, "stored_jit": False,
     "on_read": [{"in the file": [], "metrics": ["loss/total", "loss/count"]}] * 2, "served_keras": False,
     "differences": {"no strategy": 0.0, "OneDeviceStrategy": 0.0, "MirroredStrategy, 3 replicas": 2e-7,
@@ -612,11 +613,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"file_digest": "d"}, "weights of the best epoch"),  # the last epoch's file
     # a worker's ModelCheckpoint that ended with another best (its own val_loss, or an earlier epoch's)
     ("15_models_you_keep.ipynb", {"checkpoint_best": [1.7, 1.8]}, "checkpoint's best"),
-    # the shared models/ directory seen from the kernel: a second file left, the chief's file gone, or a
-    # non-chief worker that wrote under the output directory (one path for two writers)
-    ("15_models_you_keep.ipynb", {"in_models": ["15_best.keras", "15_best_1.keras"]}, "only the chief's file"),
-    ("15_models_you_keep.ipynb", {"in_models": []}, "only the chief's file"),
-    ("15_models_you_keep.ipynb", {"shared_elsewhere": ["build/models/15_best.keras"]}, "only the chief's file"),
+    # worker 1's copy still on its own node (it says so), the chief's file gone, a second file in the
+    # shared models/ directory (as worker 1 lists it), or a non-chief worker that wrote under the output
+    # directory (one path for two writers)
+    ("15_models_you_keep.ipynb", {"copies_left": [0, 1]}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"copies_left": []}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"models_listed_by": {"this kernel": ["15_best.keras"],
+                                                       "worker 1": ["15_best.keras", "15_best_1.keras"]}},
+     "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"shared_elsewhere": [1]}, "only the chief's file"),
     # N_ENGINES=3 with 3 CPU replicas here: "another replica count" would be false
     ("15_models_you_keep.ipynb", {"mirrored_replicas": 2}, "another replica count"),
     # the model compiled with jit_compile="auto" and the file storing it so
@@ -1737,3 +1742,114 @@ def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monk
            "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
     _holds_unless(match, _gather_and_prove, "02_input_pipelines.ipynb", raw)
     assert fit_steps == [10], "at least 10 steps for a median, more than the 6 batches of one pass"
+
+
+# The gathering cells of lessons 15, 16 and 17 on planted raw data: what the engines, the workers'
+# reports and the jobs return, so that a broken raw figure must fail the proof through the
+# gathering cells' own arithmetic. Lesson 15 from the engines' answers on: a copy left on another
+# node's disk is one this kernel cannot see, so only the worker's own answer can show it.
+
+def _code_cells(name: str) -> list[str]:
+    return [c.source for c in nbformat.read(NOTEBOOKS / name, as_version=4).cells if c.cell_type == "code"]
+
+
+def _engines_15(tmp_path: Path, out: Path, *, worker_1_keeps: bool, worker_1_dir: Path, extra_model: str = "") -> dict:
+    """Lesson 15's %%px cell that asks each worker what is left, run for the chief (its file in the
+    shared models/) and for worker 1 (its copy in `worker_1_dir`, standing for its own node's disk)."""
+    from helpers.environment import output_dir
+
+    source = next(s for s in _code_cells("15_models_you_keep.ipynb") if s.startswith("%%px") and "left = " in s)
+    (out / "models").mkdir(parents=True)
+    (out / "models" / "15_best.keras").write_bytes(b"chief")
+    if extra_model:
+        (out / "models" / extra_model).write_bytes(b"another writer")
+    worker_1_dir.mkdir(parents=True)
+    paths = [out / "models" / "15_best.keras", worker_1_dir / "15_best.keras"]
+    if worker_1_keeps:
+        paths[1].write_bytes(b"worker 1")
+    answers = {}
+    for rank, best_path in enumerate(paths):
+        engine = {"best_path": best_path, "chief": rank == 0, "output_dir": output_dir, "print": lambda *a, **k: None}
+        exec(compile(source.split("\n", 1)[1], "15 engine", "exec"), engine)
+        for name in ("left", "under_output", "models_listed"):
+            answers.setdefault(name, []).append(engine[name])
+    answers["str(best_path)"] = [str(p) for p in paths]
+    return answers
+
+
+class _Tensor:
+    def __init__(self, value):
+        self.value = np.asarray(value, dtype="float32")
+
+    def numpy(self):
+        return self.value
+
+
+def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=1e-7, loss_gap=1e-7) -> dict:
+    """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
+    copies reloaded here (a model with weights, predictions, losses), the serving program's answer."""
+    import hashlib
+
+    val_loss = [2.0, 1.8, 1.7, 3.5]
+    best = [1.0, 2.0]
+    digest = hashlib.sha256(np.asarray(best, "float32").tobytes()).hexdigest()[:16]  # helpers.lesson.weights_digest
+    trained = np.array([[2.0, -1.0, 0.5]], "float32")
+    pulled = {"history.history": [{"val_loss": val_loss}] * 2, "record.saved": [_SAVED] * 2,
+              "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
+              "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
+              "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [1.7, 1.7],
+              "strategy.num_replicas_in_sync": [2, 2], **answers}
+    model = SimpleNamespace(weights=[_Tensor(file_weights)])
+    reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False}
+                for k, name in enumerate(("no strategy", "OneDeviceStrategy", "MirroredStrategy, 3 replicas"))}
+    fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
+                                                     list_logical_devices=lambda kind: []))
+    return {"engines": _PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
+            "served_keras": False, "stored_jit": False, "mirrored_replicas": 3, "tf": fake_tf}
+
+
+def _gather_15(namespace: dict) -> None:
+    """Lesson 15 from the engines' answers: the cell that pulls them, then the gathering cell and the proof."""
+    pull = next(s for s in _code_cells("15_models_you_keep.ipynb") if s.startswith("names = ("))
+    namespace = {"np": np, "print": lambda *a, **k: None, **namespace}
+    exec(compile(pull, "15 pull", "exec"), namespace)
+    _gather_and_prove("15_models_you_keep.ipynb", namespace)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("removed on its node", None),
+    ("kept on its node only", "only the chief's file"),  # the old kernel-side exists() saw nothing there
+    ("removed, the kernel's disk has that path", None),  # this kernel's disk is not worker 1's
+    ("written under the output directory", "only the chief's file"),
+    ("a second file in models/", "only the chief's file")])
+def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_path, monkeypatch, case, match):
+    """Worker 1 runs on node2, its copy in node2's own temporary directory. A copy it left there must
+    fail the proof even though this kernel's disk has no such path (node2's directory is gone from
+    here before the kernel gathers); a file at that path on this kernel's disk must not count."""
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    node2 = out / "models" / "worker-1" if case == "written under the output directory" else tmp_path / "node2-tmp" / "tmpq1"
+    answers = _engines_15(tmp_path, out, worker_1_keeps=case == "kept on its node only", worker_1_dir=node2,
+                          extra_model="15_best_1.keras" if case == "a second file in models/" else "")
+    if case != "written under the output directory":
+        import shutil
+
+        shutil.rmtree(tmp_path / "node2-tmp")  # node2's disk: not this kernel's
+    if case == "removed, the kernel's disk has that path":
+        node2.mkdir(parents=True)
+        (node2 / "15_best.keras").write_bytes(b"this kernel's own file, not worker 1's")
+    _holds_unless(match, _gather_15, _raw_15(answers))
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"file_weights": (1.0, 2.5)}, "weights of the best epoch"),  # the file holds another epoch's weights
+    ({"copy_gap": 1e-5}, "predicts differently"),  # a copy's logits 1e-5 off: beyond 16 roundings of 2.0
+    ({"loss_gap": 1e-4}, "best epoch's val_loss")])  # a copy scores 1.7001
+def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monkeypatch, changes, match):
+    """The copies' figures from their raw predictions, losses and weights: the gathering cell's
+    digest, differences and tolerances must turn each broken one into a failed proof."""
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
+    _holds_unless(match, _gather_15, _raw_15(answers, **changes))
