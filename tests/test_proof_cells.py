@@ -1853,3 +1853,115 @@ def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monk
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
     answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
     _holds_unless(match, _gather_15, _raw_15(answers, **changes))
+
+
+def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
+                same_order=False, bind_mounted=False, files_there=8) -> list[dict]:
+    """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
+    the files r, r + W, ... (FILE sharding of 8 files), their examples (i in file i % 8), the order
+    of its files on two passes, the node-local copy it read (its path, device and inode)."""
+    reports = []
+    for rank in range(workers):
+        mine = shards_of(rank) if shards_of else [k for k in range(8) if k % workers == rank]
+        copy = tmp_path / f"node{rank + 1}-local" / f"shards-7.{workers}"
+        copy.mkdir(parents=True)
+        where = os.stat(tmp_path / "shared" if bind_mounted and rank == 0 else copy)  # a bind mount: the shared inode
+        indices = [i for i in range(train_size) if i % 8 in mine]
+        reports.append({"rank": rank, "host": f"node{rank + 1}", "shards": mine, "read_from": str(copy.resolve()),
+                        "read_from_id": [where.st_dev, where.st_ino], "files_there": [f"f{k}" for k in range(files_there)],
+                        "indices": indices + indices[:1] * (repeat_first and rank == 0),
+                        "orders": [mine, mine if same_order else mine[::-1]]})
+    return reports
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"workers_3": 2}, "not every worker reported"),  # a worker of the second run wrote no report
+    # shuffled lists sharded by hand with two seeds: file 4 to both workers, file 1 to none
+    ({"shards_of": lambda r: [[0, 2, 4, 6], [3, 4, 5, 7], [1]][r]}, "FILE sharding should give"),
+    ({"repeat_first": True}, "disjoint and cover"),  # one example read twice, from the right files
+    ({"same_order": True}, "should be shuffled"),  # every worker's files in one order on both passes
+    ({"bind_mounted": True}, "complete node-local copy"),  # another path, the shared directory's inode
+    ({"files_there": 7}, "complete node-local copy")],  # a copy that misses a file
+    ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short"])
+def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
+    """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node): the
+    files, the examples, the orders and the copies each read must fail the proof through the
+    gathering cell's own counting when one of them is broken."""
+    (tmp_path / "shared").mkdir()
+    changes = dict(changes)
+    workers_3 = changes.pop("workers_3", 3)
+    reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
+    ok = OK["16_input_at_scale.ipynb"]
+    raw = {**{k: v for k, v in ok.items() if k not in ("files_of", "expected", "counts", "covered", "staged_everywhere",
+                                                        "reshuffled")},
+           "reports": reports, "SHARDS": 8, "train_size": 64, "shared": tmp_path / "shared", "os": os}
+    _holds_unless(match, _gather_and_prove, "16_input_at_scale.ipynb", raw)
+
+
+def _keras_runs_17(**changes) -> dict:
+    """Lesson 17's KERAS report lines, by variant: 2 workers each; `changes` maps a variant to
+    per-worker changes (a list of 2 dicts), or to None for a run whose workers never reported."""
+    good = {"Keras 3": {"fit": "ValueError: Attempt to convert a value (PerReplica:{...})", "module": "keras",
+                        "keras": "3.15.1", "imported": "keras"},
+            "Keras 3 + fix": {"fit": "ok", "weights": "a1", "module": "keras", "keras": "3.15.1", "imported": "keras"},
+            "Keras 2 (tf_keras)": {"fit": "ok", "weights": "b2", "module": "tf_keras", "keras": "2.21.0",
+                                   "imported": "tf_keras"}}
+    out = {}
+    for name, report in good.items():
+        per_worker = changes.get(name, [{}, {}])
+        out[name] = [] if per_worker is None else [{"rank": r, **report, **c} for r, c in enumerate(per_worker)]
+    return out
+
+
+def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="") -> dict:
+    """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's)."""
+    import sys
+    import sysconfig
+
+    module_site = sysconfig.get_paths()["purelib"]
+    venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
+    sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
+    return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"),
+            "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
+            "keras": "3.15.1", "keras_from": f"{module_site}/keras/__init__.py",
+            "myextras_from": f"{venv_site}/myextras/__init__.py",
+            "einops": "0.8.2" if einops_from_module else "99.0",
+            "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
+            "pythonpath": module_site if pythonpath else "", "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
+            "sys_path": ["/usr/lib/python311.zip", *sites, "/usr/lib/python3/dist-packages"]}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"stack": None}, "should load the module"),  # the job's venv never reported
+    ({"module_line": "Lmod has detected the following error: unknown module tf-hpc-course/2026.11"}, "should load the module"),
+    ({"tensorflow_from": "/home/learner/.local/lib/python3.11/site-packages/tensorflow/__init__.py"},
+     "from the module's environment"),  # a pip --user TensorFlow in the way
+    ({"einops_from_module": True}, "own einops should win"),  # the venv's own einops shadowed
+    ({"other": {"tensorflow": True, "keras": True, "einops": False}}, "should not be handed"),  # PYTHONPATH leaks
+    ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
+    ({"runs": {"Keras 3": [{}, {"fit": "ok", "weights": "c"}]}}, "should fail without the fix"),  # one worker fitted
+    ({"runs": {"Keras 3 + fix": [{}, {"weights": "a2"}]}}, "identical weights"),
+    ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
+    ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant")],  # one worker's report lost
+    ids=["as run", "no stack", "module unknown", "user-site tensorflow", "einops shadowed", "other python handed",
+         "pythonpath", "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing"])
+def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
+    """From the job's raw log (module list, STACK and OTHER lines) and the workers' KERAS reports:
+    each broken raw line must fail the proof through the gathering cell."""
+    import json
+
+    job_dir = tmp_path / "software_stack"
+    stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module",
+                                                                             "tensorflow_from")})
+    stack = changes.get("stack", stack)
+    other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
+    stack_log = (f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
+                 + (f"STACK {json.dumps(stack)}\n" if stack else "") + f"OTHER {json.dumps(other)}\n")
+    namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": _keras_runs_17(**changes.get("runs", {})),
+                 "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_slurm_gave": 0, "gpus_tf_sees": 0,
+                 "where": "Slurm job 7", "lmod_here": True, "use_slurm": True, "NODES": 2,
+                 **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
+    exec(_function("17_software_stack.ipynb", "preflight_problems"), namespace)
+    _holds_unless(match, _gather_and_prove, "17_software_stack.ipynb", namespace)
