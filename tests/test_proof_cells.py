@@ -1882,20 +1882,30 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"repeat_first": True}, "disjoint and cover"),  # one example read twice, from the right files
     ({"same_order": True}, "should be shuffled"),  # every worker's files in one order on both passes
     ({"bind_mounted": True}, "complete node-local copy"),  # another path, the shared directory's inode
-    ({"files_there": 7}, "complete node-local copy")],  # a copy that misses a file
-    ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short"])
+    ({"files_there": 7}, "complete node-local copy"),  # a copy that misses a file
+    # the second staged epoch read half its batches from the shared files (counted per pass)
+    ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staging should read the shared file system once")],
+    ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short",
+         "staged epoch reads shared"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
-    """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node): the
-    files, the examples, the orders and the copies each read must fail the proof through the
-    gathering cell's own counting when one of them is broken."""
+    """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
+    the simulated reads' counts per pass: the files, the examples, the orders and the copies each
+    worker read, and where each pass's batches came from, must fail the proof through the cells'
+    own counting when one of them is broken."""
     (tmp_path / "shared").mkdir()
     changes = dict(changes)
     workers_3 = changes.pop("workers_3", 3)
+    staged_reads = changes.pop("staged_reads", [(128, 0), (0, 64), (0, 64), (0, 64)])
     reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
     ok = OK["16_input_at_scale.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("files_of", "expected", "counts", "covered", "staged_everywhere",
-                                                        "reshuffled")},
-           "reports": reports, "SHARDS": 8, "train_size": 64, "shared": tmp_path / "shared", "os": os}
+                                                        "reshuffled", "read_from")},
+           "reports": reports, "SHARDS": 8, "train_size": 64, "shared": tmp_path / "shared", "os": os,
+           "staging_s": 0.03, "print": lambda *a, **k: None,
+           "reads": {name: [{"shared": shared, "node-local": local} for shared, local in passes] for name, passes in
+                     {"shared every epoch": [(64, 0)] * 3, "cache(filename=...)": [(64, 0), (0, 0), (0, 0)],
+                      "staged": staged_reads}.items()}}  # fs.timed_pass's counts, pass by pass
+    exec(compile(_cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
     _holds_unless(match, _gather_and_prove, "16_input_at_scale.ipynb", raw)
 
 
@@ -1959,7 +1969,13 @@ def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_pat
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     stack_log = (f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
                  + (f"STACK {json.dumps(stack)}\n" if stack else "") + f"OTHER {json.dumps(other)}\n")
-    namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": _keras_runs_17(**changes.get("runs", {})),
+    lines = [f"KERAS {json.dumps({**r, 'asked': '2' if 'tf_keras' in name else '3', 'fix': 'fix' in name})}"
+             for name, reports in _keras_runs_17(**changes.get("runs", {})).items() for r in reports]
+    keras_log = "\n".join(["I0000 00:00 some TensorFlow start-up line", *lines, ""])  # the job's log, as written
+    keras_runs = {"keras_log": keras_log, "json": json}
+    for name in ("variants", "runs", "by_variant"):  # the KERAS lines parsed as lesson 17 parses them
+        exec(_assignment("17_software_stack.ipynb", name), keras_runs)
+    namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": keras_runs["by_variant"],
                  "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_slurm_gave": 0, "gpus_tf_sees": 0,
                  "where": "Slurm job 7", "lmod_here": True, "use_slurm": True, "NODES": 2,
                  **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
