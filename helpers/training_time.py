@@ -81,6 +81,7 @@ def _course_work(s: Settings, replicas: int) -> dict[str, list[Work]]:
         "15": [cnn(max(3, s.epochs) * epoch)],  # at least 3 epochs: improving ones, then a worse one
         "16": [Work("cnn", min(25, s.steps_per_epoch(s.train_examples or FULL_TRAIN, b)) * b, b)],  # a timed step
         "17": [],  # three runs of 8 steps on random numbers: nothing to speak of
+        "18": [],  # check-script's runs: 8 steps of 12 examples through a small dense model, 8 checks
     }
 
 

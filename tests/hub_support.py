@@ -33,6 +33,15 @@ SERVICE_SCOPES = ["admin:users", "admin:servers", "admin:server_state", "access:
                   "read:users", "read:servers", "read:groups", "tokens"]
 
 
+def hub_log_in(page, name: str, password: str, hub_url: str | None = None) -> None:
+    """The learner fills the hub's login form: at `hub_url`'s login page, or on the page a link led to."""
+    if hub_url is not None:
+        page.goto(f"{hub_url}/hub/login")
+    page.fill("input[name=username]", name)
+    page.fill("input[name=password]", password)
+    page.click("input[type=submit], button[type=submit]")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -44,6 +46,20 @@ def ensure_chromium() -> str:
     except ImportError:
         _unavailable("the playwright package is not installed (pip install -e '.[test]')")
     return CHROMIUM
+
+
+@contextmanager
+def chromium_page(**page_options) -> Iterator:
+    """A page in Debian's headless Chromium (installed when missing); the browser closes on the way out."""
+    executable = ensure_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page(**page_options)
+        finally:
+            browser.close()
 
 
 def wait_kernel_idle(page, base: str, timeout: float, token: str | None = None) -> None:

@@ -96,6 +96,22 @@ def test_the_weight_comparison_names_a_loss_scaled_by_the_replica_batch():
     assert cs.tolerance(3, 4) > 1e-6  # float32 rounding of a 4-example batch over 3 steps passes
 
 
+def test_a_reference_run_that_fails_names_a_model_made_outside_the_scope():
+    """In a custom loop, a model and optimizer made outside strategy.scope() fail the first step even
+    with one worker (a bare AssertionError from Keras's optimizer): the report names the cause too."""
+    model = {"name": "sequential", "where": "train.py:31", "in_scope": False, "weights": 4,
+             "distributed": [False] * 4, "batch_norm": []}
+    ref = cs.Run(workers=1)
+    ref.reports[0] = {"strategies": [{"replicas": 1}], "models": [model],
+                      "exception": {"type": "AssertionError", "message": "in user code:\n", "line": "train.py:53",
+                                    "code": "loss = train_step(batch)"}}
+    (label, findings), = cs.analyse(ref, [], _options())
+    assert label == "1 worker (the reference)" and [f.what for f in findings] == ["strategy.scope()",
+                                                                                  "the run with 1 worker"], findings
+    assert findings[0].status == "FAIL" and "was built outside strategy.scope()" in findings[0].detail
+    ref.reports[0]["models"] = [{**model, "in_scope": True, "distributed": [True] * 4}]
+    assert [f.what for f in cs.analyse(ref, [], _options())[0][1]] == ["the run with 1 worker"]
+
 # ------------------------------------------------------------------ slow: real scripts
 @pytest.fixture(scope="module")
 def mnist(tmp_path_factory) -> Path:

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, leftovers, squeue, squeue_empty
-from tests.hub_support import new_hub, wait_for_page
-from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
+from tests.hub_support import hub_log_in, new_hub, wait_for_page
+from tests.test_browser import SCREENSHOTS, chromium_page, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
 PROOF = "trained on disjoint data, and hold identical weights"
@@ -42,9 +42,7 @@ def test_user(other_user):
 
 
 def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, report):
-    executable = ensure_chromium()
-    from playwright.sync_api import sync_playwright
-
+    ensure_chromium()  # before the hub starts: a skip, or a failure where CI requires the browser
     timings, user = {}, test_user["name"]
     started = time.monotonic()
     hub, token = new_hub(tmp_path, slurm, {user: test_user["password"]})
@@ -54,14 +52,9 @@ def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, re
         for name in ("jupyterhub_cookie_secret", "jupyterhub.sqlite"):
             mode = stat.S_IMODE((directory / name).stat().st_mode)
             assert mode & 0o077 == 0, f"{name} is readable by others: {oct(mode)}"
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
             t = time.monotonic()
-            page.goto(f"{hub.url}/hub/login")
-            page.fill("input[name=username]", user)
-            page.fill("input[name=password]", test_user["password"])
-            page.click("input[type=submit], button[type=submit]")
+            hub_log_in(page, user, test_user["password"], hub.url)
             wait_for_page(page, hub, f"/user/{user}/lab", 180)  # spawn-pending page until the job runs
             page.wait_for_selector(".jp-LabShell, #jp-main-dock-panel", timeout=120_000)
             timings["login to JupyterLab ready (Slurm job included)"] = time.monotonic() - t
@@ -90,7 +83,6 @@ def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, re
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             shot = SCREENSHOTS / "03_multiworker-jupyterhub.png"
             page.screenshot(path=str(shot))
-            browser.close()
         t = time.monotonic()
         assert hub.request("DELETE", f"/hub/api/users/{user}/server", token) in (202, 204)
         assert squeue_empty(slurm["env"], within=60), "stopping the server must end its Slurm job"

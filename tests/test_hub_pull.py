@@ -26,10 +26,10 @@ import pytest
 
 from helpers.tools.pull_link import pull_link
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import git, git_repository, new_hub, run_in_kernel, served_course, unix_learners, \
-    wait_for_page
+from tests.hub_support import git, git_repository, hub_log_in, new_hub, run_in_kernel, served_course, \
+    unix_learners, wait_for_page
 from tests.test_course_server import terminal_token
-from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
+from tests.test_browser import SCREENSHOTS, chromium_page, ensure_chromium
 
 pytestmark = pytest.mark.slurm
 LESSON = "03_multiworker_ipyparallel.ipynb"
@@ -48,9 +48,7 @@ def _click(page, hub, link: str, learner: dict, login: bool) -> float:
     started = time.monotonic()
     page.goto(link)
     if login:
-        page.fill("input[name=username]", learner["name"])
-        page.fill("input[name=password]", learner["password"])
-        page.click("input[type=submit], button[type=submit]")
+        hub_log_in(page, learner["name"], learner["password"])
     wait_for_page(page, hub, f"/lab/tree/tf-hpc-course/notebooks/{LESSON}", 240)  # spawn, then nbgitpuller's page
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     page.wait_for_selector(f".lm-TabBar-tab:has-text('{LESSON}')", timeout=30_000)
@@ -58,8 +56,7 @@ def _click(page, hub, link: str, learner: dict, login: bool) -> float:
 
 
 def test_the_class_link_puts_the_course_in_the_learners_home_and_merges_updates(slurm, upstream, tmp_path, report):
-    executable = ensure_chromium()
-    from playwright.sync_api import sync_playwright
+    ensure_chromium()  # before the hub starts: a skip, or a failure where CI requires the browser
 
     with unix_learners(1, prefix="pull") as (learner,):
         user, home = learner["name"], learner["home"]
@@ -67,9 +64,7 @@ def test_the_class_link_puts_the_course_in_the_learners_home_and_merges_updates(
         link = pull_link(hub.url, upstream["url"], "main", LESSON[:2])
         course = home / "tf-hpc-course"
         try:
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
                 first = _click(page, hub, link, learner, login=True)
                 cloned = sorted(p.name for p in (course / "notebooks").glob("*.ipynb"))
                 owner = course.stat().st_uid == (home.stat().st_uid)
@@ -86,7 +81,6 @@ def test_the_class_link_puts_the_course_in_the_learners_home_and_merges_updates(
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 shot = SCREENSHOTS / "hub-nbgitpuller-lesson-03.png"
                 page.screenshot(path=str(shot))
-                browser.close()
             readme, kept = (course / "README.md").read_text(), notebook.read_text()
             assert hub.request("DELETE", f"/hub/api/users/{user}/server", token) in (202, 204)
             assert squeue_empty(slurm["env"], within=60), "stopping the server must end its Slurm job"
@@ -126,8 +120,7 @@ def test_a_link_to_another_repository_or_directory_pulls_nothing(slurm, upstream
     through `..`, by nbgitpuller's page and by its API), the course's repository into the kernel specs
     or at another branch: each refused with a 403 that says why, the learner's kernel specs untouched
     and their next kernel the course's; the course's own link still opens the lesson."""
-    executable = ensure_chromium()
-    from playwright.sync_api import sync_playwright
+    ensure_chromium()  # before the hub starts: a skip, or a failure where CI requires the browser
 
     theirs = upstream["work"].parent / "theirs"
     git_repository(theirs, {"kernel.json": json.dumps({
@@ -151,15 +144,11 @@ def test_a_link_to_another_repository_or_directory_pulls_nothing(slurm, upstream
         }
         answers, started = {}, time.monotonic()
         try:
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
                 for n, (what, url) in enumerate(attacks.items()):
                     page.goto(url)
                     if n == 0:  # the first click logs the learner in and starts their server
-                        page.fill("input[name=username]", learner["name"])
-                        page.fill("input[name=password]", learner["password"])
-                        page.click("input[type=submit], button[type=submit]")
+                        hub_log_in(page, learner["name"], learner["password"])
                         wait_for_page(page, hub, f"/user/{user}/git-pull", 240)
                     answers[what] = _outcome(page, user)
                     if (home / KERNELS).exists():
@@ -177,7 +166,6 @@ def test_a_link_to_another_repository_or_directory_pulls_nothing(slurm, upstream
                 terminal = terminal_token(f"{hub.url}/user/{user}", token)  # item: an sbatch there keeps no token
                 specs = (home / KERNELS.parent).exists() or (home / "ran-their-command").exists()
                 opened = _click(page, hub, pull_link(hub.url, upstream["url"], "main", LESSON[:2]), learner, login=False)
-                browser.close()
         except Exception as exc:
             raise AssertionError(f"{exc}\n--- hub log\n{hub.tail()}") from None
         finally:

@@ -258,6 +258,16 @@ OK["17_software_stack.ipynb"] = {
     "flagged": _FLAGGED, "where": "this machine"}
 
 
+_MISTAKES_18 = ("model outside strategy.scope()", "one checkpoint path for all", "global batch as each worker's batch",
+                "shuffle seeded per worker")
+_CHECKS_18 = ["strategy.scope()", "batch per replica", "input sharding", "same weights as one worker",
+              "identical weights on every worker", "who writes"]
+OK["18_your_own_script.ipynb"] = {
+    "ORDER": ["as written", "scope fixed", "checkpoint fixed", "batch fixed", "seed fixed"],
+    "SIGNS": dict.fromkeys(_MISTAKES_18), "CHECKS": _CHECKS_18, "named": dict.fromkeys(_MISTAKES_18, True),
+    "turned_pass": dict.fromkeys(_MISTAKES_18, True), "codes": [1, 1, 1, 1, 0], "final": {},
+    "passed": sorted(_CHECKS_18), "not_passed": [], "on_two_workers": True, "take_home": True}
+
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
 
@@ -772,6 +782,20 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("14_predicting_scaling.ipynb", {"growth": 1.0}, "1.75x as much"),
     # a real step no slower than the compute alone: nothing was all-reduced, whatever the model says
     ("14_predicting_scaling.ipynb", {"ratio": 0.55, "compute_only": 0.98}, "cost more than the compute"),
+    # a planted mistake the check did not name (NOT SEEN, or another check's line), before its fix
+    ("18_your_own_script.ipynb", {"named": {**dict.fromkeys(_MISTAKES_18, True), "shuffle seeded per worker": False}},
+     "name each planted mistake"),
+    # a fix after which its check still failed, or was not looked at (NOT SEEN)
+    ("18_your_own_script.ipynb", {"turned_pass": {**dict.fromkeys(_MISTAKES_18, True), "one checkpoint path for all": False}},
+     "turn its FAIL line to PASS"),
+    # the check passed a script that still had a mistake
+    ("18_your_own_script.ipynb", {"codes": [1, 1, 0, 1, 0]}, "with a mistake left should fail"),
+    # the fixed script: the command exited 1 (a FAIL the parser missed), a check missing, a line not PASS
+    ("18_your_own_script.ipynb", {"codes": [1, 1, 1, 1, 1]}, "should pass every check"),
+    ("18_your_own_script.ipynb", {"passed": sorted(_CHECKS_18)[1:]}, "should pass every check"),
+    ("18_your_own_script.ipynb", {"not_passed": ["batch norm"]}, "should pass every check"),
+    ("18_your_own_script.ipynb", {"on_two_workers": False}, "2 workers as local processes"),
+    ("18_your_own_script.ipynb", {"take_home": False}, "import nothing from the course"),
 ]
 
 
@@ -1981,3 +2005,87 @@ def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_pat
                  **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
     exec(_function("17_software_stack.ipynb", "preflight_problems"), namespace)
     _holds_unless(match, _gather_and_prove, "17_software_stack.ipynb", namespace)
+
+
+def _check_18(*lines: str, workers: int = 2) -> str:
+    """What `check-script` prints: its header, the runs, a section of PASS / FAIL / NOT SEEN lines."""
+    runs = "1 worker: 7 s on vm" + (f"; {workers} workers: 12 s on vm" if workers > 1 else "")
+    section = f"{workers} workers:" if workers > 1 else "1 worker (the reference):"
+    failed = any(line.startswith("FAIL") for line in lines)
+    return "\n".join([f"check-script train.py: global batch 12, --batch-size (global), local processes; script options: "
+                      f"--data data.npz --out run", "  " + runs, section, *("  " + line for line in lines),
+                      f"{'FAILED' if failed else 'passed'} in 20 s (what the command cannot see: docs/check-your-script.md)"])
+
+
+_PASS_18 = {"strategy.scope()": "PASS     strategy.scope(): model(s) sequential built (and compiled) in the scope",
+            "batch per replica": "PASS     batch per replica: each of the 2 workers' steps held 6 examples",
+            "input sharding": "PASS     input sharding: in each of 8 steps the 2 workers read, together, exactly ...",
+            "same weights as one worker": "PASS     same weights as one worker: after 8 steps ... 2.3e-07 of the update",
+            "identical weights on every worker": "PASS     identical weights on every worker: equal bit for bit",
+            "who writes": "PASS     who writes: no file is written by two workers"}
+_FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batch is the global batch 12: ...",
+            "input sharding": "FAIL     input sharding: the workers' shards overlap: 7 examples were read by two ...",
+            "who writes": "FAIL     who writes: workers 0, 1 all write /x/run/ckpt (write): they overwrite ..."}
+_FIX_18 = "           fix: what to change"
+
+
+def _checks_18(**changes) -> dict:
+    """The five checks lesson 18 runs, as the command printed them (each key of `changes` replaces one)."""
+    def report(failing: dict, seen: dict) -> str:
+        return _check_18(*[failing.get(n) or seen.get(n) or _PASS_18[n] for n in _PASS_18], _FIX_18)
+
+    not_seen = {"input sharding": "NOT SEEN input sharding: not checked: see batch per replica above",
+                "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."}
+    checks = {
+        "as written": (1, _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built "
+                                    "outside strategy.scope(): its variables are not mirrored", _FIX_18,
+                                    "FAIL     the run with 1 worker: worker 0 failed at train.py:53: AssertionError",
+                                    workers=1)),
+        # both workers wrote one checkpoint: one of them failed in the race, so nothing else was compared
+        "scope fixed": (1, _check_18("FAIL     the run with 2 workers: worker 1 failed at train.py:58 "
+                                     "(checkpoint.write(...)): InvalidArgumentError: ... not found",
+                                     _PASS_18["strategy.scope()"], _FAIL_18["who writes"], _FIX_18)),
+        "checkpoint fixed": (1, report({"batch per replica": _FAIL_18["batch per replica"]}, not_seen)),
+        "batch fixed": (1, report({"input sharding": _FAIL_18["input sharding"]},
+                                  {"same weights as one worker": not_seen["same weights as one worker"]})),
+        "seed fixed": (0, report({}, {}))}
+    return {**checks, **changes}
+
+
+@pytest.mark.parametrize("changes,script,match", [
+    ({}, "import tensorflow as tf\nimport keras\n", None),
+    # the check called the planted shuffle NOT SEEN instead of naming it
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
+                                   "NOT SEEN input sharding: the workers' steps held other examples"))},
+     "import tensorflow as tf\n", "name each planted mistake"),
+    # the scope line of the first check said compiled, not built, outside the scope: not the planted mistake
+    ({"as written": (1, _check_18("FAIL     strategy.scope(): model 'sequential' was compiled outside strategy.scope()",
+                                  workers=1))}, "import tensorflow as tf\n", "name each planted mistake"),
+    # the fixed script: its six checks pass, but a batch-norm layer per replica fails
+    ({"seed fixed": (1, _check_18(*_PASS_18.values(), "FAIL     batch norm: layers batch_normalization "
+                                        "compute their statistics over each replica's batch alone"))},
+     "import tensorflow as tf\n", "should pass every check"),
+    # the fixed script: who writes not seen (no file observed) is no pass
+    ({"seed fixed": (0, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "who writes"],
+                                        "NOT SEEN who writes: the script wrote no file the command observes"))},
+     "import tensorflow as tf\n", "should pass every check"),
+    # the checkpoint fix: its next check did not look at the writes (NOT SEEN) and is no PASS
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        "NOT SEEN input sharding: not checked", "NOT SEEN same weights as one worker: ...",
+                                        _PASS_18["identical weights on every worker"],
+                                        "NOT SEEN who writes: not every worker wrote its report"))},
+     "import tensorflow as tf\n", "turn its FAIL line to PASS"),
+    # the fixed script passed, but its 2-worker run never ran (only the reference run's lines)
+    ({"seed fixed": (0, _check_18(*_PASS_18.values(), workers=1))}, "import tensorflow as tf\n",
+     "2 workers as local processes"),
+    ({}, "import tensorflow as tf\nfrom helpers.lesson import build_model\n", "import nothing from the course")],
+    ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
+         "fix not checked", "no 2-worker run", "imports helpers"])
+def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
+    """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
+    line with the planted cause, that check PASS at the next run, every check PASS at the end."""
+    import re
+
+    (tmp_path / "train.py").write_text(script)
+    _holds_unless(match, _gather_and_prove, "18_your_own_script.ipynb",
+                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes)})

@@ -582,7 +582,9 @@ def analyse(ref: Run, runs: list[Run], opts: Options) -> list[tuple[str, list[Fi
         if not ref_failures:
             ref_failures = [Finding("FAIL", "the run with 1 worker", "no report from the worker: "
                                     + " | ".join(ref.outputs.get(0, [])))]
-        return [("1 worker (the reference)", ref_failures)]
+        # a model outside strategy.scope() makes a custom loop's first step fail even alone: name the cause
+        causes = [f for f in scope_findings(ref) if f.status == "FAIL"]
+        return [("1 worker (the reference)", causes + ref_failures)]
     for run in runs:
         label = f"{run.workers} workers"
         findings = crash_findings(run, label)
