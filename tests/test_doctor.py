@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -145,11 +144,12 @@ def test_doctor_names_nodes_that_cannot_reach_each_other(slurm):
     route = ["ip", "-n", "cslurm-node2", "route", "add", "prohibit", "10.77.0.11/32"]
     subprocess.run(route, check=True)
     try:
-        started = time.monotonic()
         code, text = _doctor(slurm, COURSE_RENDEZVOUS_TIMEOUT="15")
     finally:
         subprocess.run([*route[:4], "del", *route[5:]], check=True)
     line = _line(text, "all-reduce")
     assert code == 1 and "[no-go]" in line and "did not complete an all-reduce" in line, text
-    assert time.monotonic() - started < 200
+    # the probe's workers ended by themselves (the 15 s rendezvous deadline), not killed at the doctor's
+    # own srun timeout (its "no answer within" line); run_cli's 400 s bounds a hang of the doctor itself
+    assert "no answer within" not in line, line
     assert squeue_empty(slurm["env"], within=20)

@@ -124,7 +124,9 @@ def test_local_engines_that_cannot_start_are_a_clear_error(monkeypatch):
     started = time.perf_counter()
     with pytest.raises(CourseError, match=r"only 0 of 2 engines registered \((within 5 s|they exited at start)\): check that engines can start"):
         cluster.start_engines(2, timeout=5, activate=False)
-    assert time.perf_counter() - started < 30
+    # the message says the code's own 5 s deadline (or the engines' exit) ended the wait; the clock
+    # only guards against a wait that never ends (generous: a loaded machine stops engines slowly)
+    assert time.perf_counter() - started < 120, "the wait outlasted its 5 s deadline by minutes"
     left = []
     for proc in psutil.process_iter(["cmdline"]):
         try:

@@ -214,7 +214,8 @@ _SAVED = [True, True, True, False]  # written after epochs 0-2; epoch 3 (the sta
 OK["15_models_you_keep.ipynb"] = {
     "val_loss": [2.0, 1.8, 1.7, 3.5], "improved": [0, 1, 2], "best_epoch": 2, "saved": [_SAVED, _SAVED],
     "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "histories": [{"val_loss": [2.0, 1.8, 1.7, 3.5]}] * 2,
-    "checkpoint_best": [1.7, 1.7], "in_models": ["15_best.keras"], "shared_elsewhere": [],
+    "checkpoint_best": [1.7, 1.7], "copies_left": [0], "shared_elsewhere": [],
+    "models_listed_by": {"this kernel": ["15_best.keras"], "worker 0": ["15_best.keras"], "worker 1": ["15_best.keras"]},
     "mirrored_replicas": 3, "worker_replicas": 2, "stored_jit": False,
     "on_read": [{"in the file": [], "metrics": ["loss/total", "loss/count"]}] * 2, "served_keras": False,
     "differences": {"no strategy": 0.0, "OneDeviceStrategy": 0.0, "MirroredStrategy, 3 replicas": 2e-7,
@@ -622,11 +623,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"file_digest": "d"}, "weights of the best epoch"),  # the last epoch's file
     # a worker's ModelCheckpoint that ended with another best (its own val_loss, or an earlier epoch's)
     ("15_models_you_keep.ipynb", {"checkpoint_best": [1.7, 1.8]}, "checkpoint's best"),
-    # the shared models/ directory seen from the kernel: a second file left, the chief's file gone, or a
-    # non-chief worker that wrote under the output directory (one path for two writers)
-    ("15_models_you_keep.ipynb", {"in_models": ["15_best.keras", "15_best_1.keras"]}, "only the chief's file"),
-    ("15_models_you_keep.ipynb", {"in_models": []}, "only the chief's file"),
-    ("15_models_you_keep.ipynb", {"shared_elsewhere": ["build/models/15_best.keras"]}, "only the chief's file"),
+    # worker 1's copy still on its own node (it says so), the chief's file gone, a second file in the
+    # shared models/ directory (as worker 1 lists it), or a non-chief worker that wrote under the output
+    # directory (one path for two writers)
+    ("15_models_you_keep.ipynb", {"copies_left": [0, 1]}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"copies_left": []}, "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"models_listed_by": {"this kernel": ["15_best.keras"],
+                                                       "worker 1": ["15_best.keras", "15_best_1.keras"]}},
+     "only the chief's file"),
+    ("15_models_you_keep.ipynb", {"shared_elsewhere": [1]}, "only the chief's file"),
     # N_ENGINES=3 with 3 CPU replicas here: "another replica count" would be false
     ("15_models_you_keep.ipynb", {"mirrored_replicas": 2}, "another replica count"),
     # the model compiled with jit_compile="auto" and the file storing it so
@@ -1761,6 +1766,245 @@ def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monk
            "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
     _holds_unless(match, _gather_and_prove, "02_input_pipelines.ipynb", raw)
     assert fit_steps == [10], "at least 10 steps for a median, more than the 6 batches of one pass"
+
+
+# The gathering cells of lessons 15, 16 and 17 on planted raw data: what the engines, the workers'
+# reports and the jobs return, so that a broken raw figure must fail the proof through the
+# gathering cells' own arithmetic. Lesson 15 from the engines' answers on: a copy left on another
+# node's disk is one this kernel cannot see, so only the worker's own answer can show it.
+
+def _code_cells(name: str) -> list[str]:
+    return [c.source for c in nbformat.read(NOTEBOOKS / name, as_version=4).cells if c.cell_type == "code"]
+
+
+def _engines_15(tmp_path: Path, out: Path, *, worker_1_keeps: bool, worker_1_dir: Path, extra_model: str = "") -> dict:
+    """Lesson 15's %%px cell that asks each worker what is left, run for the chief (its file in the
+    shared models/) and for worker 1 (its copy in `worker_1_dir`, standing for its own node's disk)."""
+    from helpers.environment import output_dir
+
+    source = next(s for s in _code_cells("15_models_you_keep.ipynb") if s.startswith("%%px") and "left = " in s)
+    (out / "models").mkdir(parents=True)
+    (out / "models" / "15_best.keras").write_bytes(b"chief")
+    if extra_model:
+        (out / "models" / extra_model).write_bytes(b"another writer")
+    worker_1_dir.mkdir(parents=True)
+    paths = [out / "models" / "15_best.keras", worker_1_dir / "15_best.keras"]
+    if worker_1_keeps:
+        paths[1].write_bytes(b"worker 1")
+    answers = {}
+    for rank, best_path in enumerate(paths):
+        engine = {"best_path": best_path, "chief": rank == 0, "output_dir": output_dir, "print": lambda *a, **k: None}
+        exec(compile(source.split("\n", 1)[1], "15 engine", "exec"), engine)
+        for name in ("left", "under_output", "models_listed"):
+            answers.setdefault(name, []).append(engine[name])
+    answers["str(best_path)"] = [str(p) for p in paths]
+    return answers
+
+
+class _Tensor:
+    def __init__(self, value):
+        self.value = np.asarray(value, dtype="float32")
+
+    def numpy(self):
+        return self.value
+
+
+def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=1e-7, loss_gap=1e-7) -> dict:
+    """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
+    copies reloaded here (a model with weights, predictions, losses), the serving program's answer."""
+    import hashlib
+
+    val_loss = [2.0, 1.8, 1.7, 3.5]
+    best = [1.0, 2.0]
+    digest = hashlib.sha256(np.asarray(best, "float32").tobytes()).hexdigest()[:16]  # helpers.lesson.weights_digest
+    trained = np.array([[2.0, -1.0, 0.5]], "float32")
+    pulled = {"history.history": [{"val_loss": val_loss}] * 2, "record.saved": [_SAVED] * 2,
+              "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
+              "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
+              "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [1.7, 1.7],
+              "strategy.num_replicas_in_sync": [2, 2], **answers}
+    model = SimpleNamespace(weights=[_Tensor(file_weights)])
+    reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False}
+                for k, name in enumerate(("no strategy", "OneDeviceStrategy", "MirroredStrategy, 3 replicas"))}
+    fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
+                                                     list_logical_devices=lambda kind: []))
+    return {"engines": _PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
+            "served_keras": False, "stored_jit": False, "mirrored_replicas": 3, "tf": fake_tf}
+
+
+def _gather_15(namespace: dict) -> None:
+    """Lesson 15 from the engines' answers: the cell that pulls them, then the gathering cell and the proof."""
+    pull = next(s for s in _code_cells("15_models_you_keep.ipynb") if s.startswith("names = ("))
+    namespace = {"np": np, "print": lambda *a, **k: None, **namespace}
+    exec(compile(pull, "15 pull", "exec"), namespace)
+    _gather_and_prove("15_models_you_keep.ipynb", namespace)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("removed on its node", None),
+    ("kept on its node only", "only the chief's file"),  # the old kernel-side exists() saw nothing there
+    ("removed, the kernel's disk has that path", None),  # this kernel's disk is not worker 1's
+    ("written under the output directory", "only the chief's file"),
+    ("a second file in models/", "only the chief's file")])
+def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_path, monkeypatch, case, match):
+    """Worker 1 runs on node2, its copy in node2's own temporary directory. A copy it left there must
+    fail the proof even though this kernel's disk has no such path (node2's directory is gone from
+    here before the kernel gathers); a file at that path on this kernel's disk must not count."""
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    node2 = out / "models" / "worker-1" if case == "written under the output directory" else tmp_path / "node2-tmp" / "tmpq1"
+    answers = _engines_15(tmp_path, out, worker_1_keeps=case == "kept on its node only", worker_1_dir=node2,
+                          extra_model="15_best_1.keras" if case == "a second file in models/" else "")
+    if case != "written under the output directory":
+        import shutil
+
+        shutil.rmtree(tmp_path / "node2-tmp")  # node2's disk: not this kernel's
+    if case == "removed, the kernel's disk has that path":
+        node2.mkdir(parents=True)
+        (node2 / "15_best.keras").write_bytes(b"this kernel's own file, not worker 1's")
+    _holds_unless(match, _gather_15, _raw_15(answers))
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"file_weights": (1.0, 2.5)}, "weights of the best epoch"),  # the file holds another epoch's weights
+    ({"copy_gap": 1e-5}, "predicts differently"),  # a copy's logits 1e-5 off: beyond 16 roundings of 2.0
+    ({"loss_gap": 1e-4}, "best epoch's val_loss")])  # a copy scores 1.7001
+def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monkeypatch, changes, match):
+    """The copies' figures from their raw predictions, losses and weights: the gathering cell's
+    digest, differences and tolerances must turn each broken one into a failed proof."""
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
+    _holds_unless(match, _gather_15, _raw_15(answers, **changes))
+
+
+def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
+                same_order=False, bind_mounted=False, files_there=8) -> list[dict]:
+    """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
+    the files r, r + W, ... (FILE sharding of 8 files), their examples (i in file i % 8), the order
+    of its files on two passes, the node-local copy it read (its path, device and inode)."""
+    reports = []
+    for rank in range(workers):
+        mine = shards_of(rank) if shards_of else [k for k in range(8) if k % workers == rank]
+        copy = tmp_path / f"node{rank + 1}-local" / f"shards-7.{workers}"
+        copy.mkdir(parents=True)
+        where = os.stat(tmp_path / "shared" if bind_mounted and rank == 0 else copy)  # a bind mount: the shared inode
+        indices = [i for i in range(train_size) if i % 8 in mine]
+        reports.append({"rank": rank, "host": f"node{rank + 1}", "shards": mine, "read_from": str(copy.resolve()),
+                        "read_from_id": [where.st_dev, where.st_ino], "files_there": [f"f{k}" for k in range(files_there)],
+                        "indices": indices + indices[:1] * (repeat_first and rank == 0),
+                        "orders": [mine, mine if same_order else mine[::-1]]})
+    return reports
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"workers_3": 2}, "not every worker reported"),  # a worker of the second run wrote no report
+    # shuffled lists sharded by hand with two seeds: file 4 to both workers, file 1 to none
+    ({"shards_of": lambda r: [[0, 2, 4, 6], [3, 4, 5, 7], [1]][r]}, "FILE sharding should give"),
+    ({"repeat_first": True}, "disjoint and cover"),  # one example read twice, from the right files
+    ({"same_order": True}, "should be shuffled"),  # every worker's files in one order on both passes
+    ({"bind_mounted": True}, "complete node-local copy"),  # another path, the shared directory's inode
+    ({"files_there": 7}, "complete node-local copy"),  # a copy that misses a file
+    # the second staged epoch read half its batches from the shared files (counted per pass)
+    ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staging should read the shared file system once")],
+    ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short",
+         "staged epoch reads shared"])
+def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
+    """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
+    the simulated reads' counts per pass: the files, the examples, the orders and the copies each
+    worker read, and where each pass's batches came from, must fail the proof through the cells'
+    own counting when one of them is broken."""
+    (tmp_path / "shared").mkdir()
+    changes = dict(changes)
+    workers_3 = changes.pop("workers_3", 3)
+    staged_reads = changes.pop("staged_reads", [(128, 0), (0, 64), (0, 64), (0, 64)])
+    reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
+    ok = OK["16_input_at_scale.ipynb"]
+    raw = {**{k: v for k, v in ok.items() if k not in ("files_of", "expected", "counts", "covered", "staged_everywhere",
+                                                        "reshuffled", "read_from")},
+           "reports": reports, "SHARDS": 8, "train_size": 64, "shared": tmp_path / "shared", "os": os,
+           "staging_s": 0.03, "print": lambda *a, **k: None,
+           "reads": {name: [{"shared": shared, "node-local": local} for shared, local in passes] for name, passes in
+                     {"shared every epoch": [(64, 0)] * 3, "cache(filename=...)": [(64, 0), (0, 0), (0, 0)],
+                      "staged": staged_reads}.items()}}  # fs.timed_pass's counts, pass by pass
+    exec(compile(_cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
+    _holds_unless(match, _gather_and_prove, "16_input_at_scale.ipynb", raw)
+
+
+def _keras_runs_17(**changes) -> dict:
+    """Lesson 17's KERAS report lines, by variant: 2 workers each; `changes` maps a variant to
+    per-worker changes (a list of 2 dicts), or to None for a run whose workers never reported."""
+    good = {"Keras 3": {"fit": "ValueError: Attempt to convert a value (PerReplica:{...})", "module": "keras",
+                        "keras": "3.15.1", "imported": "keras"},
+            "Keras 3 + fix": {"fit": "ok", "weights": "a1", "module": "keras", "keras": "3.15.1", "imported": "keras"},
+            "Keras 2 (tf_keras)": {"fit": "ok", "weights": "b2", "module": "tf_keras", "keras": "2.21.0",
+                                   "imported": "tf_keras"}}
+    out = {}
+    for name, report in good.items():
+        per_worker = changes.get(name, [{}, {}])
+        out[name] = [] if per_worker is None else [{"rank": r, **report, **c} for r, c in enumerate(per_worker)]
+    return out
+
+
+def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="") -> dict:
+    """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's)."""
+    import sys
+    import sysconfig
+
+    module_site = sysconfig.get_paths()["purelib"]
+    venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
+    sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
+    return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"),
+            "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
+            "keras": "3.15.1", "keras_from": f"{module_site}/keras/__init__.py",
+            "myextras_from": f"{venv_site}/myextras/__init__.py",
+            "einops": "0.8.2" if einops_from_module else "99.0",
+            "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
+            "pythonpath": module_site if pythonpath else "", "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
+            "sys_path": ["/usr/lib/python311.zip", *sites, "/usr/lib/python3/dist-packages"]}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"stack": None}, "should load the module"),  # the job's venv never reported
+    ({"module_line": "Lmod has detected the following error: unknown module tf-hpc-course/2026.11"}, "should load the module"),
+    ({"tensorflow_from": "/home/learner/.local/lib/python3.11/site-packages/tensorflow/__init__.py"},
+     "from the module's environment"),  # a pip --user TensorFlow in the way
+    ({"einops_from_module": True}, "own einops should win"),  # the venv's own einops shadowed
+    ({"other": {"tensorflow": True, "keras": True, "einops": False}}, "should not be handed"),  # PYTHONPATH leaks
+    ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
+    ({"runs": {"Keras 3": [{}, {"fit": "ok", "weights": "c"}]}}, "should fail without the fix"),  # one worker fitted
+    ({"runs": {"Keras 3 + fix": [{}, {"weights": "a2"}]}}, "identical weights"),
+    ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
+    ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant")],  # one worker's report lost
+    ids=["as run", "no stack", "module unknown", "user-site tensorflow", "einops shadowed", "other python handed",
+         "pythonpath", "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing"])
+def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
+    """From the job's raw log (module list, STACK and OTHER lines) and the workers' KERAS reports:
+    each broken raw line must fail the proof through the gathering cell."""
+    import json
+
+    job_dir = tmp_path / "software_stack"
+    stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module",
+                                                                             "tensorflow_from")})
+    stack = changes.get("stack", stack)
+    other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
+    stack_log = (f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
+                 + (f"STACK {json.dumps(stack)}\n" if stack else "") + f"OTHER {json.dumps(other)}\n")
+    lines = [f"KERAS {json.dumps({**r, 'asked': '2' if 'tf_keras' in name else '3', 'fix': 'fix' in name})}"
+             for name, reports in _keras_runs_17(**changes.get("runs", {})).items() for r in reports]
+    keras_log = "\n".join(["I0000 00:00 some TensorFlow start-up line", *lines, ""])  # the job's log, as written
+    keras_runs = {"keras_log": keras_log, "json": json}
+    for name in ("variants", "runs", "by_variant"):  # the KERAS lines parsed as lesson 17 parses them
+        exec(_assignment("17_software_stack.ipynb", name), keras_runs)
+    namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": keras_runs["by_variant"],
+                 "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_slurm_gave": 0, "gpus_tf_sees": 0,
+                 "where": "Slurm job 7", "lmod_here": True, "use_slurm": True, "NODES": 2,
+                 **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
+    exec(_function("17_software_stack.ipynb", "preflight_problems"), namespace)
+    _holds_unless(match, _gather_and_prove, "17_software_stack.ipynb", namespace)
 
 
 def _check_18(*lines: str, workers: int = 2) -> str:

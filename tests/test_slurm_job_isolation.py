@@ -247,12 +247,14 @@ def test_lesson_16_job_that_fails_early_ends_promptly_and_leaves_no_copy(slurm, 
         (shared / "part-0.tfrecord").mkdir()  # sbcast cannot send a directory: the first copy fails
     began = time.monotonic()
     done = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=2", "--ntasks=2", "read_shards.sbatch"],
-                          cwd=job_dir, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=job_dir, env=env, capture_output=True, text=True, timeout=400)
     ended_s = time.monotonic() - began
     log = "".join(p.read_text() for p in job_dir.glob("tf-shards-*.out"))
     report(f"{Path(__file__).stem}: lesson 16, {broken}: job ended in {ended_s:.1f} s, "
            f"copies left {_staged_copies(slurm)}, {[l for l in log.splitlines() if 'error' in l][:2]}")
-    assert ended_s < 60, f"the job held its nodes {ended_s:.0f} s:\n{log}"
+    # the script's own bounds (10 s resending USR1, a removal step of at most 60 s) end it in about a
+    # minute; a job that held its nodes would run to its 20-minute limit: 300 s tells them apart under load
+    assert ended_s < 300, f"the job held its nodes {ended_s:.0f} s:\n{log}"
     assert "STAGED" not in log and "READER" not in log, log
     if broken == "no files in SHARED":
         assert "no .tfrecord file in SHARED" in log, log

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from helpers.errors import CourseError
@@ -202,3 +205,51 @@ def test_the_doctor_line_follows_the_layout(scontrol, monkeypatch, layout, parti
     monkeypatch.setenv("COURSE_CLASS_LAYOUT", layout)
     check = scontrol.check_node_sharing(partition)
     assert check.level == level and words in check.detail, check
+
+
+def _fake_slurm(tmp_path, monkeypatch, listed_polls: int, state: str = "RUNNING(None)") -> Path:
+    """squeue that lists job 7 for its first `listed_polls` calls, then never; scancel that notes its calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho x >> {tmp_path}/polls\n"
+                                    f'[ "$(wc -l < {tmp_path}/polls)" -le {listed_polls} ] && echo "7 {state}"\nexit 0\n')
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scancel\n')
+    for tool in ("squeue", "scancel"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return tmp_path / "scancel"
+
+
+def test_follow_job_warns_once_when_asked_and_returns_the_log_once_the_job_is_gone(tmp_path, monkeypatch, capsys):
+    """Lesson 11's watcher: SIGUSR1 once the log says so (never twice), the job's end taken from 10
+    polls where squeue answers without it, and the log returned."""
+    from helpers.slurm_jobs import follow_job
+
+    scancel = _fake_slurm(tmp_path, monkeypatch, listed_polls=5)
+    log = tmp_path / "job-7.out"
+    log.write_text("EVENT saved\n")
+    text = follow_job("7", log, "custom, warned", warn_when=lambda t: "saved" in t, poll_s=0.01)
+    assert text == "EVENT saved\n"
+    assert scancel.read_text().splitlines() == ["--signal=USR1 7"], "warned once"
+    assert len((tmp_path / "polls").read_text().splitlines()) == 5 + 10, "ended after 10 polls without the job"
+    said = capsys.readouterr().out
+    assert "job 7: RUNNING(None)" in said and "job 7: sent SIGUSR1" in said and "job 7: ended" in said, said
+
+
+def test_follow_job_never_warns_unasked_and_cancels_a_job_past_its_deadline(tmp_path, monkeypatch):
+    from helpers.slurm_jobs import follow_job
+
+    scancel = _fake_slurm(tmp_path, monkeypatch, listed_polls=10**6)  # never leaves the queue
+    log = tmp_path / "job-7.out"
+    log.write_text("EVENT saved\n")
+    with pytest.raises(CourseError, match="did not end within 0 s: cancelled"):
+        follow_job("7", log, "never warned", deadline_s=0.3, poll_s=0.01)
+    assert scancel.read_text().splitlines() == ["7"], "cancelled, never warned"
+
+
+def test_follow_job_says_so_when_a_job_ended_without_its_log(tmp_path, monkeypatch):
+    from helpers.slurm_jobs import follow_job
+
+    _fake_slurm(tmp_path, monkeypatch, listed_polls=0)
+    with pytest.raises(CourseError, match="ended without writing its log job-7.out"):
+        follow_job("7", tmp_path / "job-7.out", "fit", poll_s=0.01)
