@@ -1213,8 +1213,10 @@ exec(step, ns)
 exec(next(s for s in code if s.startswith("def correct_predictions")), ns)
 rng = np.random.default_rng(0)
 ns.update(images=rng.uniform(size=(16, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=16).astype("int32"))
-for marker in ("underflow = ", "precision = {}"):
-    exec(next(s for s in code if s.startswith(marker)), ns)
+first = next(i for i, s in enumerate(code) if s.startswith("underflow = "))
+last = next(i for i, s in enumerate(code) if s.startswith("precision = {}"))
+for cell in code[first:last + 1]:  # the mixed-precision cells, in order
+    exec(cell, ns)
 sys.stdout.write("PRECISION " + json.dumps(ns["precision"]) + "\\n")
 """
 
