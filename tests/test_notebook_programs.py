@@ -43,7 +43,7 @@ def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path
     """Notebook 06: a crash between two workers' end-of-epoch saves leaves backups one epoch
     apart; before `fit`, the newer worker takes the older worker's backup."""
     program: dict = {}
-    exec(compile(written_program("06_fault_tolerance.ipynb"), "06_worker.py", "exec"), program)
+    exec(compile(written_program("06_fault_tolerance.ipynb", "{worker_program}"), "06_worker.py", "exec"), program)
     agree = program["agree_on_backup"]
 
     _backup(tmp_path, 0, 3, "weights after epoch 3")

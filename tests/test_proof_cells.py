@@ -2091,3 +2091,132 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     (tmp_path / "train.py").write_text(script)
     _holds_unless(match, _gather_and_prove, "18_your_own_script.ipynb",
                   {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes)})
+
+
+# The gathering cells of lessons 00, 03, 06 and 10 on planted raw data: the images tfds reads, what
+# engines on other nodes return, the workers' own clocks, the losses Keras logs; a broken raw figure
+# must fail the proof through the gathering cell's own arithmetic.
+
+class _Split:
+    """A tfds split as lesson 00's cell uses it: `take(n)` keeps the first n (image, label) pairs."""
+
+    def __init__(self, labels):
+        self.pairs = [(np.zeros((32, 32, 3), "uint8"), label) for label in labels]
+
+    def take(self, count):
+        taken = _Split([])
+        taken.pairs = self.pairs[:count]
+        return taken
+
+
+@pytest.mark.parametrize("labels,match", [
+    ([i % 10 for i in range(500)], None),
+    ([i % 9 for i in range(400)] + [9] * 100, "all ten classes"),  # class 9 only after the first 400 images
+    ([i % 9 for i in range(500)], "all ten classes")],
+    ids=["ten classes", "one class after image 400", "nine classes"])
+def test_lesson_00_gathering_cell_reads_the_classes_of_the_first_400_images(monkeypatch, tmp_path, labels, match):
+    """The classes come from what `tfds.load` reads, never a download, and only from the first 400
+    images the cell takes (the cell's own `take`, its own label list)."""
+    import sys
+    from types import ModuleType
+
+    loads = []
+    tfds = ModuleType("tensorflow_datasets")
+    tfds.load = lambda name, **kwargs: loads.append((name, kwargs)) or _Split(labels)
+    tfds.as_numpy = lambda split: iter(split.pairs)
+    host = ModuleType("helpers.host")
+    host.import_tensorflow = lambda: None  # the cell's planted data needs no TensorFlow
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", tfds)
+    monkeypatch.setitem(sys.modules, "helpers.host", host)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    ok = OK["00_environment.ipynb"]
+    raw = {**{k: v for k, v in ok.items() if k not in ("labels", "dataset")},
+           "dataset": SimpleNamespace(**vars(ok["dataset"]), data_dir=tmp_path, label_names=[f"c{i}" for i in range(10)]),
+           "plots": SimpleNamespace(save=lambda fig, name: None)}
+    _holds_unless(match, _gather_and_prove, "00_environment.ipynb", raw)
+    assert loads == [("cifar10", {"data_dir": str(tmp_path), "split": "train", "as_supervised": True, "download": False})]
+
+
+def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), val_losses=([2.1, 1.9], [2.1, 1.9]),
+                      kept=(True, False)) -> dict:
+    """Lesson 03's raw results from 2 engines on node1 and node2, in engine order (rank 1's engine
+    first): the figures each computed on its own node, `kept` as each found its own model path. The
+    kernel's host holds a file at rank 1's temporary path and nothing at the chief's: it must
+    believe the engines, not its own disk."""
+    chief_path, other_path = "/node1-only/models/03_multiworker.keras", tmp_path / "tmp-x" / "model.keras"
+    other_path.parent.mkdir()
+    other_path.write_bytes(b"a file on the kernel's host, not on node2")
+    by_rank = {"in_sync": [2, 2], "task_id": [0, 1], "moved": [0.5, 0.5], "digest": ["d", "d"],
+               "examples_seen": list(seen), "predicted_rows": [512, 512], "test_steps * global_batch": [512, 512],
+               "found_at": [[0], [32]], "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]],
+               "pass_shards": [[(0, 2)], [(1, 2)]], "kept": list(kept), "path": [chief_path, str(other_path)]}
+    pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
+    assert not Path(chief_path).exists() and other_path.exists()
+    return {"engines": _PlantedEngines(pulled), "histories": [{"val_loss": list(v)} for v in val_losses[::-1]],
+            "settings": _Sizes(epochs=2)}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"seen": (["a", "b"], ["b", "c"])}, "shared examples"),  # example b reached both workers
+    ({"val_losses": ([2.1, 1.9], [2.1, 1.8])}, "same all-reduced validation loss"),  # no all-reduce of the metric
+    ({"kept": (True, True)}, "only the chief should keep"),  # rank 1's temporary copy left on node2
+    ({"kept": (False, False)}, "only the chief should keep")],  # the chief's file missing on node1
+    ids=["as run", "one example shared", "validation apart", "rank 1 kept a copy", "chief kept nothing"])
+def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
+    """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
+    rank 1's temporary directory on node2) or their processes, only what they return. The cell
+    counts the shared examples and reads the validation losses itself; whether a file was kept is
+    what each engine found on its own disk, whatever this host holds at those paths."""
+    _holds_unless(match, _gather_and_prove, "03_multiworker_ipyparallel.ipynb", _engines_on_nodes(tmp_path, **changes))
+
+
+def _hung(error="DeadlineExceededError", failed=103.1, woke=112.0) -> dict:
+    """Lesson 06's raw reports of the hung-peer run, in engine order (rank 1 first): wall clocks
+    of the two workers, both entering at 100.0; rank 0's error and when it came, when rank 1 woke."""
+    ok = OK["06_fault_tolerance.ipynb"]
+    return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "alive_after_s")},
+            "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "ended": woke},
+                          {"rank": 0, "entered": 100.0, "error": error, "ended": failed}]}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"error": "UnavailableError"}, "should time out"),  # the heartbeats' error: the peer counted as dead
+    ({"failed": 100.4}, "after about 3 s"),  # an error before the timeout could fire
+    ({"failed": 109.0, "woke": 130.0}, "after about 3 s"),  # 9 s: not the timeout's doing
+    ({"woke": 103.0}, "still be alive")],  # the peer had returned before the error came
+    ids=["timed out", "heartbeat error", "too soon", "too late", "peer gone first"])
+def test_lesson_06_gathering_cell_times_the_wait_beside_a_hung_peer(changes, match):
+    """From the two workers' reports: the wait is rank 0's own clock from entering the all-reduce
+    to its error, the peer alive while it sleeps past that error (the engines' order does not matter)."""
+    _holds_unless(match, _gather_and_prove, "06_fault_tolerance.ipynb", _hung(**changes))
+
+
+def _running(steps: list, per_epoch: int) -> list:
+    """What Keras logs after every step: each epoch's running mean of the step losses so far."""
+    epochs = [steps[i:i + per_epoch] for i in range(0, len(steps), per_epoch)]
+    return [[sum(epoch[:k + 1]) / (k + 1) for k in range(len(epoch))] for epoch in epochs]
+
+
+_WARM = [3.2, 2.4, 2.0, 1.8, 1.6, 1.5] + [1.0] * 6  # the warm-up's 4 steps and the next: mean 2.2
+_NO_WARM = [3.2, 2.0, 3.5, 1.8, 1.6, 1.3] + [1.0] * 6  # step 3 above the start, the running mean never; mean 2.42
+
+
+@pytest.mark.parametrize("no_warm,warm,match", [
+    (_NO_WARM, _WARM, None),
+    ([3.2, 2.0, 1.5, 1.4, 1.3, 1.2] + [1.0] * 6, _WARM, "rise above its start"),
+    ([3.2, 3.1, 3.0, 2.9, 2.8, 2.7, 1.0, 1.0, 3.4, 1.0, 1.0, 1.0], _WARM, None),  # the rise in epoch 2, mean 1.8
+    (_NO_WARM, [3.2, 2.4, 3.3, 1.8, 1.6, 1.5] + [1.0] * 6, "with warm-up no step"),
+    ([3.2, 1.0, 3.3, 1.0, 1.0, 1.0] + [1.0] * 6, _WARM, "warm-up's steps should be worse")],
+    ids=["as trained", "no rise", "rise in epoch 2", "warm-up rises", "warm-up worse"])
+def test_lesson_10_gathering_cell_derives_each_steps_loss_from_the_running_means(no_warm, warm, match):
+    """From the running means Keras logs (reset every epoch of 6 steps): each step's own loss,
+    which rises above the start where the logged mean does not, and the warm-up's mean loss."""
+    ok = OK["10_large_batches.ipynb"]
+    others = {name: _running([3.2, 2.5, 2.2] + [1.5] * 9, 6) for name in _RUNS}
+    raw = {**{k: v for k, v in ok.items() if k not in ("step_loss", "during_warmup")}, "warmup_steps": 4,
+           "running": {**others, "batch 512, linear, no warm-up": _running(no_warm, 6),
+                       "batch 512, linear + warm-up": _running(warm, 6)}}
+    assert max(m for epoch in raw["running"]["batch 512, linear, no warm-up"] for m in epoch) <= 3.2 or match
+    _holds_unless(match, _gather_and_prove, "10_large_batches.ipynb", raw)
