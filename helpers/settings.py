@@ -96,7 +96,7 @@ _ALL = (
     _s("COURSE_TUNING", "on or off (also 0, false, no)", "on", ("helpers/tuning.py",),
        "off: TensorFlow's own CPU defaults everywhere (what the bench compares against)"),
     _s("COURSE_COLLECTIVE_TIMEOUT", "seconds > 0", "300", ("helpers/strategy.py",),
-       "how long a collective waits for a lost peer before the survivors stop",
+       "how long a collective waits for a peer that never joins (alive but stuck) before the others stop",
        check="helpers.strategy:collective_timeout", bad="soon"),
     _s("COURSE_RENDEZVOUS_TIMEOUT", "seconds > 0", "120", ("helpers/rendezvous.py", "helpers/doctor.py"),
        "how long a worker waits for its peers at the start before it names the missing ones and exits",

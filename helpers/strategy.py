@@ -27,7 +27,10 @@ DEFAULT_COLLECTIVE_TIMEOUT = 300.0
 
 
 def collective_timeout() -> float:
-    """Seconds a collective may wait for a lost peer: `COURSE_COLLECTIVE_TIMEOUT`, else 300.
+    """Seconds a collective may wait for a peer that never joins it: `COURSE_COLLECTIVE_TIMEOUT`, else 300.
+
+    A peer that dies fails the others without it (closed connections, or missed heartbeats: lesson 06);
+    the timeout is for one alive but stuck elsewhere.
 
     Read when a strategy is made (not at import), so a bad value is one clear error there and
     a value set in a notebook before `make_strategy` counts."""

@@ -68,7 +68,8 @@ OK: dict[str, dict] = {
         "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]], "overlap": 0,
         "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512],
         "val_losses": [[2.1, 1.9], [2.1, 1.9]], "settings": _Sizes(epochs=2), "found_at": [[0], [32]],
-        "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]]},
+        "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
+        "kept": [True, False]},
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "strategy": _strategy(2),
@@ -85,8 +86,12 @@ OK: dict[str, dict] = {
                  "ordinary vs global": 2.0}},
     "06_fault_tolerance.ipynb": {
         "first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2,
+        "first_errors": ["engine 0: UnavailableError: Collective ops is aborted by: recvmsg:Connection reset by peer",
+                         "engine ?: EngineError: Engine 1 died while running task 'd207b276'"],
         "crash_epoch": 2, "epochs": 4, "backup_weights": "b", "fresh_weights": "init",
-        "results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b", "weights": "a"} for r in (0, 1)]},
+        "results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b", "weights": "a"} for r in (0, 1)],
+        # beside a peer alive but never joining: the all-reduce's error, its wait, how long the peer slept on
+        "TIMEOUT_S": 3, "timeout_error": "DeadlineExceededError", "waited_s": 3.1, "alive_after_s": 8.9},
 }
 
 
@@ -321,12 +326,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a worker whose pass yielded nothing: no overlap, trivially
     ("03_multiworker_ipyparallel.ipynb", {"seen": [["a", "b"], []]}, "shared examples"),
     ("03_multiworker_ipyparallel.ipynb", {"task_ids": [0, 0], "found_at": [[0], [0]],
-                                          "fit_shards": [[(0, 2)], [(0, 2)]], "pass_shards": [[(0, 2)], [(0, 2)]]}, "task ids"),
+                                          "fit_shards": [[(0, 2)], [(0, 2)]], "pass_shards": [[(0, 2)], [(0, 2)]],
+                                          "kept": [True, True]}, "task ids"),
     ("03_multiworker_ipyparallel.ipynb", {"pass_shards": [[(0, 1)], [(0, 1)]]}, "the shard fit read"),
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1], "task_ids": [0], "seen": [["a"]], "overlap": 0, "moved": [0.5],
                                           "digests": ["d"], "predicted_rows": [512], "padded": [512],
                                           "val_losses": [[2.1, 1.9]], "found_at": [[0]], "rows": [32],
-                                          "fit_shards": [[(0, 1)]], "pass_shards": [[(0, 1)]]},
+                                          "fit_shards": [[(0, 1)]], "pass_shards": [[(0, 1)]], "kept": [True]},
      "at least 2 workers"),
     ("03_multiworker_ipyparallel.ipynb", {"found_at": [[32], [0]]}, "order of the shards"),
     ("03_multiworker_ipyparallel.ipynb", {"found_at": [[0], []]}, "order of the shards"),
@@ -336,6 +342,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"moved": [0.0, 0.0]}, "did not change the weights"),
     ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different weights"),
     ("03_multiworker_ipyparallel.ipynb", {"predicted_rows": [256, 256]}, "all workers' rows"),
+    # worker 1's temporary copy left on its node; the chief's file missing on the chief's node
+    ("03_multiworker_ipyparallel.ipynb", {"kept": [True, True]}, "only the chief should keep"),
+    ("03_multiworker_ipyparallel.ipynb", {"kept": [False, False]}, "only the chief should keep"),
     ("04_custom_training_loop.ipynb", {"in_sync": [1, 1]}, "not one cluster"),
     ("04_custom_training_loop.ipynb", {"in_sync": [1]}, "not one cluster"),  # one worker alone: a cluster of 1
     ("04_custom_training_loop.ipynb", {"in_sync": [2, 3]}, "not one cluster"),  # workers in different clusters
@@ -393,6 +402,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("05_sync_batch_norm.ipynb", {"spread_sync": 0.01}, "identical statistics"),
     ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
     ("06_fault_tolerance.ipynb", {"survivor_stopped": False}, "not wait for its dead peer"),
+    # the survivor stopped only when its collective timeout fired: the dead peer went unnoticed until then
+    ("06_fault_tolerance.ipynb", {"first_errors": ["engine 0: DeadlineExceededError: Collective has timed out waiting "
+                                                   "for other workers.", "engine ?: EngineError: Engine 1 died"]},
+     "before the collective timeout"),
     ("06_fault_tolerance.ipynb", {"backups": ["shared"]}, "one backup directory per worker"),
     ("06_fault_tolerance.ipynb", {"results": [{"rank": r, "epochs run": [0, 1, 2, 3], "weights at start": "b",
                                                "weights": "a"} for r in (0, 1)]}, "ran epochs"),
@@ -402,6 +415,12 @@ BROKEN: list[tuple[str, dict, str]] = [
         {"rank": r, "epochs run": [2, 3], "weights at start": "init", "weights": "a"} for r in (0, 1)]}, "trained weights"),
     ("06_fault_tolerance.ipynb", {"results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b",
                                                "weights": str(r)} for r in (0, 1)]}, "different weights"),
+    # the all-reduce beside a hung peer: the dead-peer error instead of the timeout's, an error before the
+    # timeout could fire, one long after it, one that came only after the peer had returned (not alive then)
+    ("06_fault_tolerance.ipynb", {"timeout_error": "UnavailableError"}, "should time out"),
+    ("06_fault_tolerance.ipynb", {"waited_s": 0.4}, "after about 3 s"),
+    ("06_fault_tolerance.ipynb", {"waited_s": 11.0}, "after about 3 s"),
+    ("06_fault_tolerance.ipynb", {"alive_after_s": -0.5}, "still be alive"),
     ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1)]}, "more than one replica"),
     # a strategy whose replicas got the global batch each (batched by the global batch, not per replica)
     ("07_scaling_performance.ipynb", {"points": [_point("MirroredStrategy", 1),
