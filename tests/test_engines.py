@@ -184,3 +184,60 @@ def test_engines_sign_messages_with_a_key_that_travels_in_owner_only_files():
     assert not any(infos[0]["key"] in line for line in command_lines), "the key is on a command line"
     assert "Completed registration" in output and "Message signing is disabled" not in output, output[-1500:]
     assert not keyfile.exists(), "the key file outlived its cluster"
+
+
+# TensorFlow's multi-worker tutorials (custom loop and Keras), pasted as a learner would: the
+# strategy with no arguments reads TF_CONFIG, and the tutorial reads TF_CONFIG itself for the number
+# of workers. Then what the course's resolver says on the same engine, and one all-reduce.
+TUTORIAL_CELL = """
+import json, os
+import tensorflow as tf
+
+tf_config = json.loads(os.environ['TF_CONFIG'])
+num_workers = len(tf_config['cluster']['worker'])
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+task_id = strategy.cluster_resolver.task_id
+seen = {"num_workers": num_workers, "in_sync": strategy.num_replicas_in_sync, "task_id": task_id,
+        "workers": strategy.cluster_resolver.cluster_spec().as_dict()["worker"],
+        "summed": float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(task_id + 1))), axis=None))}
+
+from helpers.resolver import cluster_resolver, describe
+course = describe(cluster_resolver())
+seen["course"] = {"kind": course["kind"], "rank": course["rank"], "workers": course["workers"]}
+"""
+
+
+def tutorial_on_engines(engines, timeout: float = 180) -> list[dict]:
+    """Run TUTORIAL_CELL on every engine (rank order) within `timeout` s; each engine's findings."""
+    engines.view.execute(TUTORIAL_CELL, block=False).get(timeout=timeout)
+    return engines.view.pull("seen", block=True)
+
+
+def check_tutorial_findings(seen: list[dict], workers: list[dict]) -> None:
+    """Both engines form one 2-worker cluster, with their ranks, agreeing with the course's resolver."""
+    addresses = [w["address"] for w in workers]
+    assert [s["task_id"] for s in seen] == [w["rank"] for w in workers] == [0, 1]
+    for s in seen:
+        assert s["num_workers"] == 2 and s["in_sync"] == 2, s
+        assert s["workers"] == addresses, (s, addresses)
+        assert s["course"]["workers"] == addresses and s["course"]["rank"] == s["task_id"], s
+        assert s["summed"] == 3.0, s  # 1 + 2: one value from each worker, all-reduced across both
+
+
+def test_tutorial_code_with_no_argument_strategy_on_local_engines():
+    """Issue 44: `MultiWorkerMirroredStrategy()` as TensorFlow's tutorials write it, on the course's
+    local engines after `setup_multiworker`: one cluster of 2 workers, not 2 workers alone."""
+    import time
+
+    from helpers.engines import start_engines
+
+    engines = start_engines(2, timeout=60, activate=False)
+    try:
+        workers = engines.setup_multiworker()
+        started = time.perf_counter()
+        seen = tutorial_on_engines(engines)
+        print(f"no-argument MWMS on 2 local engines: {seen} in {time.perf_counter() - started:.1f} s")
+    finally:
+        engines.stop()
+    check_tutorial_findings(seen, workers)
+    assert all(s["course"]["kind"] == "TFConfigClusterResolver" for s in seen), seen
