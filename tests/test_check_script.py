@@ -10,6 +10,10 @@ local workers (about 30-50 s here); the analysis itself is also tested on hand-m
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +21,7 @@ import numpy as np
 import pytest
 
 from helpers.tools import check_script as cs
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli, squeue_empty
 from tests.test_notebook_programs import written_program
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -229,8 +233,8 @@ SLURM_PLANTED = sorted(set(PLANTED) - {"worker_never_joins", "step_only_the_chie
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("name", ["lesson08", "tutorial", "custom", *SLURM_PLANTED])
 def test_on_two_nodes_of_the_local_slurm(slurm, tmp_path, request, name):
-    """The same checks with the workers as tasks of srun steps on node1 and node2 (the hangs are
-    local only: ending a step that hangs is Slurm's time limit, at least a minute)."""
+    """The same checks with the workers as tasks of srun steps on node1 and node2 (the hangs have
+    their own test below)."""
     base = PLANTED[name][0] if name in PLANTED else name
     more = PLANTED[name][2] if name in PLANTED else []
     ours, theirs = options(base, tmp_path, _data(request, base))
@@ -251,16 +255,60 @@ def test_three_workers_where_asked(tmp_path, mnist):
     assert "each of the 3 workers' steps held 4 examples" in out, out
 
 
+# the chief runs one step more while worker 1, alive, waits elsewhere: the chief's all-reduce never completes
+COLLECTIVE_HANG = ("custom", [("checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\nelse:\n"
+                                                    "    import time\n    time.sleep(3600)\ncheckpoint.write(")],
+                   ["--deadline", "40"], ["FAIL     hang: worker(s) 0, 1 did not finish within the deadline",
+                                          "worker 0: still running at train.py:79 (train_step(iterator))",
+                                          "worker 1: still running at train.py:82 (time.sleep(3600))"])
+HANGS = {"worker_never_joins": PLANTED["worker_never_joins"], "collective_never_completes": COLLECTIVE_HANG}
+
+
 @pytest.mark.multiprocess
 def test_a_collective_that_never_completes_ends_at_the_deadline(tmp_path, mnist):
-    """The chief runs one step more while worker 1, alive, waits elsewhere: the chief's all-reduce
-    never completes; the deadline ends both and names them with their last steps."""
-    source = plant_edits(CUSTOM, [("checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\nelse:\n"
-                                   "    import time\n    time.sleep(3600)\ncheckpoint.write(")])
-    ours, theirs = options("custom", tmp_path, mnist)
+    """The chief's all-reduce never completes; the deadline ends both and names them with their last steps."""
+    base, edits, more, expected = COLLECTIVE_HANG
+    ours, theirs = options(base, tmp_path, mnist)
     began = time.monotonic()
-    code, out = check(tmp_path, source, *ours, "--deadline", "40", "--", *theirs)
-    assert code == 1 and "FAIL     hang: worker(s) 0, 1 did not finish within the deadline" in out, out
-    assert "worker 0: still running at train.py:79 (train_step(iterator))" in out, out
-    assert "worker 1: still running at train.py:82 (time.sleep(3600))" in out, out
+    code, out = check(tmp_path, plant_edits(SOURCES[base], edits), *ours, *more, "--", *theirs)
+    assert code == 1 and all(line in out for line in expected), out
     assert time.monotonic() - began < 200
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", sorted(HANGS))
+def test_a_hang_on_the_local_slurm_ends_at_the_deadline_with_the_worker_named(slurm, tmp_path, mnist, name):
+    """The two hangs with the workers as srun tasks on node1 and node2: at the deadline check-script
+    interrupts srun twice (srun then ends the step), and names the workers from their marks and the
+    script line each was on (files the tasks write beside the command's)."""
+    base, edits, more, expected = HANGS[name]
+    ours, theirs = options(base, tmp_path, mnist)
+    began = time.monotonic()
+    code, out = check(tmp_path, plant_edits(SOURCES[base], edits), *ours, *more, "--slurm", "--", *theirs,
+                      env=slurm["env"])
+    took = time.monotonic() - began
+    print(f"{name} on the local Slurm, deadline 40 s: the check ended in {took:.0f} s")
+    assert "Slurm tasks" in out and code == 1 and all(line in out for line in expected), out
+    assert took < 240, f"the hang took {took:.0f} s to end"
+    assert squeue_empty(slurm["env"]), "the hung step outlived the check"
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_three_workers_on_the_local_slurm(slurm, tmp_path, mnist):
+    """`--workers 2,3` inside an allocation of 2 nodes: the third worker shares node1 (its own port
+    of the step's block); the custom-loop script passes with 2 and with 3 workers."""
+    ours, theirs = options("custom", tmp_path, mnist)
+    script = tmp_path / "train.py"
+    script.write_text(CUSTOM)
+    began = time.monotonic()
+    done = subprocess.run(["salloc", "-N", "2", "-n", "3", "--time=10", sys.executable, "-m", "helpers",
+                           "check-script", str(script), *ours, "--workers", "2,3", "--slurm", "--", *theirs],
+                          env={**os.environ, **slurm["env"]}, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    print(done.stdout, done.stderr[-2000:], f"one check: {time.monotonic() - began:.0f} s", sep="\n")
+    out = done.stdout
+    assert passes(done.returncode, out) and "3 workers:\n" in out, out
+    assert re.search(r"2 workers: \d+ s on node1, node2; 3 workers: \d+ s on node1, node2", out), out
+    assert "each of the 3 workers' steps held 4 examples" in out, out
+    assert squeue_empty(slurm["env"])
