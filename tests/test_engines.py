@@ -241,3 +241,34 @@ def test_tutorial_code_with_no_argument_strategy_on_local_engines():
         engines.stop()
     check_tutorial_findings(seen, workers)
     assert all(s["course"]["kind"] == "TFConfigClusterResolver" for s in seen), seen
+
+
+def test_slurm_engines_of_different_steps_are_refused_with_one_line():
+    """Engines that each resolve another Slurm step (started by separate sruns) cannot share one
+    TF_CONFIG: setup_multiworker says so instead of letting each train alone or hang."""
+    from helpers.engines.cluster import _step_addresses
+    from helpers.errors import CourseError
+
+    def config(workers, index):
+        return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+
+    class Engine:
+        def __init__(self, found):
+            self.found = found
+
+        def apply_sync(self, function, *args):
+            return self.found
+
+    class Client(dict):
+        pass
+
+    one_step = Client({3: Engine(config(["node1:10000", "node2:10000"], 0)),
+                       4: Engine(config(["node1:10000", "node2:10000"], 1))})
+    assert _step_addresses(one_step, [3, 4], {3: 0, 4: 1}) == ["node1:10000", "node2:10000"]
+    two_steps = Client({3: Engine(config(["node1:10000"], 0)), 4: Engine(config(["node2:10016"], 0))})
+    with pytest.raises(CourseError, match="start all engines as the tasks of one srun step"):
+        _step_addresses(two_steps, [3, 4], {3: 0, 4: 1})
+    with pytest.raises(CourseError, match="start all engines as the tasks of one srun step"):  # ranks not SLURM_PROCID
+        _step_addresses(one_step, [3, 4], {3: 1, 4: 0})
+    with pytest.raises(CourseError, match="has 2 tasks but 1 engines registered"):
+        _step_addresses(Client({3: one_step[3]}), [3], {3: 0})
