@@ -312,3 +312,74 @@ def test_three_workers_on_the_local_slurm(slurm, tmp_path, mnist):
     assert re.search(r"2 workers: \d+ s on node1, node2; 3 workers: \d+ s on node1, node2", out), out
     assert "each of the 3 workers' steps held 4 examples" in out, out
     assert squeue_empty(slurm["env"])
+
+
+KERAS2_PROBE = r'''
+import json, os, tempfile
+import numpy as np, tensorflow as tf, keras
+
+d = tempfile.mkdtemp()
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+model.compile("sgd", "mse")
+x, y = np.zeros((4, 3), "float32"), np.zeros((4, 2), "float32")
+tf.saved_model.save(model, os.path.join(d, "sm"))
+calls = {
+    "reset_states": lambda: keras.metrics.Mean().reset_states(),
+    "save_dir": lambda: model.save(os.path.join(d, "saved")),
+    "save_weights": lambda: model.save_weights(os.path.join(d, "ckpt")),
+    "load_savedmodel": lambda: keras.models.load_model(os.path.join(d, "sm")),
+    "checkpoint_path": lambda: keras.callbacks.ModelCheckpoint(os.path.join(d, "ck")),
+    "sync_bn": lambda: tf.keras.layers.experimental.SyncBatchNormalization,
+    "legacy_optimizer": lambda: tf.keras.optimizers.legacy.SGD(),
+    "lr": lambda: model.optimizer.lr,
+    "fit_workers": lambda: model.fit(x, y, workers=2, use_multiprocessing=True, verbose=0),
+    "fit_generator": lambda: model.fit_generator,
+    "compile_option": lambda: model.compile("sgd", "mse", experimental_run_tf_function=False),
+    "tf_op_on_input": lambda: tf.reduce_sum(keras.Input((3,))),
+    "dataset_creator": lambda: tf.keras.utils.experimental.DatasetCreator,
+}
+found = {}
+for name, call in calls.items():
+    try:
+        call()
+        found[name] = "no error"
+    except Exception as exc:
+        found[name] = f"{type(exc).__name__}: {exc}"
+found["fixes"] = [type(keras.layers.BatchNormalization(synchronized=True)).__name__,
+                  keras.layers.TFSMLayer(os.path.join(d, "sm"), call_endpoint="serving_default").built]
+print("FOUND " + json.dumps(found))
+'''
+# what docs/check-your-script.md "Keras 2 code under Keras 3" says each Keras 2 call raises
+KERAS2_ERRORS = {
+    "reset_states": "AttributeError: 'Mean' object has no attribute 'reset_states'",
+    "save_dir": "ValueError: Invalid filepath extension for saving",
+    "save_weights": "ValueError: The filename must end in `.weights.h5`",
+    "load_savedmodel": "Keras 3 only supports V3 `.keras` files",
+    "checkpoint_path": "ValueError: The filepath provided must end in `.keras`",
+    "sync_bn": "AttributeError:",
+    "legacy_optimizer": "ImportError: `keras.optimizers.legacy` is not supported in Keras 3",
+    "lr": "AttributeError: 'SGD' object has no attribute 'lr'",
+    "fit_workers": "TypeError: TensorFlowTrainer.fit() got an unexpected keyword argument 'workers'",
+    "fit_generator": "AttributeError:",
+    "compile_option": "TypeError: Trainer.compile() got an unexpected keyword argument",
+    "tf_op_on_input": "ValueError: A KerasTensor cannot be used as input to a TensorFlow function",
+    "dataset_creator": "AttributeError:",
+}
+
+
+def test_the_keras3_changes_the_guide_names_are_what_this_keras_does():
+    """Each row of the guide's Keras 2 -> Keras 3 table, run on the installed Keras: the Keras 2
+    call fails with the error the guide quotes, and the replacement it names exists."""
+    from tests.conftest import run_python
+
+    done = run_python(KERAS2_PROBE, timeout=300)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("FOUND ")), None)
+    assert line, done.stdout[-2000:] + done.stderr[-2000:]
+    found = json.loads(line[len("FOUND "):])
+    wrong = {name: found[name] for name, error in KERAS2_ERRORS.items() if not found[name].startswith(error)
+             and error not in found[name]}
+    assert not wrong, wrong
+    assert found["fixes"] == ["BatchNormalization", True]
+    guide = (ROOT / "docs" / "check-your-script.md").read_text()
+    for error in KERAS2_ERRORS.values():
+        assert error.split(": ", 1)[-1].replace("`", "").rstrip(":") in guide.replace("`", ""), error
