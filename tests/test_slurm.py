@@ -59,7 +59,7 @@ def _engines_report(stdout: str) -> dict:
     return json.loads(line[len("ENGINES "):])
 
 
-def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch):
+def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch, tmp_path):
     """From outside an allocation: one sbatch job whose srun starts one engine per task; TensorFlow's
     tutorial code (the no-argument strategy) then forms one cluster of them."""
     from helpers.engines import start_engines
@@ -79,11 +79,11 @@ def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch):
         assert in_env == [[], []], f"the connection info is in the engines' job environment: {in_env}"
         workers = engines.setup_multiworker()
         assert [w["address"].split(":")[0] for w in workers] == ["node1", "node2"]
-        # issue 44: TensorFlow's tutorial code, `MultiWorkerMirroredStrategy()` with no arguments, on
-        # these engines: one cluster of both nodes, as the course's Slurm resolver gives it
+        # issue 44: TensorFlow's custom-loop tutorial, `MultiWorkerMirroredStrategy()` with no arguments,
+        # on these engines: one cluster of both nodes, as the course's Slurm resolver gives it
         started = time.perf_counter()
-        seen = tutorial_on_engines(engines)
-        print(f"no-argument MWMS on 2 Slurm engines: {seen} in {time.perf_counter() - started:.1f} s")
+        seen = tutorial_on_engines(engines, tmp_path)
+        print(f"the tutorial on 2 Slurm engines: {seen} in {time.perf_counter() - started:.1f} s")
         check_tutorial_findings(seen, workers)
         assert all(s["course"]["kind"] == "CourseSlurmClusterResolver" for s in seen), seen
     finally:
