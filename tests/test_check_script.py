@@ -290,6 +290,8 @@ def test_a_hang_on_the_local_slurm_ends_at_the_deadline_with_the_worker_named(sl
     took = time.monotonic() - began
     print(f"{name} on the local Slurm, deadline 40 s: the check ended in {took:.0f} s")
     assert "Slurm tasks" in out and code == 1 and all(line in out for line in expected), out
+    hung_run = re.search(r"2 workers: (\d+) s", out)
+    assert hung_run and int(hung_run[1]) <= 40 + 30, out  # the deadline, then srun ends the step
     assert took < 240, f"the hang took {took:.0f} s to end"
     assert squeue_empty(slurm["env"]), "the hung step outlived the check"
 
