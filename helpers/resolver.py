@@ -253,8 +253,11 @@ def is_step_tf_config(config: dict) -> bool:
     """Whether `config` names this Slurm step's workers, ports and rank, as `slurm_resolver` does."""
     from .slurm_step import port_base as step_port_base, step_layout
 
-    layout = step_layout()
-    workers = layout.workers(step_port_base(layout, *port_range()))
+    try:
+        layout = step_layout()
+        workers = layout.workers(step_port_base(layout, *port_range()))
+    except CourseError:  # Slurm's variables do not describe a step: the TF_CONFIG given is the cluster
+        return False
     return (config.get("cluster") == {"worker": workers}
             and config.get("task") == {"type": "worker", "index": layout.rank})
 
