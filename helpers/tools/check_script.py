@@ -193,7 +193,7 @@ def read_run(run: Run, out: Path) -> Run:
             run.reports[rank] = json.loads(report.read_text())
             run.killed.pop(rank, None)  # it finished; another rank's failure ended the run
         weights = out / f"weights-{rank}.npz"
-        if weights.exists():
+        if weights.exists() and rank in run.reports:  # written before the report: whole only then
             with np.load(weights) as data:
                 run.weights[rank] = {k: data[k] for k in data.files}
         marks = out / f"marks-{rank}.txt"
