@@ -233,17 +233,33 @@ def cluster_resolver():
     """The resolver for where this process runs, or None for a single worker.
 
     TF_CONFIG wins when set (it is explicit); otherwise a Slurm step with more than one task.
+    A TF_CONFIG that names exactly this step's workers and rank (what `setup_multiworker` writes
+    on Slurm engines) is the same cluster: the Slurm resolver is used, with its GPU plan.
     """
     config = tf_config_from_env()
-    if config is not None:
+    info = slurm_info()
+    in_step = info is not None and info.step and (info.ntasks or 1) > 1
+    if config is not None and not (in_step and is_step_tf_config(config)):
         import tensorflow as tf
 
         _check_own_tf_config_port(config)
         return tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    info = slurm_info()
-    if info is not None and info.step and (info.ntasks or 1) > 1:
+    if in_step:
         return slurm_resolver()
     return None
+
+
+def is_step_tf_config(config: dict) -> bool:
+    """Whether `config` names this Slurm step's workers, ports and rank, as `slurm_resolver` does."""
+    from .slurm_step import port_base as step_port_base, step_layout
+
+    try:
+        layout = step_layout()
+        workers = layout.workers(step_port_base(layout, *port_range()))
+    except CourseError:  # Slurm's variables do not describe a step: the TF_CONFIG given is the cluster
+        return False
+    return (config.get("cluster") == {"worker": workers}
+            and config.get("task") == {"type": "worker", "index": layout.rank})
 
 
 def describe(resolver) -> dict:

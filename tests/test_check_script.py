@@ -10,6 +10,10 @@ local workers (about 30-50 s here); the analysis itself is also tested on hand-m
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +21,7 @@ import numpy as np
 import pytest
 
 from helpers.tools import check_script as cs
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli, squeue_empty
 from tests.test_notebook_programs import written_program
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -245,8 +249,8 @@ SLURM_PLANTED = sorted(set(PLANTED) - {"worker_never_joins", "step_only_the_chie
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("name", ["lesson08", "tutorial", "custom", *SLURM_PLANTED])
 def test_on_two_nodes_of_the_local_slurm(slurm, tmp_path, request, name):
-    """The same checks with the workers as tasks of srun steps on node1 and node2 (the hangs are
-    local only: ending a step that hangs is Slurm's time limit, at least a minute)."""
+    """The same checks with the workers as tasks of srun steps on node1 and node2 (the hangs have
+    their own test below)."""
     base = PLANTED[name][0] if name in PLANTED else name
     more = PLANTED[name][2] if name in PLANTED else []
     ours, theirs = options(base, tmp_path, _data(request, base))
@@ -267,16 +271,133 @@ def test_three_workers_where_asked(tmp_path, mnist):
     assert "each of the 3 workers' steps held 4 examples" in out, out
 
 
+# the chief runs one step more while worker 1, alive, waits elsewhere: the chief's all-reduce never completes
+COLLECTIVE_HANG = ("custom", [("checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\nelse:\n"
+                                                    "    import time\n    time.sleep(3600)\ncheckpoint.write(")],
+                   ["--deadline", "40"], ["FAIL     hang: worker(s) 0, 1 did not finish within the deadline",
+                                          "worker 0: still running at train.py:79 (train_step(iterator))",
+                                          "worker 1: still running at train.py:82 (time.sleep(3600))"])
+HANGS = {"worker_never_joins": PLANTED["worker_never_joins"], "collective_never_completes": COLLECTIVE_HANG}
+
+
 @pytest.mark.multiprocess
 def test_a_collective_that_never_completes_ends_at_the_deadline(tmp_path, mnist):
-    """The chief runs one step more while worker 1, alive, waits elsewhere: the chief's all-reduce
-    never completes; the deadline ends both and names them with their last steps."""
-    source = plant_edits(CUSTOM, [("checkpoint.write(", "if task_id == 0:\n    train_step(iterator)\nelse:\n"
-                                   "    import time\n    time.sleep(3600)\ncheckpoint.write(")])
-    ours, theirs = options("custom", tmp_path, mnist)
+    """The chief's all-reduce never completes; the deadline ends both and names them with their last steps."""
+    base, edits, more, expected = COLLECTIVE_HANG
+    ours, theirs = options(base, tmp_path, mnist)
     began = time.monotonic()
-    code, out = check(tmp_path, source, *ours, "--deadline", "40", "--", *theirs)
-    assert code == 1 and "FAIL     hang: worker(s) 0, 1 did not finish within the deadline" in out, out
-    assert "worker 0: still running at train.py:79 (train_step(iterator))" in out, out
-    assert "worker 1: still running at train.py:82 (time.sleep(3600))" in out, out
+    code, out = check(tmp_path, plant_edits(SOURCES[base], edits), *ours, *more, "--", *theirs)
+    assert code == 1 and all(line in out for line in expected), out
     assert time.monotonic() - began < 200
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", sorted(HANGS))
+def test_a_hang_on_the_local_slurm_ends_at_the_deadline_with_the_worker_named(slurm, tmp_path, mnist, name):
+    """The two hangs with the workers as srun tasks on node1 and node2: at the deadline check-script
+    interrupts srun twice (srun then ends the step), and names the workers from their marks and the
+    script line each was on (files the tasks write beside the command's)."""
+    base, edits, more, expected = HANGS[name]
+    ours, theirs = options(base, tmp_path, mnist)
+    began = time.monotonic()
+    code, out = check(tmp_path, plant_edits(SOURCES[base], edits), *ours, *more, "--slurm", "--", *theirs,
+                      env=slurm["env"])
+    took = time.monotonic() - began
+    print(f"{name} on the local Slurm, deadline 40 s: the check ended in {took:.0f} s")
+    assert "Slurm tasks" in out and code == 1 and all(line in out for line in expected), out
+    hung_run = re.search(r"2 workers: (\d+) s", out)
+    assert hung_run and int(hung_run[1]) <= 40 + 30, out  # the deadline, then srun ends the step
+    assert took < 240, f"the hang took {took:.0f} s to end"
+    assert squeue_empty(slurm["env"]), "the hung step outlived the check"
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_three_workers_on_the_local_slurm(slurm, tmp_path, mnist):
+    """`--workers 2,3` inside an allocation of 2 nodes: the third worker shares node1 (its own port
+    of the step's block); the custom-loop script passes with 2 and with 3 workers."""
+    ours, theirs = options("custom", tmp_path, mnist)
+    script = tmp_path / "train.py"
+    script.write_text(CUSTOM)
+    began = time.monotonic()
+    done = subprocess.run(["salloc", "-N", "2", "-n", "3", "--time=10", sys.executable, "-m", "helpers",
+                           "check-script", str(script), *ours, "--workers", "2,3", "--slurm", "--", *theirs],
+                          env={**os.environ, **slurm["env"]}, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    print(done.stdout, done.stderr[-2000:], f"one check: {time.monotonic() - began:.0f} s", sep="\n")
+    out = done.stdout
+    assert passes(done.returncode, out) and "3 workers:\n" in out, out
+    assert re.search(r"2 workers: \d+ s on node1, node2; 3 workers: \d+ s on node1, node2", out), out
+    assert "each of the 3 workers' steps held 4 examples" in out, out
+    assert squeue_empty(slurm["env"])
+
+
+KERAS2_PROBE = r'''
+import json, os, tempfile
+import numpy as np, tensorflow as tf, keras
+
+d = tempfile.mkdtemp()
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+model.compile("sgd", "mse")
+x, y = np.zeros((4, 3), "float32"), np.zeros((4, 2), "float32")
+tf.saved_model.save(model, os.path.join(d, "sm"))
+calls = {
+    "reset_states": lambda: keras.metrics.Mean().reset_states(),
+    "save_dir": lambda: model.save(os.path.join(d, "saved")),
+    "save_weights": lambda: model.save_weights(os.path.join(d, "ckpt")),
+    "load_savedmodel": lambda: keras.models.load_model(os.path.join(d, "sm")),
+    "checkpoint_path": lambda: keras.callbacks.ModelCheckpoint(os.path.join(d, "ck")),
+    "sync_bn": lambda: tf.keras.layers.experimental.SyncBatchNormalization,
+    "legacy_optimizer": lambda: tf.keras.optimizers.legacy.SGD(),
+    "lr": lambda: model.optimizer.lr,
+    "fit_workers": lambda: model.fit(x, y, workers=2, use_multiprocessing=True, verbose=0),
+    "fit_generator": lambda: model.fit_generator,
+    "compile_option": lambda: model.compile("sgd", "mse", experimental_run_tf_function=False),
+    "tf_op_on_input": lambda: tf.reduce_sum(keras.Input((3,))),
+    "dataset_creator": lambda: tf.keras.utils.experimental.DatasetCreator,
+}
+found = {}
+for name, call in calls.items():
+    try:
+        call()
+        found[name] = "no error"
+    except Exception as exc:
+        found[name] = f"{type(exc).__name__}: {exc}"
+found["fixes"] = [type(keras.layers.BatchNormalization(synchronized=True)).__name__,
+                  keras.layers.TFSMLayer(os.path.join(d, "sm"), call_endpoint="serving_default").built]
+print("FOUND " + json.dumps(found))
+'''
+# what docs/check-your-script.md "Keras 2 code under Keras 3" says each Keras 2 call raises
+KERAS2_ERRORS = {
+    "reset_states": "AttributeError: 'Mean' object has no attribute 'reset_states'",
+    "save_dir": "ValueError: Invalid filepath extension for saving",
+    "save_weights": "ValueError: The filename must end in `.weights.h5`",
+    "load_savedmodel": "Keras 3 only supports V3 `.keras` files",
+    "checkpoint_path": "ValueError: The filepath provided must end in `.keras`",
+    "sync_bn": "AttributeError:",
+    "legacy_optimizer": "ImportError: `keras.optimizers.legacy` is not supported in Keras 3",
+    "lr": "AttributeError: 'SGD' object has no attribute 'lr'",
+    "fit_workers": "TypeError: TensorFlowTrainer.fit() got an unexpected keyword argument 'workers'",
+    "fit_generator": "AttributeError:",
+    "compile_option": "TypeError: Trainer.compile() got an unexpected keyword argument",
+    "tf_op_on_input": "ValueError: A KerasTensor cannot be used as input to a TensorFlow function",
+    "dataset_creator": "AttributeError:",
+}
+
+
+def test_the_keras3_changes_the_guide_names_are_what_this_keras_does():
+    """Each row of the guide's Keras 2 -> Keras 3 table, run on the installed Keras: the Keras 2
+    call fails with the error the guide quotes, and the replacement it names exists."""
+    from tests.conftest import run_python
+
+    done = run_python(KERAS2_PROBE, timeout=300)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("FOUND ")), None)
+    assert line, done.stdout[-2000:] + done.stderr[-2000:]
+    found = json.loads(line[len("FOUND "):])
+    wrong = {name: found[name] for name, error in KERAS2_ERRORS.items() if not found[name].startswith(error)
+             and error not in found[name]}
+    assert not wrong, wrong
+    assert found["fixes"] == ["BatchNormalization", True]
+    guide = (ROOT / "docs" / "check-your-script.md").read_text()
+    for error in KERAS2_ERRORS.values():
+        assert error.split(": ", 1)[-1].replace("`", "").rstrip(":") in guide.replace("`", ""), error

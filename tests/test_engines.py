@@ -1,6 +1,8 @@
-"""ipyparallel engines: start, ranks, TF_CONFIG, MWMS training through real `%%px` cells."""
+"""ipyparallel engines: start, ranks, TF_CONFIG, MWMS training through real `%%px` cells, and
+TensorFlow's custom-loop tutorial run unchanged on them."""
 
 import os
+from pathlib import Path
 
 import psutil
 import pytest
@@ -165,7 +167,6 @@ def test_engines_sign_messages_with_a_key_that_travels_in_owner_only_files():
     is disabled`; the course keeps a per-cluster key, handed over in files only the owner reads."""
     import json
     import stat
-    from pathlib import Path
 
     from helpers.engines import start_engines
 
@@ -186,3 +187,106 @@ def test_engines_sign_messages_with_a_key_that_travels_in_owner_only_files():
     assert not any(infos[0]["key"] in line for line in command_lines), "the key is on a command line"
     assert "Completed registration" in output and "Message signing is disabled" not in output, output[-1500:]
     assert not keyfile.exists(), "the key file outlived its cluster"
+
+
+# TensorFlow's multi-worker custom-loop tutorial as a learner brings it (tests/scripts/custom_loop.py:
+# its code, data from a local file), run on every engine: the strategy with no arguments reads
+# TF_CONFIG, and the tutorial's main.py reads TF_CONFIG itself for the number of workers. Then what
+# the course's resolver says on the same engine, the weights, and one all-reduce more.
+TUTORIAL_CELL = """
+import json, os, runpy, sys
+import numpy as np
+import tensorflow as tf
+
+tf_config = json.loads(os.environ['TF_CONFIG'])
+num_workers = len(tf_config['cluster']['worker'])
+sys.argv = [TUTORIAL_SCRIPT, *TUTORIAL_ARGS]
+tutorial = runpy.run_path(TUTORIAL_SCRIPT, run_name="__main__")
+strategy, task_id = tutorial["strategy"], tutorial["task_id"]
+seen = {"num_workers": num_workers, "in_sync": strategy.num_replicas_in_sync, "task_id": task_id,
+        "workers": strategy.cluster_resolver.cluster_spec().as_dict()["worker"],
+        "steps": int(tutorial["optimizer"].iterations.numpy()),
+        "weights": float(sum(np.abs(w).sum() for w in tutorial["model"].get_weights())),
+        "summed": float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(task_id + 1))), axis=None))}
+
+from helpers.resolver import cluster_resolver, describe
+course = describe(cluster_resolver())
+seen["course"] = {"kind": course["kind"], "rank": course["rank"], "workers": course["workers"]}
+"""
+TUTORIAL_SCRIPT = Path(__file__).parent / "scripts" / "custom_loop.py"
+
+
+def tutorial_on_engines(engines, tmp_path: Path, timeout: float = 240) -> list[dict]:
+    """Run the tutorial on every engine (rank order) within `timeout` s; each engine's findings."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "mnist.npz"
+    np.savez(data, x=rng.integers(0, 256, (64, 28, 28), dtype=np.uint8), y=rng.integers(0, 10, 64))
+    engines.view.push({"TUTORIAL_SCRIPT": str(TUTORIAL_SCRIPT), "TUTORIAL_ARGS": [
+        "--data", str(data), "--global-batch", "8", "--examples", "64", "--epochs", "2",
+        "--steps-per-epoch", "2", "--checkpoint-dir", str(tmp_path / "ckpt")]}, block=True)
+    engines.view.execute(TUTORIAL_CELL, block=False).get(timeout=timeout)
+    return engines.view.pull("seen", block=True)
+
+
+def check_tutorial_findings(seen: list[dict], workers: list[dict]) -> None:
+    """Both engines form one 2-worker cluster, with their ranks, agreeing with the course's resolver."""
+    addresses = [w["address"] for w in workers]
+    assert [s["task_id"] for s in seen] == [w["rank"] for w in workers] == [0, 1]
+    assert seen[0]["weights"] == seen[1]["weights"] and seen[0]["steps"] == seen[1]["steps"] == 4, seen
+    for s in seen:
+        assert s["num_workers"] == 2 and s["in_sync"] == 2, s
+        assert s["workers"] == addresses, (s, addresses)
+        assert s["course"]["workers"] == addresses and s["course"]["rank"] == s["task_id"], s
+        assert s["summed"] == 3.0, s  # 1 + 2: one value from each worker, all-reduced across both
+
+
+def test_tutorial_code_with_no_argument_strategy_on_local_engines(tmp_path):
+    """Issue 44: TensorFlow's custom-loop tutorial (`MultiWorkerMirroredStrategy()` with no arguments)
+    on the course's local engines after `setup_multiworker`: one cluster of 2 workers, not 2 alone."""
+    import time
+
+    from helpers.engines import start_engines
+
+    engines = start_engines(2, timeout=60, activate=False)
+    try:
+        workers = engines.setup_multiworker()
+        started = time.perf_counter()
+        seen = tutorial_on_engines(engines, tmp_path)
+        print(f"the tutorial on 2 local engines: {seen} in {time.perf_counter() - started:.1f} s")
+    finally:
+        engines.stop()
+    check_tutorial_findings(seen, workers)
+    assert all(s["course"]["kind"] == "TFConfigClusterResolver" for s in seen), seen
+
+
+def test_slurm_engines_of_different_steps_are_refused_with_one_line():
+    """Engines that each resolve another Slurm step (started by separate sruns) cannot share one
+    TF_CONFIG: setup_multiworker says so instead of letting each train alone or hang."""
+    from helpers.engines.cluster import _step_addresses
+    from helpers.errors import CourseError
+
+    def config(workers, index):
+        return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+
+    class Engine:
+        def __init__(self, found):
+            self.found = found
+
+        def apply_sync(self, function, *args):
+            return self.found
+
+    class Client(dict):
+        pass
+
+    one_step = Client({3: Engine(config(["node1:10000", "node2:10000"], 0)),
+                       4: Engine(config(["node1:10000", "node2:10000"], 1))})
+    assert _step_addresses(one_step, [3, 4], {3: 0, 4: 1}) == ["node1:10000", "node2:10000"]
+    two_steps = Client({3: Engine(config(["node1:10000"], 0)), 4: Engine(config(["node2:10016"], 0))})
+    with pytest.raises(CourseError, match="start all engines as the tasks of one srun step"):
+        _step_addresses(two_steps, [3, 4], {3: 0, 4: 1})
+    with pytest.raises(CourseError, match="start all engines as the tasks of one srun step"):  # ranks not SLURM_PROCID
+        _step_addresses(one_step, [3, 4], {3: 1, 4: 0})
+    with pytest.raises(CourseError, match="has 2 tasks but 1 engines registered"):
+        _step_addresses(Client({3: one_step[3]}), [3], {3: 0})

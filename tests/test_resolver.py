@@ -103,6 +103,29 @@ def test_slurm_resolver_on_cpu_nodes(monkeypatch):
     assert resolver.cluster_resolver() is not None  # auto-detected from the step
 
 
+def test_slurm_engines_tf_config_is_the_slurm_resolvers(monkeypatch):
+    """Slurm engines get a TF_CONFIG built from their step (TensorFlow's no-argument strategy reads
+    only TF_CONFIG): the workers and rank of `slurm_resolver`. `cluster_resolver` still takes the
+    Slurm resolver for it (its GPU plan); a TF_CONFIG naming other workers wins, as before."""
+    from helpers.engines import on_engine
+
+    _slurm_env(monkeypatch)
+    port = _step_range(monkeypatch)
+    config = on_engine.slurm_tf_config()
+    workers = [f"node1:{port}", f"node1:{port + 1}", f"node2:{port}", f"node2:{port + 1}"]
+    assert config == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    chosen = resolver.cluster_resolver()
+    assert type(chosen).__name__ == "CourseSlurmClusterResolver"
+    assert resolver.describe(chosen)["workers"] == workers and chosen.task_id == 1
+    other = resolver.make_tf_config([f"localhost:{port}", f"localhost:{port + 1}"], 1)
+    monkeypatch.setenv("TF_CONFIG", json.dumps(other))
+    assert not resolver.is_step_tf_config(other)
+    assert type(resolver.cluster_resolver()).__name__ == "TFConfigClusterResolver"
+    monkeypatch.setenv("SLURM_PROCID", "2")  # the step's workers, another rank's index: not this task's
+    assert not resolver.is_step_tf_config(config)
+
+
 def test_slurm_port_in_use_is_named(monkeypatch):
     """The port a step derives is checked free on this node before TensorFlow would bind it."""
     import subprocess

@@ -18,6 +18,7 @@ import pytest
 from helpers.results import parse_result_lines
 from tests.conftest import leftovers as _leftovers
 from tests.conftest import squeue_empty as _squeue_empty
+from tests.test_engines import check_tutorial_findings, tutorial_on_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slurm
@@ -58,8 +59,9 @@ def _engines_report(stdout: str) -> dict:
     return json.loads(line[len("ENGINES "):])
 
 
-def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch):
-    """From outside an allocation: one sbatch job whose srun starts one engine per task."""
+def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch, tmp_path):
+    """From outside an allocation: one sbatch job whose srun starts one engine per task; TensorFlow's
+    tutorial code (the no-argument strategy) then forms one cluster of them."""
     from helpers.engines import start_engines
     from helpers.engines.slurm import SlurmRequest
 
@@ -76,7 +78,14 @@ def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch):
         in_env = engines.view.pull("keys", block=True)
         assert in_env == [[], []], f"the connection info is in the engines' job environment: {in_env}"
         workers = engines.setup_multiworker()
-        assert [w["address"] for w in workers] == ["slurm", "slurm"]
+        assert [w["address"].split(":")[0] for w in workers] == ["node1", "node2"]
+        # issue 44: TensorFlow's custom-loop tutorial, `MultiWorkerMirroredStrategy()` with no arguments,
+        # on these engines: one cluster of both nodes, as the course's Slurm resolver gives it
+        started = time.perf_counter()
+        seen = tutorial_on_engines(engines, tmp_path)
+        print(f"the tutorial on 2 Slurm engines: {seen} in {time.perf_counter() - started:.1f} s")
+        check_tutorial_findings(seen, workers)
+        assert all(s["course"]["kind"] == "CourseSlurmClusterResolver" for s in seen), seen
     finally:
         engines.stop()
     assert _squeue_empty(slurm["env"]), "stopping the engines must cancel their Slurm job"

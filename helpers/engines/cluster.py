@@ -108,9 +108,12 @@ class Engines:
     def setup_multiworker(self, use_slurm_resolver: bool | None = None) -> list[dict]:
         """Prepare every engine to be one MultiWorkerMirroredStrategy worker.
 
-        Each engine gets its rank (`COURSE_RANK`), rank-prefixed output and, unless it runs
-        inside a Slurm step whose resolver will be used, a TF_CONFIG with a free port on
-        its own host. Must run before TensorFlow is imported on the engines.
+        Each engine gets its rank (`COURSE_RANK`), rank-prefixed output and a TF_CONFIG naming
+        every worker with its own index, so code written for TensorFlow's documented way
+        (`MultiWorkerMirroredStrategy()` with no arguments) joins the whole cluster: inside a Slurm
+        step whose resolver is used, the step's workers and ports exactly as
+        `helpers.resolver.slurm_resolver` gives them (and its GPUs bound); otherwise a free port
+        on each engine's host. Must run before TensorFlow is imported on the engines.
         """
         from ..resolver import make_tf_config
 
@@ -122,17 +125,18 @@ class Engines:
             raise CourseError("the Slurm resolver was asked for, but the engines do not run "
                               "inside a Slurm step: start them with slurm=True or use TF_CONFIG")
         by_rank = sorted(ids, key=self.ranks.__getitem__)
-        addresses = [] if slurm else _distinct_ports(self.client, by_rank, ids)
+        addresses = (_step_addresses(self.client, by_rank, self.ranks) if slurm
+                     else _distinct_ports(self.client, by_rank, ids))
         hosts = [ids[e]["host"] for e in by_rank]
         gpus = {}
         for eid in by_rank:
             rank = self.ranks[eid]
-            config = None if slurm else make_tf_config(addresses, rank)
+            config = make_tf_config(addresses, rank)
             # under Slurm the resolver binds GPUs (helpers.gpus.plan_for_task); here: a share each
             share = None if slurm else (hosts.count(ids[eid]["host"]), hosts[:rank].count(ids[eid]["host"]))
             gpus[eid] = self.client[eid].apply_sync(on_engine.configure, rank, config, share)
         return [{"rank": self.ranks[e], "engine": e, "host": ids[e]["host"],
-                 "address": "slurm" if slurm else addresses[self.ranks[e]], "gpus": gpus[e]} for e in by_rank]
+                 "address": addresses[self.ranks[e]], "gpus": gpus[e]} for e in by_rank]
 
     def stop(self) -> float:
         """Stop engines and controller; returns the seconds it took. Safe to call twice."""
@@ -153,6 +157,22 @@ class Engines:
         if not self.owned:
             return f"cluster {self.cluster_id or 'of the profile'} left running (attached, not started here)"
         return f"engines and controller stopped in {seconds:.2f} s"
+
+
+def _step_addresses(client, by_rank: list[int], ranks: dict[int, int]) -> list[str]:
+    """`host:port` per rank of the engines' Slurm step, as each engine's own Slurm resolver sees it;
+    engines that disagree (not one step, or ranks that are not SLURM_PROCID) are an error, not a hang."""
+    configs = {eid: client[eid].apply_sync(on_engine.slurm_tf_config) for eid in by_rank}
+    workers = configs[by_rank[0]]["cluster"]["worker"]
+    for eid, config in configs.items():
+        if config["cluster"]["worker"] != workers or config["task"]["index"] != ranks[eid]:
+            raise CourseError(f"engine {eid} (rank {ranks[eid]}) resolves its Slurm step as "
+                              f"{config['cluster']['worker']} index {config['task']['index']}, engine "
+                              f"{by_rank[0]} as {workers}: start all engines as the tasks of one srun step")
+    if len(workers) != len(by_rank):
+        raise CourseError(f"the engines' Slurm step has {len(workers)} tasks but {len(by_rank)} engines "
+                          "registered: start one engine per task")
+    return workers
 
 
 def _distinct_ports(client, by_rank: list[int], ids: dict) -> list[str]:

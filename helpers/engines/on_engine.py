@@ -29,6 +29,17 @@ def free_port() -> int:
     return course_free_port("0.0.0.0")
 
 
+def slurm_tf_config() -> dict:
+    """This engine's TF_CONFIG from its Slurm step: the workers and rank the course's Slurm
+    resolver gives (`helpers.resolver.slurm_resolver`), its GPUs bound as that resolver binds
+    them and its port checked free; so TensorFlow's documented `MultiWorkerMirroredStrategy()`,
+    which reads only TF_CONFIG, joins the same cluster."""
+    from helpers.resolver import make_tf_config, resolve_step
+
+    layout, _plan, workers = resolve_step()
+    return make_tf_config(workers, layout.rank)
+
+
 def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | None = None) -> str:
     """Make this engine worker `rank`; returns the GPUs it uses ("" on CPU)."""
     import json

@@ -155,11 +155,14 @@ def run_slurm(opts: Options, n: int, out: Path) -> Run:
     run = Run(workers=n)
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL)
+    at_deadline = None
     try:
         output, _ = proc.communicate(timeout=opts.deadline_s)
     except subprocess.TimeoutExpired:
-        for rank in range(n):
-            run.killed[rank] = "deadline"
+        # the workers without a report now hung; srun passes the interrupt on to them, and one in
+        # Python code (a worker waiting in time.sleep for a peer) then reports KeyboardInterrupt
+        # and writes more marks: what they showed at the deadline is kept
+        at_deadline = read_run(Run(workers=n), out)
         for _ in range(2):  # two interrupts within a second: srun terminates the step (srun(1))
             proc.send_signal(signal.SIGINT)
             time.sleep(0.3)
@@ -170,7 +173,15 @@ def run_slurm(opts: Options, n: int, out: Path) -> Run:
             output, _ = proc.communicate()
     run.outputs = {0: output.strip().splitlines()[-6:]}
     run.seconds = time.monotonic() - began
-    return read_run(run, out)
+    run = read_run(run, out)
+    for rank in [r for r in range(n) if at_deadline is not None and r not in at_deadline.reports]:
+        run.reports.pop(rank, None)  # written by the interrupt, not by the script
+        run.weights.pop(rank, None)
+        run.killed[rank] = "deadline"
+        run.marks[rank], run.last_marks[rank] = at_deadline.marks[rank], at_deadline.last_marks[rank]
+        if rank in at_deadline.where:
+            run.where[rank] = at_deadline.where[rank]
+    return run
 
 
 def read_run(run: Run, out: Path) -> Run:
@@ -182,7 +193,7 @@ def read_run(run: Run, out: Path) -> Run:
             run.reports[rank] = json.loads(report.read_text())
             run.killed.pop(rank, None)  # it finished; another rank's failure ended the run
         weights = out / f"weights-{rank}.npz"
-        if weights.exists():
+        if weights.exists() and rank in run.reports:  # written before the report: whole only then
             with np.load(weights) as data:
                 run.weights[rank] = {k: data[k] for k in data.files}
         marks = out / f"marks-{rank}.txt"
