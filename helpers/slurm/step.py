@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .errors import CourseError
+from ..errors import CourseError
 
 STEPS_PER_JOB = 16  # consecutive job ids get disjoint port blocks for this many steps each
 

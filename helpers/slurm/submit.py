@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from .errors import CourseError
-from .settings import text
+from ..errors import CourseError
+from ..settings import text
 
 LAYOUT_ENV = "COURSE_CLASS_LAYOUT"
 LAYOUTS = ("node", "gpu")

@@ -22,8 +22,8 @@ import subprocess
 from itertools import product
 from pathlib import Path
 
-from .errors import CourseError
-from .settings import text
+from ..errors import CourseError
+from ..settings import text
 
 LOCAL_WORKERS_ENV = "COURSE_LOCAL_WORKERS"  # "allow": the owner's override, never on a login node
 SINFO_TIMEOUT_S = 10.0  # an sinfo that has not answered by then counts as a cluster
