@@ -61,7 +61,7 @@ def _engines_report(stdout: str) -> dict:
 def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch):
     """From outside an allocation: one sbatch job whose srun starts one engine per task."""
     from helpers.engines import start_engines
-    from helpers.engines.slurm import SlurmRequest
+    from helpers.slurm.request import SlurmRequest
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     engines = start_engines(2, slurm=True, request=SlurmRequest(tasks_per_node=1), timeout=120, activate=False)
@@ -234,7 +234,7 @@ def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
     """A job Slurm refuses, and a job that stays pending: one line each, and nothing left queued."""
     from helpers.engines import start_engines
     from helpers.errors import CourseError
-    from helpers.engines.slurm import SlurmRequest
+    from helpers.slurm.request import SlurmRequest
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(CourseError, match="no nodes in partition nosuch: check COURSE_SLURM_PARTITION"):

@@ -1,11 +1,12 @@
-"""Jobs a lesson submits: a clean Slurm environment, the class's GPUs and node sharing (helpers.slurm_jobs)."""
+"""Jobs a lesson submits: a clean Slurm environment, the class's GPUs and node sharing (helpers.slurm.submit)."""
 
 from __future__ import annotations
 
 import pytest
 
 from helpers.errors import CourseError
-from helpers.slurm_jobs import class_layout, explain, gpus_per_task, job_environment, job_options
+from helpers.slurm import nodes
+from helpers.slurm.submit import class_layout, explain, gpus_per_task, job_environment, job_options
 
 # what a JupyterHub server started with --gpus-per-task=1 --mem=2G sees (Slurm 22.05)
 SERVER = {"SLURM_JOB_ID": "41", "SLURM_GPUS_PER_TASK": "1", "SLURM_MEM_PER_NODE": "2048", "SLURM_JOB_PARTITION": "debug",
@@ -85,7 +86,7 @@ def test_importing_it_imports_no_tensorflow():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", "import sys, helpers.slurm_jobs; print('tensorflow' in sys.modules)"],
+    done = subprocess.run([sys.executable, "-c", "import sys, helpers.slurm.submit; print('tensorflow' in sys.modules)"],
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 
@@ -145,7 +146,8 @@ def test_the_course_job_scripts_keep_other_users_off_their_nodes(script):
 
 @pytest.mark.parametrize("layout, line", [(None, True), ("node", True), ("gpu", False)])
 def test_the_engines_batch_template_follows_the_layout(monkeypatch, layout, line):
-    from helpers.engines.slurm import SlurmRequest, batch_template
+    from helpers.engines.slurm import batch_template
+    from helpers.slurm.request import SlurmRequest
 
     if layout is None:
         monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
@@ -163,6 +165,7 @@ PARTITIONS = [{"PartitionName": "debug", "Default": "YES", "ExclusiveUser": "NO"
 @pytest.fixture
 def scontrol(monkeypatch):
     from helpers import doctor
+    from helpers.slurm import nodes
 
     reservations = {"solo": [{"Users": "alice"}], "course": [{"Users": "alice,bob"}]}
 
@@ -170,7 +173,7 @@ def scontrol(monkeypatch):
         if args[0] == "partition":
             return [r for r in PARTITIONS if len(args) == 1 or r["PartitionName"] == args[1]]
         return reservations.get(args[1], [])
-    monkeypatch.setattr(doctor, "_scontrol_fields", fields)
+    monkeypatch.setattr(nodes, "scontrol_records", fields)
     for name in ("SBATCH_RESERVATION", "SLURM_JOB_RESERVATION", "COURSE_CLASS_LAYOUT"):
         monkeypatch.delenv(name, raising=False)
     return doctor
@@ -188,7 +191,7 @@ def test_the_doctor_says_whether_slurm_keeps_other_users_off_the_nodes(scontrol,
                                                                          exclusive, words):
     if reservation:
         monkeypatch.setenv("SBATCH_RESERVATION", reservation)
-    found, said = scontrol.sharing_of(partition)
+    found, said = nodes.sharing_of(partition)
     assert found == exclusive and words in said, said
 
 

@@ -25,9 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CourseError
-from ..login_node import check_local_workers
+from .. import kernel_watch
 from ..settings import text, value
-from . import kernel_watch, on_engine, ownership
+from ..slurm import queue
+from ..slurm.commands import require_slurm
+from ..slurm.login_node import check_local_workers
+from ..slurm.nodes import controller_ip
+from ..slurm.request import SlurmRequest
+from ..slurm.step import in_allocation
+from . import on_engine, ownership
 from . import slurm as slurm_engines
 
 CLUSTER_PREFIX = "course-"
@@ -57,7 +63,7 @@ class Engines:
     ranks: dict[int, int] = field(default_factory=dict)  # engine id -> worker rank
     started_s: float = 0.0
     owned: bool = True  # False: attached to a running cluster (COURSE_CLUSTER), which stop() leaves running
-    release: object = None  # tells the kernel-death watcher (helpers.engines.kernel_watch) we stopped normally
+    release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
     phases: dict[str, float] = field(default_factory=dict)  # seconds: controller up, then engines registered (the bench)
 
     @property
@@ -177,7 +183,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     Local engines (the default) run on this machine, the controller on loopback. Through
     Slurm (`slurm=True`, or `COURSE_ENGINES=slurm` when `slurm` is None) the engines are the
     tasks of one job step: an `srun` step when this process already runs in an allocation,
-    else an `sbatch` job (`request`: a `helpers.engines.slurm.SlurmRequest`); the controller
+    else an `sbatch` job (`request`: a `helpers.slurm.request.SlurmRequest`); the controller
     then listens on this host's address on the cluster network. Engines are stopped when this
     Python process exits, unless `keep=True` (the CLI, whose engines outlive it). In IPython,
     `%%px` targets them. With `COURSE_CLUSTER` set, the lesson attaches to that running cluster
@@ -334,21 +340,21 @@ def _local_options(config) -> tuple:
 
 def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     """Launcher settings for engines as Slurm tasks: srun inside an allocation, else sbatch."""
-    slurm_engines.require_slurm()
-    request = request or slurm_engines.SlurmRequest.from_env()
-    address = slurm_engines.controller_ip(request.partition)
+    require_slurm()
+    request = request or SlurmRequest.from_env()
+    address = controller_ip(request.partition)
     # engines read the key from the owner-only connection file (home is shared with the nodes,
     # `doctor` checks it), not from $IPP_CONNECTION_INFO: a job's environment may be stored in
     # Slurm's accounting, readable by other users where the site has no PrivateData=jobs
     options = dict(controller_ip=address, controller_location=address,
                    controller_args=[*HEARTBEAT, *CURVE], send_engines_connection_env=False)
-    if slurm_engines.in_allocation():
-        slurm_engines.check_tasks_available(n)
+    if in_allocation():
+        queue.check_tasks_available(n)
         config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
-        if value(slurm_engines.OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
+        if value(queue.OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
             config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
         else:
-            slurm_engines.check_cpus_free(n, request.cpus_per_task or 1)
+            queue.check_cpus_free(n, request.cpus_per_task or 1)
         options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
     else:
         request = request.spread(n)
@@ -369,7 +375,7 @@ def _describe_engine_job(cluster) -> str:
                 "(are the allocation's CPUs taken by another step? try `srun --overlap`)")
     if job is None:
         return "the engines' Slurm job was not submitted (see sbatch's output above)"
-    return f"Slurm job {job} is {slurm_engines.job_state(job)} (is the partition busy, or the request too large?)"
+    return f"Slurm job {job} is {queue.job_state(job)} (is the partition busy, or the request too large?)"
 
 
 def _activate(client) -> None:

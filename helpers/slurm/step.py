@@ -1,4 +1,4 @@
-"""The tasks of a Slurm job step, as every task can work them out alone.
+"""The Slurm job and step this process runs in, from its `SLURM_*` variables: every task's place, its port block.
 
 A multi-worker strategy needs, in every task, the same list of workers (`host:port` by
 rank) without any task talking to another first. Slurm tells each task only its own rank
@@ -19,11 +19,60 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import CourseError
 
 STEPS_PER_JOB = 16  # consecutive job ids get disjoint port blocks for this many steps each
+
+
+@dataclass
+class SlurmInfo:
+    """The Slurm job and step this process runs in, read from `SLURM_*` variables."""
+
+    job_id: str | None
+    step: bool  # inside an `srun` step (SLURM_PROCID and the step variables are set)
+    procid: int | None
+    ntasks: int | None
+    nodelist: str | None
+    tasks_per_node: str | None
+    extra: dict = field(default_factory=dict)
+
+
+def slurm_info(environ: dict | None = None) -> SlurmInfo | None:
+    """The Slurm context of this process, or None outside Slurm.
+
+    Malformed numeric variables are reported as a `CourseError` here, once, rather than as
+    a ValueError from deep inside TensorFlow's resolver later.
+    """
+    env = os.environ if environ is None else environ
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if job_id is None and "SLURM_PROCID" not in env:
+        return None
+
+    def as_int(name: str) -> int | None:
+        value = env.get(name)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise CourseError(f"{name}={value!r} is not a whole number: this does not look like "
+                              "a Slurm step; run under srun or unset the SLURM_* variables") from None
+
+    procid = as_int("SLURM_PROCID")
+    ntasks = as_int("SLURM_STEP_NUM_TASKS")
+    step = procid is not None and ntasks is not None and "SLURM_STEP_NODELIST" in env
+    return SlurmInfo(job_id=job_id, step=step, procid=procid, ntasks=ntasks,
+                     nodelist=env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
+                     tasks_per_node=env.get("SLURM_STEP_TASKS_PER_NODE"),
+                     extra={k: env[k] for k in ("SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK",
+                                                "SLURMD_NODENAME") if k in env})
+
+
+def in_allocation() -> bool:
+    """True inside a Slurm allocation but not inside a job step (where `srun` can start a step)."""
+    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
 
 
 def expand_hostlist(spec: str) -> list[str]:

@@ -113,7 +113,7 @@ def _slurm_point(model: str, data_dir: str, steps: int, nodes: int) -> tuple[dic
 def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, workers: tuple[int, ...] = (2, 3),
                  slurm: bool | None = None) -> list[Row]:
     """Measured against predicted step time for each configuration (see the module docstring)."""
-    from ..engines.slurm import slurm_reachable
+    from ..slurm import slurm_reachable
 
     use_slurm = slurm_reachable() and "SLURM_JOB_ID" not in os.environ if slurm is None else slurm
     configs = [(f"{n} local workers", n, "local") for n in workers]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..login_node import expand_hostlist
+from ..slurm.login_node import expand_hostlist
 
 ROOT = Path(__file__).resolve().parents[2]
 USER, HOST, ADDRESS, PORT, JOB = "<user>", "<host>", "<address>", "<port>", "<job>"

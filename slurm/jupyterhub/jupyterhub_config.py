@@ -87,7 +87,7 @@ c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # the public side, behind the c
 def _hub_ip() -> str:
     """Where servers on compute nodes call the hub: one address, never every interface (the hub
     API would then answer anyone on any network this host is on)."""
-    from helpers.engines.slurm import checked_controller_ip, controller_ip
+    from helpers.slurm.nodes import checked_controller_ip, controller_ip
 
     from helpers.settings import value
 
@@ -156,7 +156,7 @@ c.SlurmSpawner.exec_prefix = _setting("COURSE_HUB_EXEC_PREFIX", "sudo -E -u {use
 # --- a class ---------------------------------------------------------------------------------
 RESERVATION = _setting("COURSE_HUB_RESERVATION")
 if RESERVATION:
-    from helpers.engines.slurm import checked_word
+    from helpers.slurm.commands import checked_word
 
     c.SlurmSpawner.req_reservation = checked_word("COURSE_HUB_RESERVATION", RESERVATION)
     # what learners submit from their server (engines' job, batch jobs) lands in it too
