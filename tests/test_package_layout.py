@@ -20,8 +20,8 @@ HELPERS = ROOT / "helpers"
 # What a module outside `helpers/engines` may take from it, and why: each name starts, attaches
 # to or stops engines (or says where lessons start them). Everything else about Slurm is `helpers.slurm`.
 ENGINES_API = {
-    "helpers.engines": {"start_engines", "attach", "failure_summary", "Engines", "cluster"},
-    "helpers.engines.cluster": {"start_engines", "attach", "stop_all", "stop_by_id", "Engines",
+    "helpers.engines": {"start_engines", "adopt_job", "failure_summary", "Engines", "cluster"},
+    "helpers.engines.cluster": {"start_engines", "adopt_job", "stop_all", "stop_by_id", "Engines",
                                 "PROFILE"},  # the ipcluster profile a class starts its engines in
     "helpers.engines.slurm": {"want_slurm",  # where lessons start their engines (COURSE_ENGINES)
                               "is_engines_job_name"},  # `class end` stops learners' engines jobs by name

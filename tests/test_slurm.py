@@ -187,7 +187,7 @@ def test_batch_training_script(slurm, prepared_dir, tmp_path):
 
 def test_engines_job_with_controller_inside(slurm, tmp_path):
     """slurm/engines.sbatch runs controller and engines in the job; the notebook attaches."""
-    from helpers.engines import attach
+    from helpers.engines import adopt_job
 
     env = {**slurm["env"], "COURSE_DIR": str(ROOT), "COURSE_PYTHON": sys.executable}
     done = subprocess.run(["sbatch", "--parsable", "--cpus-per-task=1", "--time=10",
@@ -195,7 +195,7 @@ def test_engines_job_with_controller_inside(slurm, tmp_path):
                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip().split(";")[0]
-    engines = attach(job, timeout=120, activate=False)
+    engines = adopt_job(job, timeout=120, activate=False)
     try:
         found = sorted(engines.identities(), key=lambda i: i["procid"])
         assert [(i["procid"], i["host"]) for i in found] == [(0, "node1"), (1, "node2")]
@@ -210,11 +210,11 @@ def test_engines_job_with_controller_inside(slurm, tmp_path):
 
 
 def test_attach_to_a_job_that_is_not_there(slurm):
-    from helpers.engines import attach
+    from helpers.engines import adopt_job
     from helpers.errors import CourseError
 
     with pytest.raises(CourseError, match="Slurm job 999999 not found"):
-        attach("999999", timeout=10, activate=False)
+        adopt_job("999999", timeout=10, activate=False)
 
 
 def test_scaling_sweep(slurm, prepared_dir, tmp_path):
@@ -355,7 +355,7 @@ def test_local_slurm_keeps_its_state_where_no_other_user_can_create_it_first():
 
 def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: str) -> None:
     """Submit a job that is not this user's engines job, attach to its id: refused, still queued."""
-    from helpers.engines import attach
+    from helpers.engines import adopt_job
     from helpers.errors import CourseError
 
     submitted = subprocess.run([*submit, "--parsable", "--time=5", "--output=/dev/null", "--chdir=/tmp",
@@ -364,7 +364,7 @@ def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: s
     job = submitted.stdout.strip().split(";")[0]
     try:
         with pytest.raises(CourseError, match=refusal.format(job=job)):
-            attach(job, timeout=10, activate=False)
+            adopt_job(job, timeout=10, activate=False)
         time.sleep(1)
         state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm["env"], capture_output=True,
                                text=True, timeout=30).stdout.strip()

@@ -1,8 +1,8 @@
 """ipyparallel engines for `%%px` cells, however they are started: one package, split the way
 ipyparallel splits its own `cluster/`, holding only what starts, attaches to and stops engines.
 
-- `cluster`: a cluster's whole life: start (local or Slurm), attach to a running one
-  (`COURSE_CLUSTER`) or to an engines job, stop, stop by id; the `Engines` a lesson holds.
+- `cluster`: a cluster's whole life: start (local or Slurm), take over an engines job, or attach
+  to a running cluster (`COURSE_CLUSTER`); stop, stop by id; the `Engines` a lesson holds.
 - `on_engine`: the code that runs on the engines (identity, a worker's rank and TF_CONFIG).
 - `slurm`: the engines' Slurm side: the batch template, the `srun` launcher, the engines job.
 - `profile`: writes the course's ipcluster profile, from `cluster`'s settings.
@@ -14,7 +14,7 @@ What the course knows of Slurm itself is `helpers.slurm`; the kernel-death watch
 (tests/test_package_layout.py).
 """
 
-__all__ = ["Engines", "attach", "failure_summary", "start_engines"]
+__all__ = ["Engines", "adopt_job", "failure_summary", "start_engines"]
 
 
 def __getattr__(name: str):

@@ -32,7 +32,7 @@ from ..slurm.request import SlurmRequest
 from ..slurm.submit import exclusive_options
 
 ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks start their engines
-ENGINES_JOB_NAME = "tf-course-engines"  # slurm/engines.sbatch's --job-name: attach() touches no other job
+ENGINES_JOB_NAME = "tf-course-engines"  # slurm/engines.sbatch's --job-name: adopt_job() touches no other job
 
 
 def engines_job_name(cluster_id: str) -> str:
