@@ -191,3 +191,12 @@ def test_slurm_stands_on_its_own():
                                                                        "helpers.settings")):
                 graph[name].add(module)
     assert not {name: found for name, found in graph.items() if found}
+
+
+def test_the_hub_plugin_stays_out_of_the_learners_import_path():
+    """JupyterHub's plugin (`course_hub`) is the hub's: no module of `helpers` imports it, JupyterHub or batchspawner."""
+    hub = ("course_hub", "jupyterhub", "batchspawner")
+    found = {module_name(path): module for path in sorted(HELPERS.rglob("*.py"))
+             for module, _ in imports(ast.parse(path.read_text()), module_name(path), path.name == "__init__.py")
+             if module.split(".")[0] in hub}
+    assert not found, found

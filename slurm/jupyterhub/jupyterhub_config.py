@@ -81,7 +81,7 @@ COURSE_DIR = Path(_setting("COURSE_DIR", str(HERE.parents[1])))
 VENV_BIN = COURSE_DIR / ".venv" / "bin"
 
 # batchspawner's SlurmSpawner, with squeue failures, early job ends and queue waits handled
-c.JupyterHub.spawner_class = "helpers.hub_spawner.CourseSlurmSpawner"
+c.JupyterHub.spawner_class = "course_hub.spawner.CourseSlurmSpawner"
 c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # the public side, behind the centre's HTTPS proxy
 
 def _hub_ip() -> str:
