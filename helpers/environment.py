@@ -1,4 +1,6 @@
-"""What this process has: CPUs, GPUs, versions, proxies, its output directory (its Slurm job: `helpers.slurm.step`).
+"""What a lesson sets up and reports about its machine: logical CPU/GPU devices, proxies removed, versions, the output directory.
+
+Built on `host` (facts found without TensorFlow); the Slurm job and step are `helpers.slurm.step`'s.
 
 Two things here must run before TensorFlow initialises (splitting the CPU into logical
 devices, removing proxies for gRPC), so nothing in this module imports TensorFlow at

@@ -25,7 +25,7 @@ ENGINES_API = {
                                 "PROFILE"},  # the ipcluster profile a class starts its engines in
     "helpers.engines.slurm": {"want_slurm",  # where lessons start their engines (COURSE_ENGINES)
                               "is_engines_job_name"},  # `class end` stops learners' engines jobs by name
-    "helpers.engines.profile": {"write_profile"},  # the profile `ipcluster` starts engines from
+    "helpers.engines.ipcluster_profile": {"write_profile"},  # the profile `ipcluster` starts engines from
 }
 
 
@@ -66,7 +66,7 @@ def engines_misuse(source: str, importer: str, is_package: bool = False) -> list
     for module, name in imports(ast.parse(source), importer, is_package):
         if module == "helpers" and name == "engines":
             found.append("from helpers import engines")
-        elif module == "helpers.engines" and name in {"slurm", "ownership", "on_engine", "profile"}:
+        elif module == "helpers.engines" and name in {"slurm", "ownership", "on_engine", "ipcluster_profile"}:
             found.append(f"from {module} import {name}")
         elif module.startswith("helpers.engines") and (name is None and module != "helpers.engines"
                                                        or name is not None and name not in ENGINES_API.get(module, set())):

@@ -5,7 +5,7 @@ ipyparallel splits its own `cluster/`, holding only what starts, attaches to and
   to a running cluster (`COURSE_CLUSTER`); stop, stop by id; the `Engines` a lesson holds.
 - `on_engine`: the code that runs on the engines (identity, a worker's rank and TF_CONFIG).
 - `slurm`: the engines' Slurm side: the batch template, the `srun` launcher, the engines job.
-- `profile`: writes the course's ipcluster profile, from `cluster`'s settings.
+- `ipcluster_profile`: writes the course's ipcluster profile, from `cluster`'s settings.
 - `ownership`: which processes and jobs are provably this kernel's, so stops touch only those.
 
 What the course knows of Slurm itself is `helpers.slurm`; the kernel-death watcher is

@@ -48,7 +48,7 @@ from . import on_engine, ownership
 from . import slurm as slurm_engines
 
 CLUSTER_PREFIX = "course-"
-PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (helpers.engines.profile)
+PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (helpers.engines.ipcluster_profile)
 CLUSTER_ENV = "COURSE_CLUSTER"  # a cluster id (`course-…`) or a profile name (`tf-course`): lessons attach to it
 HEARTBEAT_MS, HEARTBEAT_MISSES = 100, 100
 HEARTBEAT = [f"--HeartMonitor.period={HEARTBEAT_MS}", f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
@@ -204,7 +204,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     then listens on this host's address on the cluster network. Engines are stopped when this
     Python process exits, unless `keep=True` (the CLI, whose engines outlive it). In IPython,
     `%%px` targets them. With `COURSE_CLUSTER` set, the lesson attaches to that running cluster
-    instead (`helpers.engines.profile`).
+    instead (`helpers.engines.ipcluster_profile`).
     """
     if n < 1:
         raise CourseError(f"cannot start {n} engines: ask for at least 1")

@@ -1,5 +1,7 @@
-"""Engines the ipyparallel way: the course's profile for `ipcluster`, written from the settings
-`helpers.engines.cluster` starts its own clusters with.
+"""The course's `ipcluster` profile (an ipyparallel profile, not lesson 09's profiler), written from `cluster`'s settings.
+
+Engines started the ipyparallel way, with the settings `helpers.engines.cluster` starts its own
+clusters with.
 
 Centres and trainers start engines before a class, from a shell:
 
