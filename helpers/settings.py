@@ -228,7 +228,7 @@ _ALL = (
        "where make test writes every test's duration", "test"),
     _s("COURSE_DURATIONS_BEFORE", "a file", "docs/bench/test-durations.json", ("tests/durations.py",),
        "the run the durations are compared against", "test"),
-    _s("COURSE_CLASS_LEARNERS", "a whole number", "6", ("tests/test_class_load.py", "Makefile"),
+    _s("COURSE_CLASS_LEARNERS", "a whole number", "6", ("tests/test_classroom_load.py", "Makefile"),
        "learners of the class load test (make classtest: 30)", "test"),
     _s("COURSE_TEST_GPU_DEVICES", "a directory", "set by the test", ("tests/test_slurm_gpus.py",),
        "the simulated GPU device files a test job lists", "test"),

@@ -1,3 +1,5 @@
+"""What a lesson sets up about its machine (helpers.environment), its Slurm context (helpers.slurm.step.slurm_info) and the modes' sizes (helpers.mode)."""
+
 import pytest
 
 from helpers import environment, gpus, mode

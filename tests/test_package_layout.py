@@ -200,3 +200,10 @@ def test_the_hub_plugin_stays_out_of_the_learners_import_path():
              for module, _ in imports(ast.parse(path.read_text()), module_name(path), path.name == "__init__.py")
              if module.split(".")[0] in hub}
     assert not found, found
+
+
+def test_every_test_file_says_what_it_tests():
+    """A module docstring in every test file: its name and first line tell a newcomer what it checks."""
+    bare = [path.name for path in sorted((ROOT / "tests").glob("test_*.py"))
+            if not ast.get_docstring(ast.parse(path.read_text()))]
+    assert not bare, bare
