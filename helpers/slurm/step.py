@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from itertools import product
 
 from ..errors import CourseError
 
@@ -76,37 +77,45 @@ def in_allocation() -> bool:
 
 
 def expand_hostlist(spec: str) -> list[str]:
-    """Slurm's compact host list in Slurm's order: 'gpu[9-10],login1' -> gpu9, gpu10, login1."""
-    hosts: list[str] = []
-    for part in _split_outside_brackets(spec or ""):
-        match = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", part)
-        if match is None:
-            if "[" in part or "]" in part:
-                raise CourseError(f"host list {spec!r} is malformed near {part!r}")
-            hosts.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
-            low, _, high = item.partition("-")
-            if not low.isdigit() or (high and not high.isdigit()):
-                raise CourseError(f"host list {spec!r} has a bad range {item!r}")
-            for number in range(int(low), int(high or low) + 1):
-                hosts.append(f"{prefix}{str(number).zfill(len(low))}{suffix}")
-    if not hosts:
+    """Slurm's compact host list, in Slurm's order, as `scontrol show hostnames` prints it without
+    asking slurmctld: 'gpu[9-10],login1' -> gpu9, gpu10, login1; 'r[1-2]n[01-02]' -> r1n01 r1n02 r2n01 r2n02."""
+    names: list[str] = []
+    for item in _top_level_items(spec or "", spec):
+        pieces = re.split(r"(\[[^\[\]]*\])", item)
+        choices = [_range_names(piece[1:-1], spec) if piece.startswith("[") else [piece] for piece in pieces]
+        if any("[" in piece or "]" in piece for piece in pieces if not piece.startswith("[")):
+            raise CourseError(f"host list {spec!r} is malformed near {item!r}")
+        names += ["".join(parts) for parts in product(*choices)]
+    if not names:
         raise CourseError(f"host list {spec!r} names no host")
-    return hosts
+    return names
 
 
-def _split_outside_brackets(spec: str) -> list[str]:
-    parts, current, depth = [], "", 0
-    for char in spec:
-        depth += {"[": 1, "]": -1}.get(char, 0)
+def _top_level_items(text: str, spec: str) -> list[str]:
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += (char == "[") - (char == "]")
+        if depth not in (0, 1):
+            raise CourseError(f"host list {spec!r} has unbalanced brackets")
         if char == "," and depth == 0:
-            parts.append(current)
+            items.append(current)
             current = ""
         else:
             current += char
-    return [p for p in [*parts, current] if p]
+    if depth:
+        raise CourseError(f"host list {spec!r} has unbalanced brackets")
+    return [item for item in [*items, current] if item]
+
+
+def _range_names(ranges: str, spec: str) -> list[str]:
+    """`1-3,07` -> 1 2 3 07: numbers keep the width of the range's first (Slurm's zero padding)."""
+    out = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise CourseError(f"host list {spec!r} has a bad range {part!r}")
+        out += [str(i).zfill(len(low)) for i in range(int(low), int(high or low) + 1)]
+    return out
 
 
 def expand_tasks_per_node(spec: str) -> list[int]:
