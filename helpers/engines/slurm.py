@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,8 +25,7 @@ from traitlets import List
 
 from ..errors import CourseError
 from ..settings import text
-from ..slurm.commands import run
-from ..slurm.queue import backoff, job_state, step_ids
+from ..slurm.queue import backoff, cancel, job_record, job_state, step_ids
 from ..slurm.request import SlurmRequest
 from ..slurm.submit import exclusive_options
 
@@ -117,7 +115,7 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
         if sig == signal.SIGKILL and self.state == "running" and os.environ.get("SLURM_JOB_ID"):
             job = os.environ["SLURM_JOB_ID"]
             for step in step_ids(job, self.step_name):
-                subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, timeout=30)
+                cancel(step, signal=signal.SIGKILL)
             deadline = time.monotonic() + 15  # gone from squeue: its CPUs are free for the next start
             while step_ids(job, self.step_name) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -143,7 +141,7 @@ class SlurmJob:
         deadline, pauses = time.monotonic() + timeout, backoff(0.5, 5.0)
         while True:
             try:
-                info = run(["scontrol", "show", "job", "-o", self.job_id])
+                info = job_record(self.job_id)
             except CourseError as exc:
                 raise CourseError(f"Slurm job {self.job_id} not found (finished, or never submitted?): "
                                   f"{exc}") from None
@@ -172,7 +170,7 @@ class SlurmJob:
     def cancel_if_ours(self) -> None:
         """Cancel the job if Slurm still lists it as this user's engines job (the kernel-death watcher)."""
         try:
-            self._check_ours(run(["scontrol", "show", "job", "-o", self.job_id]))
+            self._check_ours(job_record(self.job_id))
         except CourseError:
             return
         self.stop_cluster_sync()
@@ -193,11 +191,11 @@ class SlurmJob:
 
     def signal_engines_sync(self, sig) -> None:
         if self.ours:
-            subprocess.run(["scancel", f"--signal={int(sig)}", self.job_id], capture_output=True, timeout=30)
+            cancel(self.job_id, signal=sig)
 
     def stop_cluster_sync(self) -> None:
         if self.ours:
-            subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
+            cancel(self.job_id)
         for suffix in ("client", "engine"):
             self.connection_file().with_name(f"ipcontroller-{self.cluster_id}-{suffix}.json").unlink(missing_ok=True)
 

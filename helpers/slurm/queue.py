@@ -34,6 +34,20 @@ def job_state(job_id: str) -> str:
     return out or "no longer in the queue"
 
 
+def job_record(job_id: str) -> str:
+    """`scontrol show job -o` of one job (its fields on one line), or a CourseError when Slurm has none."""
+    return run(["scontrol", "show", "job", "-o", str(job_id)])
+
+
+def cancel(*ids: str, signal: int | None = None, timeout: float = 30) -> None:
+    """`scancel` jobs or steps (`job.step`), or send them `signal`; a job already gone is no error."""
+    option = [f"--signal={int(signal)}"] if signal is not None else []
+    try:
+        subprocess.run(["scancel", *option, *map(str, ids)], capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def slurm_job_is_ours(job_id: str, name: str) -> bool:
     """This user's Slurm job called `name` (a job that is gone is nobody's to cancel)."""
     import getpass
@@ -102,7 +116,7 @@ def check_cpus_free(n: int, cpus_per_task: int = 1) -> None:
     held, named = busy_steps(job)
     if not named:
         return
-    total = re.search(r"NumCPUs=(\d+)", run(["scontrol", "show", "job", "-o", job]))
+    total = re.search(r"NumCPUs=(\d+)", job_record(job))
     if total and int(total.group(1)) - held >= n * cpus_per_task:
         return
     raise CourseError(

@@ -17,7 +17,6 @@ The token needs the scopes `read:groups`, `list:users`, `read:servers` and `dele
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -28,7 +27,7 @@ from ..engines.slurm import is_engines_job_name
 from ..errors import CourseError
 from ..settings import value
 from ..slurm.nodes import reservation_users
-from ..slurm.queue import squeue_rows
+from ..slurm.queue import cancel, squeue_rows
 
 SERVER_JOB = "jupyterhub-course"  # server.sbatch.j2's --job-name, matched exactly
 
@@ -194,7 +193,7 @@ def end_class(spec: ClassSpec, hub: HubAPI | None = None, within: float = 120.0,
         print(f"  {name}: hub stopped the server (HTTP {status})" if status in (202, 204)
               else f"  {name}: the hub answered HTTP {status} to stopping the server")
     if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
+        cancel(*ids, timeout=60)
     left = _remaining(ids)
     while left and time.monotonic() - started < within:
         time.sleep(2)
