@@ -209,7 +209,7 @@ def test_engines_job_with_controller_inside(slurm, tmp_path):
     assert not left, left
 
 
-def test_attach_to_a_job_that_is_not_there(slurm):
+def test_adopting_a_job_that_is_not_there(slurm):
     from helpers.engines import adopt_job
     from helpers.errors import CourseError
 
@@ -374,13 +374,13 @@ def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: s
     assert _squeue_empty(slurm["env"])
 
 
-def test_attach_to_a_job_that_is_not_an_engines_job_leaves_it_alone(slurm):
+def test_adopting_a_job_that_is_not_an_engines_job_leaves_it_alone(slurm):
     """A mistyped id that names the user's long training run: refused, and the job still runs."""
     _attach_is_refused_and_job_left_running(slurm, ["sbatch", "--job-name=multi-day-training"],
                                             "Slurm job {job} is 'multi-day-training' of user .*left alone")
 
 
-def test_attach_to_another_users_engines_job_leaves_it_alone(slurm, other_user):
+def test_adopting_another_users_engines_job_leaves_it_alone(slurm, other_user):
     """An account coordinator (root here, who could cancel anything) attaches to an id that names
     another user's engines job, even one with the engines job's own name: refused, left running."""
     _attach_is_refused_and_job_left_running(
