@@ -48,7 +48,7 @@ from . import on_engine, ownership
 from . import slurm as slurm_engines
 
 CLUSTER_PREFIX = "course-"
-PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (helpers.engines.ipcluster_profile)
+PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (engines.ipcluster_profile)
 CLUSTER_ENV = "COURSE_CLUSTER"  # a cluster id (`course-…`) or a profile name (`tf-course`): lessons attach to it
 HEARTBEAT_MS, HEARTBEAT_MISSES = 100, 100
 HEARTBEAT = [f"--HeartMonitor.period={HEARTBEAT_MS}", f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
@@ -71,6 +71,7 @@ PX_WAIT_S = 24 * 3600
 _running: dict[str, "Engines"] = {}
 
 
+# ------------------------------------------------------ what a lesson holds: the engines, by rank
 @dataclass
 class Engines:
     """A controller and its engines; use as a context manager or call `stop()`."""
@@ -192,7 +193,7 @@ def _distinct_ports(client, by_rank: list[int], ids: dict) -> list[str]:
     return addresses
 
 
-# ------------------------------------------------------------------------- 1. start a new cluster
+# ------------------------------ 1. start a new cluster (connect and _activate serve every way in)
 def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | None = None,
                   keep: bool = False, activate: bool = True, request=None) -> Engines:
     """Start a controller and `n` engines and wait for them (with a deadline).
