@@ -9,9 +9,9 @@ ipyparallel splits its own `cluster/`, holding only what starts, attaches to and
 - `ownership`: which processes and jobs are provably this kernel's, so stops touch only those.
 
 What the course knows of Slurm itself is `helpers.slurm`; the kernel-death watcher is
-`helpers.kernel_watch`. Lessons need only `start_engines` (lesson 06 also `failure_summary`, lesson
-04 the `cluster` module); outside this package nothing else is imported from it
-(tests/test_package_layout.py).
+`helpers.kernel_watch`. Lessons need only `start_engines` (lesson 06 also `failure_summary`, lesson 04 the `cluster`
+module, lesson 00 `slurm.want_slurm`: where engines start); outside this package nothing else is
+imported from it (tests/test_package_layout.py).
 """
 
 __all__ = ["Engines", "adopt_job", "failure_summary", "start_engines"]
