@@ -381,7 +381,6 @@ def adopt_job(job_id: str | int, n: int | None = None, *, timeout: float = 300.0
     """
     import ipyparallel as ipp
 
-
     started = time.perf_counter()
     job = slurm_engines.SlurmJob(str(job_id))
     client = None
