@@ -78,7 +78,7 @@ fullcheck: install
 CLASS_LEARNERS ?= 30
 classtest: install
 	COURSE_CLASS_LEARNERS=$(CLASS_LEARNERS) COURSE_SLURM_CPUS=16 COURSE_REQUIRE_SLURM=1 \
-	  $(PY) -m pytest tests/test_class_load.py -p no:cacheprovider -rA $(PYTEST_ARGS)
+	  $(PY) -m pytest tests/test_classroom_load.py -p no:cacheprovider -rA $(PYTEST_ARGS)
 
 # the environment's bin first on PATH: `ipcontroller`, `ipcluster` (%ipcluster of ipcmagic) and
 # `tensorboard` are found from the kernel however Jupyter was started

@@ -49,7 +49,7 @@ def _hidden_slurm_bin() -> Path:
     for command in SLURM_COMMANDS:
         stub = directory / command
         # what a laptop's Slurm commands say with no cluster configured, so the lessons' login-node check
-        # (helpers.login_node) sees a laptop, as it would without Slurm at all
+        # (helpers.slurm.login_node) sees a laptop, as it would without Slurm at all
         stub.write_text(f"#!/bin/sh\necho '{command}: error: Could not establish a configuration source "
                         "(Slurm is hidden from the nbval pass, conftest.py)' >&2\nexit 1\n")
         stub.chmod(0o755)

@@ -1,3 +1,5 @@
+"""`python -m helpers ...`: the course's command line (helpers.tools.cli)."""
+
 import sys
 
 from .tools.cli import main

@@ -12,7 +12,6 @@ import getpass
 import json
 import os
 import platform
-import re
 import secrets
 import shutil
 import socket
@@ -103,7 +102,7 @@ def check_ports(sample: int = 32) -> Check:
 # -------------------------------------------------------------- checks through Slurm
 def slurm_state(partition: str | None) -> tuple[Check, dict | None]:
     """Whether Slurm answers here, and the partition's shape."""
-    from .engines.slurm import partition_shape
+    from .slurm.nodes import partition_shape
 
     if shutil.which("sinfo") is None:
         return Check("slurm", "skip", "no Slurm commands on PATH: local engines only"), None
@@ -118,44 +117,11 @@ def slurm_state(partition: str | None) -> tuple[Check, dict | None]:
                   f"{gpus or 'no'} GPU(s) per node"), {"nodes": nodes, "gpus": gpus})
 
 
-def _scontrol_fields(args: list[str]) -> list[dict]:
-    """`scontrol show ... -o` as one dict of fields per line; [] when scontrol fails."""
-    try:
-        done = subprocess.run(["scontrol", "show", *args, "-o"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in done.stdout.splitlines()] if done.returncode == 0 else []
-
-
-def sharing_of(partition: str | None) -> tuple[bool, str]:
-    """Whether Slurm itself keeps other users' jobs off a learner's nodes, and why (or why not):
-    the partition (ExclusiveUser=YES, or OverSubscribe=EXCLUSIVE: whole nodes per job), or the
-    class's reservation when it names one user."""
-    rows = _scontrol_fields(["partition", *([partition] if partition else [])])
-    row = next((r for r in rows if partition or r.get("Default") == "YES"), None)
-    if row is None:
-        return False, f"partition {partition or '(default)'} not shown by scontrol"
-    name = row.get("PartitionName", "?")
-    if row.get("ExclusiveUser") == "YES":
-        return True, f"partition {name} is ExclusiveUser=YES: one user per node"
-    if row.get("OverSubscribe", "").startswith("EXCLUSIVE"):
-        return True, f"partition {name} is OverSubscribe=EXCLUSIVE: whole nodes per job"
-    said = f"partition {name} lets users share nodes (ExclusiveUser={row.get('ExclusiveUser', '?')}, " \
-           f"OverSubscribe={row.get('OverSubscribe', '?')})"
-    reservation = os.environ.get("SBATCH_RESERVATION") or os.environ.get("SLURM_JOB_RESERVATION")
-    if reservation:
-        found = _scontrol_fields(["reservation", reservation])
-        users = [u for u in (found[0].get("Users", "") if found else "").split(",") if u and u != "(null)"]
-        if len(users) == 1:
-            return True, f"{said}, but reservation {reservation} is for {users[0]} alone"
-        said += f"; reservation {reservation} is for {len(users) or 'several'} users"
-    return False, said
-
-
 def check_node_sharing(partition: str | None) -> Check:
     """Who else may run on a learner's nodes, where TensorFlow's gRPC ports accept anyone: what
-    Slurm says (`sharing_of`), and what the class layout adds (helpers.slurm_jobs)."""
-    from .slurm_jobs import class_layout
+    Slurm says (`helpers.slurm.nodes.sharing_of`), and what the class layout adds (helpers.slurm.submit)."""
+    from .slurm.nodes import sharing_of
+    from .slurm.submit import class_layout
 
     try:
         layout = class_layout()
@@ -174,7 +140,7 @@ def check_node_sharing(partition: str | None) -> Check:
 
 def _probe_request(shape: dict, partition: str | None):
     """The layout the engines would get for one worker per GPU (or node) on up to 2 nodes."""
-    from .engines.slurm import SlurmRequest
+    from .slurm.request import SlurmRequest
 
     request = SlurmRequest.from_env()
     if partition:
@@ -218,7 +184,7 @@ class _Listener:
 
 def node_checks(shape: dict, partition: str | None) -> list[Check]:
     """One `srun` over the nodes: GPUs and binding, ports, controller reachable, shared files."""
-    from .engines.slurm import controller_ip
+    from .slurm.nodes import controller_ip
 
     request = _probe_request(shape, partition)
     try:
@@ -261,7 +227,7 @@ def probe_task() -> None:
     """What the doctor's srun runs in every task (no TensorFlow): one PROBE line of JSON."""
     from .gpus import plan_for_task
     from .resolver import step_workers
-    from .slurm_step import step_layout
+    from .slurm.step import step_layout
 
     want = json.loads(value("COURSE_DOCTOR_PROBE"))
     found: dict = {"host": socket.gethostname(), "rank": os.environ.get("SLURM_PROCID")}

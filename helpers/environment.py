@@ -1,4 +1,6 @@
-"""What this process has: CPUs, GPUs, a Slurm allocation or step, versions.
+"""What a lesson sets up and reports about its machine: logical CPU/GPU devices, proxies removed, versions, the output directory.
+
+Built on `host` (facts found without TensorFlow); the Slurm job and step are `helpers.slurm.step`'s.
 
 Two things here must run before TensorFlow initialises (splitting the CPU into logical
 devices, removing proxies for gRPC), so nothing in this module imports TensorFlow at
@@ -9,13 +11,13 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass, field
 
 from . import tuning
 from .errors import CourseError
 from .gpus import gpu_count_without_tf
 from .host import cpu_count, import_tensorflow
 from .settings import value
+from .slurm.step import slurm_info
 
 # gRPC's C core reads grpc_proxy, https_proxy, http_proxy (first one set wins; gRPC's
 # doc/environment_variables.md); the upper-case and all_proxy forms are read by other clients
@@ -34,50 +36,6 @@ def remove_proxies() -> dict[str, str]:
     caller can report it.
     """
     return {name: os.environ.pop(name) for name in PROXY_VARIABLES if name in os.environ}
-
-
-@dataclass
-class SlurmInfo:
-    """The Slurm job and step this process runs in, read from `SLURM_*` variables."""
-
-    job_id: str | None
-    step: bool  # inside an `srun` step (SLURM_PROCID and the step variables are set)
-    procid: int | None
-    ntasks: int | None
-    nodelist: str | None
-    tasks_per_node: str | None
-    extra: dict = field(default_factory=dict)
-
-
-def slurm_info(environ: dict | None = None) -> SlurmInfo | None:
-    """The Slurm context of this process, or None outside Slurm.
-
-    Malformed numeric variables are reported as a `CourseError` here, once, rather than as
-    a ValueError from deep inside TensorFlow's resolver later.
-    """
-    env = os.environ if environ is None else environ
-    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-    if job_id is None and "SLURM_PROCID" not in env:
-        return None
-
-    def as_int(name: str) -> int | None:
-        value = env.get(name)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise CourseError(f"{name}={value!r} is not a whole number: this does not look like "
-                              "a Slurm step; run under srun or unset the SLURM_* variables") from None
-
-    procid = as_int("SLURM_PROCID")
-    ntasks = as_int("SLURM_STEP_NUM_TASKS")
-    step = procid is not None and ntasks is not None and "SLURM_STEP_NODELIST" in env
-    return SlurmInfo(job_id=job_id, step=step, procid=procid, ntasks=ntasks,
-                     nodelist=env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
-                     tasks_per_node=env.get("SLURM_STEP_TASKS_PER_NODE"),
-                     extra={k: env[k] for k in ("SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK",
-                                                "SLURMD_NODENAME") if k in env})
 
 
 def split_cpu(replicas: int) -> list:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from .errors import CourseError
 from .host import GPU_MEMORY_ENV
 from .settings import text
-from .slurm_jobs import class_layout
+from .slurm.submit import class_layout
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"  # TensorFlow takes GPU memory as needed, not all at start

@@ -42,9 +42,9 @@ def site_dir() -> Path | None:
 def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
         deadline_s: float = 300.0) -> subprocess.CompletedProcess:
     """`horovodrun -np n --gloo` on this host: `n` processes of `script`, killed at the deadline."""
-    from .engines.kernel_watch import end_with_kernel
+    from .kernel_watch import end_with_kernel
     from .local_workers import kill_group
-    from .login_node import check_local_workers
+    from .slurm.login_node import check_local_workers
 
     site = site_dir()
     if site is None:

@@ -1,4 +1,4 @@
-"""Facts about this process that every other module needs, found without starting TensorFlow.
+"""The layer `environment`, `gpus` and `tuning` share: the CPU count, `import_tensorflow()` (quietly), whether it ran, the GPU memory cap.
 
 Kept apart from `environment`, `tuning` and `gpus` so that all of them can use these without
 importing each other; this module imports nothing of the course but the settings table. The one

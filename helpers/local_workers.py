@@ -19,9 +19,9 @@ from . import HUB_SECRETS
 from .environment import PROXY_VARIABLES
 from .errors import CourseError
 from .gpus import plan_for_local_worker
-from .engines.kernel_watch import end_with_kernel
+from .kernel_watch import end_with_kernel
 from .resolver import free_port, make_tf_config
-from .login_node import check_local_workers
+from .slurm.login_node import check_local_workers
 
 
 @dataclass

@@ -5,7 +5,7 @@ Two sources, one result (a TensorFlow cluster resolver):
 - elsewhere, a `TF_CONFIG` JSON that we write for each local process or ipyparallel engine.
 Worker ports stay inside a configurable range (`COURSE_PORT_RANGE`, default 10000-20000),
 as large centres open only such a range between compute nodes; under Slurm every step takes
-its own block of it (`helpers.slurm_step.port_base`), so jobs sharing a node do not collide.
+its own block of it (`helpers.slurm.step.port_base`), so jobs sharing a node do not collide.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import random
 import socket
 import warnings
 
-from .environment import slurm_info
+from .slurm.step import slurm_info
 from .errors import CourseError
 from .settings import value
 
@@ -135,7 +135,7 @@ def _slurm_resolver_class():
         Upstream orders hosts alphabetically and assumes a block distribution, asks `nvidia-smi`
         for GPUs (absent on CPU nodes; zero GPUs then divide by zero), and divides the GPUs it
         counts by the tasks per node, which fails or over-counts when Slurm already bound GPUs
-        to tasks. Here `helpers.slurm_step` places the ranks and `helpers.gpus` decides the GPUs
+        to tasks. Here `helpers.slurm.step` places the ranks and `helpers.gpus` decides the GPUs
         (and sets CUDA_VISIBLE_DEVICES); upstream is given one placeholder GPU per task with
         `auto_set_gpu=False` so that its own bookkeeping stays valid.
         """
@@ -165,7 +165,7 @@ def resolve_step(port_base: int | None = None) -> tuple:
     TensorFlow starts) and checks that the worker's port is free on this node.
     """
     from . import gpus
-    from .slurm_step import step_layout
+    from .slurm.step import step_layout
 
     info = slurm_info()
     if info is None or not info.step:
@@ -179,7 +179,7 @@ def resolve_step(port_base: int | None = None) -> tuple:
 
 def step_workers(layout, port_base: int | None = None) -> list[str]:
     """`host:port` of every rank of the step, this task's own port checked free on its node."""
-    from .slurm_step import port_base as step_port_base
+    from .slurm.step import port_base as step_port_base
 
     low, high = port_range()
     base = step_port_base(layout, low, high) if port_base is None else port_base
@@ -251,7 +251,7 @@ def cluster_resolver():
 
 def is_step_tf_config(config: dict) -> bool:
     """Whether `config` names this Slurm step's workers, ports and rank, as `slurm_resolver` does."""
-    from .slurm_step import port_base as step_port_base, step_layout
+    from .slurm.step import port_base as step_port_base, step_layout
 
     try:
         layout = step_layout()

@@ -1,4 +1,4 @@
-"""Defaults that make data-parallel TensorFlow cheaper on CPU nodes, and why.
+"""CPU performance defaults (thread pools, all-reduce pack size, Grappler), not hyperparameters: each with its figure.
 
 Each default comes with the figure that justifies it, measured side by side on the course
 machine (2 vCPU x86_64 VM, ResNet50 on 32x32 images, global batch 64, median step time;

@@ -18,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The suite runs local multi-worker TensorFlow beside its own local Slurm, on a machine nobody
-# else uses: what the course refuses on a login node (helpers.login_node.check_local_workers,
-# tested in test_security_local with this setting removed)
+# else uses: what the course refuses on a login node (helpers.slurm.login_node.check_local_workers,
+# tested in test_security_login_node with this setting removed)
 os.environ.setdefault("COURSE_LOCAL_WORKERS", "allow")
 REPORT: list[str] = []  # lines the browser tests want in the summary (timings, screenshots)
 

@@ -71,8 +71,8 @@ def write_config(directory: Path, passwords: dict[str, str], ports: dict, token:
     config.write_text(f'''
 load_subconfig({str(ROOT / "slurm" / "jupyterhub" / "jupyterhub_config.py")!r})
 
-from helpers.hub_spawner import CourseSlurmSpawner
-from helpers.engines.slurm import node_address
+from course_hub.spawner import CourseSlurmSpawner
+from helpers.slurm.nodes import node_address
 
 
 class LocalSlurmSpawner(CourseSlurmSpawner):

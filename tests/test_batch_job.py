@@ -1,7 +1,7 @@
 """Notebook 08's take-home script makes the course's decisions without the course.
 
 The script (assembled from the notebook's `%%writefile` cells, as the notebook writes it) must
-place ranks on hosts and choose GPUs exactly as `helpers.slurm_step` and `helpers.gpus` do,
+place ranks on hosts and choose GPUs exactly as `helpers.slurm.step` and `helpers.gpus` do,
 which CI runs on every GPU layout of the local Slurm; here the same decisions are compared
 case by case, with Slurm's `scontrol show hostnames` replaced by the course's own expansion.
 The real `srun` runs are in `tests/test_slurm_gpus.py`.
@@ -20,7 +20,7 @@ import pytest
 from helpers import keras_fix
 from helpers.environment import PROXY_VARIABLES
 from helpers.gpus import plan_for_task
-from helpers.slurm_step import expand_hostlist, expand_tasks_per_node, hosts_by_rank
+from helpers.slurm.step import expand_hostlist, expand_tasks_per_node, hosts_by_rank
 from tests.test_notebook_programs import written_program
 
 SCRIPT = written_program("08_batch_job.ipynb", "{script}")

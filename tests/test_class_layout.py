@@ -12,7 +12,7 @@ import pytest
 
 from helpers import gpus
 from helpers.class_settings import CLASS_SETTINGS, check_setting, class_settings
-from helpers.slurm_jobs import class_layout
+from helpers.slurm.submit import class_layout
 from helpers.errors import CourseError
 from helpers.local_workers import worker_env
 from helpers.strategy import communication_for

@@ -77,7 +77,7 @@ time.sleep(600)
 
 def _watchers(cluster_id: str) -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"])
-            if "helpers.engines.kernel_watch" in " ".join(p.info["cmdline"] or []) and cluster_id in (p.info["cmdline"] or [])]
+            if "helpers.kernel_watch" in " ".join(p.info["cmdline"] or []) and cluster_id in (p.info["cmdline"] or [])]
 
 
 def test_stop_all_spares_a_running_kernel_and_cleans_a_crashed_one(tmp_path, report):
@@ -165,7 +165,7 @@ def test_stop_all_force_stops_a_running_kernels_cluster(tmp_path):
 
 KERNEL_WITH_WORKERS = """
 import subprocess, sys, threading, time
-from helpers.engines.kernel_watch import end_with_kernel
+from helpers.kernel_watch import end_with_kernel
 from helpers.local_workers import run_local_workers
 board = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
 end_with_kernel(board)  # as lesson 09 does with TensorBoard
@@ -223,7 +223,7 @@ def test_leftover_checks_count_only_the_suites_own_slurm_jobs(tmp_path):
 def test_the_kernel_watcher_imports_no_ipyparallel():
     """A watcher runs beside every kernel that started engines or workers (30 in a class): importing
     it must not import the engines' machinery (ipyparallel, TensorFlow)."""
-    done = subprocess.run([sys.executable, "-c", "import sys, helpers.engines.kernel_watch\n"
+    done = subprocess.run([sys.executable, "-c", "import sys, helpers.kernel_watch\n"
                            "print(sorted(m for m in ('ipyparallel', 'tensorflow', 'helpers.engines.cluster') if m in sys.modules))"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -1,3 +1,5 @@
+"""`python -m helpers ...`: help everywhere, JSON info, one-line errors, a cluster that outlives the command, the class commands' refusals."""
+
 import json
 
 from conftest import run_cli

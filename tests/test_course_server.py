@@ -1,7 +1,7 @@
 """The hub servers' extension (course_server): which pull links pass, and a Jupyter server run with
 the hub's flags (server.sbatch.j2) answering them, its terminals without the hub's token.
 
-The same attack through the real hub, Slurm and Chromium is in test_hub_pull.
+The same attack through the real hub, Slurm and Chromium is in test_hub_class_link.
 """
 
 from __future__ import annotations

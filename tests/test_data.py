@@ -1,3 +1,5 @@
+"""CIFAR-10 from a prepared directory (helpers.data): the synthetic stand-in, tfds loading, never a download, a bad archive never replaces a good dataset."""
+
 import gzip
 import shutil
 

@@ -178,8 +178,8 @@ def test_engines_sign_messages_with_a_key_that_travels_in_owner_only_files():
         infos = [json.loads(f.read_text()) for f in security.glob(f"ipcontroller-{engines.cluster_id}-*.json")]
         assert engines.view.apply_sync(int, "42") == [42]
         output = "".join(s.get_output() for s in engines.cluster.engines.values())
-        command_lines = [" ".join(p.cmdline()) for p in __import__("psutil").process_iter() if engines.cluster_id in
-                         " ".join(p.cmdline())]
+        command_lines = [line for p in __import__("psutil").process_iter(["cmdline"])  # a zombie's cmdline is None
+                         if engines.cluster_id in (line := " ".join(p.info["cmdline"] or []))]
     finally:
         engines.stop()
     assert mode == 0o600, oct(mode)

@@ -1,7 +1,10 @@
+"""What a lesson sets up about its machine (helpers.environment), its Slurm context (helpers.slurm.step.slurm_info) and the modes' sizes (helpers.mode)."""
+
 import pytest
 
 from helpers import environment, gpus, mode
 from helpers.errors import CourseError
+from helpers.slurm.step import slurm_info
 
 
 GRPC_READS = {"grpc_proxy", "https_proxy", "http_proxy"}  # gRPC C core, doc/environment_variables.md
@@ -39,17 +42,17 @@ def test_one_proxy_list_everywhere(monkeypatch):
 
 
 def test_slurm_info_outside_and_inside():
-    assert environment.slurm_info({}) is None
-    info = environment.slurm_info({"SLURM_JOB_ID": "5", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
+    assert slurm_info({}) is None
+    info = slurm_info({"SLURM_JOB_ID": "5", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
                                    "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_TASKS_PER_NODE": "2"})
     assert info.step and info.procid == 0 and info.ntasks == 2
-    alloc_only = environment.slurm_info({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n1"})
+    alloc_only = slurm_info({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n1"})
     assert alloc_only.job_id == "5" and not alloc_only.step
 
 
 def test_slurm_info_malformed():
     with pytest.raises(CourseError, match="SLURM_STEP_NUM_TASKS"):
-        environment.slurm_info({"SLURM_JOB_ID": "5", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "x"})
+        slurm_info({"SLURM_JOB_ID": "5", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "x"})
 
 
 def test_gpu_count_honours_cuda_visible_devices(monkeypatch):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import gpus, slurm_step
+from helpers import gpus
+from helpers.slurm import step as slurm_step
 from helpers.errors import CourseError
 
 

@@ -58,7 +58,7 @@ def test_a_class_reservation_reaches_the_servers_and_what_learners_submit(monkey
 
 def test_class_defaults_spawn_limit_culler_and_servers_outlive_the_hub(monkeypatch):
     config = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1")
-    assert config.JupyterHub.spawner_class == "helpers.hub_spawner.CourseSlurmSpawner"
+    assert config.JupyterHub.spawner_class == "course_hub.spawner.CourseSlurmSpawner"
     assert config.JupyterHub.concurrent_spawn_limit == 20 and config.JupyterHub.cleanup_servers is False
     (culler,) = config.JupyterHub.services
     assert "--timeout=3600" in culler["command"]

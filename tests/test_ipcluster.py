@@ -94,7 +94,7 @@ def test_profile_without_slurm_is_loopback_and_loadable(tmp_path):
 
 def test_wildcard_controller_address_is_refused(monkeypatch):
     from helpers.errors import CourseError
-    from helpers.engines.slurm import controller_ip
+    from helpers.slurm.nodes import controller_ip
 
     for wildcard in ("0.0.0.0", "*", "::"):
         monkeypatch.setenv("COURSE_CONTROLLER_IP", wildcard)

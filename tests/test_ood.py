@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.engines.slurm import node_address
+from helpers.slurm.nodes import node_address
 from helpers.tools.course_run import lessons
 from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import served_course, unix_learners

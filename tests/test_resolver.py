@@ -1,3 +1,5 @@
+"""TF_CONFIG and the course's Slurm resolver (helpers.resolver): round trips, port ranges, ports in use named, malformed Slurm variables."""
+
 import json
 import socket
 

@@ -63,7 +63,7 @@ def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch, tmp_path):
     """From outside an allocation: one sbatch job whose srun starts one engine per task; TensorFlow's
     tutorial code (the no-argument strategy) then forms one cluster of them."""
     from helpers.engines import start_engines
-    from helpers.engines.slurm import SlurmRequest
+    from helpers.slurm.request import SlurmRequest
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     engines = start_engines(2, slurm=True, request=SlurmRequest(tasks_per_node=1), timeout=120, activate=False)
@@ -196,7 +196,7 @@ def test_batch_training_script(slurm, prepared_dir, tmp_path):
 
 def test_engines_job_with_controller_inside(slurm, tmp_path):
     """slurm/engines.sbatch runs controller and engines in the job; the notebook attaches."""
-    from helpers.engines import attach
+    from helpers.engines import adopt_job
 
     env = {**slurm["env"], "COURSE_DIR": str(ROOT), "COURSE_PYTHON": sys.executable}
     done = subprocess.run(["sbatch", "--parsable", "--cpus-per-task=1", "--time=10",
@@ -204,7 +204,7 @@ def test_engines_job_with_controller_inside(slurm, tmp_path):
                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip().split(";")[0]
-    engines = attach(job, timeout=120, activate=False)
+    engines = adopt_job(job, timeout=120, activate=False)
     try:
         found = sorted(engines.identities(), key=lambda i: i["procid"])
         assert [(i["procid"], i["host"]) for i in found] == [(0, "node1"), (1, "node2")]
@@ -218,12 +218,12 @@ def test_engines_job_with_controller_inside(slurm, tmp_path):
     assert not left, left
 
 
-def test_attach_to_a_job_that_is_not_there(slurm):
-    from helpers.engines import attach
+def test_adopting_a_job_that_is_not_there(slurm):
+    from helpers.engines import adopt_job
     from helpers.errors import CourseError
 
     with pytest.raises(CourseError, match="Slurm job 999999 not found"):
-        attach("999999", timeout=10, activate=False)
+        adopt_job("999999", timeout=10, activate=False)
 
 
 def test_scaling_sweep(slurm, prepared_dir, tmp_path):
@@ -243,7 +243,7 @@ def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
     """A job Slurm refuses, and a job that stays pending: one line each, and nothing left queued."""
     from helpers.engines import start_engines
     from helpers.errors import CourseError
-    from helpers.engines.slurm import SlurmRequest
+    from helpers.slurm.request import SlurmRequest
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(CourseError, match="no nodes in partition nosuch: check COURSE_SLURM_PARTITION"):
@@ -364,7 +364,7 @@ def test_local_slurm_keeps_its_state_where_no_other_user_can_create_it_first():
 
 def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: str) -> None:
     """Submit a job that is not this user's engines job, attach to its id: refused, still queued."""
-    from helpers.engines import attach
+    from helpers.engines import adopt_job
     from helpers.errors import CourseError
 
     submitted = subprocess.run([*submit, "--parsable", "--time=5", "--output=/dev/null", "--chdir=/tmp",
@@ -373,7 +373,7 @@ def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: s
     job = submitted.stdout.strip().split(";")[0]
     try:
         with pytest.raises(CourseError, match=refusal.format(job=job)):
-            attach(job, timeout=10, activate=False)
+            adopt_job(job, timeout=10, activate=False)
         time.sleep(1)
         state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm["env"], capture_output=True,
                                text=True, timeout=30).stdout.strip()
@@ -383,13 +383,13 @@ def _attach_is_refused_and_job_left_running(slurm, submit: list[str], refusal: s
     assert _squeue_empty(slurm["env"])
 
 
-def test_attach_to_a_job_that_is_not_an_engines_job_leaves_it_alone(slurm):
+def test_adopting_a_job_that_is_not_an_engines_job_leaves_it_alone(slurm):
     """A mistyped id that names the user's long training run: refused, and the job still runs."""
     _attach_is_refused_and_job_left_running(slurm, ["sbatch", "--job-name=multi-day-training"],
                                             "Slurm job {job} is 'multi-day-training' of user .*left alone")
 
 
-def test_attach_to_another_users_engines_job_leaves_it_alone(slurm, other_user):
+def test_adopting_another_users_engines_job_leaves_it_alone(slurm, other_user):
     """An account coordinator (root here, who could cancel anything) attaches to an id that names
     another user's engines job, even one with the engines job's own name: refused, left running."""
     _attach_is_refused_and_job_left_running(

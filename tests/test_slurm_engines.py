@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from helpers.errors import CourseError
-from helpers.engines.slurm import SlurmRequest, batch_template, check_tasks_available, in_allocation, want_slurm
+from helpers.engines.slurm import batch_template, want_slurm
+from helpers.slurm.queue import check_tasks_available
+from helpers.slurm.request import SlurmRequest
+from helpers.slurm.step import in_allocation
 
 
 def test_engines_are_local_unless_slurm_is_asked_for(monkeypatch):
@@ -72,9 +75,9 @@ def test_slurm_asked_for_without_slurm_commands(monkeypatch, tmp_path):
     ((2, 4), 6, (2, 4, 1)),
 ])
 def test_engines_are_spread_the_way_the_nodes_say(monkeypatch, shape, n, expected):
-    from helpers.engines import slurm as slurm_engines
+    from helpers.slurm import request as slurm_request
 
-    monkeypatch.setattr(slurm_engines, "partition_shape", lambda partition=None: shape)
+    monkeypatch.setattr(slurm_request, "partition_shape", lambda partition=None: shape)
     request = SlurmRequest().spread(n)
     assert (request.nodes, request.tasks_per_node, request.gpus_per_task) == expected
     assert f"#SBATCH --nodes={expected[0]}" in batch_template(request)
@@ -95,7 +98,7 @@ def test_polling_backs_off_to_a_few_seconds():
     """Waiting for a queued job: quick first polls, then at most one every 5 s (scontrol) per learner."""
     from itertools import islice
 
-    from helpers.engines.slurm import backoff
+    from helpers.slurm.queue import backoff
 
     pauses = list(islice(backoff(0.5, 5.0), 30))
     assert pauses[0] == 0.5 and pauses == sorted(pauses) and max(pauses) == 5.0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.slurm_jobs import job_environment, job_options
+from helpers.slurm.submit import job_environment, job_options
 from tests.conftest import squeue_empty
 from tests.test_notebook_programs import written_programs
 
@@ -88,7 +88,7 @@ def test_a_lesson_08_job_keeps_another_user_off_its_nodes(slurm, other_user, tmp
 
 PARENT = r"""
 import json, os, subprocess, sys, time
-from helpers.slurm_jobs import job_environment, job_options
+from helpers.slurm.submit import job_environment, job_options
 child = '''#!/bin/bash
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1

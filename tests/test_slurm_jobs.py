@@ -1,4 +1,4 @@
-"""Jobs a lesson submits: a clean Slurm environment, the class's GPUs and node sharing (helpers.slurm_jobs)."""
+"""Jobs a lesson submits: a clean Slurm environment, the class's GPUs and node sharing (helpers.slurm.submit)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from helpers.errors import CourseError
-from helpers.slurm_jobs import class_layout, explain, gpus_per_task, job_environment, job_options
+from helpers.slurm import nodes
+from helpers.slurm.submit import class_layout, explain, gpus_per_task, job_environment, job_options
 
 # what a JupyterHub server started with --gpus-per-task=1 --mem=2G sees (Slurm 22.05)
 SERVER = {"SLURM_JOB_ID": "41", "SLURM_GPUS_PER_TASK": "1", "SLURM_MEM_PER_NODE": "2048", "SLURM_JOB_PARTITION": "debug",
@@ -88,7 +89,7 @@ def test_importing_it_imports_no_tensorflow():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", "import sys, helpers.slurm_jobs; print('tensorflow' in sys.modules)"],
+    done = subprocess.run([sys.executable, "-c", "import sys, helpers.slurm.submit; print('tensorflow' in sys.modules)"],
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 
@@ -148,7 +149,8 @@ def test_the_course_job_scripts_keep_other_users_off_their_nodes(script):
 
 @pytest.mark.parametrize("layout, line", [(None, True), ("node", True), ("gpu", False)])
 def test_the_engines_batch_template_follows_the_layout(monkeypatch, layout, line):
-    from helpers.engines.slurm import SlurmRequest, batch_template
+    from helpers.engines.slurm import batch_template
+    from helpers.slurm.request import SlurmRequest
 
     if layout is None:
         monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
@@ -166,6 +168,7 @@ PARTITIONS = [{"PartitionName": "debug", "Default": "YES", "ExclusiveUser": "NO"
 @pytest.fixture
 def scontrol(monkeypatch):
     from helpers import doctor
+    from helpers.slurm import nodes
 
     reservations = {"solo": [{"Users": "alice"}], "course": [{"Users": "alice,bob"}]}
 
@@ -173,7 +176,7 @@ def scontrol(monkeypatch):
         if args[0] == "partition":
             return [r for r in PARTITIONS if len(args) == 1 or r["PartitionName"] == args[1]]
         return reservations.get(args[1], [])
-    monkeypatch.setattr(doctor, "_scontrol_fields", fields)
+    monkeypatch.setattr(nodes, "scontrol_records", fields)
     for name in ("SBATCH_RESERVATION", "SLURM_JOB_RESERVATION", "COURSE_CLASS_LAYOUT"):
         monkeypatch.delenv(name, raising=False)
     return doctor
@@ -191,7 +194,7 @@ def test_the_doctor_says_whether_slurm_keeps_other_users_off_the_nodes(scontrol,
                                                                          exclusive, words):
     if reservation:
         monkeypatch.setenv("SBATCH_RESERVATION", reservation)
-    found, said = scontrol.sharing_of(partition)
+    found, said = nodes.sharing_of(partition)
     assert found == exclusive and words in said, said
 
 
@@ -223,7 +226,7 @@ def _fake_slurm(tmp_path, monkeypatch, listed_polls: int, state: str = "RUNNING(
 def test_follow_job_warns_once_when_asked_and_returns_the_log_once_the_job_is_gone(tmp_path, monkeypatch, capsys):
     """Lesson 11's watcher: SIGUSR1 once the log says so (never twice), the job's end taken from 10
     polls where squeue answers without it, and the log returned."""
-    from helpers.slurm_jobs import follow_job
+    from helpers.slurm.submit import follow_job
 
     scancel = _fake_slurm(tmp_path, monkeypatch, listed_polls=5)
     log = tmp_path / "job-7.out"
@@ -237,7 +240,7 @@ def test_follow_job_warns_once_when_asked_and_returns_the_log_once_the_job_is_go
 
 
 def test_follow_job_never_warns_unasked_and_cancels_a_job_past_its_deadline(tmp_path, monkeypatch):
-    from helpers.slurm_jobs import follow_job
+    from helpers.slurm.submit import follow_job
 
     scancel = _fake_slurm(tmp_path, monkeypatch, listed_polls=10**6)  # never leaves the queue
     log = tmp_path / "job-7.out"
@@ -248,8 +251,21 @@ def test_follow_job_never_warns_unasked_and_cancels_a_job_past_its_deadline(tmp_
 
 
 def test_follow_job_says_so_when_a_job_ended_without_its_log(tmp_path, monkeypatch):
-    from helpers.slurm_jobs import follow_job
+    from helpers.slurm.submit import follow_job
 
     _fake_slurm(tmp_path, monkeypatch, listed_polls=0)
     with pytest.raises(CourseError, match="ended without writing its log job-7.out"):
         follow_job("7", tmp_path / "job-7.out", "fit", poll_s=0.01)
+
+
+@pytest.mark.parametrize("listed_polls,gone", [(3, True), (10**6, False)])
+def test_a_restart_waits_until_the_old_engines_job_has_left_the_queue(tmp_path, monkeypatch, listed_polls, gone):
+    """The engines' restart submits its new job only once the old one is out of the queue
+    (COMPLETING included), else `--spread-job` put both engines on the node freed first; a job that
+    stays is a False at the deadline, never a wait without end."""
+    from helpers.slurm.queue import wait_gone
+
+    _fake_slurm(tmp_path, monkeypatch, listed_polls=listed_polls, state="COMPLETING")
+    assert wait_gone(["7"], deadline_s=1.5) is gone
+    polls = len((tmp_path / "polls").read_text().splitlines())
+    assert polls == 4 if gone else polls > 3, polls

@@ -1,3 +1,5 @@
+"""Step times, the Keras fix's version check, figures and results files, bench rows (helpers.throughput, keras_fix, plots, results)."""
+
 import json
 
 import pytest

@@ -1,4 +1,13 @@
-"""ipyparallel engines for `%%px` cells: start fast, stop fast, map engines to ranks.
+"""A cluster of ipyparallel engines for `%%px` cells, in the order it lives: start, run, stop.
+
+Three ways in, one `Engines` a lesson holds:
+- `start_engines` starts a new cluster, locally or through Slurm; this kernel owns it;
+- `adopt_job` takes over the engines of a `slurm/engines.sbatch` job: owned too, stopping them
+  cancels the job;
+- with `COURSE_CLUSTER` set, `start_engines` attaches to that running cluster instead
+  (`attach_running`): not owned, it stays running after the lesson. "Attach" means only this.
+Then `failure_summary` while it runs, and the stops: the lesson's own, `stop_by_id` and `stop_all`
+(what the command line or a dead kernel left).
 
 Settings that make the difference on a course machine (measured with 2 local engines on
 a 2-core node, see docs/measured.md):
@@ -16,7 +25,9 @@ Engine ids are not worker ranks: under Slurm the rank is `SLURM_PROCID`.
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -24,14 +35,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import kernel_watch
 from ..errors import CourseError
-from ..login_node import check_local_workers
 from ..settings import text, value
-from . import kernel_watch, on_engine, ownership
+from ..slurm import queue
+from ..slurm.commands import require_slurm
+from ..slurm.login_node import check_local_workers
+from ..slurm.nodes import controller_ip
+from ..slurm.request import SlurmRequest
+from ..slurm.step import in_allocation
+from . import on_engine, ownership
 from . import slurm as slurm_engines
 
 CLUSTER_PREFIX = "course-"
-PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (helpers.engines.profile)
+PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (engines.ipcluster_profile)
 CLUSTER_ENV = "COURSE_CLUSTER"  # a cluster id (`course-…`) or a profile name (`tf-course`): lessons attach to it
 HEARTBEAT_MS, HEARTBEAT_MISSES = 100, 100
 HEARTBEAT = [f"--HeartMonitor.period={HEARTBEAT_MS}", f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
@@ -45,9 +62,16 @@ CURVE = ["--IPController.enable_curve=True"]
 # given to every engine; GPU memory is taken as needed, so engines sharing a node's GPUs with
 # other programs (or a second lesson's engines) do not grab all of it at start
 ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+# How long a `%%px` cell waits, without a progress bar, for its result *and its output*.
+# ipyparallel's `--progress-after -1` (no bar) waits for the result only: an engine's last
+# line, travelling through the controller's output channel, sometimes arrived after the result
+# and was dropped (a CI run lost "[rank 0] last 10"). With a positive value the magic waits for
+# both until this many seconds have passed; an engine that dies ends the wait at once.
+PX_WAIT_S = 24 * 3600
 _running: dict[str, "Engines"] = {}
 
 
+# ------------------------------------------------------ what a lesson holds: the engines, by rank
 @dataclass
 class Engines:
     """A controller and its engines; use as a context manager or call `stop()`."""
@@ -57,7 +81,7 @@ class Engines:
     ranks: dict[int, int] = field(default_factory=dict)  # engine id -> worker rank
     started_s: float = 0.0
     owned: bool = True  # False: attached to a running cluster (COURSE_CLUSTER), which stop() leaves running
-    release: object = None  # tells the kernel-death watcher (helpers.engines.kernel_watch) we stopped normally
+    release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
     phases: dict[str, float] = field(default_factory=dict)  # seconds: controller up, then engines registered (the bench)
 
     @property
@@ -189,7 +213,7 @@ def _distinct_ports(client, by_rank: list[int], ids: dict) -> list[str]:
     return addresses
 
 
-# --------------------------------------------------------------------- start / stop
+# ------------------------------ 1. start a new cluster (connect and _activate serve every way in)
 def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | None = None,
                   keep: bool = False, activate: bool = True, request=None) -> Engines:
     """Start a controller and `n` engines and wait for them (with a deadline).
@@ -197,11 +221,11 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     Local engines (the default) run on this machine, the controller on loopback. Through
     Slurm (`slurm=True`, or `COURSE_ENGINES=slurm` when `slurm` is None) the engines are the
     tasks of one job step: an `srun` step when this process already runs in an allocation,
-    else an `sbatch` job (`request`: a `helpers.engines.slurm.SlurmRequest`); the controller
+    else an `sbatch` job (`request`: a `helpers.slurm.request.SlurmRequest`); the controller
     then listens on this host's address on the cluster network. Engines are stopped when this
     Python process exits, unless `keep=True` (the CLI, whose engines outlive it). In IPython,
     `%%px` targets them. With `COURSE_CLUSTER` set, the lesson attaches to that running cluster
-    instead (`helpers.engines.profile`).
+    instead (`helpers.engines.ipcluster_profile`).
     """
     if n < 1:
         raise CourseError(f"cannot start {n} engines: ask for at least 1")
@@ -262,15 +286,120 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     return engines
 
 
-def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
-           activate: bool = True) -> Engines:
-    """Connect to the engines of a `slurm/engines.sbatch` job (controller inside the job).
+def _local_options(config) -> tuple:
+    config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
+    return config, dict(controller_args=[*HEARTBEAT, *CURVE, "--ip=127.0.0.1"])
+
+
+def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
+    """Launcher settings for engines as Slurm tasks: srun inside an allocation, else sbatch."""
+    require_slurm()
+    request = request or SlurmRequest.from_env()
+    address = controller_ip(request.partition)
+    # engines read the key from the owner-only connection file (home is shared with the nodes,
+    # `doctor` checks it), not from $IPP_CONNECTION_INFO: a job's environment may be stored in
+    # Slurm's accounting, readable by other users where the site has no PrivateData=jobs
+    options = dict(controller_ip=address, controller_location=address,
+                   controller_args=[*HEARTBEAT, *CURVE], send_engines_connection_env=False)
+    if in_allocation():
+        queue.check_tasks_available(n)
+        config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
+        if value(queue.OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
+            config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
+        else:
+            queue.check_cpus_free(n, request.cpus_per_task or 1)
+        options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
+    else:
+        request = request.spread(n)
+        config.SlurmEngineSetLauncher.batch_template = slurm_engines.batch_template(request)
+        # ipyparallel writes the batch script into the current directory (the notebooks'),
+        # where it would be left behind: keep it with the cluster's logs instead
+        config.SlurmEngineSetLauncher.batch_file_name = str(slurm_engines.batch_file(cluster_id))
+        config.SlurmEngineSetLauncher.environment = dict(ENGINE_ENV)
+        options["engine_launcher_class"] = "slurm"
+    return config, options
+
+
+def _session_key(cluster) -> None:
+    """A message-signing key for the cluster, handed to its controller in an owner-only file.
+
+    With CurveZMQ on, ipyparallel drops the HMAC key as redundant, and every engine then logs
+    `Message signing is disabled.  This is insecure and not recommended!`. Signing stays on as
+    defence in depth (and the warning goes for a reason): the key travels in a file, never on a
+    command line or in a job's environment, and reaches the engines in the connection files."""
+    key = _session_key_path(cluster)
+    key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(secrets.token_hex(32))
+    cluster.controller_args = [*cluster.controller_args, f"--Session.keyfile={key}"]
+
+
+def _session_key_path(cluster) -> Path:
+    """Beside the connection files: the controller's schedulers read it as they start, and the
+    cluster's stop removes it."""
+    return Path(cluster.profile_dir) / "security" / f"ipcontroller-{cluster.cluster_id}-session.key"
+
+
+def connect(url_file, timeout: float = 30.0):
+    """An ipyparallel client for a controller's connection file, or a clear error in `timeout` s."""
+    import ipyparallel as ipp
+
+    try:
+        info = json.loads(open(url_file).read())
+    except (OSError, ValueError) as exc:
+        raise CourseError(f"cannot read the connection file {url_file}: {exc}") from None
+    where = f"{info.get('interface', 'tcp://?')}:{info.get('registration', '?')}"
+    try:
+        return ipp.Client(str(url_file), timeout=timeout)
+    except (TimeoutError, ipp.error.TimeoutError, OSError) as exc:
+        raise CourseError(f"cannot reach the ipyparallel controller at {where} within {timeout:.0f} s "
+                          f"({exc}): is it still running, and is that address reachable from this "
+                          "host (firewall, wrong interface: set COURSE_CONTROLLER_IP)?") from None
+
+
+def _describe_engine_job(cluster) -> str:
+    job_ids = [getattr(es, "job_id", "") for es in cluster.engines.values()]
+    job = next((j for j in job_ids if j), None)
+    if job is None and os.environ.get("SLURM_JOB_ID"):
+        return (f"the engines' srun step in job {os.environ['SLURM_JOB_ID']} did not start all tasks "
+                "(are the allocation's CPUs taken by another step? try `srun --overlap`)")
+    if job is None:
+        return "the engines' Slurm job was not submitted (see sbatch's output above)"
+    return f"Slurm job {job} is {queue.job_state(job)} (is the partition busy, or the request too large?)"
+
+
+def _make_private(cluster) -> None:
+    """Owner-only modes for the cluster's files (ipyparallel writes its cluster file 0644)."""
+    for path in (Path(cluster.profile_dir) / "security").glob(f"*{cluster.cluster_id}*"):
+        path.chmod(0o600)
+
+
+def _activate(client) -> None:
+    """Make `%%px` target these engines, without progress bars, if in IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    view = client[:]
+    view.block = True  # %%px waits for the engines and shows their output in the cell
+    view.activate()
+    shell.run_line_magic("pxconfig", f"--progress-after {PX_WAIT_S}")
+
+
+# ---------------- or take over an engines job (slurm/engines.sbatch): stopping it cancels the job
+def adopt_job(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
+              activate: bool = True) -> Engines:
+    """Take over the engines of a `slurm/engines.sbatch` job (controller inside the job): this
+    kernel then owns them, as if it had started them.
 
     Waits, with a deadline, for the job to run, its controller to write the connection file
     and all its tasks (or `n`) to register. Stopping the returned engines cancels the job.
     """
     import ipyparallel as ipp
-
 
     started = time.perf_counter()
     job = slurm_engines.SlurmJob(str(job_id))
@@ -299,213 +428,12 @@ def attach(job_id: str | int, n: int | None = None, *, timeout: float = 300.0,
     return engines
 
 
-def _make_private(cluster) -> None:
-    """Owner-only modes for the cluster's files (ipyparallel writes its cluster file 0644)."""
-    from pathlib import Path
-
-    for path in (Path(cluster.profile_dir) / "security").glob(f"*{cluster.cluster_id}*"):
-        path.chmod(0o600)
+# ------------------------------ or attach to a running cluster (COURSE_CLUSTER): it stays running
+def cluster_setting() -> str:
+    """`COURSE_CLUSTER`, stripped ("" when lessons start their own engines)."""
+    return text(CLUSTER_ENV)
 
 
-def connect(url_file, timeout: float = 30.0):
-    """An ipyparallel client for a controller's connection file, or a clear error in `timeout` s."""
-    import json
-
-    import ipyparallel as ipp
-
-    try:
-        info = json.loads(open(url_file).read())
-    except (OSError, ValueError) as exc:
-        raise CourseError(f"cannot read the connection file {url_file}: {exc}") from None
-    where = f"{info.get('interface', 'tcp://?')}:{info.get('registration', '?')}"
-    try:
-        return ipp.Client(str(url_file), timeout=timeout)
-    except (TimeoutError, ipp.error.TimeoutError, OSError) as exc:
-        raise CourseError(f"cannot reach the ipyparallel controller at {where} within {timeout:.0f} s "
-                          f"({exc}): is it still running, and is that address reachable from this "
-                          "host (firewall, wrong interface: set COURSE_CONTROLLER_IP)?") from None
-
-
-def _session_key(cluster) -> None:
-    """A message-signing key for the cluster, handed to its controller in an owner-only file.
-
-    With CurveZMQ on, ipyparallel drops the HMAC key as redundant, and every engine then logs
-    `Message signing is disabled.  This is insecure and not recommended!`. Signing stays on as
-    defence in depth (and the warning goes for a reason): the key travels in a file, never on a
-    command line or in a job's environment, and reaches the engines in the connection files."""
-    key = _session_key_path(cluster)
-    key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(secrets.token_hex(32))
-    cluster.controller_args = [*cluster.controller_args, f"--Session.keyfile={key}"]
-
-
-def _session_key_path(cluster) -> Path:
-    """Beside the connection files: the controller's schedulers read it as they start, and the
-    cluster's stop removes it."""
-    return Path(cluster.profile_dir) / "security" / f"ipcontroller-{cluster.cluster_id}-session.key"
-
-
-def _local_options(config) -> tuple:
-    config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
-    return config, dict(controller_args=[*HEARTBEAT, *CURVE, "--ip=127.0.0.1"])
-
-
-def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
-    """Launcher settings for engines as Slurm tasks: srun inside an allocation, else sbatch."""
-    slurm_engines.require_slurm()
-    request = request or slurm_engines.SlurmRequest.from_env()
-    address = slurm_engines.controller_ip(request.partition)
-    # engines read the key from the owner-only connection file (home is shared with the nodes,
-    # `doctor` checks it), not from $IPP_CONNECTION_INFO: a job's environment may be stored in
-    # Slurm's accounting, readable by other users where the site has no PrivateData=jobs
-    options = dict(controller_ip=address, controller_location=address,
-                   controller_args=[*HEARTBEAT, *CURVE], send_engines_connection_env=False)
-    if slurm_engines.in_allocation():
-        slurm_engines.check_tasks_available(n)
-        config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
-        if value(slurm_engines.OVERLAP_ENV) == "1":  # share the CPUs a running step holds (site permitting)
-            config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
-        else:
-            slurm_engines.check_cpus_free(n, request.cpus_per_task or 1)
-        options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
-    else:
-        request = request.spread(n)
-        config.SlurmEngineSetLauncher.batch_template = slurm_engines.batch_template(request)
-        # ipyparallel writes the batch script into the current directory (the notebooks'),
-        # where it would be left behind: keep it with the cluster's logs instead
-        config.SlurmEngineSetLauncher.batch_file_name = str(slurm_engines.batch_file(cluster_id))
-        config.SlurmEngineSetLauncher.environment = dict(ENGINE_ENV)
-        options["engine_launcher_class"] = "slurm"
-    return config, options
-
-
-def _describe_engine_job(cluster) -> str:
-    job_ids = [getattr(es, "job_id", "") for es in cluster.engines.values()]
-    job = next((j for j in job_ids if j), None)
-    if job is None and os.environ.get("SLURM_JOB_ID"):
-        return (f"the engines' srun step in job {os.environ['SLURM_JOB_ID']} did not start all tasks "
-                "(are the allocation's CPUs taken by another step? try `srun --overlap`)")
-    if job is None:
-        return "the engines' Slurm job was not submitted (see sbatch's output above)"
-    return f"Slurm job {job} is {slurm_engines.job_state(job)} (is the partition busy, or the request too large?)"
-
-
-def _activate(client) -> None:
-    """Make `%%px` target these engines, without progress bars, if in IPython."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-    if shell is None:
-        return
-    view = client[:]
-    view.block = True  # %%px waits for the engines and shows their output in the cell
-    view.activate()
-    shell.run_line_magic("pxconfig", f"--progress-after {PX_WAIT_S}")
-
-
-# How long a `%%px` cell waits, without a progress bar, for its result *and its output*.
-# ipyparallel's `--progress-after -1` (no bar) waits for the result only: an engine's last
-# line, travelling through the controller's output channel, sometimes arrived after the result
-# and was dropped (a CI run lost "[rank 0] last 10"). With a positive value the magic waits for
-# both until this many seconds have passed; an engine that dies ends the wait at once.
-PX_WAIT_S = 24 * 3600
-
-
-def _stop_cluster(cluster, client) -> None:
-    # the controller's tree is taken first: once the controller is gone, its children are orphans
-    # (the schedulers outlived a killed controller in CI; stopping the engines raises first when
-    # sbatch refused the engines' job)
-    tree = ownership.controller_tree(cluster)
-    try:
-        cluster.signal_engines_sync(signal.SIGKILL)
-    except Exception:  # noqa: BLE001 - engines may already be gone
-        pass
-    if client is not None:
-        client.close()
-    try:
-        cluster.stop_cluster_sync()
-    except Exception:  # noqa: BLE001
-        pass
-    ownership.kill(tree + ownership.controllers_of(cluster.cluster_id))
-    if getattr(cluster, "profile_dir", None):  # an engines job (slurm_engines.SlurmJob) has no key of ours
-        _session_key_path(cluster).unlink(missing_ok=True)
-
-
-def stop_all(force: bool = False) -> tuple[int, list[str]]:
-    """Stop the course clusters of this user that nothing uses: those a crashed kernel or the
-    command line left (and this process's own). A cluster whose kernel still runs is left alone
-    unless `force`. Returns how many were stopped and a line per cluster left alone."""
-    import ipyparallel as ipp
-
-    stopped, kept = 0, []
-    for name in list(_running):
-        _running[name].stop()
-        stopped += 1
-    for key, cluster in ipp.ClusterManager().load_clusters().items():
-        if not cluster.cluster_id.startswith(CLUSTER_PREFIX):
-            continue
-        owner = ownership.living_owner(cluster)
-        if owner and not force:
-            kept.append(f"{cluster.cluster_id}: in use by the running kernel PID {owner} (--force stops it anyway)")
-            continue
-        kept.extend(f"{cluster.cluster_id}: left alone {what}" for what in _stop_loaded(cluster))
-        stopped += 1
-    return stopped, kept
-
-
-def _stop_loaded(cluster) -> list[str]:
-    """Stop a cluster rebuilt from its file, signalling only what is provably its own."""
-    left = ownership.prune_foreign(cluster)
-    _stop_cluster(cluster, None)
-    cluster.remove_cluster_file()
-    return left
-
-
-def stop_by_id(cluster_id: str | None) -> tuple[int, list[str]]:
-    """Stop one cluster by its id (as printed by `cluster start`)."""
-    if not cluster_id:
-        raise CourseError("say which cluster: --cluster-id ID, or --all")
-    import ipyparallel as ipp
-
-    for key, cluster in ipp.ClusterManager().load_clusters().items():
-        if cluster.cluster_id == cluster_id:
-            return 1, [f"{cluster_id}: left alone {what}" for what in _stop_loaded(cluster)]
-    raise CourseError(f"no running cluster {cluster_id!r}: `ipcluster list` shows what runs")
-
-
-def failure_summary(exc: BaseException) -> list[str]:
-    """One line per failed engine of an ipyparallel error, instead of pages of traceback."""
-    import ipyparallel as ipp
-
-    if isinstance(exc, ipp.error.CompositeError):
-        lines = []
-        for ename, evalue, _, info in exc.elist:
-            engine = (info or {}).get("engine_id", "?")
-            lines.append(f"engine {engine}: {ename}: {_gist(str(evalue))}")
-        return lines
-    text = str(exc).strip().splitlines()
-    return [f"{type(exc).__name__}: {text[0][:200] if text else ''}"]
-
-
-def _gist(message: str) -> str:
-    """The informative line of a (TensorFlow) error message: not a stack frame, not a header."""
-    import re
-
-    skip = ("File ", "Detected at node", "Graph execution error", "[[", "0 successful", "derived errors",
-            "The error could be from a previous operation", "Restart your program")
-    lines = [l.strip() for l in message.strip().splitlines()]
-    useful = [l for l in lines if l and not l.startswith(skip)]
-    telling = [l for l in useful if re.search(r"aborted by|peer|unavailable|socket|connect|timed? ?out|deadline",
-                                              l, re.IGNORECASE)]
-    chosen = telling[0] if telling else (useful[-1] if useful else (lines[0] if lines else ""))
-    return chosen[:240]
-
-
-# ----------------------------------------------------------------------------- attach
 def find(spec: str):
     """The running cluster `spec` names: a cluster id, a profile (its ipcluster cluster) or `profile:id`."""
     import ipyparallel as ipp
@@ -569,6 +497,7 @@ def attach_running(spec: str, n: int, *, timeout: float = 300.0, activate: bool 
         print(f"restarting the {expected} engines of {spec} (they ran TensorFlow before, or lost one: "
               "TensorFlow sets up multi-worker collectives once per process)")
         old = set(client.ids)
+        old_jobs = [str(es.job_id) for es in found.engines.values() if getattr(es, "job_id", None)]
         _shutdown(client, old)
         for step in (lambda: found.signal_engines_sync(signal.SIGKILL),  # stuck engines ignore the rest
                      found.stop_engines_sync):
@@ -576,6 +505,9 @@ def attach_running(spec: str, n: int, *, timeout: float = 300.0, activate: bool 
                 step()
             except Exception:  # noqa: BLE001 - engines that exited on the shutdown request
                 pass
+        if old_jobs and not queue.wait_gone(old_jobs, deadline_s=60):
+            print(f"note: the old engines job {', '.join(old_jobs)} is still in the queue after 60 s; "
+                  "the new engines may land on fewer nodes")
         found.start_engines_sync(expected)
         _wait(client, expected, old, started + timeout, spec)
     if len(client.ids) != n:
@@ -643,6 +575,91 @@ def _wait(client, expected: int, old: set, deadline: float, spec: str) -> None:
         client.spin()
 
 
-def cluster_setting() -> str:
-    """`COURSE_CLUSTER`, stripped ("" when lessons start their own engines)."""
-    return text(CLUSTER_ENV)
+# --------------------------------------------------- 2. while it runs: what failed on the engines
+def failure_summary(exc: BaseException) -> list[str]:
+    """One line per failed engine of an ipyparallel error, instead of pages of traceback."""
+    import ipyparallel as ipp
+
+    if isinstance(exc, ipp.error.CompositeError):
+        lines = []
+        for ename, evalue, _, info in exc.elist:
+            engine = (info or {}).get("engine_id", "?")
+            lines.append(f"engine {engine}: {ename}: {_gist(str(evalue))}")
+        return lines
+    text = str(exc).strip().splitlines()
+    return [f"{type(exc).__name__}: {text[0][:200] if text else ''}"]
+
+
+def _gist(message: str) -> str:
+    """The informative line of a (TensorFlow) error message: not a stack frame, not a header."""
+    skip = ("File ", "Detected at node", "Graph execution error", "[[", "0 successful", "derived errors",
+            "The error could be from a previous operation", "Restart your program")
+    lines = [l.strip() for l in message.strip().splitlines()]
+    useful = [l for l in lines if l and not l.startswith(skip)]
+    telling = [l for l in useful if re.search(r"aborted by|peer|unavailable|socket|connect|timed? ?out|deadline",
+                                              l, re.IGNORECASE)]
+    chosen = telling[0] if telling else (useful[-1] if useful else (lines[0] if lines else ""))
+    return chosen[:240]
+
+
+# ---------------------------------- 3. stop: what this kernel started, or what a dead kernel left
+def _stop_cluster(cluster, client) -> None:
+    # the controller's tree is taken first: once the controller is gone, its children are orphans
+    # (the schedulers outlived a killed controller in CI; stopping the engines raises first when
+    # sbatch refused the engines' job)
+    tree = ownership.controller_tree(cluster)
+    try:
+        cluster.signal_engines_sync(signal.SIGKILL)
+    except Exception:  # noqa: BLE001 - engines may already be gone
+        pass
+    if client is not None:
+        client.close()
+    try:
+        cluster.stop_cluster_sync()
+    except Exception:  # noqa: BLE001
+        pass
+    ownership.kill(tree + ownership.controllers_of(cluster.cluster_id))
+    if getattr(cluster, "profile_dir", None):  # an engines job (slurm_engines.SlurmJob) has no key of ours
+        _session_key_path(cluster).unlink(missing_ok=True)
+
+
+def stop_all(force: bool = False) -> tuple[int, list[str]]:
+    """Stop the course clusters of this user that nothing uses: those a crashed kernel or the
+    command line left (and this process's own). A cluster whose kernel still runs is left alone
+    unless `force`. Returns how many were stopped and a line per cluster left alone."""
+    import ipyparallel as ipp
+
+    stopped, kept = 0, []
+    for name in list(_running):
+        _running[name].stop()
+        stopped += 1
+    for key, cluster in ipp.ClusterManager().load_clusters().items():
+        if not cluster.cluster_id.startswith(CLUSTER_PREFIX):
+            continue
+        owner = ownership.living_owner(cluster)
+        if owner and not force:
+            kept.append(f"{cluster.cluster_id}: in use by the running kernel PID {owner} (--force stops it anyway)")
+            continue
+        kept.extend(f"{cluster.cluster_id}: left alone {what}" for what in _stop_loaded(cluster))
+        stopped += 1
+    return stopped, kept
+
+
+def _stop_loaded(cluster) -> list[str]:
+    """Stop a cluster rebuilt from its file, signalling only what is provably its own."""
+    left = ownership.prune_foreign(cluster)
+    _stop_cluster(cluster, None)
+    cluster.remove_cluster_file()
+    return left
+
+
+def stop_by_id(cluster_id: str | None) -> tuple[int, list[str]]:
+    """Stop one cluster by its id (as printed by `cluster start`)."""
+    if not cluster_id:
+        raise CourseError("say which cluster: --cluster-id ID, or --all")
+    import ipyparallel as ipp
+
+    for key, cluster in ipp.ClusterManager().load_clusters().items():
+        if cluster.cluster_id == cluster_id:
+            return 1, [f"{cluster_id}: left alone {what}" for what in _stop_loaded(cluster)]
+    raise CourseError(f"no running cluster {cluster_id!r}: `ipcluster list` shows what runs")

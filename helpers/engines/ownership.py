@@ -95,6 +95,7 @@ def living_owner(cluster) -> int | None:
 def prune_foreign(cluster) -> list[str]:
     """Drop from a cluster loaded from its file every process and job that is not provably its
     own, so that stopping it signals nothing else; returns what was left alone."""
+    from ..slurm.queue import slurm_job_is_ours
     from .slurm import engines_job_name
 
     left = []
@@ -123,17 +124,3 @@ def prune_foreign(cluster) -> list[str]:
         if not launchers and hasattr(engine_set, "launchers"):
             cluster.engines.pop(set_id)
     return left
-
-
-def slurm_job_is_ours(job_id: str, name: str) -> bool:
-    """This user's Slurm job called `name` (a job that is gone is nobody's to cancel)."""
-    import getpass
-    import subprocess
-
-    try:
-        done = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%u %j"], capture_output=True,
-                              text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and done.stdout.split() == [getpass.getuser(), name]
-

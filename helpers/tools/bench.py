@@ -91,7 +91,9 @@ def _engine_import_s() -> float:
 def _bench_slurm_engines(repeats: int) -> list[Row]:
     """2 engines as a Slurm job on two nodes, where Slurm answers (the local Slurm included)."""
     from ..engines import start_engines
-    from ..engines.slurm import SlurmRequest, controller_ip, slurm_reachable
+    from ..slurm import slurm_reachable
+    from ..slurm.nodes import controller_ip
+    from ..slurm.request import SlurmRequest
 
     if not slurm_reachable() or "SLURM_JOB_ID" in os.environ:
         say("  Slurm engines skipped: no Slurm answers here (or this runs inside a job)")
@@ -122,7 +124,7 @@ import json, sys, time
 import ipyparallel as ipp
 from IPython.core.interactiveshell import InteractiveShell
 from helpers.engines import start_engines
-from helpers.engines.slurm import controller_ip
+from helpers.slurm.nodes import controller_ip
 shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "ipcmagic")
 address = controller_ip()
@@ -160,7 +162,7 @@ ALLOCATION_BASELINES = {"mpi": "ipyparallel's MPI launcher with CurveZMQ, ipclus
 def _bench_allocation_engines(repeats: int) -> list[Row]:
     """2 engines inside one allocation of two nodes (a hub server, salloc): the course's,
     ipyparallel's MPI launcher and ipcmagic's, side by side."""
-    from ..engines.slurm import slurm_reachable
+    from ..slurm import slurm_reachable
 
     missing = [m for m in ("ipcmagic", "mpi4py") if importlib.util.find_spec(m) is None]
     if not slurm_reachable() or "SLURM_JOB_ID" in os.environ or missing:

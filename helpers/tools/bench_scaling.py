@@ -20,9 +20,7 @@ node's GPUs, so a centre running the bench gets prediction and measurement side 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 from .. import scaling_model
 from ..allreduce_probe import DEFAULT_SIZES_MB, measure_devices, measure_local, parse
@@ -70,32 +68,13 @@ def _local_compute(model: str, data_dir: str, steps: int, n: int) -> dict:
 
 
 def _srun_output(args: list[str], nodes: int, timeout: float = 900) -> str:
-    """Output of one task per node of an srun step (the local Slurm's nodes included).
-
-    Each task writes its own file (`--output=...%t`): the tasks' long RESULT lines would otherwise
-    interleave in srun's one stream. The files go under the output directory, which the nodes share."""
-    import shutil
-    import tempfile
-
+    """Output of `python ARGS` as one task per node of an srun step, its files under the output
+    directory (which the nodes share)."""
     from ..environment import output_dir
+    from ..slurm.commands import srun_per_node
 
-    base = output_dir()
-    base.mkdir(parents=True, exist_ok=True)  # a fresh clone has no build/ yet
-    where = Path(tempfile.mkdtemp(prefix="bench-srun-", dir=base))
-    try:
-        done = subprocess.run(["srun", "--immediate=120", "--time=20", f"--nodes={nodes}", f"--ntasks={nodes}",
-                               "--ntasks-per-node=1", "--export=ALL", f"--output={where}/task-%t.out",
-                               sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-        outputs = "".join(path.read_text() for path in sorted(where.glob("task-*.out")))
-    except subprocess.TimeoutExpired:
-        raise CourseError(f"srun {' '.join(args[:3])} did not finish within {timeout:.0f} s") from None
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or outputs.strip().splitlines() or ["no output"])[-1]
-        raise CourseError(f"srun {' '.join(args[:3])} failed (exit status {done.returncode}): {tail}")
-    return outputs
+    return srun_per_node([sys.executable, *args], nodes, output_dir(), timeout=timeout,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 def _slurm_point(model: str, data_dir: str, steps: int, nodes: int) -> tuple[dict, dict, dict[int, float]]:
@@ -113,7 +92,7 @@ def _slurm_point(model: str, data_dir: str, steps: int, nodes: int) -> tuple[dic
 def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, workers: tuple[int, ...] = (2, 3),
                  slurm: bool | None = None) -> list[Row]:
     """Measured against predicted step time for each configuration (see the module docstring)."""
-    from ..engines.slurm import slurm_reachable
+    from ..slurm import slurm_reachable
 
     use_slurm = slurm_reachable() and "SLURM_JOB_ID" not in os.environ if slurm is None else slurm
     configs = [(f"{n} local workers", n, "local") for n in workers]

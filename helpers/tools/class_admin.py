@@ -17,8 +17,6 @@ The token needs the scopes `read:groups`, `list:users`, `read:servers` and `dele
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +26,8 @@ from dataclasses import dataclass, field
 from ..engines.slurm import is_engines_job_name
 from ..errors import CourseError
 from ..settings import value
+from ..slurm.nodes import reservation_users
+from ..slurm.queue import cancel, squeue_rows
 
 SERVER_JOB = "jupyterhub-course"  # server.sbatch.j2's --job-name, matched exactly
 
@@ -52,24 +52,13 @@ class Learner:
     other_jobs: list[Job] = field(default_factory=list)
 
 
-def _squeue(args: list[str]) -> list[list[str]]:
-    try:
-        done = subprocess.run(["squeue", "-h", *args], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        raise CourseError("squeue is not on PATH: run this where Slurm's commands are (the hub host "
-                          "or a login node), with SLURM_CONF set if the site needs it") from None
-    if done.returncode != 0:
-        raise CourseError(f"squeue failed: {done.stderr.strip()[:300]}")
-    return [line.split("|") for line in done.stdout.splitlines() if line.strip()]
-
-
 def jobs() -> list[Job]:
-    return [Job(*row[:6]) for row in _squeue(["-o", "%i|%u|%j|%T|%N|%v"])]
+    return [Job(*row[:6]) for row in squeue_rows(["-o", "%i|%u|%j|%T|%N|%v"])]
 
 
 def steps() -> list[list[str]]:
     """[step id, user, name, nodes, tasks] of every running step."""
-    return _squeue(["-s", "-o", "%i|%u|%j|%N|%A"])
+    return squeue_rows(["-s", "-o", "%i|%u|%j|%N|%A"])
 
 
 class HubAPI:
@@ -132,18 +121,6 @@ class ClassSpec:
         if not (self.group or self.reservation):
             raise CourseError("say which class: --group NAME (the hub group of its learners) or --reservation "
                               "NAME (the Slurm reservation its servers run in); nobody is guessed from job names")
-
-
-def reservation_users(name: str) -> list[str]:
-    try:
-        done = subprocess.run(["scontrol", "show", "reservation", "-o", name], capture_output=True, text=True,
-                              timeout=60)
-    except FileNotFoundError:
-        raise CourseError("scontrol is not on PATH: run this where Slurm's commands are") from None
-    match = re.search(r"(?:^|\s)Users=(\S+)", done.stdout)
-    if done.returncode != 0 or not match:
-        raise CourseError(f"no Slurm reservation {name!r} with a user list ({(done.stderr or done.stdout).strip()[:200]})")
-    return [user for user in match.group(1).split(",") if user and user != "(null)"]
 
 
 def class_members(spec: ClassSpec, hub: HubAPI | None) -> set[str]:
@@ -216,7 +193,7 @@ def end_class(spec: ClassSpec, hub: HubAPI | None = None, within: float = 120.0,
         print(f"  {name}: hub stopped the server (HTTP {status})" if status in (202, 204)
               else f"  {name}: the hub answered HTTP {status} to stopping the server")
     if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
+        cancel(*ids, timeout=60)
     left = _remaining(ids)
     while left and time.monotonic() - started < within:
         time.sleep(2)
@@ -236,7 +213,7 @@ def _remaining(ids: list[str]) -> list[Job]:
     if not ids:
         return []
     try:
-        rows = _squeue(["-j", ",".join(ids), "-o", "%i|%u|%j|%T|%N|%v"])
+        rows = squeue_rows(["-j", ",".join(ids), "-o", "%i|%u|%j|%T|%N|%v"])
     except CourseError as exc:
         if "Invalid job id" in str(exc):  # every one of them purged already
             return []

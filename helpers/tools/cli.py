@@ -240,7 +240,7 @@ def _dispatch(args) -> int:
                   f"  stop it: python -m helpers cluster stop --cluster-id {engines.cluster_id}")
         elif args.cluster_command == "profile":
             from ..engines.cluster import PROFILE
-            from ..engines.profile import write_profile
+            from ..engines.ipcluster_profile import write_profile
 
             name = args.name or PROFILE
             path, decided = write_profile(name, slurm=args.slurm)

@@ -179,7 +179,7 @@ def step_nested_job(results: dict, timeout: float, wait_s: float = 120.0) -> dic
 
     if not os.environ.get("SLURM_JOB_ID") or shutil.which("sbatch") is None:
         return {"status": "skipped", "reason": "not inside a Slurm job: run it as one (sbatch slurm/gpucheck.sbatch)"}
-    from ..slurm_jobs import job_environment, job_options
+    from ..slurm.submit import job_environment, job_options
 
     options = job_options()
     code, out, err = _run(["sbatch", "--parsable", "--ntasks=1", "--time=5", "--job-name=course-gpucheck-child",

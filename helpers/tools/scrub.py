@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..login_node import expand_hostlist
+from ..errors import CourseError
+from ..slurm.step import expand_hostlist
 
 ROOT = Path(__file__).resolve().parents[2]
 USER, HOST, ADDRESS, PORT, JOB = "<user>", "<host>", "<address>", "<port>", "<job>"
@@ -82,7 +83,7 @@ class Identities:
         for listed in NODE_LISTS.findall(text):
             try:
                 found += expand_hostlist(listed.strip(","))
-            except ValueError:
+            except CourseError:
                 continue
         # a word after `host:` may be a word: only names with a digit or a dot count (node1, nid001234,
         # login.example.org), besides user@host's and this machine's own

@@ -81,13 +81,13 @@ COURSE_DIR = Path(_setting("COURSE_DIR", str(HERE.parents[1])))
 VENV_BIN = COURSE_DIR / ".venv" / "bin"
 
 # batchspawner's SlurmSpawner, with squeue failures, early job ends and queue waits handled
-c.JupyterHub.spawner_class = "helpers.hub_spawner.CourseSlurmSpawner"
+c.JupyterHub.spawner_class = "course_hub.spawner.CourseSlurmSpawner"
 c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # the public side, behind the centre's HTTPS proxy
 
 def _hub_ip() -> str:
     """Where servers on compute nodes call the hub: one address, never every interface (the hub
     API would then answer anyone on any network this host is on)."""
-    from helpers.engines.slurm import checked_controller_ip, controller_ip
+    from helpers.slurm.nodes import checked_controller_ip, controller_ip
 
     from helpers.settings import value
 
@@ -156,7 +156,7 @@ c.SlurmSpawner.exec_prefix = _setting("COURSE_HUB_EXEC_PREFIX", "sudo -E -u {use
 # --- a class ---------------------------------------------------------------------------------
 RESERVATION = _setting("COURSE_HUB_RESERVATION")
 if RESERVATION:
-    from helpers.engines.slurm import checked_word
+    from helpers.slurm.commands import checked_word
 
     c.SlurmSpawner.req_reservation = checked_word("COURSE_HUB_RESERVATION", RESERVATION)
     # what learners submit from their server (engines' job, batch jobs) lands in it too

@@ -1,4 +1,4 @@
-"""The tasks of a Slurm job step, as every task can work them out alone.
+"""The Slurm job and step this process runs in, from its `SLURM_*` variables: every task's place, its port block.
 
 A multi-worker strategy needs, in every task, the same list of workers (`host:port` by
 rank) without any task talking to another first. Slurm tells each task only its own rank
@@ -19,45 +19,103 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import product
 
-from .errors import CourseError
+from ..errors import CourseError
 
 STEPS_PER_JOB = 16  # consecutive job ids get disjoint port blocks for this many steps each
 
 
+@dataclass
+class SlurmInfo:
+    """The Slurm job and step this process runs in, read from `SLURM_*` variables."""
+
+    job_id: str | None
+    step: bool  # inside an `srun` step (SLURM_PROCID and the step variables are set)
+    procid: int | None
+    ntasks: int | None
+    nodelist: str | None
+    tasks_per_node: str | None
+    extra: dict = field(default_factory=dict)
+
+
+def slurm_info(environ: dict | None = None) -> SlurmInfo | None:
+    """The Slurm context of this process, or None outside Slurm.
+
+    Malformed numeric variables are reported as a `CourseError` here, once, rather than as
+    a ValueError from deep inside TensorFlow's resolver later.
+    """
+    env = os.environ if environ is None else environ
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if job_id is None and "SLURM_PROCID" not in env:
+        return None
+
+    def as_int(name: str) -> int | None:
+        value = env.get(name)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise CourseError(f"{name}={value!r} is not a whole number: this does not look like "
+                              "a Slurm step; run under srun or unset the SLURM_* variables") from None
+
+    procid = as_int("SLURM_PROCID")
+    ntasks = as_int("SLURM_STEP_NUM_TASKS")
+    step = procid is not None and ntasks is not None and "SLURM_STEP_NODELIST" in env
+    return SlurmInfo(job_id=job_id, step=step, procid=procid, ntasks=ntasks,
+                     nodelist=env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
+                     tasks_per_node=env.get("SLURM_STEP_TASKS_PER_NODE"),
+                     extra={k: env[k] for k in ("SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK",
+                                                "SLURMD_NODENAME") if k in env})
+
+
+def in_allocation() -> bool:
+    """True inside a Slurm allocation but not inside a job step (where `srun` can start a step)."""
+    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
+
+
 def expand_hostlist(spec: str) -> list[str]:
-    """Slurm's compact host list in Slurm's order: 'gpu[9-10],login1' -> gpu9, gpu10, login1."""
-    hosts: list[str] = []
-    for part in _split_outside_brackets(spec or ""):
-        match = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", part)
-        if match is None:
-            if "[" in part or "]" in part:
-                raise CourseError(f"host list {spec!r} is malformed near {part!r}")
-            hosts.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
-            low, _, high = item.partition("-")
-            if not low.isdigit() or (high and not high.isdigit()):
-                raise CourseError(f"host list {spec!r} has a bad range {item!r}")
-            for number in range(int(low), int(high or low) + 1):
-                hosts.append(f"{prefix}{str(number).zfill(len(low))}{suffix}")
-    if not hosts:
+    """Slurm's compact host list, in Slurm's order, as `scontrol show hostnames` prints it without
+    asking slurmctld: 'gpu[9-10],login1' -> gpu9, gpu10, login1; 'r[1-2]n[01-02]' -> r1n01 r1n02 r2n01 r2n02."""
+    names: list[str] = []
+    for item in _top_level_items(spec or "", spec):
+        pieces = re.split(r"(\[[^\[\]]*\])", item)
+        choices = [_range_names(piece[1:-1], spec) if piece.startswith("[") else [piece] for piece in pieces]
+        if any("[" in piece or "]" in piece for piece in pieces if not piece.startswith("[")):
+            raise CourseError(f"host list {spec!r} is malformed near {item!r}")
+        names += ["".join(parts) for parts in product(*choices)]
+    if not names:
         raise CourseError(f"host list {spec!r} names no host")
-    return hosts
+    return names
 
 
-def _split_outside_brackets(spec: str) -> list[str]:
-    parts, current, depth = [], "", 0
-    for char in spec:
-        depth += {"[": 1, "]": -1}.get(char, 0)
+def _top_level_items(text: str, spec: str) -> list[str]:
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += (char == "[") - (char == "]")
+        if depth not in (0, 1):
+            raise CourseError(f"host list {spec!r} has unbalanced brackets")
         if char == "," and depth == 0:
-            parts.append(current)
+            items.append(current)
             current = ""
         else:
             current += char
-    return [p for p in [*parts, current] if p]
+    if depth:
+        raise CourseError(f"host list {spec!r} has unbalanced brackets")
+    return [item for item in [*items, current] if item]
+
+
+def _range_names(ranges: str, spec: str) -> list[str]:
+    """`1-3,07` -> 1 2 3 07: numbers keep the width of the range's first (Slurm's zero padding)."""
+    out = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise CourseError(f"host list {spec!r} has a bad range {part!r}")
+        out += [str(i).zfill(len(low)) for i in range(int(low), int(high or low) + 1)]
+    return out
 
 
 def expand_tasks_per_node(spec: str) -> list[int]:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 _PACKAGE = __name__.split(".")[0]  # the watcher calls stops of this package only
 
 

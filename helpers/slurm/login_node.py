@@ -15,15 +15,14 @@ a login node is shared with every user of the centre. So local workers, local en
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
-from itertools import product
 from pathlib import Path
 
-from .errors import CourseError
-from .settings import text
+from ..errors import CourseError
+from ..settings import text
+from .step import expand_hostlist
 
 LOCAL_WORKERS_ENV = "COURSE_LOCAL_WORKERS"  # "allow": the owner's override, never on a login node
 SINFO_TIMEOUT_S = 10.0  # an sinfo that has not answered by then counts as a cluster
@@ -61,48 +60,10 @@ def on_allocation_node() -> bool:
     listed = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or ""
     try:
         nodes = {name.split(".")[0] for name in expand_hostlist(listed)}
-    except ValueError:
-        return False  # a list we cannot read proves nothing
+    except CourseError:
+        return False  # a list we cannot read (or none) proves nothing
     host = socket.gethostname()
     return bool(nodes & {host, host.split(".")[0]})
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed host list as names: `node[1-3,7],gpu[01-02]-a` -> node1 node2 node3 node7
-    gpu01-a gpu02-a (what `scontrol show hostnames` prints, without asking slurmctld)."""
-    names: list[str] = []
-    for item in _top_level_items(text.strip()):
-        pieces = re.split(r"(\[[^\[\]]*\])", item)
-        choices = [_range_names(piece[1:-1]) if piece.startswith("[") else [piece] for piece in pieces]
-        names += ["".join(parts) for parts in product(*choices)]
-    return names
-
-
-def _top_level_items(text: str) -> list[str]:
-    items, depth, current = [], 0, ""
-    for char in text:
-        depth += (char == "[") - (char == "]")
-        if depth not in (0, 1):
-            raise ValueError(f"unbalanced brackets in host list {text!r}")
-        if char == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += char
-    if depth:
-        raise ValueError(f"unbalanced brackets in host list {text!r}")
-    return [item for item in [*items, current] if item]
-
-
-def _range_names(ranges: str) -> list[str]:
-    """`1-3,07` -> 1 2 3 07: numbers keep the width of the range's first (Slurm's zero padding)."""
-    out = []
-    for part in ranges.split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise ValueError(f"not a host range: [{ranges}]")
-        out += [str(i).zfill(len(low)) for i in range(int(low), int(high or low) + 1)]
-    return out
 
 
 def slurm_here() -> str | None:

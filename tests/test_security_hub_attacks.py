@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers.hub_spawner import BATCHSPAWNER_API, ServerPortHandler, close_batchspawner_api, command
+from course_hub.spawner import BATCHSPAWNER_API, ServerPortHandler, close_batchspawner_api, command
 from tests.conftest import squeue_empty
 from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
 

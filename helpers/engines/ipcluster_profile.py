@@ -1,5 +1,7 @@
-"""Engines the ipyparallel way: the course's profile for `ipcluster`, written from the settings
-`helpers.engines.cluster` starts its own clusters with.
+"""The course's `ipcluster` profile (an ipyparallel profile, not lesson 09's profiler), written from `cluster`'s settings.
+
+Engines started the ipyparallel way, with the settings `helpers.engines.cluster` starts its own
+clusters with.
 
 Centres and trainers start engines before a class, from a shell:
 
@@ -18,6 +20,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..slurm import slurm_reachable
+from ..slurm.nodes import controller_ip
+from ..slurm.request import SlurmRequest
 from . import cluster
 from . import slurm as slurm_engines
 
@@ -33,10 +38,10 @@ def write_profile(name: str = cluster.PROFILE, *, slurm: bool | None = None) -> 
     from IPython.paths import get_ipython_dir
 
     directory = Path(ProfileDir.create_profile_dir_by_name(get_ipython_dir(), name).location)
-    slurm = slurm_engines.slurm_reachable() if slurm is None else slurm
+    slurm = slurm_reachable() if slurm is None else slurm
     if slurm:
-        request = slurm_engines.SlurmRequest.from_env()
-        address = slurm_engines.controller_ip(request.partition)
+        request = SlurmRequest.from_env()
+        address = controller_ip(request.partition)
         request, extra = request.spread_any()
         template = slurm_engines.batch_template(request, extra)
         placement = " ".join([*request.sbatch_lines(), *extra]) or "Slurm's defaults"

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .errors import CourseError
-from .settings import text
+from ..errors import CourseError
+from ..settings import text
 
 LAYOUT_ENV = "COURSE_CLASS_LAYOUT"
 LAYOUTS = ("node", "gpu")

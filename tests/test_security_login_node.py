@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import login_node
+from helpers.slurm import login_node
 from helpers.errors import CourseError
 from helpers.local_workers import run_local_workers
 
@@ -170,7 +170,7 @@ def test_on_the_local_slurm_the_salloc_shell_is_refused_and_the_jobs_step_allowe
     import subprocess
     import sys
 
-    code = ("from helpers.login_node import check_local_workers\n"
+    code = ("from helpers.slurm.login_node import check_local_workers\n"
             "check_local_workers('2 local workers')\nprint('ALLOWED')")
     env = {k: v for k, v in slurm["env"].items() if k != "COURSE_LOCAL_WORKERS"}
     shell = subprocess.run(["salloc", "-N", "1", "-n", "1", "--time=2", sys.executable, "-c", code], env=env,

@@ -95,7 +95,7 @@ def close_batchspawner_api(handlers: list | None = None) -> None:
     if moved or not (upstream or closed):
         where = f"at {', '.join(moved)}" if moved else "nowhere in JupyterHub's API routes"
         raise RuntimeError(f"batchspawner's API handler is {where}, not at {BATCHSPAWNER_API} where the course "
-                           "closes it: not starting the hub (check helpers/hub_spawner.py against this batchspawner)")
+                           "closes it: not starting the hub (check course_hub/spawner.py against this batchspawner)")
     handlers[:] = [h for h in handlers if h[0] != BATCHSPAWNER_API] + [(BATCHSPAWNER_API, ServerPortHandler)]
 
 
