@@ -266,7 +266,9 @@ OK["18_your_own_script.ipynb"] = {
     "ORDER": ["as written", "scope fixed", "checkpoint fixed", "batch fixed", "seed fixed"],
     "SIGNS": dict.fromkeys(_MISTAKES_18), "CHECKS": _CHECKS_18, "named": dict.fromkeys(_MISTAKES_18, True),
     "turned_pass": dict.fromkeys(_MISTAKES_18, True), "codes": [1, 1, 1, 1, 0], "final": {},
-    "passed": sorted(_CHECKS_18), "not_passed": [], "on_two_workers": True, "take_home": True}
+    "passed": sorted(_CHECKS_18), "not_passed": [], "on_two_workers": True, "take_home": True,
+    "stopped_alone": True, "first_stop": "FAIL     the run with 1 worker: ...: AssertionError", "wrote_alone": True,
+    "alone_code": 0, "alone_files": ["ckpt.data-00000-of-00001", "ckpt.index"]}
 
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
@@ -794,7 +796,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("18_your_own_script.ipynb", {"codes": [1, 1, 1, 1, 1]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"passed": sorted(_CHECKS_18)[1:]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"not_passed": ["batch norm"]}, "should pass every check"),
-    ("18_your_own_script.ipynb", {"on_two_workers": False}, "2 workers as local processes"),
+    ("18_your_own_script.ipynb", {"on_two_workers": False}, "run 2 workers"),
+    # the first check went on to a 2-worker run, or stopped with another error than the optimizer's assert
+    ("18_your_own_script.ipynb", {"stopped_alone": False}, "stopped at the one-worker run"),
+    # the fixed script run alone (task_id None) wrote no checkpoint: a chief test of task_id == 0
+    ("18_your_own_script.ipynb", {"wrote_alone": False, "alone_files": []}, "run alone"),
     ("18_your_own_script.ipynb", {"take_home": False}, "import nothing from the course"),
 ]
 
@@ -2029,6 +2035,14 @@ _FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batc
 _FIX_18 = "           fix: what to change"
 
 
+def _as_written_18(workers: int = 1, error: str = "AssertionError") -> str:
+    return _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built outside "
+                     "strategy.scope(): its variables are not mirrored", _FIX_18,
+                     f"FAIL     the run with 1 worker: worker 0 failed at train.py:53 (loss = train_step(batch)): {error} "
+                     "(raised at keras/src/backend/tensorflow/optimizer.py:134, in _distributed_tf_update_step)",
+                     workers=workers)
+
+
 def _checks_18(**changes) -> dict:
     """The five checks lesson 18 runs, as the command printed them (each key of `changes` replaces one)."""
     def report(failing: dict, seen: dict) -> str:
@@ -2037,10 +2051,7 @@ def _checks_18(**changes) -> dict:
     not_seen = {"input sharding": "NOT SEEN input sharding: not checked: see batch per replica above",
                 "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."}
     checks = {
-        "as written": (1, _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built "
-                                    "outside strategy.scope(): its variables are not mirrored", _FIX_18,
-                                    "FAIL     the run with 1 worker: worker 0 failed at train.py:53: AssertionError",
-                                    workers=1)),
+        "as written": (1, _as_written_18()),
         # both workers wrote one checkpoint: one of them failed in the race, so nothing else was compared
         "scope fixed": (1, _check_18("FAIL     the run with 2 workers: worker 1 failed at train.py:58 "
                                      "(checkpoint.write(...)): InvalidArgumentError: ... not found",
@@ -2077,15 +2088,34 @@ def _checks_18(**changes) -> dict:
      "import tensorflow as tf\n", "turn its FAIL line to PASS"),
     # the fixed script passed, but its 2-worker run never ran (only the reference run's lines)
     ({"seed fixed": (0, _check_18(*_PASS_18.values(), workers=1))}, "import tensorflow as tf\n",
-     "2 workers as local processes"),
-    ({}, "import tensorflow as tf\nfrom helpers.lesson import build_model\n", "import nothing from the course")],
+     "run 2 workers"),
+    ({}, "import tensorflow as tf\nfrom helpers.lesson import build_model\n", "import nothing from the course"),
+    # only a log file was shared before the checkpoint fix: not the planted checkpoint path
+    ({"scope fixed": (1, _check_18(_PASS_18["strategy.scope()"], "FAIL     who writes: workers 0, 1 all write "
+                                   "/x/run/log.txt (open): they overwrite each other's files", _FIX_18))},
+     "import tensorflow as tf\n", "name each planted mistake"),
+    # the script as written went on to a 2-worker run, or stopped with another error
+    ({"as written": (1, _as_written_18(workers=2))}, "import tensorflow as tf\n", "stopped at the one-worker run"),
+    ({"as written": (1, _as_written_18(error="TypeError: unsupported operand"))}, "import tensorflow as tf\n",
+     "stopped at the one-worker run"),
+    # run alone, the fixed script wrote no checkpoint (its chief test False without TF_CONFIG), or failed
+    ({"alone files": []}, "import tensorflow as tf\n", "run alone"),
+    ({"alone code": 1}, "import tensorflow as tf\n", "run alone")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
-         "fix not checked", "no 2-worker run", "imports helpers"])
+         "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
+         "first another error", "alone wrote nothing", "alone failed"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
-    line with the planted cause, that check PASS at the next run, every check PASS at the end."""
+    line with the planted cause, that check PASS at the next run, every check PASS at the end; the run
+    alone's checkpoint read from its directory."""
     import re
 
+    changes = dict(changes)
+    files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
+    alone_code = changes.pop("alone code", 0)
+    (tmp_path / "alone").mkdir()
+    for name in files:
+        (tmp_path / "alone" / name).write_text("")
     (tmp_path / "train.py").write_text(script)
     _holds_unless(match, _gather_and_prove, "18_your_own_script.ipynb",
-                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes)})
+                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes), "alone_code": alone_code})
