@@ -2118,4 +2118,53 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
         (tmp_path / "alone" / name).write_text("")
     (tmp_path / "train.py").write_text(script)
     _holds_unless(match, _gather_and_prove, "18_your_own_script.ipynb",
-                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes), "alone_code": alone_code})
+                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes),
+                   "alone": SimpleNamespace(returncode=alone_code)})
+
+
+def _solution_18(number: int, outputs: list[tuple[int, str]], tmp_path: Path) -> None:
+    """Lesson 18's solution `number` with `check` answering `outputs` in turn (what the command printed)."""
+    import re
+
+    (tmp_path / "train.py").write_text("loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)\n"
+                                       '    keras.layers.Dense(32, activation="relu"),\n')
+    answers = iter(outputs)
+    namespace = {"re": re, "work_dir": tmp_path, "check": lambda script="train.py": next(answers),
+                 "fix": lambda *a, **k: None}
+    exec(compile(_solution("18_your_own_script.ipynb", number), f"18 solution {number}", "exec"), namespace)
+
+
+_MEAN_18 = ("FAIL     same weights as one worker: the 2 workers moved the weights {far} times as far as one worker over "
+            "the same 8 steps: the loss is averaged over each replica's batch")
+
+
+@pytest.mark.parametrize("far,match", [("1.70", None), ("2.05", "times as far"), ("1.20", "times as far")],
+                         ids=["as measured", "2 or more", "not about twice"])
+def test_lesson_18_solution_1_holds_the_ratio_under_two(tmp_path, far, match):
+    """Solution 1's comment says the 2 workers move the weights less than twice as far over 8 steps."""
+    out = _check_18(_MEAN_18.format(far=far))
+    _holds_unless(match, _solution_18, 1, [(1, out)], tmp_path)
+
+
+_BN_18 = ("NOT SEEN same weights as one worker: not exact: batch-norm layers batch_normalization normalise each "
+          "replica's examples alone; difference {drift} of the update after 8 steps (tolerance 5.7e-04)")
+
+
+_MOVING_18 = ("FAIL     identical weights on every worker: worker 1's non-trainable weights (e.g. batch norm's moving "
+              "statistics) differ from worker 0's by up to 2.49e-02")
+
+
+@pytest.mark.parametrize("drift,identical,match", [("4.4e-01", _MOVING_18, None),
+                                                   ("1.0e-03", _MOVING_18, "NOT SEEN same weights"),
+                                                   ("4.4e-01", _PASS_18["identical weights on every worker"],
+                                                    "PASS     identical weights")],
+                         ids=["as measured", "within float32 noise", "moving means alike"])
+def test_lesson_18_solution_2_holds_the_drift_far_above_the_tolerance(tmp_path, drift, identical, match):
+    """Solution 2: per-replica batch norm fails its own line, the weights' drift it causes is far
+    (over 100x) above the check's tolerance, not a rounding difference, and the workers' moving
+    statistics differ."""
+    kept = [_PASS_18[n] for n in _PASS_18 if n != "identical weights on every worker"]
+    plain = _check_18(*kept, identical, _BN_18.format(drift=drift), "FAIL     batch norm: layers batch_normalization "
+                      "compute their statistics over each replica's batch alone")
+    synced = _check_18(*_PASS_18.values(), "PASS     batch norm: 1 BatchNormalization layer(s), synchronized")
+    _holds_unless(match, _solution_18, 2, [(1, plain), (0, synced)], tmp_path)

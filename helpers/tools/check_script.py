@@ -519,8 +519,13 @@ def identical_findings(run: Run) -> list[Finding]:
         kept = sum(1 for k in names if k.startswith("other_"))
         return [Finding("PASS", "identical weights on every worker", f"the {run.workers} workers' weights are equal "
                         f"bit for bit ({len(names) - kept} trainable and {kept} non-trainable arrays)")]
-    kind = "non-trainable " if where[1].startswith("other_") else ""
-    return [Finding("FAIL", "identical weights on every worker", f"worker {where[0]}'s {kind}weights differ from worker "
+    if where[1].startswith("other_"):
+        return [Finding("FAIL", "identical weights on every worker", f"worker {where[0]}'s non-trainable weights (e.g. "
+                        f"batch norm's moving statistics) differ from worker 0's by up to {worst:.2e}: each worker "
+                        "updates them from its own examples alone",
+                        "keep that state equal on every worker: BatchNormalization(synchronized=True), or update it "
+                        "from values reduced over the replicas")]
+    return [Finding("FAIL", "identical weights on every worker", f"worker {where[0]}'s weights differ from worker "
                     f"0's by up to {worst:.2e}: the workers train different models",
                     "build and compile the model in strategy.scope() and update it only through the strategy "
                     "(model.fit, or optimizer.apply_gradients inside strategy.run)")]
