@@ -72,7 +72,10 @@ def test_the_analysis_tells_the_sharding_mistakes_apart():
     twice = _run(2, {0: [list("aa"), list("aa")], 1: [list("bb"), list("bb")]})
     assert "sharded twice" in cs.coverage_findings(one, twice)[0][0].detail
     overlapping = _run(2, {0: [list("ab"), list("ab")], 1: [list("bc"), list("bc")]})
-    assert "each worker shuffled differently before a manual shard()" in cs.coverage_findings(one, overlapping)[0][0].detail
+    detail = cs.coverage_findings(one, overlapping)[0][0].detail
+    assert "each worker shuffled differently before a manual shard()" in detail
+    # b read by both workers in a step; d missing from both steps: counted once over the 2 steps, not per epoch
+    assert "over 2 steps, 1 of the 4 examples were read by two workers in one step, and 1 were missing" in detail, detail
 
 
 def test_the_analysis_names_a_wrong_batch_either_way():
@@ -115,6 +118,44 @@ def test_a_reference_run_that_fails_names_a_model_made_outside_the_scope():
     assert findings[0].status == "FAIL" and "was built outside strategy.scope()" in findings[0].detail
     ref.reports[0]["models"] = [{**model, "in_scope": True, "distributed": [True] * 4}]
     assert [f.what for f in cs.analyse(ref, [], _options())[0][1]] == ["the run with 1 worker"]
+
+def test_identical_weights_compares_the_non_trainable_arrays_too():
+    """Moving statistics that differ between the workers (batch norm per replica) are no PASS."""
+    run = cs.Run(workers=2)
+    same = {"final_0_0": np.ones(3, np.float32), "other_0_0": np.zeros(2, np.float32)}
+    run.weights = {0: same, 1: dict(same)}
+    finding, = cs.identical_findings(run)
+    assert finding.status == "PASS" and "1 trainable and 1 non-trainable arrays" in finding.detail, finding
+    run.weights[1] = {**same, "other_0_0": np.array([0.0, 0.025], np.float32)}
+    finding, = cs.identical_findings(run)
+    assert finding.status == "FAIL" and "worker 1's non-trainable weights (e.g. batch norm's" in finding.detail, finding
+    assert "synchronized=True" in finding.fix, finding
+
+
+def test_a_failure_line_names_where_the_exception_was_raised():
+    run = cs.Run(workers=1)
+    run.reports[0] = {"exception": {"type": "AssertionError", "message": "", "line": "train.py:53",
+                                    "code": "loss = train_step(batch)",
+                                    "raised_at": "keras/src/backend/tensorflow/optimizer.py:134, in "
+                                                 "_distributed_tf_update_step"}}
+    finding, = cs.crash_findings(run, "1 worker")
+    assert finding.detail == ("worker 0 failed at train.py:53 (loss = train_step(batch)): AssertionError (raised at "
+                              "keras/src/backend/tensorflow/optimizer.py:134, in _distributed_tf_update_step)"), finding
+
+
+def test_the_worker_records_the_innermost_frame_of_an_exception(tmp_path, monkeypatch):
+    from helpers.tools import check_worker
+
+    script = tmp_path / "train.py"
+    script.write_text("import json\njson.loads('{')\n")
+    monkeypatch.setitem(check_worker._STATE, "script", str(script))
+    try:
+        exec(compile(script.read_text(), str(script), "exec"), {})
+    except ValueError as exc:
+        found = check_worker._exception(exc)
+    assert found["line"] == "train.py:2" and found["raised_at"].startswith("decoder.py:") \
+        and found["raised_at"].endswith(", in raw_decode"), found
+
 
 # ------------------------------------------------------------------ slow: real scripts
 @pytest.fixture(scope="module")

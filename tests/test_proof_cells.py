@@ -271,7 +271,9 @@ OK["18_your_own_script.ipynb"] = {
     "ORDER": ["as written", "scope fixed", "checkpoint fixed", "batch fixed", "seed fixed"],
     "SIGNS": dict.fromkeys(_MISTAKES_18), "CHECKS": _CHECKS_18, "named": dict.fromkeys(_MISTAKES_18, True),
     "turned_pass": dict.fromkeys(_MISTAKES_18, True), "codes": [1, 1, 1, 1, 0], "final": {},
-    "passed": sorted(_CHECKS_18), "not_passed": [], "on_two_workers": True, "take_home": True}
+    "passed": sorted(_CHECKS_18), "not_passed": [], "on_two_workers": True, "take_home": True,
+    "stopped_alone": True, "first_stop": "FAIL     the run with 1 worker: ...: AssertionError", "wrote_alone": True,
+    "alone_code": 0, "alone_files": ["ckpt.data-00000-of-00001", "ckpt.index"]}
 
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
@@ -813,7 +815,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("18_your_own_script.ipynb", {"codes": [1, 1, 1, 1, 1]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"passed": sorted(_CHECKS_18)[1:]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"not_passed": ["batch norm"]}, "should pass every check"),
-    ("18_your_own_script.ipynb", {"on_two_workers": False}, "2 workers as local processes"),
+    ("18_your_own_script.ipynb", {"on_two_workers": False}, "run 2 workers"),
+    # the first check went on to a 2-worker run, or stopped with another error than the optimizer's assert
+    ("18_your_own_script.ipynb", {"stopped_alone": False}, "stopped at the one-worker run"),
+    # the fixed script run alone (task_id None) wrote no checkpoint: a chief test of task_id == 0
+    ("18_your_own_script.ipynb", {"wrote_alone": False, "alone_files": []}, "run alone"),
     ("18_your_own_script.ipynb", {"take_home": False}, "import nothing from the course"),
 ]
 
@@ -2050,6 +2056,14 @@ _FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batc
 _FIX_18 = "           fix: what to change"
 
 
+def _as_written_18(workers: int = 1, error: str = "AssertionError") -> str:
+    return _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built outside "
+                     "strategy.scope(): its variables are not mirrored", _FIX_18,
+                     f"FAIL     the run with 1 worker: worker 0 failed at train.py:53 (loss = train_step(batch)): {error} "
+                     "(raised at keras/src/backend/tensorflow/optimizer.py:134, in _distributed_tf_update_step)",
+                     workers=workers)
+
+
 def _checks_18(**changes) -> dict:
     """The five checks lesson 18 runs, as the command printed them (each key of `changes` replaces one)."""
     def report(failing: dict, seen: dict) -> str:
@@ -2058,10 +2072,7 @@ def _checks_18(**changes) -> dict:
     not_seen = {"input sharding": "NOT SEEN input sharding: not checked: see batch per replica above",
                 "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."}
     checks = {
-        "as written": (1, _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built "
-                                    "outside strategy.scope(): its variables are not mirrored", _FIX_18,
-                                    "FAIL     the run with 1 worker: worker 0 failed at train.py:53: AssertionError",
-                                    workers=1)),
+        "as written": (1, _as_written_18()),
         # both workers wrote one checkpoint: one of them failed in the race, so nothing else was compared
         "scope fixed": (1, _check_18("FAIL     the run with 2 workers: worker 1 failed at train.py:58 "
                                      "(checkpoint.write(...)): InvalidArgumentError: ... not found",
@@ -2098,18 +2109,86 @@ def _checks_18(**changes) -> dict:
      "import tensorflow as tf\n", "turn its FAIL line to PASS"),
     # the fixed script passed, but its 2-worker run never ran (only the reference run's lines)
     ({"seed fixed": (0, _check_18(*_PASS_18.values(), workers=1))}, "import tensorflow as tf\n",
-     "2 workers as local processes"),
-    ({}, "import tensorflow as tf\nfrom helpers.lesson import build_model\n", "import nothing from the course")],
+     "run 2 workers"),
+    ({}, "import tensorflow as tf\nfrom helpers.lesson import build_model\n", "import nothing from the course"),
+    # only a log file was shared before the checkpoint fix: not the planted checkpoint path
+    ({"scope fixed": (1, _check_18(_PASS_18["strategy.scope()"], "FAIL     who writes: workers 0, 1 all write "
+                                   "/x/run/log.txt (open): they overwrite each other's files", _FIX_18))},
+     "import tensorflow as tf\n", "name each planted mistake"),
+    # the script as written went on to a 2-worker run, or stopped with another error
+    ({"as written": (1, _as_written_18(workers=2))}, "import tensorflow as tf\n", "stopped at the one-worker run"),
+    ({"as written": (1, _as_written_18(error="TypeError: unsupported operand"))}, "import tensorflow as tf\n",
+     "stopped at the one-worker run"),
+    # run alone, the fixed script wrote no checkpoint (its chief test False without TF_CONFIG), or failed
+    ({"alone files": []}, "import tensorflow as tf\n", "run alone"),
+    ({"alone code": 1}, "import tensorflow as tf\n", "run alone")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
-         "fix not checked", "no 2-worker run", "imports helpers"])
+         "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
+         "first another error", "alone wrote nothing", "alone failed"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
-    line with the planted cause, that check PASS at the next run, every check PASS at the end."""
+    line with the planted cause, that check PASS at the next run, every check PASS at the end; the run
+    alone's checkpoint read from its directory."""
     import re
 
+    changes = dict(changes)
+    files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
+    alone_code = changes.pop("alone code", 0)
+    (tmp_path / "alone").mkdir()
+    for name in files:
+        (tmp_path / "alone" / name).write_text("")
     (tmp_path / "train.py").write_text(script)
     _holds_unless(match, _gather_and_prove, "18_your_own_script.ipynb",
-                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes)})
+                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes),
+                   "alone": SimpleNamespace(returncode=alone_code)})
+
+
+def _solution_18(number: int, outputs: list[tuple[int, str]], tmp_path: Path) -> None:
+    """Lesson 18's solution `number` with `check` answering `outputs` in turn (what the command printed)."""
+    import re
+
+    (tmp_path / "train.py").write_text("loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)\n"
+                                       '    keras.layers.Dense(32, activation="relu"),\n')
+    answers = iter(outputs)
+    namespace = {"re": re, "work_dir": tmp_path, "check": lambda script="train.py": next(answers),
+                 "fix": lambda *a, **k: None}
+    exec(compile(_solution("18_your_own_script.ipynb", number), f"18 solution {number}", "exec"), namespace)
+
+
+_MEAN_18 = ("FAIL     same weights as one worker: the 2 workers moved the weights {far} times as far as one worker over "
+            "the same 8 steps: the loss is averaged over each replica's batch")
+
+
+@pytest.mark.parametrize("far,match", [("1.70", None), ("2.05", "times as far"), ("1.20", "times as far")],
+                         ids=["as measured", "2 or more", "not about twice"])
+def test_lesson_18_solution_1_holds_the_ratio_under_two(tmp_path, far, match):
+    """Solution 1's comment says the 2 workers move the weights less than twice as far over 8 steps."""
+    out = _check_18(_MEAN_18.format(far=far))
+    _holds_unless(match, _solution_18, 1, [(1, out)], tmp_path)
+
+
+_BN_18 = ("NOT SEEN same weights as one worker: not exact: batch-norm layers batch_normalization normalise each "
+          "replica's examples alone; difference {drift} of the update after 8 steps (tolerance 5.7e-04)")
+
+
+_MOVING_18 = ("FAIL     identical weights on every worker: worker 1's non-trainable weights (e.g. batch norm's moving "
+              "statistics) differ from worker 0's by up to 2.49e-02")
+
+
+@pytest.mark.parametrize("drift,identical,match", [("4.4e-01", _MOVING_18, None),
+                                                   ("1.0e-03", _MOVING_18, "NOT SEEN same weights"),
+                                                   ("4.4e-01", _PASS_18["identical weights on every worker"],
+                                                    "PASS     identical weights")],
+                         ids=["as measured", "within float32 noise", "moving means alike"])
+def test_lesson_18_solution_2_holds_the_drift_far_above_the_tolerance(tmp_path, drift, identical, match):
+    """Solution 2: per-replica batch norm fails its own line, the weights' drift it causes is far
+    (over 100x) above the check's tolerance, not a rounding difference, and the workers' moving
+    statistics differ."""
+    kept = [_PASS_18[n] for n in _PASS_18 if n != "identical weights on every worker"]
+    plain = _check_18(*kept, identical, _BN_18.format(drift=drift), "FAIL     batch norm: layers batch_normalization "
+                      "compute their statistics over each replica's batch alone")
+    synced = _check_18(*_PASS_18.values(), "PASS     batch norm: 1 BatchNormalization layer(s), synchronized")
+    _holds_unless(match, _solution_18, 2, [(1, plain), (0, synced)], tmp_path)
 
 
 # The gathering cells of lessons 00, 03, 06 and 10 on planted raw data: the images tfds reads, what

@@ -242,8 +242,10 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
                 "run every training step, evaluate and reduce on every worker; only file writing may depend on the "
                 "chief"))
         else:
+            raised = f" (raised at {exc['raised_at']})" if exc.get("raised_at") else ""
             findings.append(Finding("FAIL", f"the run with {label}", f"{who} failed{where}: "
-                                    f"{exc['type']}: {message}", "fix the error above (the run with one worker "
+                                    f"{exc['type']}" + (f": {message}" if message else "") + raised,
+                                    "fix the error above (the run with one worker "
                                     "is the reference)" if run.workers > 1 else "the script must run alone first"))
     return findings
 
@@ -405,9 +407,10 @@ def coverage_findings(ref: Run, run: Run) -> tuple[list[Finding], bool]:
                         "dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id) first; "
                         "with experimental_distribute_dataset leave auto-sharding on (no AutoShardPolicy.OFF)")], False
     if overlap:
-        return [Finding("FAIL", "input sharding", f"the workers' shards overlap: {len(overlap)} examples were read by "
-                        f"two workers in the same step while {len(missing)} of the epoch's {distinct_one} were read by "
-                        "none: each worker shuffled differently before a manual shard()",
+        return [Finding("FAIL", "input sharding", f"the workers' shards overlap: over {steps} steps, {len(overlap)} "
+                        f"of the {distinct_one} examples were read by two workers in one step, and {len(missing)} "
+                        "were missing from a step where one worker read them: each worker shuffled differently "
+                        "before a manual shard()",
                         "shard before shuffling (dataset.shard(...) right after the source), or give shuffle the "
                         "same seed on every worker")], False
     if missing and repeats:
@@ -481,7 +484,7 @@ def weight_findings(ref: Run, run: Run, comparable: bool, opts: Options) -> list
         if bn:
             findings.append(Finding("NOT SEEN", "same weights as one worker", f"not exact: batch-norm layers "
                                     f"{', '.join(bn)} normalise each replica's examples alone; difference "
-                                    f"{rel:.1e} of the update after {steps} steps{notes}"))
+                                    f"{rel:.1e} of the update after {steps} steps (tolerance {tol:.1e}){notes}"))
         elif rel <= tol:
             findings.append(Finding("PASS", "same weights as one worker", f"after {steps} steps the {n} workers' "
                                     f"weights differ from one worker's by {rel:.1e} of the update (tolerance "
@@ -510,7 +513,7 @@ def identical_findings(run: Run) -> list[Finding]:
 
     if len(run.weights) < run.workers:
         return [Finding("NOT SEEN", "identical weights on every worker", "not every worker wrote its weights")]
-    names = sorted(k for k in run.weights[0] if k.startswith("final_"))
+    names = sorted(k for k in run.weights[0] if k.startswith(("final_", "other_")))  # trainable and not
     if not names:
         return [Finding("NOT SEEN", "identical weights on every worker", "no Keras model with weights was observed")]
     worst, where = 0.0, None
@@ -524,8 +527,15 @@ def identical_findings(run: Run) -> list[Finding]:
             if gap > worst:
                 worst, where = gap, (rank, name)
     if worst == 0:
+        kept = sum(1 for k in names if k.startswith("other_"))
         return [Finding("PASS", "identical weights on every worker", f"the {run.workers} workers' weights are equal "
-                        "bit for bit")]
+                        f"bit for bit ({len(names) - kept} trainable and {kept} non-trainable arrays)")]
+    if where[1].startswith("other_"):
+        return [Finding("FAIL", "identical weights on every worker", f"worker {where[0]}'s non-trainable weights (e.g. "
+                        f"batch norm's moving statistics) differ from worker 0's by up to {worst:.2e}: each worker "
+                        "updates them from its own examples alone",
+                        "keep that state equal on every worker: BatchNormalization(synchronized=True), or update it "
+                        "from values reduced over the replicas")]
     return [Finding("FAIL", "identical weights on every worker", f"worker {where[0]}'s weights differ from worker "
                     f"0's by up to {worst:.2e}: the workers train different models",
                     "build and compile the model in strategy.scope() and update it only through the strategy "
@@ -552,7 +562,8 @@ def write_findings(run: Run) -> list[Finding]:
                 if shared else f"workers {', '.join(map(str, sorted(ranks)))} all write TensorBoard logs into {path}")
         more = f" (and {len(shared) + len(shared_logs) - 1} more shared paths)" if len(shared) + len(shared_logs) > 1 else ""
         return [Finding("FAIL", "who writes", what + more + ": they overwrite each other's files",
-                        "write only on the chief (strategy.cluster_resolver.task_id == 0) and give the other workers "
+                        "write only on the chief (strategy.extended.should_checkpoint: True on the chief and in a run "
+                        "alone, where task_id is None) and give the other workers "
                         "a path of their own (e.g. a temporary directory, as TensorFlow's tutorial's write_filepath "
                         "does)")]
     if not by_path and not logs:

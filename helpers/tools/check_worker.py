@@ -356,10 +356,22 @@ def _exception(exc: BaseException) -> dict:
     import traceback
 
     script = os.path.abspath(_STATE["script"])
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == script]
+    every = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in every if os.path.abspath(f.filename) == script]
+    innermost = every[-1] if every else None  # where it was raised: a bare exception is named by its place
     return {"type": type(exc).__name__, "message": str(exc)[:2000],
             "line": f"{os.path.basename(script)}:{frames[-1].lineno}" if frames else None,
-            "code": frames[-1].line if frames else None}
+            "code": frames[-1].line if frames else None,
+            "raised_at": (f"{_short_path(innermost.filename)}:{innermost.lineno}, in {innermost.name}"
+                          if innermost and innermost not in frames[-1:] else None)}
+
+
+def _short_path(path: str) -> str:
+    """A library file as its package path (keras/src/...), anything else by its name."""
+    parts = os.path.abspath(path).split(os.sep)
+    if "site-packages" in parts:
+        return "/".join(parts[parts.index("site-packages") + 1:])
+    return os.path.basename(path)
 
 
 def _finish() -> None:
