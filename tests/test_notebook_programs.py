@@ -96,17 +96,101 @@ def test_requeue_resume_skips_the_batches_of_every_local_replica(prepared_dir, t
     def final(events):
         return {e["weights"] for e in events if e["event"] == "finished"}
 
+    # the digest covers all weights: a resumed run whose batch normalization statistics were reset after the
+    # restore trains the same trainable weights (training uses each batch's statistics) but must not pass as equal
+    restored = "    checkpoint.restore(manager.latest_checkpoint)  # nothing to restore on the first run\n"
+    reset_source = source.replace(restored, restored + (
+        "    for layer in model.layers:  # broken: the moving statistics start again after the restore\n"
+        "        if hasattr(layer, 'moving_mean'):\n"
+        "            layer.moving_mean.assign(tf.zeros_like(layer.moving_mean))\n"
+        "            layer.moving_variance.assign(tf.ones_like(layer.moving_variance))\n"))
+    assert reset_source != source, "the custom loop no longer restores with `checkpoint.restore(manager.latest_checkpoint)`"
+    reset = tmp_path / "reset.py"
+    reset.write_text(reset_source)
+
     reference = _requeue_runs(right, prepared_dir, tmp_path / "reference", warn=False)
     plan = next(e for e in reference if e["event"] == "plan")
     assert plan["replicas"] == 2 and plan["steps"] == 2 * plan["steps_per_epoch"], plan
     resumed = _requeue_runs(right, prepared_dir, tmp_path / "resumed", warn=True)
     skipped_too_few = _requeue_runs(wrong, prepared_dir, tmp_path / "wrong", warn=True)
+    statistics_reset = _requeue_runs(reset, prepared_dir, tmp_path / "reset", warn=True)
     start = [e["step"] for e in resumed if e["event"] == "start"]
     assert start[0] == 0 and 0 < start[1] < plan["steps"], start
     assert len(final(reference)) == 1 and final(resumed) == final(reference), (final(resumed), final(reference))
     assert final(skipped_too_few) != final(reference), "skipping one batch per step should have changed the data"
+    assert final(statistics_reset) != final(reference), "the digest should see batch normalization's moving statistics"
     report(f"lesson 11 resume on 2 local replicas: {plan['steps']} steps, resumed at step {start[1]}, "
-           f"final weights {final(resumed)} = uninterrupted; skipping `start` only gave {final(skipped_too_few)}")
+           f"final weights {final(resumed)} = uninterrupted; skipping `start` only gave {final(skipped_too_few)}, "
+           f"moving statistics reset after the restore {final(statistics_reset)}")
+
+
+def _plan_program() -> dict:
+    namespace: dict = {"__name__": "train_requeue"}
+    exec(compile(written_program("11_checkpoints_requeue.ipynb", "{program}"), "train_requeue.py", "exec"), namespace)
+    return namespace
+
+
+def _stops(plan: dict) -> dict:
+    """Where each loop stops when warned after step warn_at (--warn): the custom loop and fit at the first
+    checkpoint at or after it; the handler at its run call warn_at + 2 (it publishes its count + 1 and
+    saves at the call after: failure_handling.py, _check_preemption_and_maybe_checkpoint). None: never."""
+    saves = [s for s in range(plan["save_every"], plan["steps"] + 1, plan["save_every"]) if s >= plan["warn_at"]]
+    return {"checkpoint": saves[0] if saves else None,
+            "handler": plan["warn_at"] + 1 if plan["warn_at"] + 2 <= plan["steps"] else None}
+
+
+@pytest.mark.parametrize("epochs", [1, 2, 3])
+@pytest.mark.parametrize("max_steps", [1, 2, 3, 0])
+def test_requeue_plan_leaves_every_loop_room_to_stop_after_the_warning(max_steps, epochs):
+    """Notebook 11's plan at COURSE_MAX_STEPS 1, 2, 3 and unlimited: every loop, warned at warn_at, still
+    stops before the run ends (the handler needs warn_at + 2 steps), and with 2 epochs or more the stop is in
+    the second epoch or later, with steps of it done (what the proof asks of fit). The old floor of 4 steps
+    in all left the handler no room at 2 epochs of 1 or 2 steps."""
+    from types import SimpleNamespace
+
+    program = _plan_program()
+    args = SimpleNamespace(epochs=epochs, max_steps=max_steps, save_every=0)
+    examples = SimpleNamespace(cardinality=lambda: 256)
+    plan = program["make_plan"](args, examples, 16)
+    stops = _stops(plan)
+    assert stops["checkpoint"] is not None and stops["handler"] is not None, (plan, stops)
+    if epochs > 1:
+        assert stops["checkpoint"] > plan["steps_per_epoch"], (plan, stops)  # fit: in epoch 1 or later
+    if max_steps in (1, 2) and epochs == 2:
+        source = written_program("11_checkpoints_requeue.ipynb", "{program}")
+        assert "-(-6 // args.epochs)" in source
+        weak: dict = {"__name__": "train_requeue"}
+        exec(compile(source.replace("-(-6 // args.epochs)", "-(-4 // args.epochs)"), "old.py", "exec"), weak)
+        assert _stops(weak["make_plan"](args, examples, 16))["handler"] is None, "the old floor should leave no room"
+
+
+@pytest.mark.parametrize("max_steps", [1, 2])
+def test_requeue_handler_stops_when_warned_at_one_or_two_steps_per_epoch(max_steps, prepared_dir, tmp_path, report):
+    """Notebook 11's handler loop, one process, 2 epochs at --max-steps 1 and 2 (COURSE_MAX_STEPS): warned
+    (--warn), it saves and stops with the requeue status; the second run resumes there and finishes."""
+    import subprocess
+    import sys
+
+    program = tmp_path / "train_requeue.py"
+    program.write_text(written_program("11_checkpoints_requeue.ipynb", "{program}"))
+    events, statuses = [], []
+    for restart in range(2):
+        done = subprocess.run([sys.executable, str(program), "--data-dir", str(prepared_dir), "--state", str(tmp_path / "state"),
+                               "--loop", "handler", "--epochs", "2", "--max-steps", str(max_steps), "--per-replica-batch", "8",
+                               "--train-examples", "256", "--restart", str(restart), "--warn"],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        statuses.append(done.returncode)
+        events += [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("EVENT ")]
+        if done.returncode != 3:
+            break
+    plan = next(e for e in events if e["event"] == "plan")
+    stopped = [e for e in events if e["event"] == "stopped"]
+    assert statuses == [3, 0], (statuses, done.stdout[-1500:] + done.stderr[-3000:])
+    assert len(stopped) == 1 and stopped[0]["iterations"] == plan["warn_at"] + 1, (stopped, plan)
+    finished = [e for e in events if e["event"] == "finished"]
+    assert finished and finished[0]["iterations"] == plan["steps"], finished
+    report(f"lesson 11 handler at --max-steps {max_steps}: {plan['steps']} steps, warned at {plan['warn_at']}, "
+           f"stopped after step {stopped[0]['iterations']}, resumed and finished")
 
 
 def _two_workers(program: Path, args: list[str], logs: Path, signal_rank1_after_save: bool) -> list[dict]:

@@ -2,9 +2,10 @@
 
 The modulefile and the job script come from the notebook's own cells; the job script runs in a
 login shell (`bash -l`, as the notebook does where there is Lmod but no Slurm). The module hands
-its packages out through `EBPYTHONPREFIXES` (as EasyBuild's modules do when the centre prefers it, an
-option since EasyBuild 5.0; EasyBuild's default is still `PYTHONPATH`) and the venv reads them
-through a `.pth` file; the same run with a module on `PYTHONPATH` shows what that avoids.
+its packages out through `EBPYTHONPREFIXES` (as EasyBuild's modules do when the centre prefers it: since
+EasyBuild 5.0 an option for all modules, before only for modules built for several Pythons; EasyBuild's
+default is still `PYTHONPATH`) and the venv reads them through a `.pth` file; the same run with a module
+on `PYTHONPATH` shows what that avoids.
 """
 
 import json
@@ -40,8 +41,15 @@ def _lmod() -> None:
     assert done.returncode == 0 and LMOD.exists(), done.stderr[-2000:]
 
 
-def _run_stack(job_dir: Path, handed_out_by: str) -> tuple[dict, dict | None, str]:
-    """The notebook's modulefile (or one on PYTHONPATH), its extras and stack.sbatch, run in a login shell."""
+READER_LOOP = """for prefix in os.environ.get("EBPYTHONPREFIXES", "").split(os.pathsep):
+    if prefix:
+        site.addsitedir(os.path.join(prefix, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))
+"""
+
+
+def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None) -> tuple[dict, dict | None, str]:
+    """The notebook's modulefile (or one on PYTHONPATH), its extras and stack.sbatch (its .pth reader's loop
+    replaced by `reader` if given), run in a login shell."""
     namespace = {"job_dir": job_dir, "sys": sys, "print": lambda *a: None}
     exec(_cell('modulefiles = job_dir / "modulefiles"'), namespace)
     modulefile: Path = namespace["modulefile"]
@@ -54,6 +62,9 @@ def _run_stack(job_dir: Path, handed_out_by: str) -> tuple[dict, dict | None, st
     script = job_dir / "stack.sbatch"
     script.write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
                            if name.endswith('"stack.sbatch"}')))
+    if reader is not None:
+        assert READER_LOOP in script.read_text(), "the job script's .pth reader changed"
+        script.write_text(script.read_text().replace(READER_LOOP, reader))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EBPYTHONPREFIXES", "VIRTUAL_ENV")}
     done = subprocess.run(["bash", "-l", str(script)], cwd=job_dir, capture_output=True, text=True, timeout=600,
                           env={**env, "MODULES": str(job_dir / "modulefiles"), "VENV": str(job_dir / "venv"),
@@ -80,8 +91,30 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     assert stack["myextras_from"].startswith(venv), stack
     sites = [p for p in stack["sys_path"] if p.endswith("-packages")]
     assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
+    assert _needs_module(log), log[-2000:]  # (d) after module unload the venv finds no TensorFlow
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
+
+
+def _needs_module(log: str) -> bool:
+    """The notebook's own reading of the job's UNLOADED line (its gathering cell's two assignments)."""
+    from tests.test_proof_cells import _assignment
+
+    namespace = {"json": json, "stack_log": log}
+    for target in ("unloaded", "needs_module"):
+        exec(_assignment("17_software_stack.ipynb", target), namespace)
+    return namespace["needs_module"]
+
+
+def test_a_pth_reader_that_names_the_course_itself_is_caught_after_module_unload(tmp_path):
+    """Broken: a .pth reader that hard-codes the course venv's site-packages instead of reading
+    EBPYTHONPREFIXES. The venv still finds TensorFlow with the module loaded (the rest of the proof would
+    hold), but also after `module unload`: the notebook's `needs_module` must be False."""
+    _lmod()
+    hard_coded = f'site.addsitedir({sysconfig.get_paths()["purelib"]!r})  # broken: not from EBPYTHONPREFIXES\n'
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", reader=hard_coded)
+    assert stack["tensorflow_from"].startswith(sys.prefix), stack
+    assert not _needs_module(log), log[-2000:]
 
 
 def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_path):
