@@ -2219,6 +2219,71 @@ def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_node
     _holds_unless(match, _gather_and_prove, "03_multiworker_ipyparallel.ipynb", _engines_on_nodes(tmp_path, **changes))
 
 
+class _Batch:
+    """A batch of images as a tf.Tensor answers `.numpy()`."""
+
+    def __init__(self, images):
+        self.images = np.stack(images)
+
+    def numpy(self):
+        return self.images
+
+
+class _Batches(list):
+    """A finite dataset; `repeat()` here only marks it (fit's copy is never iterated)."""
+
+    def repeat(self):
+        return self
+
+
+def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
+    """Lesson 03's pipeline cell and fingerprint pass, as written, on one of 2 stand-in workers:
+    a strategy that hands the dataset function this worker's InputContext, and a `training_dataset`
+    that shards by the context it gets, batching 2 distinct images. `ignore_context` makes fit's
+    `worker_pipeline` read the whole split (a context of 1 pipeline): the pass must then see it too."""
+    import sys
+    from types import ModuleType
+
+    def training_dataset(examples, global_batch, context):
+        mine = examples[context.input_pipeline_id::context.num_input_pipelines]
+        return _Batches((_Batch(mine[i:i + 2]), None) for i in range(0, len(mine), 2))
+
+    lesson = ModuleType("helpers.lesson")
+    lesson.training_dataset, lesson.evaluation_dataset = training_dataset, lambda *args: None
+    monkeypatch.setitem(sys.modules, "helpers.lesson", lesson)
+    context = SimpleNamespace(input_pipeline_id=rank, num_input_pipelines=2)
+    strategy = SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(context),
+                               experimental_local_results=lambda value: [value])
+    namespace = {"strategy": strategy, "train_examples": [np.full((2, 2), i, np.uint8) for i in range(8)],
+                 "test_examples": None, "global_batch": 4, "resolver": SimpleNamespace(task_id=rank),
+                 "print": lambda *a, **k: None}
+    pipeline = _cell_defining("03_multiworker_ipyparallel.ipynb", "def worker_pipeline").replace("%%px\n", "")
+    if ignore_context:
+        body = "return training_dataset(train_examples, global_batch, context)"
+        assert body in pipeline
+        pipeline = pipeline.replace(body, body.replace("context)", "SimpleNamespace(input_pipeline_id=0, "
+                                                                   "num_input_pipelines=1))"))
+        namespace["SimpleNamespace"] = SimpleNamespace
+    fingerprint = _cell_defining("03_multiworker_ipyparallel.ipynb", "examples_seen = set()").replace("%%px\n", "")
+    exec(compile(pipeline, "03 pipeline", "exec"), namespace)
+    exec(compile(fingerprint, "03 fingerprint pass", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("ignore_context,match", [(False, None), (True, "shared examples")],
+                         ids=["sharded", "fit's pipeline ignores the context"])
+def test_lesson_03_fingerprint_pass_reads_the_pipeline_fit_reads(monkeypatch, ignore_context, match):
+    """The pass goes through fit's own `worker_pipeline`: a pipeline that ignores its InputContext
+    (every worker reads every image) fails the proof, through the pass's own fingerprints."""
+    workers = [_lesson_03_worker(rank, ignore_context, monkeypatch) for rank in (0, 1)]
+    seen = [sorted(w["examples_seen"]) for w in workers]
+    overlap = len(set(seen[0]) & set(seen[1]))
+    assert all(w["fit_shards"] == w["pass_shards"] for w in workers)  # one function, one context, both times
+    _holds_unless(match, _run, "03_multiworker_ipyparallel.ipynb",
+                  {**OK["03_multiworker_ipyparallel.ipynb"], "seen": seen, "overlap": overlap,
+                   "fit_shards": [w["fit_shards"] for w in workers], "pass_shards": [w["pass_shards"] for w in workers]})
+
+
 def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=212.1) -> dict:
     """Lesson 06's raw reports of its two runs, in engine order (rank 1 first), wall clocks of the
     workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came;
