@@ -2219,7 +2219,7 @@ def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_node
     _holds_unless(match, _gather_and_prove, "03_multiworker_ipyparallel.ipynb", _engines_on_nodes(tmp_path, **changes))
 
 
-class _Batch:
+class _ImageBatch:
     """A batch of images as a tf.Tensor answers `.numpy()`."""
 
     def __init__(self, images):
@@ -2229,7 +2229,7 @@ class _Batch:
         return self.images
 
 
-class _Batches(list):
+class _PipelineBatches(list):
     """A finite dataset; `repeat()` here only marks it (fit's copy is never iterated)."""
 
     def repeat(self):
@@ -2246,7 +2246,7 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
 
     def training_dataset(examples, global_batch, context):
         mine = examples[context.input_pipeline_id::context.num_input_pipelines]
-        return _Batches((_Batch(mine[i:i + 2]), None) for i in range(0, len(mine), 2))
+        return _PipelineBatches((_ImageBatch(mine[i:i + 2]), None) for i in range(0, len(mine), 2))
 
     lesson = ModuleType("helpers.lesson")
     lesson.training_dataset, lesson.evaluation_dataset = training_dataset, lambda *args: None
