@@ -92,9 +92,9 @@ OK: dict[str, dict] = {
         "crash_epoch": 2, "epochs": 4, "backup_weights": "b", "fresh_weights": "init",
         "results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b", "weights": "a"} for r in (0, 1)],
         # beside a peer alive but never joining: the all-reduce's error and its wait; beside a peer that
-        # joined 12 s late, with no timeout: what each worker got, how long worker 0 waited
+        # joined 13 s late, with no timeout: what each worker got, how long worker 0 waited
         "TIMEOUT_S": 3, "timeout_error": "DeadlineExceededError", "waited_s": 3.1,
-        "late_results": [2.0, 2.0], "late_waited_s": 12.1},
+        "late_results": [2.0, 2.0], "late_waited_s": 13.1},
 }
 
 
@@ -2284,16 +2284,16 @@ def test_lesson_03_fingerprint_pass_reads_the_pipeline_fit_reads(monkeypatch, ig
                    "fit_shards": [w["fit_shards"] for w in workers], "pass_shards": [w["pass_shards"] for w in workers]})
 
 
-def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=212.1) -> dict:
+def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1) -> dict:
     """Lesson 06's raw reports of its two runs, in engine order (rank 1 first), wall clocks of the
     workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came;
-    beside a peer 12 s late with no timeout (both entering at 200.0), what rank 0 got and when."""
+    beside a peer 13 s late with no timeout (both entering at 200.0), what rank 0 got and when."""
     ok = OK["06_fault_tolerance.ipynb"]
     late = {"error": late_error, "value": None if late_error else 2.0}
     return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "late_results", "late_waited_s")},
             "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": 106.0},
                           {"rank": 0, "entered": 100.0, "error": error, "value": None, "ended": failed}],
-            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": 2.0, "ended": 212.1},
+            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": 2.0, "ended": 213.1},
                           {"rank": 0, "entered": 200.0, **late, "ended": late_ended}]}
 
 
