@@ -29,8 +29,9 @@ DEFAULT_COLLECTIVE_TIMEOUT = 300.0
 def collective_timeout() -> float:
     """Seconds a collective may wait for a peer that never joins it: `COURSE_COLLECTIVE_TIMEOUT`, else 300.
 
-    A peer that dies fails the others without it (closed connections, or missed heartbeats: lesson 06);
-    the timeout is for one alive but stuck elsewhere.
+    A peer that dies fails the others without it, by its closed connections or, within about 10 s,
+    by missed heartbeats, depending on what the survivors were doing (lesson 06); the timeout is for
+    one alive but stuck elsewhere.
 
     Read when a strategy is made (not at import), so a bad value is one clear error there and
     a value set in a notebook before `make_strategy` counts."""
@@ -64,8 +65,9 @@ def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
 
     `auto` chooses multi-worker when a cluster of more than one worker is described
     (TF_CONFIG, Slurm step) and MirroredStrategy otherwise (over the GPUs, or over the CPU split
-    into `cpu_replicas` logical devices, as notebook 01 does). Collectives get a timeout so
-    that a lost worker ends in an error instead of a hang.
+    into `cpu_replicas` logical devices, as notebook 01 does). Collectives get a timeout
+    (`collective_timeout()`, 300 s) so that a worker alive but never joining ends in an error
+    instead of a hang; a worker that dies is found sooner without it (lesson 06).
     """
     if kind not in KINDS:
         raise CourseError(f"unknown strategy {kind!r}: use one of {', '.join(KINDS)}")
