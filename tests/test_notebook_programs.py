@@ -276,9 +276,9 @@ def test_files_a_lesson_writes_import_nothing_from_the_course(notebook):
 @pytest.mark.parametrize("shuffle", [True, False], ids=["as written", "shuffle=False"])
 def test_lesson_16_worker_reports_a_new_file_order_only_when_its_file_list_is_shuffled(tmp_path, shuffle):
     """Notebook 16's read_shards.py as one worker (MWMS alone, no TF_CONFIG) on 8 small files: as written
-    its two passes, one file after the other, report two orders (the same one twice: 1 in 40,320);
-    with sharded_dataset(..., shuffle=False) it reports one order twice, which the lesson's proof fails
-    (`reshuffled`)."""
+    its passes, one file after the other, report orders not all the same (3 passes for 8! = 40,320
+    orders: all one order by chance 1 in 40,320**2); with sharded_dataset(..., shuffle=False) it
+    reports one order every pass, which the lesson's proof fails (`reshuffled`)."""
     import os
     import subprocess
     import sys
@@ -308,8 +308,8 @@ def test_lesson_16_worker_reports_a_new_file_order_only_when_its_file_list_is_sh
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "out" / "worker-0.json").read_text())
-    assert [sorted(order) for order in report["orders"]] == [list(range(8))] * 2, report["orders"]
-    assert (report["orders"][0] != report["orders"][1]) == shuffle, report["orders"]
+    assert [sorted(order) for order in report["orders"]] == [list(range(8))] * 3, report["orders"]
+    assert (len({tuple(order) for order in report["orders"]}) > 1) == shuffle, report["orders"]
 
 
 @pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
