@@ -145,6 +145,17 @@ def local_replicas(cpu_replicas: int = 2) -> int:
     return len(split_cpu(cpu_replicas))
 
 
+def devices_unlike(devices: list[str], other: int) -> list[str]:
+    """`devices`, one fewer when there are as many as `other` (and more than one): another replica count.
+
+    With two GPUs or more this kernel has one replica per GPU (`local_replicas`), and local
+    engines share the same GPUs out equally, so the kernel's count and the workers' can coincide
+    (4 GPUs, 2 engines of 2 GPUs each). Lesson 15 opens a model under another replica count than
+    the workers trained with, so it drops one device then.
+    """
+    return list(devices[:-1]) if len(devices) == other and len(devices) > 1 else list(devices)
+
+
 def logical_gpu_memory_mib(total_mib: int | None, parts: int) -> int:
     """Memory limit of each logical GPU when one GPU is split in `parts` (90 % shared out)."""
     from .gpus import memory_share_mib

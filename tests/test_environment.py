@@ -155,3 +155,30 @@ def test_a_shared_checkout_gives_each_user_their_own_output(tmp_path):
     repo.chmod(0o775)
     os.chown(repo, 65534, os.getgid())  # a teammate's checkout, writable by our group
     assert checkout_build(repo) is None
+
+
+@pytest.mark.parametrize("gpu_count", [2, 4, 8])
+@pytest.mark.parametrize("engines", [2, 3, 4])
+def test_lesson_15_kernel_replicas_differ_from_the_workers_on_gpu_nodes(monkeypatch, gpu_count, engines):
+    """Lesson 15 opens the model under MirroredStrategy with another replica count than the workers'.
+    With GPUs planted (CUDA_VISIBLE_DEVICES), this kernel gets one replica per GPU and local engines
+    share the same GPUs out equally: 4 GPUs and 2 engines give 4 replicas on both sides, so the
+    kernel's devices must drop one (`devices_unlike`); the lesson's first cell's CPU_REPLICAS rule
+    is used as the lesson sets it."""
+    visible = ",".join(str(i) for i in range(gpu_count))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(gpus, "apply", lambda plan: plan)  # no environment changes, no TensorFlow
+    monkeypatch.setattr(environment, "import_tensorflow", lambda: None)
+    cpu_replicas = engines - 1 if engines > 2 else engines + 1  # lesson 15's first cell
+    kernel = environment.local_replicas(cpu_replicas)
+    plans = [gpus.plan_for_local_worker(engines, i, {"CUDA_VISIBLE_DEVICES": visible}) for i in range(engines)]
+    workers = sum(len(plan.gpus) or 1 for plan in plans)  # a worker on CPU has one replica
+    chosen = environment.devices_unlike([f"/GPU:{i}" for i in range(kernel)], workers)
+    assert kernel == gpu_count and chosen and len(chosen) != workers, (kernel, workers, chosen)
+    if gpu_count % engines == 0 and gpu_count >= engines:  # an equal share of every GPU: the counts coincide
+        assert kernel == workers and len(chosen) == kernel - 1
+
+
+def test_devices_unlike_keeps_a_count_that_differs_already():
+    assert environment.devices_unlike(["/CPU:0", "/CPU:1", "/CPU:2"], 2) == ["/CPU:0", "/CPU:1", "/CPU:2"]
+    assert environment.devices_unlike(["/GPU:0"], 1) == ["/GPU:0"]  # never none

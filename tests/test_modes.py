@@ -98,6 +98,24 @@ def test_the_parameter_cell_takes_other_counts(tmp_path):
         with_parameters(source, {"NODES": 3}, tmp_path)
 
 
+def test_the_parameter_cell_of_lesson_15_takes_four_engines(tmp_path):
+    """make fullcheck runs lesson 15 with N_ENGINES=4 too: its kernel then takes 3 replicas (not the
+    workers' 4), and the validation unit, 32 x lcm(4, 3) = 384 images, fits five times in the quick
+    split's 2,048 (with N_ENGINES + 1 = 5 it was 640, and the lesson raised)."""
+    import math
+
+    source = NOTEBOOKS / "15_models_you_keep.ipynb"
+    assert {"N_ENGINES": 4} in shapes_of(source) and {"N_ENGINES": 3} in shapes_of(source)
+    for engines, kernel in ((2, 3), (3, 2), (4, 3)):
+        copy = with_parameters(source, {"N_ENGINES": engines}, tmp_path)
+        first = next(c for c in nbformat.read(copy, as_version=4).cells if c.cell_type == "code").source
+        values: dict = {}
+        exec(first, values)
+        assert values["CPU_REPLICAS"] == kernel and kernel != engines
+        assert 5 * 32 * math.lcm(engines, kernel) <= 2048, (engines, kernel)
+    assert 5 * 32 * math.lcm(4, 4 + 1) > 2048  # the old rule at 4 engines
+
+
 # ------------------------------------------------------------------ 3x slower
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # 10 ms periods: the quota then slows every stretch of work alike, as a slower machine would.

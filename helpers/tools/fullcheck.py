@@ -25,7 +25,7 @@ from .course_run import lessons, run_notebook
 SHAPES = {
     "CPU_REPLICAS": (1, 4),  # logical CPU replicas of the one-process lessons
     "MAX_REPLICAS": (4,),  # lesson 07's largest replica count
-    "N_ENGINES": (3,),  # workers of the engine lessons
+    "N_ENGINES": (3, 4),  # workers of the engine lessons (4: lesson 15's kernel then has 3 replicas, lcm 12)
     "NODES": (3,),  # workers of the batch-job lessons (local processes here)
     "WORKERS": (3,),  # lesson 14's engines
 }
