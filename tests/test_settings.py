@@ -24,7 +24,7 @@ from helpers.tools.settings_report import checker, markdown
 from tests.conftest import run_cli, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("helpers", "course_server", "slurm", "notebooks", "tests", "Makefile", ".ci", "conftest.py", "pyproject.toml")
+SCANNED = ("helpers", "course_server", "course_hub", "slurm", "notebooks", "tests", "Makefile", ".ci", "conftest.py", "pyproject.toml")
 FAKE = "COURSE" + "_"  # the made-up names below are built, so the scan of this file does not find them
 NAME = re.compile(r"(?<![A-Za-z0-9_])COURSE_[A-Z0-9_]+")
 # names that are not settings but a part of one, each with its reason
