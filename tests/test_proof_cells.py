@@ -570,8 +570,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a rise, but after the warm-up's 6 steps and the step after them (step 9 of 24)
     ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [3.2, 3.1, 3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 4.0]
                                                    + [1.0] * 15}), "rise above its start"),
-    # a rise within the window, but of 0.05: noise, not the large rate's damage (+0.47 measured)
-    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [3.2, 3.25, 3.0, 2.9, 2.1] + [1.0] * 19}),
+    # back at its start within the window, never above it (measured: +0.47 quick, +0.09 at 50,000 images)
+    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [3.2, 3.2, 3.0, 2.9, 2.1] + [1.0] * 19}),
      "rise above its start"),
     # the warm-up's run rising above its start too: the rise would not be warm-up's absence
     ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 2.9, 3.4, 1.5]}),
