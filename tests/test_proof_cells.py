@@ -15,6 +15,8 @@ import nbformat
 import numpy as np
 import pytest
 
+from helpers.settings import value as settings_value
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 ENVIRON = "ENVIRON"  # a broken variant's key: environment variables set while its proof runs
 
@@ -1582,7 +1584,7 @@ def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_
 
     namespace = {"os": os, "sys": sys, "time": time, "subprocess": SimpleNamespace(run=run), "added": [], "NODES": 2,
                  "job_environment": lambda extra: {}, "job_dir": tmp_path, "shared": shared,
-                 "hidden": tmp_path / "shared-hidden", "hidden_first": {2: False}}
+                 "hidden": tmp_path / "shared-hidden", "hidden_first": {2: False}, "course_setting": settings_value}
     exec(_function("16_input_at_scale.ipynb", "run_job"), namespace)
     assert "STAGED" in namespace["run_job"](2, out)
     assert namespace["hidden_first"] == {2: seen == "staged, no report yet"}, (seen, namespace["hidden_first"])

@@ -34,10 +34,9 @@ NOT_ROUTED = {
     "tests/": "the tests set and read settings to drive the code under test (their own are declared, scope test)",
     "conftest.py": "the nbval pass's hooks read the test settings COURSE_NBVAL_KEEP and COURSE_NBVAL_SLURM",
     "course_server/pull.py": "a package of its own: importing helpers drops the hub's token, which its server needs",
-    "helpers/lesson.py": "edited by others this session; the lead routes it after merging",
-    "helpers/tools/bench": "bench.py, bench_rows.py, bench_scaling.py: edited by others this session",
 }
-# (and notebooks/*.ipynb, whose code cells are not parsed here: the lead routes them after merging)
+# in notebooks, the %%writefile cells: the take-home programs a lesson writes for a job import nothing
+# from the course, so they read the environment themselves
 
 
 @functools.cache
@@ -125,6 +124,31 @@ def direct_reads(source_: str, constants: dict[str, str]) -> list[tuple[int, str
     return reads
 
 
+def notebook_code(path: Path) -> list[tuple[int, str]]:
+    """(index, Python) of each code cell the kernel runs, IPython's magic and shell lines blanked;
+    %%writefile cells are left out (take-home programs, see above)."""
+    cells = json.loads(path.read_text())["cells"]
+    found = []
+    for index, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or source.startswith("%%writefile"):
+            continue
+        lines = [(line[:len(line) - len(line.lstrip())] + "pass") if line.lstrip().startswith(("%", "!")) else line
+                 for line in source.splitlines()]
+        found.append((index, "\n".join(lines)))
+    return found
+
+
+def test_the_notebook_scan_sees_kernel_cells_and_leaves_take_home_programs(tmp_path):
+    cells = [{"cell_type": "code", "source": ["%%px\n", "import os\n", "os.environ.get('@A')\n"]},
+             {"cell_type": "code", "source": ["%%writefile job.py\n", "import os\n", "os.environ['@B']\n"]},
+             {"cell_type": "markdown", "source": ["os.environ['@C']"]}]
+    path = tmp_path / "lesson.ipynb"
+    path.write_text(json.dumps({"cells": cells}).replace("@", FAKE))
+    found = [(index, name) for index, code in notebook_code(path) for _, name in direct_reads(code, {})]
+    assert found == [(0, FAKE + "A")], found
+
+
 def test_the_read_scan_finds_reads_around_the_table():
     code = ('import os\nX_ENV = "@X"\nos.environ.get("@A")\nenv["@B"]\n"@C" in os.environ\nos.environ.get(X_ENV, "")\n'
             'os.getenv(f"@SLURM_{x}")\nos.environ["@D"] = "1"\nvalue("@E")\n(os.environ if e is None else e).get("@F")\n'
@@ -144,6 +168,11 @@ def test_every_read_in_python_goes_through_the_table(capsys):
         if reads:
             reason = next((r for prefix, r in NOT_ROUTED.items() if where.startswith(prefix)), None)
             (allowed if reason else around)[where] = reads
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for index, code in notebook_code(path):
+            reads = direct_reads(code, constants)
+            if reads:
+                around[f"{path.relative_to(ROOT)} cell {index}"] = reads
     assert not around, f"COURSE_* read around helpers.settings (use settings.value/text): {around}"
     with capsys.disabled():
         print(f"\nnot routed yet (NOT_ROUTED): {json.dumps({k: len(v) for k, v in sorted(allowed.items())})}")
