@@ -1701,6 +1701,39 @@ def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(kernel, m
     _holds_unless(match, _gather_and_prove, "01_mirrored_strategy.ipynb", {"strategy": _ONE_REPLICA_EACH, "model": model})
 
 
+def _lesson_01_solution(number: int, change) -> None:
+    """Lesson 01's solution `number` on a real MirroredStrategy of this process (one replica: a mirrored
+    variable is one even then), with `change` (old, new) made to its source first."""
+    import keras
+    import tensorflow as tf
+
+    nb = nbformat.read(NOTEBOOKS / "01_mirrored_strategy.ipynb", as_version=4)
+    namespace = {"tf": tf, "keras": keras, "strategy": tf.distribute.MirroredStrategy(devices=["/cpu:0"]),
+                 "print": lambda *a, **k: None}
+    exec(next(c.source for c in nb.cells if c.source.startswith("from keras import layers")), namespace)  # small_cnn
+    source = _solution("01_mirrored_strategy.ipynb", number)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    exec(compile(source, f"01 solution {number}", "exec"), namespace)
+
+
+@pytest.mark.parametrize("number,change,match", [
+    (1, None, None),
+    (1, ("    inside = tf.Variable(1.0)\noutside", "    inside = tf.Variable(1.0)\n    outside"), "outside the scope"),
+    (1, ("with strategy.scope():\n    inside", "if True:\n    inside"), "inside the scope"),
+    (2, None, None),
+    (2, ("buggy = small_cnn()\nwith strategy.scope():  # the fix\n",
+         "with strategy.scope():  # the fix\n    buggy = small_cnn()\n"), "the buggy model is mirrored"),
+    (2, ("with strategy.scope():  # the fix", "if True:  # the fix"), "the fixed model is not mirrored")],
+    ids=["1 as written", "1 outside made inside", "1 inside made outside", "2 as written", "2 buggy built in the scope",
+         "2 fix built outside"])
+def test_lesson_01_solutions_fail_when_the_variables_are_not_where_they_claim(number, change, match):
+    """Item E/F of the review: each solution's check fails when the variable or model it calls plain
+    (or mirrored) is created on the other side of `strategy.scope()`."""
+    _holds_unless(match, _lesson_01_solution, number, change)
+
+
 @pytest.mark.parametrize("seen,tested,match", [
     ([[0, 2, 4], [1, 3, 5]], [512, 512], None),
     ([[0, 2, 4], [4, 5, 6]], [512, 512], "shared examples"),  # example 4 on both workers
