@@ -60,9 +60,9 @@ OK: dict[str, dict] = {
     "02_input_pipelines.ipynb": {
         "per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]], "from_fn_per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]],
         "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "cached_rate": 5000.0,
-        "training_rate": 300.0,
+        "training_rate": 300.0, "reads_in_3_passes": 2048, "examples_in_split": 2048,
         "seen": {r: {"DATA": [4 * r, 4 * r + 1], "OFF": [0, 1], "dataset_fn": list(range(r, 32, 2)),
-                     "cached with DATA": 32, "cached with dataset_fn": 16,
+                     "mapped in 2 passes, DATA": 32, "mapped in 2 passes, dataset_fn": 16,
                      "FILE, 1 file": ("InvalidArgumentError: Could not apply FILE based sharding: the dataset only has 1 "
                                       "file(s), which is not enough" if r == 0 else "UnavailableError: Collective ops is aborted")}
                  for r in (0, 1)}},
@@ -313,8 +313,18 @@ BROKEN: list[tuple[str, dict, str]] = [
      "dataset_fn the workers must get disjoint"),  # the unsharded dataset_fn of issue 13
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": [0, 1]}})}, "DATA the workers must get disjoint"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"OFF": [2, 3]}})}, "same examples"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"cached with dataset_fn": 32}})}, "only its half"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"cached with DATA": 16}})}, "every example on every worker"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"mapped in 2 passes, dataset_fn": 32}})}, "only its half"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"mapped in 2 passes, DATA": 16}})}, "every example on every worker"),
+    # no cache: the second pass maps every example again (64 and 32 map calls in two passes)
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"mapped in 2 passes, DATA": 64, "mapped in 2 passes, dataset_fn": 32}
+                                                 for r in (0, 1)})}, "every example on every worker"),
+    # both workers raising the FILE error (the other's collective never aborted), or worker 1 seeing no error
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "InvalidArgumentError: Could not apply FILE based "
+                                                                     "sharding: the dataset only has 1 file(s)"}})},
+     "on one worker"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "no error"}})}, "on one worker"),
+    # the pipeline without .cache(): every pass reads the files (test_lesson_02_cache_... runs it for real)
+    ("02_input_pipelines.ipynb", {"reads_in_3_passes": 6144}, "cache should serve"),
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"FILE, 1 file": "no error"}})}, "should raise"),
     # the worker caught some other error: a misspelled policy, say, raises AttributeError on both workers
     ("02_input_pipelines.ipynb", {"seen": _seen({r: {"FILE, 1 file": "AttributeError: type object 'AutoShardPolicy' "
@@ -1917,6 +1927,59 @@ def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monk
            "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
     _holds_unless(match, _gather_and_prove, "02_input_pipelines.ipynb", raw)
     assert fit_steps == [10], "at least 10 steps for a median, more than the 6 batches of one pass"
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    ((".cache()\n", "\n"), "cache should serve")],  # training_dataset without its cache
+    ids=["as written", "no cache"])
+def test_lesson_02_cache_proof_counts_the_reads_of_the_real_pipeline(change, match):
+    """Lesson 02's cells that define training_dataset and count the reads of three passes, run on
+    the quick data in this process; with `.cache()` taken out of training_dataset every pass reads
+    the files again, and the proof must fail (review item 18: a real broken pipeline, not a number)."""
+    import keras
+    import tensorflow as tf
+
+    from helpers.data import ensure_data, load_split
+
+    code = _code_cells("02_input_pipelines.ipynb")
+    pipeline = next(c for c in code if c.startswith("def normalize("))
+    if change is not None:
+        assert change[0] in pipeline
+        pipeline = pipeline.replace(*change)
+    namespace = {"tf": tf, "keras": keras, "print": lambda *a, **k: None,
+                 "train_examples": load_split("train", ensure_data(True).data_dir, limit=512)}
+    for source in (pipeline, next(c for c in code if c.startswith("import time\n\ndef pass_rates")),
+                   next(c for c in code if c.startswith("reads = tf.Variable"))):
+        exec(compile(source, "02 cell", "exec"), namespace)
+    measured = {k: namespace[k] for k in ("reads_in_3_passes", "examples_in_split")}
+    _holds_unless(match, _run, "02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], **measured})
+
+
+@pytest.mark.multiprocess
+def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails_the_proof(tmp_path):
+    """Lesson 02's worker program, run as 2 real workers with its `.cache()` taken out (the second
+    pass maps every example again) and its one file listed twice (FILE sharding then has a file per
+    worker, so no worker raises): each of these measured reports must fail its line of the proof
+    (review items 20 and 21; the program as written runs in the lesson itself, under nbval)."""
+    import json
+
+    from helpers.local_workers import run_local_workers
+
+    program = next(c for c in _code_cells("02_input_pipelines.ipynb") if c.startswith("%%writefile")).split("\n", 1)[1]
+    for old, new in ((".map(scale).cache()", ".map(scale)"), ("TFRecordDataset([one_file])", "TFRecordDataset([one_file] * 2)")):
+        assert old in program
+        program = program.replace(old, new)
+    (tmp_path / "worker.py").write_text(program)
+    outcomes = run_local_workers([str(tmp_path / "worker.py")], n=2, deadline_s=240)
+    assert all(o.returncode == 0 for o in outcomes), [o.output[-2000:] for o in outcomes]
+    seen = {o.rank: next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("REPORT ")) for o in outcomes}
+    assert all(seen[r]["FILE, 1 file"] == "no error" for r in seen), seen
+    for key, match in (("mapped in 2 passes, DATA", "every example on every worker"),
+                       ("mapped in 2 passes, dataset_fn", "only its half"), ("FILE, 1 file", "on one worker")):
+        broken = _seen({r: {key: seen[r][key]} for r in seen})
+        with pytest.raises(AssertionError, match=match):
+            _run("02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], "seen": broken})
 
 
 # The gathering cells of lessons 15, 16 and 17 on planted raw data: what the engines, the workers'
