@@ -75,8 +75,8 @@ OK: dict[str, dict] = {
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "strategy": _strategy(2),
-        "right_gap": 1e-7, "wrong_gap": 1e-2, "tf32": False, "test": {"examples": 512}, "test_images": 512,
-        "worker_test_counts": [512, 512],
+        "right_gap": 1e-7, "wrong_gap": 1e-2, "tf32": False, "test": {"examples": 511}, "test_images": 511,
+        "worker_test_counts": [511, 511], "global_batch": 64,
         "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1,
                                         "moved vs float32": 1.0},
                       "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1,
@@ -376,7 +376,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"tf32": True}, "TF32 was on"),
     ("04_custom_training_loop.ipynb", {"wrong_gap": 1e-7}, "per-replica batch should change"),
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
-    ("04_custom_training_loop.ipynb", {"worker_test_counts": [512, 448]}, "evaluation counted"),
+    ("04_custom_training_loop.ipynb", {"worker_test_counts": [511, 448]}, "evaluation counted"),
+    # a test split of whole global batches: nothing padded, so a dropped remainder would count all the same
+    ("04_custom_training_loop.ipynb", {"test": {"examples": 512}, "test_images": 512, "worker_test_counts": [512, 512]},
+     "no padding tested"),
     ("04_custom_training_loop.ipynb", {"precision": {
         "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}}, "mixed_float16"),
@@ -1745,9 +1748,9 @@ def test_lesson_01_solutions_fail_when_the_variables_are_not_where_they_claim(nu
 
 
 @pytest.mark.parametrize("seen,tested,match", [
-    ([[0, 2, 4], [1, 3, 5]], [512, 512], None),
-    ([[0, 2, 4], [4, 5, 6]], [512, 512], "shared examples"),  # example 4 on both workers
-    ([[0, 2, 4], [1, 3, 5]], [512, 448], "evaluation counted")],  # a worker dropped its remainder
+    ([[0, 2, 4], [1, 3, 5]], [511, 511], None),
+    ([[0, 2, 4], [4, 5, 6]], [511, 511], "shared examples"),  # example 4 on both workers
+    ([[0, 2, 4], [1, 3, 5]], [511, 448], "evaluation counted")],  # a worker dropped its remainder
     ids=["disjoint", "one example shared", "remainder dropped"])
 def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_return(seen, tested, match):
     ok = OK["04_custom_training_loop.ipynb"]
@@ -1755,6 +1758,40 @@ def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_retu
               "examples_seen": seen, "test_counted": tested}
     raw = {k: v for k, v in ok.items() if k not in ("digests", "initial", "in_sync", "seen", "overlap", "worker_test_counts")}
     _holds_unless(match, _gather_and_prove, "04_custom_training_loop.ipynb", {**raw, "engines": _PlantedEngines(pulled)})
+
+
+@pytest.mark.parametrize("dropping,match", [(False, None), (True, "evaluation counted")],
+                         ids=["padded", "remainder dropped"])
+def test_lesson_04_evaluation_count_fails_when_the_remainder_is_dropped(dropping, match):
+    """Lesson 04's data cell (its odd test split: 511 quick images) and evaluation loop, run in this
+    process on one replica (global batch 32); an evaluation dataset that drops its last partial batch
+    instead of padding it counts 480 images, and the proof must fail (review item 24: with 512 test
+    images, whole batches, it passed all the same)."""
+    import keras
+    import tensorflow as tf
+
+    from helpers import lesson
+    from helpers.data import ensure_data, load_split
+    from helpers.mode import mode_settings
+
+    def dropped(examples, global_batch, input_context=None):  # no padding: the remainder is dropped
+        batch = input_context.get_per_replica_batch_size(global_batch) if input_context else global_batch
+        return examples.map(lambda i, l: (*lesson.normalize(i, l), 1.0)).batch(batch, drop_remainder=True)
+
+    strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0"])
+    ns = {"tf": tf, "keras": keras, "strategy": strategy, "settings": mode_settings("quick"), "ensure_data": ensure_data,
+          "load_split": load_split, "training_dataset": lesson.training_dataset, "print": lambda *a, **k: None,
+          "evaluation_dataset": dropped if dropping else lesson.evaluation_dataset}
+    code = _code_cells("04_custom_training_loop.ipynb")
+    for start in ("def correct_predictions", "def make_eval_step", "def train_epoch", "dataset = ensure_data"):
+        exec(compile(next(c for c in code if c.startswith(start)), "04 cell", "exec"), ns)
+    with strategy.scope():
+        model = lesson.small_cnn()
+    test = ns["evaluate"](ns["make_eval_step"](strategy, model), ns["test_dist"])
+    measured = {"test": test, "test_images": int(ns["test_examples"].cardinality()), "global_batch": ns["global_batch"],
+                "worker_test_counts": [test["examples"]] * 2}  # the workers run this same evaluate
+    assert measured["test_images"] == 511
+    _holds_unless(match, _run, "04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], **measured})
 
 
 class _BN:
