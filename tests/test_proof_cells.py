@@ -56,7 +56,7 @@ OK: dict[str, dict] = {
         "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
         "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
     "01_mirrored_strategy.ipynb": {
-        "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07},
+        "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07, "saved_is_replica_0": True},
     "02_input_pipelines.ipynb": {
         "per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]], "from_fn_per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]],
         "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "cached_rate": 5000.0,
@@ -75,7 +75,7 @@ OK: dict[str, dict] = {
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "strategy": _strategy(2),
-        "right_gap": 1e-7, "wrong_gap": 1e-2, "tf32": False, "test": {"examples": 511}, "test_images": 511,
+        "right_gap": 1e-7, "wrong_gap": 1e-2, "step_size": 1e-2, "tf32": False, "test": {"examples": 511}, "test_images": 511,
         "worker_test_counts": [511, 511], "global_batch": 64,
         "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1,
                                         "moved vs float32": 1.0},
@@ -305,6 +305,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
     ("01_mirrored_strategy.ipynb", {"updated_gap": 1e-3}, "differ between replicas"),
     ("01_mirrored_strategy.ipynb", {"moving_gap": 0.0}, "moving statistics should differ"),
+    ("01_mirrored_strategy.ipynb", {"saved_is_replica_0": False}, "replica 0's copy"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [0, 1, 2, 3]]}, "cover the global batch"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [4, 5, 6, 7, 7]]}, "exactly once"),  # a duplicate
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(1, 31, 2))}})}, "lost examples"),
@@ -375,6 +376,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"right_gap": 1e-3, "wrong_gap": 1.0}, "disagree"),
     ("04_custom_training_loop.ipynb", {"tf32": True}, "TF32 was on"),
     ("04_custom_training_loop.ipynb", {"wrong_gap": 1e-7}, "per-replica batch should change"),
+    # the runs 2e-5 apart: more than float32 rounding, though the wrong step is still 1 step off
+    ("04_custom_training_loop.ipynb", {"right_gap": 2e-5}, "disagree"),
+    # a step so small that the wrong divisor's gap (one step) is within 100 times the rounding gap
+    ("04_custom_training_loop.ipynb", {"right_gap": 9e-6, "wrong_gap": 5e-4, "step_size": 5e-4}, "should change the step"),
+    # a divisor of a quarter of the per-replica batch (8 times too large on 2 replicas): 7 steps off, not 1
+    ("04_custom_training_loop.ipynb", {"wrong_gap": 7e-2}, "N times as large"),
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
     ("04_custom_training_loop.ipynb", {"worker_test_counts": [511, 448]}, "evaluation counted"),
     # a test split of whole global batches: nothing padded, so a dropped remainder would count all the same
@@ -1693,24 +1700,26 @@ def _copies(*values) -> SimpleNamespace:
     return SimpleNamespace(path="", value=[SimpleNamespace(numpy=lambda v=v: np.asarray(v, dtype="float32")) for v in values])
 
 
-def _named(path: str, variable: SimpleNamespace) -> SimpleNamespace:
-    return SimpleNamespace(path=path, value=variable.value)
+def _named(path: str, variable: SimpleNamespace, read: int = 0) -> SimpleNamespace:
+    """A Keras variable: its path, its copies, and `numpy()` giving copy `read` (TensorFlow reads the first)."""
+    return SimpleNamespace(path=path, value=variable.value, numpy=lambda: variable.value[read].numpy())
 
 
 _ONE_REPLICA_EACH = SimpleNamespace(experimental_local_results=lambda copies: copies, num_replicas_in_sync=2)
 
 
-@pytest.mark.parametrize("kernel,moving,match", [
-    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), None),
-    (([1.0, 2.0], [1.0, 2.001]), ([0.1], [0.3]), "differ between replicas"),  # an all-reduce skipped
-    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.1]), "moving statistics should differ")],  # statistics synchronised
-    ids=["as trained", "weights apart", "statistics alike"])
-def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(kernel, moving, match):
+@pytest.mark.parametrize("kernel,moving,read,match", [
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 0, None),
+    (([1.0, 2.0], [1.0, 2.001]), ([0.1], [0.3]), 0, "differ between replicas"),  # an all-reduce skipped
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.1]), 0, "moving statistics should differ"),  # statistics synchronised
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 1, "replica 0's copy")],  # a read that gives replica 1's copy
+    ids=["as trained", "weights apart", "statistics alike", "read from replica 1"])
+def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(kernel, moving, read, match):
     model = SimpleNamespace(
         trainable_variables=[_named("dense/kernel", _copies(*kernel))],
         optimizer=SimpleNamespace(variables=[_named("sgd/dense_kernel_momentum", _copies(*kernel)),
                                              _named("sgd/iteration", _copies(7, 0))]),  # not a slot: not compared
-        non_trainable_variables=[_named("bn/moving_mean", _copies(*moving))])
+        non_trainable_variables=[_named("bn/moving_mean", _copies(*moving), read)])
     _holds_unless(match, _gather_and_prove, "01_mirrored_strategy.ipynb", {"strategy": _ONE_REPLICA_EACH, "model": model})
 
 
