@@ -153,7 +153,7 @@ def make_train_step(strategy, model: keras.Model, optimizer, global_batch: int, 
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # unscales if scaled
         return loss, correct_predictions(labels, logits)
 
-    # jit_compile explicit (notebook 04 writes the bare decorator): TF_FUNCTION_JIT_COMPILE_DEFAULT=true would
+    # jit_compile explicit, as in notebook 04: TF_FUNCTION_JIT_COMPILE_DEFAULT=true would
     # give a step left at None XLA, while `helpers train` and the bench report it ran without
     @tf.function(jit_compile=False)
     def train_step(batch):

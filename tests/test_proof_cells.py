@@ -56,13 +56,13 @@ OK: dict[str, dict] = {
         "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
         "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
     "01_mirrored_strategy.ipynb": {
-        "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07},
+        "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07, "saved_is_replica_0": True},
     "02_input_pipelines.ipynb": {
         "per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]], "from_fn_per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]],
         "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "cached_rate": 5000.0,
-        "training_rate": 300.0,
+        "training_rate": 300.0, "reads_in_3_passes": 2048, "examples_in_split": 2048,
         "seen": {r: {"DATA": [4 * r, 4 * r + 1], "OFF": [0, 1], "dataset_fn": list(range(r, 32, 2)),
-                     "cached with DATA": 32, "cached with dataset_fn": 16,
+                     "mapped in 2 passes, DATA": 32, "mapped in 2 passes, dataset_fn": 16,
                      "FILE, 1 file": ("InvalidArgumentError: Could not apply FILE based sharding: the dataset only has 1 "
                                       "file(s), which is not enough" if r == 0 else "UnavailableError: Collective ops is aborted")}
                  for r in (0, 1)}},
@@ -75,8 +75,8 @@ OK: dict[str, dict] = {
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "strategy": _strategy(2),
-        "right_gap": 1e-7, "wrong_gap": 1e-2, "tf32": False, "test": {"examples": 512}, "test_images": 512,
-        "worker_test_counts": [512, 512],
+        "right_gap": 1e-7, "wrong_gap": 1e-2, "step_size": 1e-2, "tf32": False, "test": {"examples": 511}, "test_images": 511,
+        "worker_test_counts": [511, 511], "global_batch": 64,
         "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1,
                                         "moved vs float32": 1.0},
                       "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1,
@@ -305,6 +305,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
     ("01_mirrored_strategy.ipynb", {"updated_gap": 1e-3}, "differ between replicas"),
     ("01_mirrored_strategy.ipynb", {"moving_gap": 0.0}, "moving statistics should differ"),
+    ("01_mirrored_strategy.ipynb", {"saved_is_replica_0": False}, "replica 0's copy"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [0, 1, 2, 3]]}, "cover the global batch"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [4, 5, 6, 7, 7]]}, "exactly once"),  # a duplicate
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(1, 31, 2))}})}, "lost examples"),
@@ -313,8 +314,18 @@ BROKEN: list[tuple[str, dict, str]] = [
      "dataset_fn the workers must get disjoint"),  # the unsharded dataset_fn of issue 13
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": [0, 1]}})}, "DATA the workers must get disjoint"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"OFF": [2, 3]}})}, "same examples"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"cached with dataset_fn": 32}})}, "only its half"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"cached with DATA": 16}})}, "every example on every worker"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"mapped in 2 passes, dataset_fn": 32}})}, "only its half"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"mapped in 2 passes, DATA": 16}})}, "every example on every worker"),
+    # no cache: the second pass maps every example again (64 and 32 map calls in two passes)
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"mapped in 2 passes, DATA": 64, "mapped in 2 passes, dataset_fn": 32}
+                                                 for r in (0, 1)})}, "every example on every worker"),
+    # both workers raising the FILE error (the other's collective never aborted), or worker 1 seeing no error
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "InvalidArgumentError: Could not apply FILE based "
+                                                                     "sharding: the dataset only has 1 file(s)"}})},
+     "on one worker"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "no error"}})}, "on one worker"),
+    # the pipeline without .cache(): every pass reads the files (test_lesson_02_cache_... runs it for real)
+    ("02_input_pipelines.ipynb", {"reads_in_3_passes": 6144}, "cache should serve"),
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"FILE, 1 file": "no error"}})}, "should raise"),
     # the worker caught some other error: a misspelled policy, say, raises AttributeError on both workers
     ("02_input_pipelines.ipynb", {"seen": _seen({r: {"FILE, 1 file": "AttributeError: type object 'AutoShardPolicy' "
@@ -365,8 +376,17 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"right_gap": 1e-3, "wrong_gap": 1.0}, "disagree"),
     ("04_custom_training_loop.ipynb", {"tf32": True}, "TF32 was on"),
     ("04_custom_training_loop.ipynb", {"wrong_gap": 1e-7}, "per-replica batch should change"),
+    # the runs 2e-5 apart: more than float32 rounding, though the wrong step is still 1 step off
+    ("04_custom_training_loop.ipynb", {"right_gap": 2e-5}, "disagree"),
+    # a step so small that the wrong divisor's gap (one step) is within 100 times the rounding gap
+    ("04_custom_training_loop.ipynb", {"right_gap": 9e-6, "wrong_gap": 5e-4, "step_size": 5e-4}, "should change the step"),
+    # a divisor of a quarter of the per-replica batch (8 times too large on 2 replicas): 7 steps off, not 1
+    ("04_custom_training_loop.ipynb", {"wrong_gap": 7e-2}, "N times as large"),
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
-    ("04_custom_training_loop.ipynb", {"worker_test_counts": [512, 448]}, "evaluation counted"),
+    ("04_custom_training_loop.ipynb", {"worker_test_counts": [511, 448]}, "evaluation counted"),
+    # a test split of whole global batches: nothing padded, so a dropped remainder would count all the same
+    ("04_custom_training_loop.ipynb", {"test": {"examples": 512}, "test_images": 512, "worker_test_counts": [512, 512]},
+     "no padding tested"),
     ("04_custom_training_loop.ipynb", {"precision": {
         "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}}, "mixed_float16"),
@@ -1680,31 +1700,66 @@ def _copies(*values) -> SimpleNamespace:
     return SimpleNamespace(path="", value=[SimpleNamespace(numpy=lambda v=v: np.asarray(v, dtype="float32")) for v in values])
 
 
-def _named(path: str, variable: SimpleNamespace) -> SimpleNamespace:
-    return SimpleNamespace(path=path, value=variable.value)
+def _named(path: str, variable: SimpleNamespace, read: int = 0) -> SimpleNamespace:
+    """A Keras variable: its path, its copies, and `numpy()` giving copy `read` (TensorFlow reads the first)."""
+    return SimpleNamespace(path=path, value=variable.value, numpy=lambda: variable.value[read].numpy())
 
 
 _ONE_REPLICA_EACH = SimpleNamespace(experimental_local_results=lambda copies: copies, num_replicas_in_sync=2)
 
 
-@pytest.mark.parametrize("kernel,moving,match", [
-    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), None),
-    (([1.0, 2.0], [1.0, 2.001]), ([0.1], [0.3]), "differ between replicas"),  # an all-reduce skipped
-    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.1]), "moving statistics should differ")],  # statistics synchronised
-    ids=["as trained", "weights apart", "statistics alike"])
-def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(kernel, moving, match):
+@pytest.mark.parametrize("kernel,moving,read,match", [
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 0, None),
+    (([1.0, 2.0], [1.0, 2.001]), ([0.1], [0.3]), 0, "differ between replicas"),  # an all-reduce skipped
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.1]), 0, "moving statistics should differ"),  # statistics synchronised
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 1, "replica 0's copy")],  # a read that gives replica 1's copy
+    ids=["as trained", "weights apart", "statistics alike", "read from replica 1"])
+def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(kernel, moving, read, match):
     model = SimpleNamespace(
         trainable_variables=[_named("dense/kernel", _copies(*kernel))],
         optimizer=SimpleNamespace(variables=[_named("sgd/dense_kernel_momentum", _copies(*kernel)),
                                              _named("sgd/iteration", _copies(7, 0))]),  # not a slot: not compared
-        non_trainable_variables=[_named("bn/moving_mean", _copies(*moving))])
+        non_trainable_variables=[_named("bn/moving_mean", _copies(*moving), read)])
     _holds_unless(match, _gather_and_prove, "01_mirrored_strategy.ipynb", {"strategy": _ONE_REPLICA_EACH, "model": model})
 
 
+def _lesson_01_solution(number: int, change) -> None:
+    """Lesson 01's solution `number` on a real MirroredStrategy of this process (one replica: a mirrored
+    variable is one even then), with `change` (old, new) made to its source first."""
+    import keras
+    import tensorflow as tf
+
+    nb = nbformat.read(NOTEBOOKS / "01_mirrored_strategy.ipynb", as_version=4)
+    namespace = {"tf": tf, "keras": keras, "strategy": tf.distribute.MirroredStrategy(devices=["/cpu:0"]),
+                 "print": lambda *a, **k: None}
+    exec(next(c.source for c in nb.cells if c.source.startswith("from keras import layers")), namespace)  # small_cnn
+    source = _solution("01_mirrored_strategy.ipynb", number)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    exec(compile(source, f"01 solution {number}", "exec"), namespace)
+
+
+@pytest.mark.parametrize("number,change,match", [
+    (1, None, None),
+    (1, ("    inside = tf.Variable(1.0)\noutside", "    inside = tf.Variable(1.0)\n    outside"), "outside the scope"),
+    (1, ("with strategy.scope():\n    inside", "if True:\n    inside"), "inside the scope"),
+    (2, None, None),
+    (2, ("buggy = small_cnn()\nwith strategy.scope():  # the fix\n",
+         "with strategy.scope():  # the fix\n    buggy = small_cnn()\n"), "the buggy model is mirrored"),
+    (2, ("with strategy.scope():  # the fix", "if True:  # the fix"), "the fixed model is not mirrored")],
+    ids=["1 as written", "1 outside made inside", "1 inside made outside", "2 as written", "2 buggy built in the scope",
+         "2 fix built outside"])
+def test_lesson_01_solutions_fail_when_the_variables_are_not_where_they_claim(number, change, match):
+    """Item E/F of the review: each solution's check fails when the variable or model it calls plain
+    (or mirrored) is created on the other side of `strategy.scope()`."""
+    _holds_unless(match, _lesson_01_solution, number, change)
+
+
 @pytest.mark.parametrize("seen,tested,match", [
-    ([[0, 2, 4], [1, 3, 5]], [512, 512], None),
-    ([[0, 2, 4], [4, 5, 6]], [512, 512], "shared examples"),  # example 4 on both workers
-    ([[0, 2, 4], [1, 3, 5]], [512, 448], "evaluation counted")],  # a worker dropped its remainder
+    ([[0, 2, 4], [1, 3, 5]], [511, 511], None),
+    ([[0, 2, 4], [4, 5, 6]], [511, 511], "shared examples"),  # example 4 on both workers
+    ([[0, 2, 4], [1, 3, 5]], [511, 448], "evaluation counted")],  # a worker dropped its remainder
     ids=["disjoint", "one example shared", "remainder dropped"])
 def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_return(seen, tested, match):
     ok = OK["04_custom_training_loop.ipynb"]
@@ -1712,6 +1767,40 @@ def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_retu
               "examples_seen": seen, "test_counted": tested}
     raw = {k: v for k, v in ok.items() if k not in ("digests", "initial", "in_sync", "seen", "overlap", "worker_test_counts")}
     _holds_unless(match, _gather_and_prove, "04_custom_training_loop.ipynb", {**raw, "engines": _PlantedEngines(pulled)})
+
+
+@pytest.mark.parametrize("dropping,match", [(False, None), (True, "evaluation counted")],
+                         ids=["padded", "remainder dropped"])
+def test_lesson_04_evaluation_count_fails_when_the_remainder_is_dropped(dropping, match):
+    """Lesson 04's data cell (its odd test split: 511 quick images) and evaluation loop, run in this
+    process on one replica (global batch 32); an evaluation dataset that drops its last partial batch
+    instead of padding it counts 480 images, and the proof must fail (review item 24: with 512 test
+    images, whole batches, it passed all the same)."""
+    import keras
+    import tensorflow as tf
+
+    from helpers import lesson
+    from helpers.data import ensure_data, load_split
+    from helpers.mode import mode_settings
+
+    def dropped(examples, global_batch, input_context=None):  # no padding: the remainder is dropped
+        batch = input_context.get_per_replica_batch_size(global_batch) if input_context else global_batch
+        return examples.map(lambda i, l: (*lesson.normalize(i, l), 1.0)).batch(batch, drop_remainder=True)
+
+    strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0"])
+    ns = {"tf": tf, "keras": keras, "strategy": strategy, "settings": mode_settings("quick"), "ensure_data": ensure_data,
+          "load_split": load_split, "training_dataset": lesson.training_dataset, "print": lambda *a, **k: None,
+          "evaluation_dataset": dropped if dropping else lesson.evaluation_dataset}
+    code = _code_cells("04_custom_training_loop.ipynb")
+    for start in ("def correct_predictions", "def make_eval_step", "def train_epoch", "dataset = ensure_data"):
+        exec(compile(next(c for c in code if c.startswith(start)), "04 cell", "exec"), ns)
+    with strategy.scope():
+        model = lesson.small_cnn()
+    test = ns["evaluate"](ns["make_eval_step"](strategy, model), ns["test_dist"])
+    measured = {"test": test, "test_images": int(ns["test_examples"].cardinality()), "global_batch": ns["global_batch"],
+                "worker_test_counts": [test["examples"]] * 2}  # the workers run this same evaluate
+    assert measured["test_images"] == 511
+    _holds_unless(match, _run, "04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], **measured})
 
 
 class _BN:
@@ -1884,6 +1973,59 @@ def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monk
            "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
     _holds_unless(match, _gather_and_prove, "02_input_pipelines.ipynb", raw)
     assert fit_steps == [10], "at least 10 steps for a median, more than the 6 batches of one pass"
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    ((".cache()\n", "\n"), "cache should serve")],  # training_dataset without its cache
+    ids=["as written", "no cache"])
+def test_lesson_02_cache_proof_counts_the_reads_of_the_real_pipeline(change, match):
+    """Lesson 02's cells that define training_dataset and count the reads of three passes, run on
+    the quick data in this process; with `.cache()` taken out of training_dataset every pass reads
+    the files again, and the proof must fail (review item 18: a real broken pipeline, not a number)."""
+    import keras
+    import tensorflow as tf
+
+    from helpers.data import ensure_data, load_split
+
+    code = _code_cells("02_input_pipelines.ipynb")
+    pipeline = next(c for c in code if c.startswith("def normalize("))
+    if change is not None:
+        assert change[0] in pipeline
+        pipeline = pipeline.replace(*change)
+    namespace = {"tf": tf, "keras": keras, "print": lambda *a, **k: None,
+                 "train_examples": load_split("train", ensure_data(True).data_dir, limit=512)}
+    for source in (pipeline, next(c for c in code if c.startswith("import time\n\ndef pass_rates")),
+                   next(c for c in code if c.startswith("reads = tf.Variable"))):
+        exec(compile(source, "02 cell", "exec"), namespace)
+    measured = {k: namespace[k] for k in ("reads_in_3_passes", "examples_in_split")}
+    _holds_unless(match, _run, "02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], **measured})
+
+
+@pytest.mark.multiprocess
+def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails_the_proof(tmp_path):
+    """Lesson 02's worker program, run as 2 real workers with its `.cache()` taken out (the second
+    pass maps every example again) and its one file listed twice (FILE sharding then has a file per
+    worker, so no worker raises): each of these measured reports must fail its line of the proof
+    (review items 20 and 21; the program as written runs in the lesson itself, under nbval)."""
+    import json
+
+    from helpers.local_workers import run_local_workers
+
+    program = next(c for c in _code_cells("02_input_pipelines.ipynb") if c.startswith("%%writefile")).split("\n", 1)[1]
+    for old, new in ((".map(scale).cache()", ".map(scale)"), ("TFRecordDataset([one_file])", "TFRecordDataset([one_file] * 2)")):
+        assert old in program
+        program = program.replace(old, new)
+    (tmp_path / "worker.py").write_text(program)
+    outcomes = run_local_workers([str(tmp_path / "worker.py")], n=2, deadline_s=240)
+    assert all(o.returncode == 0 for o in outcomes), [o.output[-2000:] for o in outcomes]
+    seen = {o.rank: next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("REPORT ")) for o in outcomes}
+    assert all(seen[r]["FILE, 1 file"] == "no error" for r in seen), seen
+    for key, match in (("mapped in 2 passes, DATA", "every example on every worker"),
+                       ("mapped in 2 passes, dataset_fn", "only its half"), ("FILE, 1 file", "on one worker")):
+        broken = _seen({r: {key: seen[r][key]} for r in seen})
+        with pytest.raises(AssertionError, match=match):
+            _run("02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], "seen": broken})
 
 
 # The gathering cells of lessons 15, 16 and 17 on planted raw data: what the engines, the workers'
