@@ -1256,6 +1256,36 @@ def _solution(name: str, number: int) -> str:
     return next(c.source for c in nb.cells if c.source.startswith(f"# Solution {number}"))
 
 
+def _lesson_13_solution_1(change) -> None:
+    """Lesson 13's solution 1 with `change` (old, new) made to its rule, on this lesson's measured run
+    (2 engines of 1 replica each: sizes [2, 2]) and a one-worker strategy that, as TensorFlow's,
+    has one replica per device it is given (the test process has one CPU device, not the kernel's 2)."""
+    import tensorflow as tf
+
+    devices = [SimpleNamespace(name="/device:CPU:0"), SimpleNamespace(name="/device:CPU:1")]
+    fake_tf = SimpleNamespace(
+        config=SimpleNamespace(list_logical_devices=lambda kind=None: devices),
+        distribute=SimpleNamespace(MirroredStrategy=lambda names: SimpleNamespace(num_replicas_in_sync=len(names))),
+        train=tf.train)
+    source = _solution("13_from_horovod.ipynb", 1)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"tf": fake_tf, "ranks": [0, 1], "sizes": [2, 2], "BASE_LR": 0.05, "print": lambda *a, **k: None}
+    exec(compile(source, "13 solution 1", "exec"), namespace)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    (("return workers * devices_each", "return workers"), ""),  # the devices per worker left out
+    (("return workers * devices_each", "return devices_each"), "")],  # the workers left out
+    ids=["as written", "workers only", "devices only"])
+def test_lesson_13_solution_1_checks_its_rule_on_both_factors(change, match):
+    """Review item Q3: the rule the answer uses is checked against a measured count for each factor,
+    so a rule that leaves out the workers or the devices fails before it answers."""
+    _holds_unless(match, _lesson_13_solution_1, change)
+
+
 @pytest.mark.parametrize("change,match", [
     (None, None),
     (("save_best_only=True", "save_best_only=False"), "the file should score the best"),  # it keeps the last epoch
