@@ -39,6 +39,18 @@ def site_dir() -> Path | None:
     return site if importable(site) else None
 
 
+def refusal(n: int) -> str | None:
+    """Why `run` would refuse `n` local processes here (a login node: horovodrun's rendezvous and
+    Gloo ports open to every user), or None where local multi-worker runs are allowed."""
+    from .slurm.login_node import check_local_workers
+
+    try:
+        check_local_workers(f"horovodrun with {n} processes")
+    except CourseError as refused:
+        return str(refused)
+    return None
+
+
 def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
         deadline_s: float = 300.0) -> subprocess.CompletedProcess:
     """`horovodrun -np n --gloo` on this host: `n` processes of `script`, killed at the deadline."""

@@ -41,6 +41,18 @@ def test_running_without_a_build_says_how_to_build(tmp_path, monkeypatch):
         horovod_env.run(tmp_path / "x.py", 2)
 
 
+def test_a_login_node_refuses_horovodrun_with_a_reason_lesson_13_prints(monkeypatch):
+    """Review item 17: lesson 13 asks `refusal` before `run`, so a login node (here: inside a job whose
+    nodes are not this host, as salloc's shell) gets the reason and the recipe by hand, not a stop."""
+    monkeypatch.delenv("COURSE_LOCAL_WORKERS", raising=False)
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "no-such-node-of-this-host")
+    assert "not a node of Slurm job 42" in horovod_env.refusal(2)
+    monkeypatch.setenv("COURSE_LOCAL_WORKERS", "allow")  # the owner's override: allowed, no reason
+    assert horovod_env.refusal(2) is None
+
+
 def _can_build() -> str | None:
     """Why the build cannot run here, or None."""
     missing = [package for header, package in HEADERS.items() if not Path("/usr/include", header).exists()]

@@ -197,10 +197,12 @@ OK["12_strategy_tour.ipynb"] = {
     "evaluated": {"OneDevice": 0.01, "Mirrored": 0.02, "CentralStorage": 0.0},
     "central_bn_error": "You must specify an aggregation method to update a AggregatingVariable in Replica Context",
     "fit_error": "Unrecognized data type: x=<DatasetV2 ...>"}
+_STEP_1 = ["step-1.data-00000-of-00001", "step-1.index"]  # what tf.train.Checkpoint.write leaves
 OK["13_from_horovod.ipynb"] = {
     "ranks": [0, 1], "sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
     "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05, "collective": [[[10.5], [10.0, 11.0], [10.0]]] * 2,
-    "chiefs": [True, False], "kept": ["step-1.data-00000-of-00001", "step-1.index"],
+    "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True}, {"dir": "/tmp/t1", "wrote": _STEP_1, "left": False}],
+    "left": [(0, "/w/checkpoint")], "chief_dir": "/w/checkpoint", "kept": _STEP_1,
     "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1.5e-6}}
 
 _LEVERS = {"as it is: batch 64, float32 gradients, no overlap": 0.31, "per-GPU batch 256 (4x the compute per step)": 0.65,
@@ -686,7 +688,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"ranks": [0, 0]}, "not one job"),
     ("13_from_horovod.ipynb", {"sizes": [1, 1]}, "not one job"),
     # one worker alone: a job of 1 is consistent with itself, yet proves nothing about averaging
-    ("13_from_horovod.ipynb", {"ranks": [0], "sizes": [1], "initial_digests": ["i"], "rates": [0.05], "chiefs": [True],
+    ("13_from_horovod.ipynb", {"ranks": [0], "sizes": [1], "initial_digests": ["i"], "rates": [0.05],
+                               "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True}],
                                "collective": [[[10.0], [10.0], [10.0]]]}, "not one job"),
     ("13_from_horovod.ipynb", {"initial_digests": ["i", "j"]}, "rank 0's weights"),  # the gap measured on one layer only
     ("13_from_horovod.ipynb", {"start_gap": 0.1}, "rank 0's weights"),
@@ -695,7 +698,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"update_gap": 0.01}, "update differs"),
     ("13_from_horovod.ipynb", {"rates": [0.05, 0.05]}, "scale with the workers"),
     ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [11.0]]] * 2}, "collectives"),
-    ("13_from_horovod.ipynb", {"chiefs": [True, True]}, "chief alone"),
+    ("13_from_horovod.ipynb", {"left": [(0, "/w/checkpoint"), (1, "/tmp/t1")]}, "chief alone"),  # rank 1 kept its copy
+    ("13_from_horovod.ipynb", {"left": [(1, "/w/checkpoint")]}, "chief alone"),  # the kept copy is rank 1's
+    ("13_from_horovod.ipynb", {"left": []}, "chief alone"),  # the chief deleted its copy too
+    ("13_from_horovod.ipynb", {"checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True}] * 2},
+     "directory of its own"),  # both wrote into the chief's directory
+    ("13_from_horovod.ipynb", {"checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True},
+                                               {"dir": "/tmp/t1", "wrote": [], "left": False}]}, "directory of its own"),
     ("13_from_horovod.ipynb", {"kept": []}, "chief alone"),
     ("13_from_horovod.ipynb", {"kept": ["step-2.index"]}, "chief alone"),  # a later step's checkpoint, not step 1's
     # CI asks for Horovod's own run: its absence must fail there, not pass as "not compared"
@@ -1245,6 +1254,36 @@ def test_lesson_12_gathering_cell_counts_overlaps_and_loss_from_the_raw_log(span
 def _solution(name: str, number: int) -> str:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     return next(c.source for c in nb.cells if c.source.startswith(f"# Solution {number}"))
+
+
+def _lesson_13_solution_1(change) -> None:
+    """Lesson 13's solution 1 with `change` (old, new) made to its rule, on this lesson's measured run
+    (2 engines of 1 replica each: sizes [2, 2]) and a one-worker strategy that, as TensorFlow's,
+    has one replica per device it is given (the test process has one CPU device, not the kernel's 2)."""
+    import tensorflow as tf
+
+    devices = [SimpleNamespace(name="/device:CPU:0"), SimpleNamespace(name="/device:CPU:1")]
+    fake_tf = SimpleNamespace(
+        config=SimpleNamespace(list_logical_devices=lambda kind=None: devices),
+        distribute=SimpleNamespace(MirroredStrategy=lambda names: SimpleNamespace(num_replicas_in_sync=len(names))),
+        train=tf.train)
+    source = _solution("13_from_horovod.ipynb", 1)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"tf": fake_tf, "ranks": [0, 1], "sizes": [2, 2], "BASE_LR": 0.05, "print": lambda *a, **k: None}
+    exec(compile(source, "13 solution 1", "exec"), namespace)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    (("return workers * devices_each", "return workers"), ""),  # the devices per worker left out
+    (("return workers * devices_each", "return devices_each"), "")],  # the workers left out
+    ids=["as written", "workers only", "devices only"])
+def test_lesson_13_solution_1_checks_its_rule_on_both_factors(change, match):
+    """Review item Q3: the rule the answer uses is checked against a measured count for each factor,
+    so a rule that leaves out the workers or the devices fails before it answers."""
+    _holds_unless(match, _lesson_13_solution_1, change)
 
 
 @pytest.mark.parametrize("change,match", [
@@ -1892,20 +1931,25 @@ def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(he
     _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
 
 
-def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",)) -> dict:
+def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",), rate=0.1,
+                 reports=None) -> dict:
     """Lesson 13's raw results from 2 engines: the weights each started from, its averaged gradient
-    and updated weights, next to the recipe computed by hand (rank 0's start, Horovod's average)."""
+    and updated weights (a step at `rate`), next to the recipe computed by hand at the same rate, and
+    each engine's checkpoint report (`reports`, else the chief's files kept and rank 1's deleted)."""
     start = [np.ones((2, 2), "float32"), np.zeros(2, "float32")]
     gradient = [np.full((2, 2), 0.5, "float32"), np.full(2, 0.25, "float32")]
-    update = [w - 0.1 * g for w, g in zip(start, gradient)]
-    (tmp_path / "checkpoint").mkdir()
+    update = [w - rate * g for w, g in zip(start, gradient)]
+    (tmp_path / "checkpoint").mkdir(exist_ok=True)
     for name in checkpoint:
         (tmp_path / "checkpoint" / name).write_bytes(b"")
+    if reports is None:
+        reports = [{"dir": str(tmp_path / "checkpoint"), "wrote": list(checkpoint), "left": True},
+                   {"dir": str(tmp_path / "t1"), "wrote": ["step-1.index"], "left": False}]
     pulled = {"size": [2, 2], "rank": [0, 1], "initial_digest": ["i", "i"],
               "initial_weights": [start, [start[0] + start_off, start[1]]],
               "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
               "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [10.0]]] * 2,
-              "chief": [True, False]}
+              "checkpoint_report": reports}
     return {"engines": _PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
             "work_dir": tmp_path, "horovod_result": None, "BASE_LR": 0.05}
 
@@ -1914,11 +1958,56 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     ({}, None),
     ({"start_off": 0.5}, "rank 0's weights"),  # rank 1 kept its own initial weights: no broadcast
     ({"gradient_off": 0.01}, "Horovod's average"),  # rank 1's gradient summed, not averaged, in one tensor
-    ({"checkpoint": ()}, "chief alone")],  # the chief saved nothing
-    ids=["as run", "no broadcast", "gradient off", "no checkpoint"])
+    ({"checkpoint": ()}, "every worker should write"),  # the chief saved nothing
+    # the rate never scaled, in the engines and in the recipe by hand alike: the update gap is 0, the measured rate 0.05
+    ({"rate": 0.05}, "scale with the workers")],
+    ids=["as run", "no broadcast", "gradient off", "no checkpoint", "rate not scaled"])
 def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     _holds_unless(match, _gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
+
+
+def _lesson_13_checkpoints(tmp_path, monkeypatch, change) -> None:
+    """Lesson 13's checkpoint cell as each of 2 engines runs it (rank 0, then rank 1; temporary
+    directories under tmp_path), with `change` (old, new) made to its source, then the gathering
+    cell and the proof on what the two reported and on the files left in the work directory."""
+    import tempfile
+
+    import tensorflow as tf
+
+    nb = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if "# Horovod: if hvd.rank() == 0" in c.source)
+    source = source.removeprefix("%%px\n")
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    reports = []
+    for rank in (0, 1):
+        namespace = {"tf": tf, "WORK_DIR": str(work), "rank": rank, "model": tf.Variable([1.0, 2.0]),
+                     "optimizer": tf.Variable(0.1), "print": lambda *a, **k: None}
+        exec(compile(source, f"13 checkpoint cell, rank {rank}", "exec"), namespace)
+        reports.append(namespace["checkpoint_report"])
+    _gather_and_prove("13_from_horovod.ipynb", _horovod_raw(work, checkpoint=(), reports=reports))
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    (('Path(WORK_DIR) / "checkpoint" if chief else Path(tempfile.mkdtemp())', 'Path(WORK_DIR) / "checkpoint"'),
+     "directory of its own"),  # every rank writes into the chief's directory (and rank 1 then deletes it)
+    (("if not chief:\n    shutil.rmtree", "if False:\n    shutil.rmtree"), "chief alone"),  # rank 1 keeps its copy
+    (("if not chief:\n    shutil.rmtree", "if True:\n    shutil.rmtree"), "chief alone"),  # the chief deletes its own
+    (("tf.train.Checkpoint(", "checkpoint_dir.mkdir(exist_ok=True)\nif chief:\n    tf.train.Checkpoint("),
+     "every worker should write")],  # Horovod's rank-0-only save
+    ids=["as written", "one shared directory", "rank 1 keeps its copy", "the chief deletes too", "only the chief writes"])
+def test_lesson_13_checkpoint_cell_keeps_the_chiefs_copy_alone(tmp_path, monkeypatch, change, match):
+    """Review item Q1: the checkpoint claim is checked on what each engine reports of its own directory,
+    so a cell that writes elsewhere, keeps a second copy or deletes the chief's fails the proof."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    _holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change)
 
 
 class _Batches:
