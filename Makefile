@@ -58,7 +58,7 @@ site: install
 # the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test
 test: install
 	rm -rf build/nbval
-	COURSE_DURATIONS=$(CURDIR)/build/test-durations.json COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 $(PYTEST_ARGS)
+	COURSE_DURATIONS=$(CURDIR)/build/test-durations.json COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 -m "not fullcheck" $(PYTEST_ARGS)
 
 # after a full `make test` on the reference machine: keep its durations as the run the next one is compared with
 durations-record:
@@ -67,10 +67,12 @@ durations-record:
 
 # Every notebook in workshop and full mode on full-size SYNTHETIC CIFAR-10 (50,000 images), one
 # epoch of at most FULLCHECK_STEPS steps, and again with other replica and worker counts: the
-# modes a GPU class runs, checked on a CPU (about an hour here; figures in build/fullcheck/).
+# modes a GPU class runs, checked on a CPU (about an hour here; figures in build/fullcheck/);
+# then the tests marked fullcheck (lesson 10 in full mode at two epochs, uncut: 6 minutes more).
 FULLCHECK_STEPS ?= 4
 fullcheck: install
 	$(PY) -m helpers.tools.fullcheck --out build/fullcheck --max-steps $(FULLCHECK_STEPS) $(FULLCHECK_ARGS)
+	$(PY) -m pytest -p no:cacheprovider -m fullcheck tests
 
 # A class of 30 learners logging in at once on a hub and the local Slurm (root; about 10 min):
 # login-to-server and engines-ready p50/p95, failures, peak memory, and nothing left afterwards.

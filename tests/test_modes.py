@@ -29,7 +29,8 @@ def _outputs(executed: Path) -> str:
                      for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
-@pytest.mark.parametrize("epochs", ["1", "2"])
+# one epoch (the class override) in every `make test`; two in `make fullcheck` (6 minutes here)
+@pytest.mark.parametrize("epochs", ["1", pytest.param("2", marks=pytest.mark.fullcheck)])
 def test_lesson_10_in_full_mode_at_50000_images(epochs, full_size_dir, tmp_path, monkeypatch, report):
     """Full mode, where 50,000 images made 1,562 small-batch updates against 16 x 97 = 1,552 and the
     proof failed on every GPU node: one epoch (the class override) of the real-size arithmetic. With
