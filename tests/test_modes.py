@@ -1,6 +1,5 @@
 """The modes a GPU class runs, at full data size, and proofs on a machine made 3x slower."""
 
-import json
 import os
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import nbformat
 import pytest
 
 from helpers.tools.course_run import run_notebook
-from helpers.tools.fullcheck import FULL_TEST, FULL_TRAIN, full_size_data, shapes_of, with_parameters
+from helpers.tools.fullcheck import FULL_TRAIN, full_size_data, shapes_of, with_parameters
 from tests.conftest import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -135,7 +134,7 @@ def _cgroup_version(root: Path = CGROUP_ROOT) -> int | None:
     return 1 if (root / "cpu" / "cpu.cfs_quota_us").exists() else None
 
 
-def _throttled(fraction: float, root: Path = CGROUP_ROOT, cpus: int | None = None) -> Path:
+def _throttled(fraction: float, root: Path = CGROUP_ROOT, cpus: int | None = None, name: str = "") -> Path:
     """A cgroup (root) holding its processes to `fraction` of this machine's CPUs: under the v1 cpu
     controller (cpu.cfs_quota_us), or on cgroup v2 a child of the hierarchy's root with the cpu
     controller enabled for its children and `cpu.max` set (the root's own processes stay where they are)."""
@@ -146,7 +145,7 @@ def _throttled(fraction: float, root: Path = CGROUP_ROOT, cpus: int | None = Non
         pytest.skip(f"needs root and a cgroup cpu controller to slow the machine down (cgroup {version})")
     quota = int((cpus or os.cpu_count()) * PERIOD_US * fraction)
     if version == 1:
-        group = root / "cpu" / f"course-slow-{os.getpid()}"
+        group = root / "cpu" / f"course-slow-{os.getpid()}{name}"
         group.mkdir(exist_ok=True)
         (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
         (group / "cpu.cfs_quota_us").write_text(str(quota))
@@ -157,7 +156,7 @@ def _throttled(fraction: float, root: Path = CGROUP_ROOT, cpus: int | None = Non
         except OSError as exc:
             (pytest.fail if os.environ.get("CI") else pytest.skip)(
                 f"cannot enable the cgroup v2 cpu controller for the children of {root}: {exc}")
-    group = root / f"course-slow-{os.getpid()}"
+    group = root / f"course-slow-{os.getpid()}{name}"
     group.mkdir(exist_ok=True)
     (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
     return group
@@ -206,27 +205,61 @@ def test_no_cpu_controller_is_a_skip_with_its_reason_or_a_failure_in_ci(tmp_path
         _throttled(1 / 3, root=tmp_path)
 
 
-@pytest.mark.parametrize("notebook", ["02_input_pipelines", "09_monitoring", "07_scaling_performance",
-                                      "12_strategy_tour", "14_predicting_scaling", "16_input_at_scale"])
-def test_timing_proofs_hold_on_a_machine_three_times_slower(notebook, tmp_path, report):
-    """The lessons whose proofs involve time, on this machine with a third of its CPU time (a cgroup
-    quota over the notebook and everything it starts: engines, workers)."""
-    group = _throttled(1 / 3)
+SLOW_NOTEBOOKS = ["02_input_pipelines", "09_monitoring", "07_scaling_performance", "12_strategy_tour",
+                  "14_predicting_scaling", "16_input_at_scale"]
+# Two at a time: each in its own cgroup held to a third of the CPUs, so two use two thirds and
+# neither waits for the other; the six take three notebooks' time instead of six.
+SLOW_AT_ONCE = 2
+
+
+def _run_slowed(notebook: str, out: Path, background: set[int]) -> tuple[int, str, dict, float | None]:
+    """`notebook` run by nbval in quick mode, it and everything it starts held to a third of the CPUs:
+    (exit status, output, the group's cpu.stat, CPU seconds)."""
+    group = _throttled(1 / 3, name=f"-{notebook[:2]}")
     try:
-        env = {**os.environ, "COURSE_MODE": "quick", "COURSE_FIGURES_DIR": str(tmp_path / "figures"),
-               "COURSE_OUTPUT_DIR": str(tmp_path / "output")}
-        done = subprocess.run(
+        env = {**os.environ, "COURSE_MODE": "quick", "COURSE_FIGURES_DIR": str(out / "figures"),
+               "COURSE_OUTPUT_DIR": str(out / "output")}
+        run = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
              "--nbval-cell-timeout=900", f"notebooks/{notebook}.ipynb"],
-            env=env, capture_output=True, text=True, timeout=1800, cwd=ROOT,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
             preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())))
+        background.add(run.pid)  # it outlives the test that started the pool
+        try:
+            output = run.communicate(timeout=1800)[0]
+        except subprocess.TimeoutExpired:
+            run.kill()
+            output = run.communicate()[0] + "\n(killed after 1800 s)"
+        finally:
+            background.discard(run.pid)
         periods, usage_s = _throttling(group)
     finally:
         try:
             group.rmdir()  # empty once the notebook's processes ended
         except OSError:
             pass
-    assert done.returncode == 0, done.stdout[-5000:]
+    return run.returncode, output, periods, usage_s
+
+
+@pytest.fixture(scope="module")
+def slowed_runs(tmp_path_factory, background_runs):
+    """Every slow-machine run, started together (SLOW_AT_ONCE at a time) when the first test asks."""
+    import concurrent.futures
+
+    _throttled(1 / 3, name="-probe").rmdir()  # skips, or fails in CI, before anything starts
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=SLOW_AT_ONCE)
+    runs = {name: pool.submit(_run_slowed, name, tmp_path_factory.mktemp(f"slow-{name[:2]}"), background_runs)
+            for name in SLOW_NOTEBOOKS}
+    yield runs
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("notebook", SLOW_NOTEBOOKS)
+def test_timing_proofs_hold_on_a_machine_three_times_slower(notebook, slowed_runs, report):
+    """The lessons whose proofs involve time, on this machine with a third of its CPU time (a cgroup
+    quota over the notebook and everything it starts: engines, workers)."""
+    status, output, periods, usage_s = slowed_runs[notebook].result()
+    assert status == 0, output[-5000:]
     assert int(periods["nr_throttled"]) > 0, f"the quota never held the notebook back: {periods}"
     report(f"{notebook} with a third of the CPU: passed; throttled in {periods['nr_throttled']} of "
            f"{periods['nr_periods']} periods" + (f", {usage_s:.0f} s CPU" if usage_s else ""))
