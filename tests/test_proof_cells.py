@@ -2796,3 +2796,63 @@ def test_lesson_12_solution_1_checks_the_device_of_the_single_copy(variant, matc
         assert failure is None
     else:
         assert failure and match in failure
+
+
+LESSON_12_ASYNC = """
+import json, sys
+import time, keras, numpy as np, tensorflow as tf
+from keras import layers
+import socket
+from helpers.data import ensure_data
+from tests.test_proof_cells import _cell_defining
+name, variant = "12_strategy_tour.ipynb", sys.argv[1]
+ports = []
+for _ in range(3):  # free ports, held open until all are picked so that they differ
+    s = socket.socket(); s.bind(("localhost", 0)); ports.append(s)
+addresses = [f"localhost:{s.getsockname()[1]}" for s in ports]
+[s.close() for s in ports]
+spec = tf.train.ClusterSpec({"worker": addresses[:2], "ps": addresses[2:]})
+config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)  # fewer threads than workers + 1 can hang
+servers = [tf.distribute.Server(spec, job_name=job, task_index=i, protocol="grpc", config=config, start=True)
+           for job, i in (("worker", 0), ("worker", 1), ("ps", 0))]  # in this process, as the lesson's engines run them
+resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+ns = {"tf": tf, "keras": keras, "layers": layers, "resolver": resolver, "LEARNING_RATE": 0.05, "LIMIT": 2048,
+      "DATA_DIR": str(ensure_data(True).data_dir), "BATCH": 64, "STEPS": 40, "PS_WORKERS": 2, "print": lambda *a, **k: None}
+body = lambda marker: _cell_defining(name, marker).split(chr(10), 1)[1]  # without its %%px_chief line
+exec(_cell_defining(name, "def plain_cnn"), ns)
+exec(body("ParameterServerStrategy(resolver)"), ns)
+exec(body("def dataset_fn():"), ns)
+step = body("def async_step")
+if variant == "no update":
+    step = step.replace("        optimizer.apply_gradients(zip(grads, model.trainable_variables))" + chr(10), "")
+exec(step, ns)
+exec(body("coordinator.join()  # waits for every scheduled step"), ns)
+print("RESULT " + json.dumps({k: ns[k] for k in ("async_log", "staleness", "applied_updates", "optimizer_count")}))
+"""
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("no update", "the optimizer counted 0")])
+def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant, match):
+    """Lesson 12's chief cells (strategy, dataset_fn, async_step, the scheduling loop) on an in-process
+    cluster of 2 workers and 1 parameter server. With `apply_gradients` deleted from `async_step` the
+    counter still counts one update per step; the proof must fail on the optimizer's count (0), and,
+    with that count taken from a correct run, on the loss, which no longer falls."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_12_ASYNC, variant], capture_output=True, text=True,
+                          timeout=180, cwd=ROOT, env={**os.environ})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ran = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    spans = [(start, end) for *_, start, end in ran["async_log"]]
+    losses = [loss for loss, *_ in ran["async_log"]]
+    namespace = {**OK["12_strategy_tour.ipynb"], **ran, "first": np.mean(losses[:5]), "last": np.mean(losses[-5:]),
+                 "overlapping": sum(1 for i, (s, e) in enumerate(spans) for s2, e2 in spans[i + 1:] if s2 < e and s < e2)}
+    assert ran["applied_updates"] == len(losses) + 2  # the counter counts either way
+    _holds_unless(match, _run, "12_strategy_tour.ipynb", namespace)
+    if match is not None:
+        optimizer_count = OK["12_strategy_tour.ipynb"]["optimizer_count"]
+        _holds_unless("did not lower its loss", _run, "12_strategy_tour.ipynb", {**namespace, "optimizer_count": optimizer_count})
