@@ -2743,11 +2743,22 @@ if variant.startswith("solution 1"):
     except AssertionError as exc:
         print("RESULT " + json.dumps(str(exc)))
     sys.exit()
-rate = {"trains": 0.05, "rate 0": 0.0}[variant]
+rate = 0.0 if variant == "rate 0" else 0.05
 ns.update(dataset=ensure_data(True), settings=SimpleNamespace(train_examples=2048), STEPS=40, BATCH=64,
           LEARNING_RATE=rate)
 exec(_cell_defining(name, "def plain_cnn"), ns)
 exec(_cell_defining(name, "def fit_under"), ns)
+if variant.startswith("solution 2"):  # the statistics' aggregation set, or the line that sets it deleted
+    ns.update(math=__import__("math"), central=tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))
+    source = _solution(name, 2)
+    if variant != "solution 2":
+        source = source.replace('kwargs["aggregation"] = "mean"', 'pass')
+    try:
+        exec(source, ns)
+        print("RESULT " + json.dumps(None))
+    except (AssertionError, ValueError) as exc:
+        print("RESULT " + json.dumps(type(exc).__name__ + ": " + str(exc)[:300]))
+    sys.exit()
 run = ns["fit_under"](tf.distribute.OneDeviceStrategy(devices[0]))
 print("RESULT " + json.dumps({"before": run["before"], "evaluated": run["evaluated"]}))
 """
@@ -2856,3 +2867,14 @@ def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant,
     if match is not None:
         optimizer_count = OK["12_strategy_tour.ipynb"]["optimizer_count"]
         _holds_unless("did not lower its loss", _run, "12_strategy_tour.ipynb", {**namespace, "optimizer_count": optimizer_count})
+
+
+@pytest.mark.parametrize("variant,match", [("solution 2", None), ("solution 2, no aggregation", "aggregation")])
+def test_lesson_12_solution_2_fails_without_the_statistics_aggregation(variant, match):
+    """Solution 2 on 2 logical CPUs passes; with the line giving the moving statistics an aggregation
+    deleted, batch norm must fail under CentralStorageStrategy again, and the solution with it."""
+    failure = _lesson_12_real(variant)
+    if match is None:
+        assert failure is None
+    else:
+        assert failure and match in failure
