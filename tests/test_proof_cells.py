@@ -1854,6 +1854,23 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weigh
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "PATH"}}
 
 
+
+@pytest.mark.parametrize("steps_run,loss,said", [
+    (32, [2.3106], "only a finite loss is proven"),  # COURSE_EPOCHS=1 in quick mode: one epoch, no trend
+    (32, [2.3122, 2.3106], "only a finite loss that fell is proven"),  # 4 workers in quick mode
+    (64, [2.3122, 1.6], None)], ids=["one epoch of 32 steps", "two epochs of 16", "64 steps: checked"])
+def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run, loss, said, capsys):
+    """Review 11 and Q1: under 50 steps the learning check is skipped, so a loss at ln 10 (a model that
+    learnt nothing) passes; the proof must say so, and hold a run of 50 steps or more to it."""
+    _run("08_batch_job.ipynb", {**OK["08_batch_job.ipynb"], "steps_run": steps_run,
+                                "result": {"workers": 2, "replicas": 2, "loss": loss}})
+    out = capsys.readouterr().out
+    assert (f"learning NOT checked: {steps_run} steps" in out and said in out) if said else "NOT checked" not in out, out
+    if said is None:  # the same loss at ln 10 after 64 steps fails
+        with pytest.raises(AssertionError, match="learnt nothing"):
+            _run("08_batch_job.ipynb", {**OK["08_batch_job.ipynb"], "steps_run": 64,
+                                        "result": {"workers": 2, "replicas": 2, "loss": [2.3122, 2.3106]}})
+
 @pytest.mark.parametrize("changes,match", [
     ({}, None),
     ({"kept_by_1": "run dir"}, "only the chief's model"),  # rank 1 on node2 saved into the shared run directory
@@ -1890,6 +1907,30 @@ def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(he
                traces={"starved": {"input_share": 0.6612, "step_s": 0.752, "steps": 8},
                        "healthy": {"input_share": 0.0204, "step_s": healthy_step_s, "steps": 8}})
     _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
+
+
+@pytest.mark.multiprocess
+def test_lesson_09_healthy_pipeline_without_its_cache_fails_the_proof(tmp_path, monkeypatch):
+    """Lesson 09 run for real with `.cache()` taken out of the healthy pipeline (parallel reads and
+    prefetch kept): the traced second epoch then reads every image again, and the proof's "wait far
+    less" fails (review items 14 and R1: a review's run waited 57.5 % against the starved 77.9 %).
+    The cache is what the lesson credits; the pipeline as written runs in the lesson under nbval."""
+    from helpers.tools.course_run import run_notebook
+
+    nb = nbformat.read(NOTEBOOKS / "09_monitoring.ipynb", as_version=4)
+    old = ".cache().repeat().batch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)"
+    cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source and "def healthy" in c.source)
+    cell.source = cell.source.replace(old, old.replace(".cache()", "", 1))
+    proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "wait far less" in c.source)
+    nb.cells = nb.cells[:proof + 1]  # nothing after the proof
+    for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    variant = tmp_path / "nb" / "09_monitoring.ipynb"
+    variant.parent.mkdir()
+    nbformat.write(nb, variant)
+    (tmp_path / "out").mkdir()
+    status, seconds, detail = run_notebook(variant, tmp_path / "out", timeout=600)
+    assert status == "FAILED" and "wait far less" in detail, (status, detail)
 
 
 def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",)) -> dict:
