@@ -83,7 +83,7 @@ OK: dict[str, dict] = {
                                          "moved vs float32": 1.01}},
         "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328}},
     "05_sync_batch_norm.ipynb": {
-        "strategy": _strategy(2), "forward_all_reduces": 3, "spread_plain": 0.05, "spread_sync": 0.0,
+        "strategy": _strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
                  "ordinary vs global": 2.0}},
     "06_fault_tolerance.ipynb": {
@@ -427,7 +427,9 @@ BROKEN: list[tuple[str, dict, str]] = [
      "differ from the global statistics"),
     ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs own": 1.0}},
      "each replica's own statistics"),
-    ("05_sync_batch_norm.ipynb", {"forward_all_reduces": 1}, "3 all-reduces"),
+    ("05_sync_batch_norm.ipynb", {"all_reduces": 2}, "3 all-reduces"),
+    ("05_sync_batch_norm.ipynb", {"all_reduces": 7}, "3 all-reduces"),  # review P1: 7 // 2 == 3 passed before
+    ("05_sync_batch_norm.ipynb", {"moved_sync": 0.0}, "never moved"),  # review P2: identical zeros
     ("05_sync_batch_norm.ipynb", {"spread_plain": 0.0}, "different statistics"),
     ("05_sync_batch_norm.ipynb", {"spread_sync": 0.01}, "identical statistics"),
     ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
@@ -1117,7 +1119,7 @@ def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
     ("04_custom_training_loop.ipynb", {"strategy": _strategy(1), "wrong_gap": 0.0}),
     ("12_strategy_tour.ipynb", {"replicas": 1, "central_bn_error": None,
                                 "copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}),
-    ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1), "spread_plain": 0.0,
+    ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1), "spread_plain": 0.0, "all_reduces": 3,
                                   "gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 1e-7}})])
 def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, one_replica, capsys):
     _run(name, {"math": math, **OK[name], **one_replica})
@@ -1820,15 +1822,43 @@ class _Model:
     (([0.1], [0.4]), ([0.2], [0.2]), 6, None),
     (([0.1], [0.4]), ([0.2], [0.21]), 6, "identical statistics"),  # the synchronized layer kept its own
     (([0.1], [0.1]), ([0.2], [0.2]), 6, "different statistics"),
-    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces")],  # one all-reduce on each replica
-    ids=["as trained", "sync spread", "plain alike", "one all-reduce"])
+    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces"),  # one all-reduce on each replica
+    (([0.1], [0.4]), ([0.2], [0.2]), 7, "3 all-reduces"),  # review P1: one extra call, 7 // 2 == 3
+    (([0.1], [0.4]), ([0.0], [0.0]), 6, "never moved")],  # review P2: BN layers frozen (trainable=False)
+    ids=["as trained", "sync spread", "plain alike", "one all-reduce", "seven calls", "sync frozen at zero"])
 def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(plain, synced, calls, match):
     ok = OK["05_sync_batch_norm.ipynb"]
     raw = {"strategy": _ONE_REPLICA_EACH, "gaps": ok["gaps"], "all_reduce_calls": list(range(calls)),
            "keras": SimpleNamespace(layers=SimpleNamespace(BatchNormalization=_BN)),
            "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain))},
                     "synchronized BN": {"model": _Model(_BN(*synced), object())}}}
+    raw["np"] = np  # the gathering cell's helper is the cell before it, defined on the same planted names
+    exec(next(c for c in _code_cells("05_sync_batch_norm.ipynb") if c.startswith("def replica_spread")), raw)
     _holds_unless(match, _gather_and_prove, "05_sync_batch_norm.ipynb", raw)
+
+
+@pytest.mark.multiprocess
+def test_lesson_05_synchronized_layers_that_never_train_fail_the_proof(tmp_path, monkeypatch):
+    """Lesson 05 run for real with the synchronized model's BN layers frozen (`trainable = False`: Keras
+    then runs them in inference mode, batch_normalization.py:363, and their moving means stay at their
+    initial zeros): identical zeros on every replica used to pass "identical statistics" (review P2);
+    the proof must now fail on "never moved"."""
+    from helpers.tools.course_run import run_notebook
+
+    nb = nbformat.read(NOTEBOOKS / "05_sync_batch_norm.ipynb", as_version=4)
+    old = "        layer.synchronized = True\n"
+    cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source)
+    cell.source = cell.source.replace(old, old + "        layer.trainable = False\n")
+    proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "never moved" in c.source)
+    nb.cells = nb.cells[:proof + 1]  # nothing after the proof
+    for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    variant = tmp_path / "nb" / "05_sync_batch_norm.ipynb"
+    variant.parent.mkdir()
+    nbformat.write(nb, variant)
+    (tmp_path / "out").mkdir()
+    status, seconds, detail = run_notebook(variant, tmp_path / "out", timeout=900)
+    assert status == "FAILED" and "never moved" in detail, (status, detail)
 
 
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
