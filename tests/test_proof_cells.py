@@ -83,7 +83,7 @@ OK: dict[str, dict] = {
                                          "moved vs float32": 1.01}},
         "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328}},
     "05_sync_batch_norm.ipynb": {
-        "strategy": _strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02,
+        "strategy": _strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02, "same_start": True,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
                  "ordinary vs global": 2.0}},
     "06_fault_tolerance.ipynb": {
@@ -430,6 +430,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("05_sync_batch_norm.ipynb", {"all_reduces": 2}, "3 all-reduces"),
     ("05_sync_batch_norm.ipynb", {"all_reduces": 7}, "3 all-reduces"),  # review P1: 7 // 2 == 3 passed before
     ("05_sync_batch_norm.ipynb", {"moved_sync": 0.0}, "never moved"),  # review P2: identical zeros
+    ("05_sync_batch_norm.ipynb", {"same_start": False}, "same weights"),  # review P3: runs from different seeds
     ("05_sync_batch_norm.ipynb", {"spread_plain": 0.0}, "different statistics"),
     ("05_sync_batch_norm.ipynb", {"spread_sync": 0.01}, "identical statistics"),
     ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
@@ -1830,8 +1831,8 @@ def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(pla
     ok = OK["05_sync_batch_norm.ipynb"]
     raw = {"strategy": _ONE_REPLICA_EACH, "gaps": ok["gaps"], "all_reduce_calls": list(range(calls)),
            "keras": SimpleNamespace(layers=SimpleNamespace(BatchNormalization=_BN)),
-           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain))},
-                    "synchronized BN": {"model": _Model(_BN(*synced), object())}}}
+           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain)), "start": "s"},
+                    "synchronized BN": {"model": _Model(_BN(*synced), object()), "start": "s"}}}
     raw["np"] = np  # the gathering cell's helper is the cell before it, defined on the same planted names
     exec(next(c for c in _code_cells("05_sync_batch_norm.ipynb") if c.startswith("def replica_spread")), raw)
     _holds_unless(match, _gather_and_prove, "05_sync_batch_norm.ipynb", raw)
