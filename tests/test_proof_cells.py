@@ -1839,17 +1839,20 @@ def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(pla
 
 
 @pytest.mark.multiprocess
-def test_lesson_05_synchronized_layers_that_never_train_fail_the_proof(tmp_path, monkeypatch):
-    """Lesson 05 run for real with the synchronized model's BN layers frozen (`trainable = False`: Keras
-    then runs them in inference mode, batch_normalization.py:363, and their moving means stay at their
-    initial zeros): identical zeros on every replica used to pass "identical statistics" (review P2);
-    the proof must now fail on "never moved"."""
+@pytest.mark.parametrize("old,new,match", [
+    ("        layer.synchronized = True\n", "        layer.synchronized = True\n        layer.trainable = False\n", "never moved"),
+    ("    keras.utils.set_random_seed(7)", "    pass", "same weights")],  # review P3: no shared seed
+    ids=["synced BN frozen", "no shared seed"])
+def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, monkeypatch, old, new, match):
+    """Lesson 05 run for real (up to its proof) with the synchronized model's BN layers frozen
+    (`trainable = False`: Keras then runs them in inference mode, batch_normalization.py:363, and their
+    moving means stay at their initial zeros; identical zeros used to pass "identical statistics",
+    review P2), or without the shared seed (the two ResNet50s start from different weights, review P3)."""
     from helpers.tools.course_run import run_notebook
 
     nb = nbformat.read(NOTEBOOKS / "05_sync_batch_norm.ipynb", as_version=4)
-    old = "        layer.synchronized = True\n"
     cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source)
-    cell.source = cell.source.replace(old, old + "        layer.trainable = False\n")
+    cell.source = cell.source.replace(old, new)
     proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "never moved" in c.source)
     nb.cells = nb.cells[:proof + 1]  # nothing after the proof
     for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
@@ -1859,7 +1862,7 @@ def test_lesson_05_synchronized_layers_that_never_train_fail_the_proof(tmp_path,
     nbformat.write(nb, variant)
     (tmp_path / "out").mkdir()
     status, seconds, detail = run_notebook(variant, tmp_path / "out", timeout=900)
-    assert status == "FAILED" and "never moved" in detail, (status, detail)
+    assert status == "FAILED" and match in detail, (status, detail)
 
 
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
