@@ -166,8 +166,9 @@ def logical_gpu_memory_mib(total_mib: int | None, parts: int) -> int:
 def split_gpu(replicas: int) -> list:
     """Split the one visible GPU into `replicas` logical GPUs (memory limits from nvidia-smi).
 
-    MirroredStrategy then falls back from NCCL (which cannot reduce within one device) to
-    reduction to one device by itself. Memory growth is left off: the limits bound each part.
+    MirroredStrategy then all-reduces with TensorFlow's ring collectives instead of NCCL: it sees
+    more logical than physical GPUs (tensorflow/python/distribute/mirrored_strategy.py:393-399,
+    TF 2.21). Memory growth is left off: the limits bound each part.
     """
     os.environ.pop("TF_FORCE_GPU_ALLOW_GROWTH", None)
     tf = import_tensorflow()

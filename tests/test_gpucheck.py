@@ -123,3 +123,19 @@ def test_as_a_batch_job_on_simulated_gpus_it_names_the_cpu_build_and_its_nested_
     assert nested["status"] == "ok" and not nested["reason"], nested
     assert "--gpus-per-task=1" in nested["figures"]["options"] and "--exclusive=user" in nested["figures"]["options"]
     assert nested["figures"]["state"] == "COMPLETED" and (nested["figures"]["gres"] or "").startswith("gpu"), nested
+
+
+def test_the_nested_job_writes_no_slurm_out_file_where_it_was_submitted(monkeypatch):
+    """Slurm's default output, slurm-<job>.out in the submitting directory, once put slurm-2.out in the
+    repository's root (committed by mistake); the child job's one line is read by no one."""
+    import shutil
+
+    from helpers.tools import gpucheck
+
+    sent = []
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(gpucheck, "_run", lambda command, *a, **k: (sent.append(command) or (1, "", "refused")))
+    result = gpucheck.step_nested_job({}, timeout=5)
+    assert result["status"] == "failed" and sent and sent[0][0] == "sbatch", result
+    assert "--output=/dev/null" in sent[0], sent[0]

@@ -83,7 +83,7 @@ OK: dict[str, dict] = {
                                          "moved vs float32": 1.01}},
         "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328}},
     "05_sync_batch_norm.ipynb": {
-        "strategy": _strategy(2), "forward_all_reduces": 3, "spread_plain": 0.05, "spread_sync": 0.0,
+        "strategy": _strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02, "same_start": True,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
                  "ordinary vs global": 2.0}},
     "06_fault_tolerance.ipynb": {
@@ -432,7 +432,10 @@ BROKEN: list[tuple[str, dict, str]] = [
      "differ from the global statistics"),
     ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs own": 1.0}},
      "each replica's own statistics"),
-    ("05_sync_batch_norm.ipynb", {"forward_all_reduces": 1}, "3 all-reduces"),
+    ("05_sync_batch_norm.ipynb", {"all_reduces": 2}, "3 all-reduces"),
+    ("05_sync_batch_norm.ipynb", {"all_reduces": 7}, "3 all-reduces"),  # review P1: 7 // 2 == 3 passed before
+    ("05_sync_batch_norm.ipynb", {"moved_sync": 0.0}, "never moved"),  # review P2: identical zeros
+    ("05_sync_batch_norm.ipynb", {"same_start": False}, "same weights"),  # review P3: runs from different seeds
     ("05_sync_batch_norm.ipynb", {"spread_plain": 0.0}, "different statistics"),
     ("05_sync_batch_norm.ipynb", {"spread_sync": 0.01}, "identical statistics"),
     ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
@@ -1143,7 +1146,7 @@ def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
     ("04_custom_training_loop.ipynb", {"strategy": _strategy(1), "wrong_gap": 0.0}),
     ("12_strategy_tour.ipynb", {"replicas": 1, "central_bn_error": None, "central_mean": 2.0,
                                 "copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}),
-    ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1), "spread_plain": 0.0,
+    ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1), "spread_plain": 0.0, "all_reduces": 3,
                                   "gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 1e-7}})])
 def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, one_replica, capsys):
     _run(name, {"math": math, **OK[name], **one_replica})
@@ -1876,15 +1879,46 @@ class _Model:
     (([0.1], [0.4]), ([0.2], [0.2]), 6, None),
     (([0.1], [0.4]), ([0.2], [0.21]), 6, "identical statistics"),  # the synchronized layer kept its own
     (([0.1], [0.1]), ([0.2], [0.2]), 6, "different statistics"),
-    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces")],  # one all-reduce on each replica
-    ids=["as trained", "sync spread", "plain alike", "one all-reduce"])
+    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces"),  # one all-reduce on each replica
+    (([0.1], [0.4]), ([0.2], [0.2]), 7, "3 all-reduces"),  # review P1: one extra call, 7 // 2 == 3
+    (([0.1], [0.4]), ([0.0], [0.0]), 6, "never moved")],  # review P2: BN layers frozen (trainable=False)
+    ids=["as trained", "sync spread", "plain alike", "one all-reduce", "seven calls", "sync frozen at zero"])
 def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(plain, synced, calls, match):
     ok = OK["05_sync_batch_norm.ipynb"]
     raw = {"strategy": _ONE_REPLICA_EACH, "gaps": ok["gaps"], "all_reduce_calls": list(range(calls)),
            "keras": SimpleNamespace(layers=SimpleNamespace(BatchNormalization=_BN)),
-           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain))},
-                    "synchronized BN": {"model": _Model(_BN(*synced), object())}}}
+           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain)), "start": "s"},
+                    "synchronized BN": {"model": _Model(_BN(*synced), object()), "start": "s"}}}
+    raw["np"] = np  # the gathering cell's helper is the cell before it, defined on the same planted names
+    exec(next(c for c in _code_cells("05_sync_batch_norm.ipynb") if c.startswith("def replica_spread")), raw)
     _holds_unless(match, _gather_and_prove, "05_sync_batch_norm.ipynb", raw)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("old,new,match", [
+    ("        layer.synchronized = True\n", "        layer.synchronized = True\n        layer.trainable = False\n", "never moved"),
+    ("    keras.utils.set_random_seed(7)", "    pass", "same weights")],  # review P3: no shared seed
+    ids=["synced BN frozen", "no shared seed"])
+def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, monkeypatch, old, new, match):
+    """Lesson 05 run for real (up to its proof) with the synchronized model's BN layers frozen
+    (`trainable = False`: Keras then runs them in inference mode, batch_normalization.py:363, and their
+    moving means stay at their initial zeros; identical zeros used to pass "identical statistics",
+    review P2), or without the shared seed (the two ResNet50s start from different weights, review P3)."""
+    from helpers.tools.course_run import run_notebook
+
+    nb = nbformat.read(NOTEBOOKS / "05_sync_batch_norm.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source)
+    cell.source = cell.source.replace(old, new)
+    proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "never moved" in c.source)
+    nb.cells = nb.cells[:proof + 1]  # nothing after the proof
+    for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    variant = tmp_path / "nb" / "05_sync_batch_norm.ipynb"
+    variant.parent.mkdir()
+    nbformat.write(nb, variant)
+    (tmp_path / "out").mkdir()
+    status, seconds, detail = run_notebook(variant, tmp_path / "out", timeout=900)
+    assert status == "FAILED" and match in detail, (status, detail)
 
 
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
@@ -1909,6 +1943,23 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weigh
             "result": {"workers": 2, "replicas": 2, "loss": [2.3, 1.6], "steps_per_epoch": 32}, "markers": markers,
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "PATH"}}
 
+
+
+@pytest.mark.parametrize("steps_run,loss,said", [
+    (32, [2.3106], "only a finite loss is proven"),  # COURSE_EPOCHS=1 in quick mode: one epoch, no trend
+    (32, [2.3122, 2.3106], "only a finite loss that fell is proven"),  # 4 workers in quick mode
+    (64, [2.3122, 1.6], None)], ids=["one epoch of 32 steps", "two epochs of 16", "64 steps: checked"])
+def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run, loss, said, capsys):
+    """Review 11 and Q1: under 50 steps the learning check is skipped, so a loss at ln 10 (a model that
+    learnt nothing) passes; the proof must say so, and hold a run of 50 steps or more to it."""
+    _run("08_batch_job.ipynb", {**OK["08_batch_job.ipynb"], "steps_run": steps_run,
+                                "result": {"workers": 2, "replicas": 2, "loss": loss}})
+    out = capsys.readouterr().out
+    assert (f"learning NOT checked: {steps_run} steps" in out and said in out) if said else "NOT checked" not in out, out
+    if said is None:  # the same loss at ln 10 after 64 steps fails
+        with pytest.raises(AssertionError, match="learnt nothing"):
+            _run("08_batch_job.ipynb", {**OK["08_batch_job.ipynb"], "steps_run": 64,
+                                        "result": {"workers": 2, "replicas": 2, "loss": [2.3122, 2.3106]}})
 
 @pytest.mark.parametrize("changes,match", [
     ({}, None),
@@ -1946,6 +1997,30 @@ def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(he
                traces={"starved": {"input_share": 0.6612, "step_s": 0.752, "steps": 8},
                        "healthy": {"input_share": 0.0204, "step_s": healthy_step_s, "steps": 8}})
     _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
+
+
+@pytest.mark.multiprocess
+def test_lesson_09_healthy_pipeline_without_its_cache_fails_the_proof(tmp_path, monkeypatch):
+    """Lesson 09 run for real with `.cache()` taken out of the healthy pipeline (parallel reads and
+    prefetch kept): the traced second epoch then reads every image again, and the proof's "wait far
+    less" fails (review items 14 and R1: a review's run waited 57.5 % against the starved 77.9 %).
+    The cache is what the lesson credits; the pipeline as written runs in the lesson under nbval."""
+    from helpers.tools.course_run import run_notebook
+
+    nb = nbformat.read(NOTEBOOKS / "09_monitoring.ipynb", as_version=4)
+    old = ".cache().repeat().batch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)"
+    cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source and "def healthy" in c.source)
+    cell.source = cell.source.replace(old, old.replace(".cache()", "", 1))
+    proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "wait far less" in c.source)
+    nb.cells = nb.cells[:proof + 1]  # nothing after the proof
+    for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    variant = tmp_path / "nb" / "09_monitoring.ipynb"
+    variant.parent.mkdir()
+    nbformat.write(nb, variant)
+    (tmp_path / "out").mkdir()
+    status, seconds, detail = run_notebook(variant, tmp_path / "out", timeout=600)
+    assert status == "FAILED" and "wait far less" in detail, (status, detail)
 
 
 def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",), rate=0.1,

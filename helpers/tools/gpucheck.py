@@ -182,8 +182,10 @@ def step_nested_job(results: dict, timeout: float, wait_s: float = 120.0) -> dic
     from ..slurm.submit import job_environment, job_options
 
     options = job_options()
+    # --output: nothing reads the child's one line (scontrol gives the figures); Slurm's default
+    # slurm-<job>.out would land in the submitting directory, the repository's root in the tests
     code, out, err = _run(["sbatch", "--parsable", "--ntasks=1", "--time=5", "--job-name=course-gpucheck-child",
-                           *options, "--wrap", "echo CHILD_GPUS=${CUDA_VISIBLE_DEVICES:-none}"],
+                           "--output=/dev/null", *options, "--wrap", "echo CHILD_GPUS=${CUDA_VISIBLE_DEVICES:-none}"],
                           min(timeout, 60), job_environment({}))
     job = out.strip().split(";")[0]
     if code != 0 or not job:
