@@ -1904,21 +1904,30 @@ def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, mo
     (`trainable = False`: Keras then runs them in inference mode, batch_normalization.py:363, and their
     moving means stay at their initial zeros; identical zeros used to pass "identical statistics",
     review P2), or without the shared seed (the two ResNet50s start from different weights, review P3)."""
+    status, detail = _run_edited_to_its_proof("05_sync_batch_norm.ipynb", old, new, "never moved", tmp_path,
+                                              monkeypatch, timeout=900)
+    assert status == "FAILED" and match in detail, (status, detail)
+
+
+def _run_edited_to_its_proof(notebook: str, old: str, new: str, proof_mark: str, tmp_path, monkeypatch,
+                             timeout: float, where: str = "") -> tuple[str, str]:
+    """(status, detail) of `notebook` run for real up to its proof cell (the last code cell holding
+    `proof_mark`), with `old` replaced by `new` in the code cell holding both `old` and `where`."""
     from helpers.tools.course_run import run_notebook
 
-    nb = nbformat.read(NOTEBOOKS / "05_sync_batch_norm.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source)
-    cell.source = cell.source.replace(old, new)
-    proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "never moved" in c.source)
+    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source and where in c.source)
+    cell.source = cell.source.replace(old, new, 1)
+    proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and proof_mark in c.source)
     nb.cells = nb.cells[:proof + 1]  # nothing after the proof
     for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
-    variant = tmp_path / "nb" / "05_sync_batch_norm.ipynb"
+    variant = tmp_path / "nb" / notebook
     variant.parent.mkdir()
     nbformat.write(nb, variant)
     (tmp_path / "out").mkdir()
-    status, seconds, detail = run_notebook(variant, tmp_path / "out", timeout=900)
-    assert status == "FAILED" and match in detail, (status, detail)
+    status, _, detail = run_notebook(variant, tmp_path / "out", timeout=timeout)
+    return status, detail
 
 
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
@@ -2005,21 +2014,9 @@ def test_lesson_09_healthy_pipeline_without_its_cache_fails_the_proof(tmp_path, 
     prefetch kept): the traced second epoch then reads every image again, and the proof's "wait far
     less" fails (review items 14 and R1: a review's run waited 57.5 % against the starved 77.9 %).
     The cache is what the lesson credits; the pipeline as written runs in the lesson under nbval."""
-    from helpers.tools.course_run import run_notebook
-
-    nb = nbformat.read(NOTEBOOKS / "09_monitoring.ipynb", as_version=4)
     old = ".cache().repeat().batch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)"
-    cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source and "def healthy" in c.source)
-    cell.source = cell.source.replace(old, old.replace(".cache()", "", 1))
-    proof = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "wait far less" in c.source)
-    nb.cells = nb.cells[:proof + 1]  # nothing after the proof
-    for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
-    variant = tmp_path / "nb" / "09_monitoring.ipynb"
-    variant.parent.mkdir()
-    nbformat.write(nb, variant)
-    (tmp_path / "out").mkdir()
-    status, seconds, detail = run_notebook(variant, tmp_path / "out", timeout=600)
+    status, detail = _run_edited_to_its_proof("09_monitoring.ipynb", old, old.replace(".cache()", "", 1),
+                                              "wait far less", tmp_path, monkeypatch, timeout=600, where="def healthy")
     assert status == "FAILED" and "wait far less" in detail, (status, detail)
 
 

@@ -22,6 +22,7 @@ from helpers.errors import CourseError
 from helpers.settings import SCOPES, SETTINGS, check_class_value, source, text, value
 from helpers.tools.settings_report import checker, markdown
 from tests.conftest import run_cli, run_python
+from tests.test_package_layout import code_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("helpers", "course_server", "course_hub", "slurm", "notebooks", "tests", "Makefile", ".ci", "conftest.py", "pyproject.toml")
@@ -124,29 +125,14 @@ def direct_reads(source_: str, constants: dict[str, str]) -> list[tuple[int, str
     return reads
 
 
-def notebook_code(path: Path) -> list[tuple[int, str]]:
-    """(index, Python) of each code cell the kernel runs, IPython's magic and shell lines blanked;
-    %%writefile cells are left out (take-home programs, see above)."""
-    cells = json.loads(path.read_text())["cells"]
-    found = []
-    for index, cell in enumerate(cells):
-        source = "".join(cell["source"])
-        if cell["cell_type"] != "code" or source.startswith("%%writefile"):
-            continue
-        lines = [(line[:len(line) - len(line.lstrip())] + "pass") if line.lstrip().startswith(("%", "!")) else line
-                 for line in source.splitlines()]
-        found.append((index, "\n".join(lines)))
-    return found
-
-
 def test_the_notebook_scan_sees_kernel_cells_and_leaves_take_home_programs(tmp_path):
     cells = [{"cell_type": "code", "source": ["%%px\n", "import os\n", "os.environ.get('@A')\n"]},
              {"cell_type": "code", "source": ["%%writefile job.py\n", "import os\n", "os.environ['@B']\n"]},
              {"cell_type": "markdown", "source": ["os.environ['@C']"]}]
     path = tmp_path / "lesson.ipynb"
     path.write_text(json.dumps({"cells": cells}).replace("@", FAKE))
-    found = [(index, name) for index, code in notebook_code(path) for _, name in direct_reads(code, {})]
-    assert found == [(0, FAKE + "A")], found
+    found = [name for _, name in direct_reads(code_cells(path), {})]
+    assert found == [FAKE + "A"], found
 
 
 def test_the_read_scan_finds_reads_around_the_table():
@@ -169,10 +155,9 @@ def test_every_read_in_python_goes_through_the_table(capsys):
             reason = next((r for prefix, r in NOT_ROUTED.items() if where.startswith(prefix)), None)
             (allowed if reason else around)[where] = reads
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        for index, code in notebook_code(path):
-            reads = direct_reads(code, constants)
-            if reads:
-                around[f"{path.relative_to(ROOT)} cell {index}"] = reads
+        reads = direct_reads(code_cells(path), constants)  # the kernel's Python, %%writefile programs left out
+        if reads:
+            around[str(path.relative_to(ROOT))] = reads
     assert not around, f"COURSE_* read around helpers.settings (use settings.value/text): {around}"
     with capsys.disabled():
         print(f"\nnot routed yet (NOT_ROUTED): {json.dumps({k: len(v) for k, v in sorted(allowed.items())})}")
