@@ -55,10 +55,11 @@ course: install
 site: install
 	$(PY) -m helpers.tools.site --notebooks build/notebooks --out build/site
 
-# the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test
+# the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test;
+# two pytest streams side by side: the tests on the local Slurm (or with a second Unix user), and the rest
 test: install
 	rm -rf build/nbval
-	COURSE_DURATIONS=$(CURDIR)/build/test-durations.json COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 -m "not fullcheck" $(PYTEST_ARGS)
+	COURSE_DURATIONS=$(CURDIR)/build/test-durations.json COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m tests.streams tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 -m "not fullcheck" $(PYTEST_ARGS)
 
 # after a full `make test` on the reference machine: keep its durations as the run the next one is compared with
 durations-record:

@@ -72,8 +72,17 @@ def pytest_runtest_setup(item):
         os.environ.update(saved)
 
 
+# what the machine has only one of: its local Slurm (the bridge, the namespaces), a second Unix user
+MACHINE_WIDE_FIXTURES = {"slurm", "other_user"}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Tests that read what the nbval pass executed run after it."""
+    """Tests that read what the nbval pass executed run after it. Tests that use what the machine has only
+    one of are marked `machine_wide`: `make test` runs them in a stream of their own (tests/streams.py)."""
+    for item in items:
+        if MACHINE_WIDE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.machine_wide)
     last = [item for item in items if item.get_closest_marker("after_notebooks")]
     items[:] = [item for item in items if item not in last] + last
 
@@ -108,7 +117,7 @@ def pytest_runtest_makereport(item, call):
 
 def _ran(stats: dict) -> list[str]:
     names = {getattr(report, "nodeid", "").split("::")[0].rsplit("/", 1)[-1]
-             for reports in stats.values() for report in reports}
+             for outcome, reports in stats.items() if outcome != "deselected" for report in reports}
     return [name for name in LOCAL_PATH_LESSONS if name in names]
 
 

@@ -139,7 +139,6 @@ def measure(steps: int = 12) -> dict[str, float]:
     from . import environment
 
     environment.local_replicas(2)
-    import keras
     import tensorflow as tf
 
     from . import lesson

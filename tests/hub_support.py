@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, cmdline
+from tests.conftest import ROOT, apt_install, cmdline
 
 BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes
 CHP_DIR = Path.home() / ".cache" / "tf-hpc-course" / "configurable-http-proxy"
@@ -55,8 +55,8 @@ def configurable_http_proxy() -> str:
         if shutil.which("npm") is None:
             if shutil.which("apt-get") is None:
                 pytest.fail("npm is missing and cannot be installed (no apt-get)")
-            subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm",
-                           shell=True, check=True, capture_output=True, timeout=900)
+            done = apt_install("npm")
+            assert done.returncode == 0, f"apt-get install npm failed: {done.stderr[-500:]}"
         CHP_DIR.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(["npm", "install", "--silent", "--prefix", str(CHP_DIR), "configurable-http-proxy@5"],
                               capture_output=True, text=True, timeout=600)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import ROOT, Lab
+from tests.conftest import ROOT, Lab, apt_install
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -37,8 +36,7 @@ def ensure_chromium() -> str:
     if not os.path.exists(CHROMIUM):
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
             _unavailable(f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get)")
-        done = subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium",
-                              shell=True, capture_output=True, text=True, timeout=900)
+        done = apt_install("chromium")
         if done.returncode != 0 or not os.path.exists(CHROMIUM):
             _unavailable(f"apt-get install chromium failed: {done.stderr[-500:]}")
     try:

@@ -39,3 +39,40 @@ def test_the_recorded_run_is_within_budget():
     assert verdict != "fail", why
     if verdict == "warn":
         warnings.warn(why)
+
+
+def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
+    """tests/streams.py: the caller's -m is joined with each stream's; the merged file is both streams'
+    tests under the wall time of the whole run, not the sum of the streams'."""
+    from tests import streams
+
+    args, markers = streams._split_markers(["tests", "-m", "not fullcheck", "-k", "x"])
+    assert args == ["tests", "-k", "x"] and markers == "not fullcheck"
+    commands = [streams._command(s, args, markers) for s in streams.STREAMS]
+    assert [c[-1] for c in commands] == ["(machine_wide) and (not fullcheck)", "(not machine_wide) and (not fullcheck)"]
+    files = {}
+    for name, tests in (("slurm", {"a": 5.0}), ("local", {"b": 7.0, "c": 1.0})):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(__import__("json").dumps({**_run(sum(tests.values()), tests), "outcomes": {"passed": len(tests)}}))
+    run = streams._merge(files, wall_s=9.0)
+    assert run["wall_s"] == 9.0 and run["tests_s"] == 13.0 and set(run["tests"]) == {"a", "b", "c"}
+    assert run["outcomes"] == {"passed": 3} and run["streams"]["local"]["tests"] == 2
+    files["slurm"].unlink()
+    assert streams._merge(files, wall_s=9.0) is None  # a stream that wrote nothing: no merged file
+
+
+def test_every_test_of_the_local_slurm_or_a_second_user_is_in_the_slurm_stream():
+    """The streams run side by side, so a test on the one local Slurm (or with a second Unix user) in the
+    other stream would start a second Slurm beside the first: collected, each is marked machine_wide."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
+                             "-m", "not machine_wide", "tests/test_slurm.py", "tests/test_hub.py", "tests/test_gpucheck.py",
+                             "tests/test_security_engines_privacy.py"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300).stdout
+    ids = [line for line in listed.splitlines() if "::" in line]
+    assert ids and all(line.startswith("tests/test_gpucheck.py") for line in ids), ids
+    assert not any("batch_job_on_simulated_gpus" in line for line in ids), ids  # gpucheck's Slurm test

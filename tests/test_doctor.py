@@ -3,7 +3,6 @@ planted fault named on its own line with a fix (one fault per check)."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys

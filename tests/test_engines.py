@@ -1,7 +1,6 @@
 """ipyparallel engines: start, ranks, TF_CONFIG, MWMS training through real `%%px` cells, and
 TensorFlow's custom-loop tutorial run unchanged on them."""
 
-import os
 from pathlib import Path
 
 import psutil
@@ -70,7 +69,6 @@ def test_engines_stop_when_a_notebook_cell_fails(tmp_path):
     """A notebook that starts engines and then fails leaves no engine behind."""
     import json
 
-    import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
     from nbformat.v4 import new_code_cell, new_notebook

@@ -20,7 +20,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -116,7 +115,7 @@ def test_four_learners_share_a_gpu_node_a_gpu_each_engines_at_once(slurm, tmp_pa
     assert sorted(g for g, _, _ in by_learner.values()) == ["0", "1", "2", "3"], by_learner  # distinct GPUs
     ports = [w for _, ws, _ in by_learner.values() for w in ws]
     assert len(ports) == len(set(ports)), f"two learners' workers on one port: {ports}"
-    report(f"GPU class day, 4 learners on node1 (--gpus=1 --ntasks=2 each, sbatch as the hub would): "
+    report("GPU class day, 4 learners on node1 (--gpus=1 --ntasks=2 each, sbatch as the hub would): "
            + "; ".join(f"job {job} GPU {g} engines ranks 0,1 at {', '.join(ws)} ({s:.1f} s to start)"
                        for job, (g, ws, s) in sorted(by_learner.items()))
            + f"; each process 12288 MiB, RING; {took:.1f} s in all")

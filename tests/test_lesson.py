@@ -159,7 +159,7 @@ def test_the_notebooks_lesson_cells_and_the_module_train_to_identical_weights():
     """The lesson module keeps the pieces the notebooks write out: the cells tagged `lesson`
     (01's model, 02's pipelines, 04's steps and loops, 05's ResNet50) and the module's
     functions train the same model on the same data to bit-identical weights."""
-    from conftest import ROOT, run_python
+    from conftest import ROOT
 
     notebooks = [str(ROOT / "notebooks" / n) for n in ("01_mirrored_strategy.ipynb", "02_input_pipelines.ipynb",
                                                        "04_custom_training_loop.ipynb", "05_sync_batch_norm.ipynb")]

@@ -29,7 +29,7 @@ import yaml
 
 from helpers.slurm.nodes import node_address
 from helpers.tools.course_run import lessons
-from tests.conftest import ROOT, squeue_empty
+from tests.conftest import ROOT, apt_install, squeue_empty
 from tests.hub_support import served_course, unix_learners
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
@@ -47,8 +47,8 @@ def ensure_ruby() -> str:
             if os.environ.get("CI"):
                 pytest.fail("the Open OnDemand test must run in CI: ruby is missing and cannot be installed")
             pytest.skip("ruby is missing and cannot be installed here (needs root and apt-get)")
-        subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby",
-                       shell=True, check=True, capture_output=True, timeout=900)
+        done = apt_install("ruby")
+        assert done.returncode == 0, f"apt-get install ruby failed: {done.stderr[-500:]}"
     return shutil.which("ruby")
 
 

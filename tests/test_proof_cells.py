@@ -2521,8 +2521,8 @@ def _check_18(*lines: str, workers: int = 2) -> str:
     runs = "1 worker: 7 s on vm" + (f"; {workers} workers: 12 s on vm" if workers > 1 else "")
     section = f"{workers} workers:" if workers > 1 else "1 worker (the reference):"
     failed = any(line.startswith("FAIL") for line in lines)
-    return "\n".join([f"check-script train.py: global batch 12, --batch-size (global), local processes; script options: "
-                      f"--data data.npz --out run", "  " + runs, section, *("  " + line for line in lines),
+    return "\n".join(["check-script train.py: global batch 12, --batch-size (global), local processes; script options: "
+                      "--data data.npz --out run", "  " + runs, section, *("  " + line for line in lines),
                       f"{'FAILED' if failed else 'passed'} in 20 s (what the command cannot see: docs/check-your-script.md)"])
 
 

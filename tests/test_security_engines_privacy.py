@@ -13,7 +13,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 
 ATTACKER = """
 import sys, time, zmq

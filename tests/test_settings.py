@@ -12,7 +12,6 @@ import ast
 import functools
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest

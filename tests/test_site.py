@@ -239,7 +239,7 @@ def _plant(notebook: Path, png: str) -> None:
         "text/plain": PLANTED["controller"],
         "text/html": f"<table><tr><td>{PLANTED['placement']}</td><td>{PLANTED['controller']}</td></tr></table>"})]
     code[3].outputs = [new_output("error", ename="CourseError", evalue=PLANTED["controller"],
-                                  traceback=[f'File "/home/zq7learner/tf-hpc-course/helpers/x.py", line 1'])]
+                                  traceback=['File "/home/zq7learner/tf-hpc-course/helpers/x.py", line 1'])]
     nbformat.write(nb, notebook)
 
 

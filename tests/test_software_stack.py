@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.conftest import apt_install
 from tests.test_notebook_programs import written_programs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_software_stack.ipynb"
@@ -36,8 +37,7 @@ def _lmod() -> None:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip("Lmod is not installed and cannot be installed here (needs root and apt-get)")
-    done = subprocess.run(["apt-get", "install", "-y", "-qq", "lmod"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    done = apt_install("lmod", timeout=600)
     assert done.returncode == 0 and LMOD.exists(), done.stderr[-2000:]
 
 

@@ -123,8 +123,9 @@ def _system_packages(quiet: bool) -> None:
         raise CourseError(f"Horovod's build needs {', '.join(missing)}: ask for them "
                           f"(`apt-get install {' '.join(missing)}`, or your centre's modules), then run this again")
     _say(quiet, f"installing {', '.join(missing)} with apt-get")
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    # under the lock every apt-get of the course's test suite takes (tests/conftest.py apt_install)
+    script = f"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {' '.join(missing)}"
+    subprocess.run(["flock", "/var/lock/course-apt.lock", "sh", "-c", script], check=True, stdout=subprocess.DEVNULL)
 
 
 def _patched_source(where: Path, quiet: bool) -> Path:

@@ -5,7 +5,6 @@ averaged over the global batch (`tf.nn.compute_average_loss`). A fixture of
 tests/test_check_script.py: the planted mistakes are edits of copies of this file.
 """
 import argparse
-import json
 import os
 
 import numpy as np

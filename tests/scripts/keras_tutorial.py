@@ -8,7 +8,6 @@ A fixture of tests/test_check_script.py: the planted mistakes are edits of copie
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 import tensorflow as tf

@@ -1,0 +1,111 @@
+"""`make test` as two pytest runs side by side: the tests that use what the machine has only one of
+(its local Slurm, a second Unix user; marked `machine_wide` at collection) in one, everything else in
+the other. The local Slurm's jobs, JupyterHub's spawns and the engines' start-ups mostly wait (the
+Slurm tests keep under one of the two cores busy), so the other stream's TensorFlow runs fill the
+time; each stream's leftover checks count only what that stream started (its own children, its own
+Slurm), so neither mistakes the other's processes for its own.
+
+Usage: `python -m tests.streams PYTEST_ARGS...` (make test). Each line is prefixed with its stream;
+each stream keeps its durations in build/test-durations-STREAM.json, and the run as a whole (wall time
+of both, every test) in `COURSE_DURATIONS`, summarised at the end against the recorded run. The exit
+status is the first failing stream's, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests import durations
+
+# stream name -> its part of the marker expression
+STREAMS = {"slurm": "machine_wide", "local": "not machine_wide"}
+
+
+def _command(stream: str, args: list[str], markers: str) -> list[str]:
+    expression = f"({STREAMS[stream]}) and ({markers})" if markers else STREAMS[stream]
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, "-m", expression]
+
+
+def _split_markers(args: list[str]) -> tuple[list[str], str]:
+    """The caller's `-m EXPR` (make test passes "not fullcheck"), taken out to be joined with a stream's."""
+    rest, markers = [], ""
+    items = iter(args)
+    for arg in items:
+        if arg == "-m":
+            markers = next(items, "")
+        elif arg.startswith("-m") and len(arg) > 2:
+            markers = arg[2:]
+        else:
+            rest.append(arg)
+    return rest, markers
+
+
+def _relay(stream: str, proc: subprocess.Popen, lock: threading.Lock) -> None:
+    tag = f"[{stream}] "
+    for line in proc.stdout:
+        with lock:
+            sys.stdout.write(tag + line)
+            sys.stdout.flush()
+
+
+def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
+    runs = {name: durations.load(path) for name, path in files.items()}
+    if not all(runs.values()):
+        return None
+    tests = {k: v for run in runs.values() for k, v in run["tests"].items()}
+    outcomes: dict[str, int] = {}
+    for run in runs.values():
+        for outcome, count in run["outcomes"].items():
+            outcomes[outcome] = outcomes.get(outcome, 0) + count
+    first = next(iter(runs.values()))
+    return {**first, "wall_s": round(wall_s, 1), "tests_s": round(sum(tests.values()), 1),
+            "outcomes": dict(sorted(outcomes.items())), "tests": dict(sorted(tests.items())),
+            "streams": {name: {"wall_s": run["wall_s"], "tests": len(run["tests"])} for name, run in runs.items()}}
+
+
+def main(argv: list[str]) -> int:
+    args, markers = _split_markers(argv)
+    target = Path(os.environ.get("COURSE_DURATIONS", "build/test-durations.json"))
+    files = {name: target.with_name(f"{target.stem}-{name}{target.suffix}") for name in STREAMS}
+    for path in files.values():
+        path.unlink(missing_ok=True)
+    started = time.monotonic()
+    lock = threading.Lock()
+    procs, relays = {}, []
+    for stream in STREAMS:
+        # each stream's own summary compares with nothing: the recorded run is both streams together
+        env = {**os.environ, "COURSE_DURATIONS": str(files[stream]), "COURSE_DURATIONS_BEFORE": os.devnull}
+        procs[stream] = subprocess.Popen(_command(stream, args, markers), env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True, bufsize=1)
+        relays.append(threading.Thread(target=_relay, args=(stream, procs[stream], lock), daemon=True))
+        relays[-1].start()
+    codes = {stream: proc.wait() for stream, proc in procs.items()}
+    for relay in relays:
+        relay.join(timeout=30)
+    wall = time.monotonic() - started
+    print(f"\n==== both streams: {', '.join(f'{s} exit {c}' for s, c in codes.items())}; {wall / 60:.1f} min wall")
+    run = _merge(files, wall)
+    if run is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(run, indent=1) + "\n")
+        before = durations.load(Path(os.environ.get("COURSE_DURATIONS_BEFORE", durations.RECORDED)))
+        print(f"==== where the time went, both streams (kept in {target})")
+        for name, part in run["streams"].items():
+            print(f"{name} stream: {part['wall_s'] / 60:.1f} min wall, {part['tests']} tests")
+        for line in durations.summary(run, before):
+            print(line)
+    # pytest's 5 (no tests collected) is not a failure of a stream a -k selection emptied
+    failed = [code for code in codes.values() if code not in (0, 5)]
+    if failed:
+        return failed[0]
+    return 0 if any(code == 0 for code in codes.values()) else 5
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
