@@ -5,6 +5,7 @@ averaged over the global batch (`tf.nn.compute_average_loss`). A fixture of
 tests/test_check_script.py: the planted mistakes are edits of copies of this file.
 """
 import argparse
+import json  # noqa: F401 - the planted mistakes (tests/test_check_script.py) use it
 import os
 
 import numpy as np

@@ -8,6 +8,7 @@ A fixture of tests/test_check_script.py: the planted mistakes are edits of copie
 import argparse
 import json
 import os
+import sys  # noqa: F401 - the planted mistakes (tests/test_check_script.py) use it
 
 import numpy as np
 import tensorflow as tf
