@@ -69,7 +69,8 @@ durations-record:
 # Every notebook in workshop and full mode on full-size SYNTHETIC CIFAR-10 (50,000 images), one
 # epoch of at most FULLCHECK_STEPS steps, and again with other replica and worker counts: the
 # modes a GPU class runs, checked on a CPU (about an hour here; figures in build/fullcheck/);
-# then the tests marked fullcheck (lesson 10 in full mode at two epochs, uncut: 6 minutes more).
+# then the tests marked fullcheck (lesson 10 in full mode, uncut, at one and two epochs; lessons 15-17 in
+# their GPU modes with the lines each must print: about 17 minutes more).
 FULLCHECK_STEPS ?= 4
 fullcheck: install
 	$(PY) -m helpers.tools.fullcheck --out build/fullcheck --max-steps $(FULLCHECK_STEPS) $(FULLCHECK_ARGS)
