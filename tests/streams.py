@@ -1,6 +1,6 @@
 """`make test` as two pytest runs side by side: the tests that use what the machine has only one of
 (its local Slurm, a second Unix user; marked `machine_wide` at collection) in one, everything else in
-the other. The local Slurm's jobs, JupyterHub's spawns and the engines' start-ups mostly wait (the
+the other; then, alone, the few marked `quiet` (a proof's variant that must see an effect of time). The local Slurm's jobs, JupyterHub's spawns and the engines' start-ups mostly wait (the
 Slurm tests keep under one of the two cores busy), so the other stream's TensorFlow runs fill the
 time; each stream's leftover checks count only what that stream started (its own children, its own
 Slurm), so neither mistakes the other's processes for its own.
@@ -23,12 +23,15 @@ from pathlib import Path
 
 from tests import durations
 
-# stream name -> its part of the marker expression
-STREAMS = {"slurm": "machine_wide", "local": "not machine_wide"}
+# stream name -> its part of the marker expression; the tests marked `quiet` (a proof's variant that
+# must see an effect of time, which the other stream's load can hide) run after both, alone
+STREAMS = {"slurm": "machine_wide and not quiet", "local": "not machine_wide and not quiet"}
+QUIET = "quiet"
 
 
 def _command(stream: str, args: list[str], markers: str) -> list[str]:
-    expression = f"({STREAMS[stream]}) and ({markers})" if markers else STREAMS[stream]
+    own = QUIET if stream == QUIET else STREAMS[stream]
+    expression = f"({own}) and ({markers})" if markers else own
     return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, "-m", expression]
 
 
@@ -55,8 +58,9 @@ def _relay(stream: str, proc: subprocess.Popen, lock: threading.Lock) -> None:
 
 
 def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
-    runs = {name: durations.load(path) for name, path in files.items()}
-    if not all(runs.values()):
+    """Every stream's durations in one run (a stream whose selection was empty wrote no file)."""
+    runs = {name: run for name, path in files.items() if (run := durations.load(path))}
+    if not runs:
         return None
     tests = {k: v for run in runs.values() for k, v in run["tests"].items()}
     outcomes: dict[str, int] = {}
@@ -69,17 +73,12 @@ def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
             "streams": {name: {"wall_s": run["wall_s"], "tests": len(run["tests"])} for name, run in runs.items()}}
 
 
-def main(argv: list[str]) -> int:
-    args, markers = _split_markers(argv)
-    target = Path(os.environ.get("COURSE_DURATIONS", "build/test-durations.json"))
-    files = {name: target.with_name(f"{target.stem}-{name}{target.suffix}") for name in STREAMS}
-    for path in files.values():
-        path.unlink(missing_ok=True)
-    started = time.monotonic()
-    lock = threading.Lock()
+def _run(streams: list[str], args: list[str], markers: str, files: dict[str, Path],
+         lock: threading.Lock) -> dict[str, int]:
+    """Run `streams` at once, relaying their lines; their exit statuses."""
     procs, relays = {}, []
-    for stream in STREAMS:
-        # each stream's own summary compares with nothing: the recorded run is both streams together
+    for stream in streams:
+        # each stream's own summary compares with nothing: the recorded run is all streams together
         env = {**os.environ, "COURSE_DURATIONS": str(files[stream]), "COURSE_DURATIONS_BEFORE": os.devnull}
         procs[stream] = subprocess.Popen(_command(stream, args, markers), env=env, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -88,14 +87,27 @@ def main(argv: list[str]) -> int:
     codes = {stream: proc.wait() for stream, proc in procs.items()}
     for relay in relays:
         relay.join(timeout=30)
+    return codes
+
+
+def main(argv: list[str]) -> int:
+    args, markers = _split_markers(argv)
+    target = Path(os.environ.get("COURSE_DURATIONS", "build/test-durations.json"))
+    files = {name: target.with_name(f"{target.stem}-{name}{target.suffix}") for name in (*STREAMS, QUIET)}
+    for path in files.values():
+        path.unlink(missing_ok=True)
+    started = time.monotonic()
+    lock = threading.Lock()
+    codes = _run(list(STREAMS), args, markers, files, lock)  # side by side
+    codes.update(_run([QUIET], args, markers, files, lock))  # then alone
     wall = time.monotonic() - started
-    print(f"\n==== both streams: {', '.join(f'{s} exit {c}' for s, c in codes.items())}; {wall / 60:.1f} min wall")
+    print(f"\n==== all streams: {', '.join(f'{s} exit {c}' for s, c in codes.items())}; {wall / 60:.1f} min wall")
     run = _merge(files, wall)
     if run is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(run, indent=1) + "\n")
         before = durations.load(Path(os.environ.get("COURSE_DURATIONS_BEFORE", durations.RECORDED)))
-        print(f"==== where the time went, both streams (kept in {target})")
+        print(f"==== where the time went, all streams (kept in {target})")
         for name, part in run["streams"].items():
             print(f"{name} stream: {part['wall_s'] / 60:.1f} min wall, {part['tests']} tests")
         for line in durations.summary(run, before):

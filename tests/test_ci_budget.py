@@ -49,7 +49,9 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     args, markers = streams._split_markers(["tests", "-m", "not fullcheck", "-k", "x"])
     assert args == ["tests", "-k", "x"] and markers == "not fullcheck"
     commands = [streams._command(s, args, markers) for s in streams.STREAMS]
-    assert [c[-1] for c in commands] == ["(machine_wide) and (not fullcheck)", "(not machine_wide) and (not fullcheck)"]
+    assert [c[-1] for c in commands] == ["(machine_wide and not quiet) and (not fullcheck)",
+                                         "(not machine_wide and not quiet) and (not fullcheck)"]
+    assert streams._command(streams.QUIET, args, markers)[-1] == "(quiet) and (not fullcheck)"
     files = {}
     for name, tests in (("slurm", {"a": 5.0}), ("local", {"b": 7.0, "c": 1.0})):
         files[name] = tmp_path / f"{name}.json"
@@ -57,8 +59,11 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     run = streams._merge(files, wall_s=9.0)
     assert run["wall_s"] == 9.0 and run["tests_s"] == 13.0 and set(run["tests"]) == {"a", "b", "c"}
     assert run["outcomes"] == {"passed": 3} and run["streams"]["local"]["tests"] == 2
-    files["slurm"].unlink()
-    assert streams._merge(files, wall_s=9.0) is None  # a stream that wrote nothing: no merged file
+    files["quiet"] = tmp_path / "quiet.json"  # a stream whose selection was empty writes no file
+    assert set(streams._merge(files, wall_s=9.0)["streams"]) == {"slurm", "local"}
+    for path in files.values():
+        path.unlink(missing_ok=True)
+    assert streams._merge(files, wall_s=9.0) is None
 
 
 def test_every_test_of_the_local_slurm_or_a_second_user_is_in_the_slurm_stream():

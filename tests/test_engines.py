@@ -288,3 +288,24 @@ def test_slurm_engines_of_different_steps_are_refused_with_one_line():
         _step_addresses(one_step, [3, 4], {3: 1, 4: 0})
     with pytest.raises(CourseError, match="has 2 tasks but 1 engines registered"):
         _step_addresses(Client({3: one_step[3]}), [3], {3: 0})
+
+
+def test_engines_wait_minutes_for_their_controller_to_answer_registration():
+    """ipengine gives up after IPEngine.timeout (5 s by default) without the controller's answer to its
+    registration: four learners starting engines at once on a loaded node lost one learner's engines that
+    way. The course's engines are started with a longer wait (helpers.engines.cluster.ENGINE_ARGS), read
+    here from the engine processes' command lines and from the engine itself."""
+    import psutil
+
+    from helpers.engines import start_engines
+    from helpers.engines.cluster import ENGINE_ARGS
+
+    engines = start_engines(1, activate=False)
+    try:
+        command_lines = [line for p in psutil.Process().children(recursive=True)
+                         if (line := " ".join(p.cmdline())).split()[1:3] == ["-m", "ipyparallel.engine"]]
+        timeout = engines.view.apply_sync(eval, "__import__('ipyparallel').engine.app.IPEngine.instance().timeout")
+    finally:
+        engines.stop()
+    assert command_lines and all(ENGINE_ARGS[0] in line for line in command_lines), command_lines
+    assert timeout == [float(ENGINE_ARGS[0].split("=")[1])] and timeout[0] >= 60, timeout

@@ -2008,6 +2008,9 @@ def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(he
     _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
 
 
+# quiet: with make test's other stream loading the machine, the model's steps slowed enough that the
+# uncached pipeline kept up and the proof held (make test of 2026-11-26): run alone, after the streams
+@pytest.mark.quiet
 @pytest.mark.multiprocess
 def test_lesson_09_healthy_pipeline_without_its_cache_fails_the_proof(tmp_path, monkeypatch):
     """Lesson 09 run for real with `.cache()` taken out of the healthy pipeline (parallel reads and

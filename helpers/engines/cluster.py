@@ -59,6 +59,12 @@ HEARTBEAT = [f"--HeartMonitor.period={HEARTBEAT_MS}", f"--HeartMonitor.max_heart
 # connect at all, and the traffic is encrypted. (ipyparallel 9.2's Unix-socket transport cannot be
 # used instead: its controller binds `path-PORT`, its engines and clients connect to `path:PORT`.)
 CURVE = ["--IPController.enable_curve=True"]
+# An engine exits when its controller has not answered its registration within IPEngine.timeout (5 s
+# by default). Four learners starting engines at once on one loaded node took longer (test_gpu_class_day,
+# 2026-11-26: "only 0 of 2 engines registered (they exited at start)"); ipyparallel's maintainer advises
+# minutes (ipython/ipyparallel#301). The controller keeps a stalled registration 30 s; our own deadline
+# (start_engines' timeout) still ends the wait.
+ENGINE_ARGS = ["--IPEngine.timeout=120"]
 # given to every engine; GPU memory is taken as needed, so engines sharing a node's GPUs with
 # other programs (or a second lesson's engines) do not grab all of it at start
 ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
@@ -287,6 +293,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
 
 
 def _local_options(config) -> tuple:
+    config.EngineLauncher.engine_args = list(ENGINE_ARGS)
     config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
     return config, dict(controller_args=[*HEARTBEAT, *CURVE, "--ip=127.0.0.1"])
 
@@ -301,6 +308,7 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
     # Slurm's accounting, readable by other users where the site has no PrivateData=jobs
     options = dict(controller_ip=address, controller_location=address,
                    controller_args=[*HEARTBEAT, *CURVE], send_engines_connection_env=False)
+    config.EngineLauncher.engine_args = list(ENGINE_ARGS)
     if in_allocation():
         queue.check_tasks_available(n)
         config.SrunEngineSetLauncher.environment = dict(ENGINE_ENV)
