@@ -77,17 +77,6 @@ def run_cli(*args: str, timeout: float = 120, env: dict | None = None) -> subpro
                           timeout=timeout, env=full_env, cwd=ROOT)
 
 
-# `make test` runs two pytest streams side by side (tests/streams.py): apt refuses a second apt-get at
-# once, so every apt-get of the course (here, slurm/local/up, horovod_build) waits on this lock
-APT_LOCK = "/var/lock/course-apt.lock"
-
-
-def apt_install(*packages: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`apt-get update` and `apt-get install PACKAGES` as root, after any other apt-get of the suite's."""
-    script = f"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {' '.join(packages)}"
-    return subprocess.run(["flock", APT_LOCK, "sh", "-c", script], capture_output=True, text=True, timeout=timeout)
-
-
 _BACKGROUND: set[int] = set()  # pids of runs kept going across several tests (see background_runs)
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, apt_install, cmdline
+from helpers.tools.apt import apt_install
+from tests.conftest import ROOT, cmdline
 
 BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes
 CHP_DIR = Path.home() / ".cache" / "tf-hpc-course" / "configurable-http-proxy"

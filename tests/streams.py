@@ -1,7 +1,8 @@
 """`make test` as two pytest runs side by side: the tests that use what the machine has only one of
 (its local Slurm, a second Unix user; marked `machine_wide` at collection) in one, everything else in
-the other; then, alone, the few marked `quiet` (a proof's variant that must see an effect of time). The local Slurm's jobs, JupyterHub's spawns and the engines' start-ups mostly wait (the
-Slurm tests keep under one of the two cores busy), so the other stream's TensorFlow runs fill the
+the other; then, alone, the few marked `quiet` (a proof's variant that must see an effect of time).
+The local Slurm's jobs, JupyterHub's spawns and the engines' start-ups mostly wait (the Slurm tests keep
+under one of the two cores busy), so the other stream's TensorFlow runs fill the
 time; each stream's leftover checks count only what that stream started (its own children, its own
 Slurm), so neither mistakes the other's processes for its own.
 
@@ -23,14 +24,15 @@ from pathlib import Path
 
 from tests import durations
 
-# stream name -> its part of the marker expression; the tests marked `quiet` (a proof's variant that
-# must see an effect of time, which the other stream's load can hide) run after both, alone
-STREAMS = {"slurm": "machine_wide and not quiet", "local": "not machine_wide and not quiet"}
-QUIET = "quiet"
+# stream name -> its part of the marker expression: the first two run side by side; the tests marked
+# `quiet` (a proof's variant that must see an effect of time, which the other stream's load can hide) after
+# them, alone
+SELECTIONS = {"slurm": "machine_wide and not quiet", "local": "not machine_wide and not quiet", "quiet": "quiet"}
+SIDE_BY_SIDE, QUIET = ["slurm", "local"], "quiet"
 
 
 def _command(stream: str, args: list[str], markers: str) -> list[str]:
-    own = QUIET if stream == QUIET else STREAMS[stream]
+    own = SELECTIONS[stream]
     expression = f"({own}) and ({markers})" if markers else own
     return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, "-m", expression]
 
@@ -93,13 +95,13 @@ def _run(streams: list[str], args: list[str], markers: str, files: dict[str, Pat
 def main(argv: list[str]) -> int:
     args, markers = _split_markers(argv)
     target = Path(os.environ.get("COURSE_DURATIONS", "build/test-durations.json"))
-    files = {name: target.with_name(f"{target.stem}-{name}{target.suffix}") for name in (*STREAMS, QUIET)}
+    files = {name: target.with_name(f"{target.stem}-{name}{target.suffix}") for name in SELECTIONS}
     for path in files.values():
         path.unlink(missing_ok=True)
     started = time.monotonic()
     lock = threading.Lock()
-    codes = _run(list(STREAMS), args, markers, files, lock)  # side by side
-    codes.update(_run([QUIET], args, markers, files, lock))  # then alone
+    codes = _run(SIDE_BY_SIDE, args, markers, files, lock)
+    codes.update(_run([QUIET], args, markers, files, lock))
     wall = time.monotonic() - started
     print(f"\n==== all streams: {', '.join(f'{s} exit {c}' for s, c in codes.items())}; {wall / 60:.1f} min wall")
     run = _merge(files, wall)

@@ -17,7 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import ROOT, Lab, apt_install
+from helpers.tools.apt import apt_install
+from tests.conftest import ROOT, Lab
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -10,20 +10,21 @@ import pytest
 from tests import durations
 
 
-def _run(wall_s: float, tests: dict[str, float] | None = None) -> dict:
+def recorded_run(wall_s: float, tests: dict[str, float] | None = None) -> dict:
+    """A durations file's content with these figures (the streams' tests use it too)."""
     return {"schema": durations.SCHEMA, "wall_s": wall_s, "tests_s": wall_s, "commit": "abc", "date": "d",
             "tests": tests or {"a": wall_s}}
 
 
 def test_the_budget_warns_above_25_and_fails_above_40_minutes():
-    assert durations.budget(_run(24 * 60))[0] == "ok"
-    assert durations.budget(_run(26 * 60))[0] == "warn"
-    assert durations.budget(_run(41 * 60))[0] == "fail"
+    assert durations.budget(recorded_run(24 * 60))[0] == "ok"
+    assert durations.budget(recorded_run(26 * 60))[0] == "warn"
+    assert durations.budget(recorded_run(41 * 60))[0] == "fail"
 
 
 def test_the_summary_names_the_ten_slowest_and_the_change_against_the_run_before():
-    now = _run(600, {f"t{i}": float(i) for i in range(12)})
-    before = _run(900, {"t11": 20.0})
+    now = recorded_run(600, {f"t{i}": float(i) for i in range(12)})
+    before = recorded_run(900, {"t11": 20.0})
     lines = durations.summary(now, before)
     assert "change -5.0 min" in lines[1]
     slow = [line for line in lines if line.startswith("  ")]
@@ -39,4 +40,3 @@ def test_the_recorded_run_is_within_budget():
     assert verdict != "fail", why
     if verdict == "warn":
         warnings.warn(why)
-

@@ -29,7 +29,8 @@ import yaml
 
 from helpers.slurm.nodes import node_address
 from helpers.tools.course_run import lessons
-from tests.conftest import ROOT, apt_install, squeue_empty
+from helpers.tools.apt import apt_install
+from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import served_course, unix_learners
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 

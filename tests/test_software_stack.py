@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import apt_install
+from helpers.tools.apt import apt_install
 from tests.test_notebook_programs import written_programs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_software_stack.ipynb"

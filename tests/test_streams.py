@@ -3,28 +3,33 @@ streams share."""
 
 from __future__ import annotations
 
-from tests import durations
+import json
+import os
+import subprocess
+import sys
+import time
 
+import pytest
 
-def _run(wall_s: float, tests: dict[str, float]) -> dict:
-    return {"schema": durations.SCHEMA, "wall_s": wall_s, "tests_s": wall_s, "commit": "abc", "date": "d", "tests": tests}
+from tests import streams
+from helpers.tools.apt import APT_LOCK, apt_install
+from tests.conftest import ROOT
+from tests.test_ci_budget import recorded_run
 
 
 def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     """tests/streams.py: the caller's -m is joined with each stream's; the merged file is both streams'
     tests under the wall time of the whole run, not the sum of the streams'."""
-    from tests import streams
-
     args, markers = streams._split_markers(["tests", "-m", "not fullcheck", "-k", "x"])
     assert args == ["tests", "-k", "x"] and markers == "not fullcheck"
-    commands = [streams._command(s, args, markers) for s in streams.STREAMS]
+    commands = [streams._command(s, args, markers) for s in streams.SIDE_BY_SIDE]
     assert [c[-1] for c in commands] == ["(machine_wide and not quiet) and (not fullcheck)",
                                          "(not machine_wide and not quiet) and (not fullcheck)"]
     assert streams._command(streams.QUIET, args, markers)[-1] == "(quiet) and (not fullcheck)"
     files = {}
     for name, tests in (("slurm", {"a": 5.0}), ("local", {"b": 7.0, "c": 1.0})):
         files[name] = tmp_path / f"{name}.json"
-        files[name].write_text(__import__("json").dumps({**_run(sum(tests.values()), tests), "outcomes": {"passed": len(tests)}}))
+        files[name].write_text(json.dumps({**recorded_run(sum(tests.values()), tests), "outcomes": {"passed": len(tests)}}))
     run = streams._merge(files, wall_s=9.0)
     assert run["wall_s"] == 9.0 and run["tests_s"] == 13.0 and set(run["tests"]) == {"a", "b", "c"}
     assert run["outcomes"] == {"passed": 3} and run["streams"]["local"]["tests"] == 2
@@ -38,11 +43,6 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
 def test_every_test_of_the_local_slurm_or_a_second_user_is_in_the_slurm_stream():
     """The streams run side by side, so a test on the one local Slurm (or with a second Unix user) in the
     other stream would start a second Slurm beside the first: collected, each is marked machine_wide."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
                              "-m", "not machine_wide", "tests/test_slurm.py", "tests/test_hub.py", "tests/test_gpucheck.py",
                              "tests/test_security_engines_privacy.py"],
@@ -55,15 +55,6 @@ def test_every_test_of_the_local_slurm_or_a_second_user_is_in_the_slurm_stream()
 def test_an_apt_get_of_one_stream_waits_for_the_other_streams(tmp_path, monkeypatch):
     """apt refuses a second apt-get at once: apt_install (and slurm/local/up, horovod_build) take one lock
     first. With the lock held elsewhere for 2 s, a stand-in apt-get on PATH runs only after it is freed."""
-    import subprocess
-    import time
-
-    import os
-
-    import pytest
-
-    from tests.conftest import APT_LOCK, ROOT, apt_install
-
     if os.geteuid() != 0:  # the lock lives in /var/lock, where apt-get (root) takes its own
         if os.environ.get("CI"):
             pytest.fail("the apt lock test must run in CI (root)")
@@ -84,5 +75,5 @@ def test_an_apt_get_of_one_stream_waits_for_the_other_streams(tmp_path, monkeypa
     calls = [float(t) for t in (tmp_path / "calls").read_text().split()]
     assert done.returncode == 0 and len(calls) == 2, (done.stderr, calls)  # update, then install
     assert min(calls) - began >= 1.2, f"apt-get ran {min(calls) - began:.1f} s after the call, inside the other's lock"
-    for path in ("slurm/local/up", "helpers/tools/horovod_build.py"):
-        assert APT_LOCK in (ROOT / path).read_text(), f"{path} runs apt-get without the lock"
+    assert APT_LOCK in (ROOT / "slurm/local/up").read_text(), "slurm/local/up runs apt-get without the lock"
+    assert "apt_install(" in (ROOT / "helpers/tools/horovod_build.py").read_text(), "horovod_build goes around the lock"

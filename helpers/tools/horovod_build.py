@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from ..errors import CourseError
+from .apt import apt_install
 from ..horovod_env import VERSION, default_dir, importable
 from ..settings import value
 
@@ -123,9 +124,10 @@ def _system_packages(quiet: bool) -> None:
         raise CourseError(f"Horovod's build needs {', '.join(missing)}: ask for them "
                           f"(`apt-get install {' '.join(missing)}`, or your centre's modules), then run this again")
     _say(quiet, f"installing {', '.join(missing)} with apt-get")
-    # under the lock every apt-get of the course's test suite takes (tests/conftest.py apt_install)
-    script = f"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {' '.join(missing)}"
-    subprocess.run(["flock", "/var/lock/course-apt.lock", "sh", "-c", script], check=True, stdout=subprocess.DEVNULL)
+    done = apt_install(*missing)
+    if done.returncode != 0:
+        raise CourseError(f"apt-get install {' '.join(missing)} failed (exit status {done.returncode}): "
+                          f"{done.stderr.strip()[-500:]}")
 
 
 def _patched_source(where: Path, quiet: bool) -> Path:
