@@ -56,7 +56,8 @@ site: install
 	$(PY) -m helpers.tools.site --notebooks build/notebooks --out build/site
 
 # the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test;
-# two pytest streams side by side: the tests on the local Slurm (or with a second Unix user), and the rest
+# three pytest streams side by side: the tests on the local Slurm (or with a second Unix user), and the rest
+# in two shares of whole files (tests/shares.py)
 test: install
 	rm -rf build/nbval
 	COURSE_DURATIONS=$(CURDIR)/build/test-durations.json COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m tests.streams tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 -m "not fullcheck" $(PYTEST_ARGS)

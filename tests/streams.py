@@ -1,14 +1,14 @@
-"""`make test` as two pytest runs side by side: the tests that use what the machine has only one of
+"""`make test` as three pytest runs side by side: the tests that use what the machine has only one of
 (its local Slurm, a second Unix user; marked `machine_wide` at collection) in one, everything else in
-the other; then, alone, the few marked `quiet` (a proof's variant that must see an effect of time).
-The local Slurm's jobs, JupyterHub's spawns and the engines' start-ups mostly wait (the Slurm tests keep
-under one of the two cores busy), so the other stream's TensorFlow runs fill the
-time; each stream's leftover checks count only what that stream started (its own children, its own
-Slurm), so neither mistakes the other's processes for its own.
+two shares of whole files (tests/shares.py); then, alone, the few marked `quiet` (a proof's variant
+that must see an effect of time). The local Slurm's jobs, JupyterHub's spawns and the engines'
+start-ups mostly wait (the Slurm tests keep under one of the two cores busy), so the other streams'
+TensorFlow runs fill the time; each stream's leftover checks count only what that stream started (its
+own children, its own Slurm), so none mistakes another's processes for its own.
 
 Usage: `python -m tests.streams PYTEST_ARGS...` (make test). Each line is prefixed with its stream;
 each stream keeps its durations in build/test-durations-STREAM.json, and the run as a whole (wall time
-of both, every test) in `COURSE_DURATIONS`, summarised at the end against the recorded run. The exit
+of all, every test) in `COURSE_DURATIONS`, summarised at the end against the recorded run. The exit
 status is the first failing stream's, else 0.
 """
 
@@ -23,18 +23,24 @@ import time
 from pathlib import Path
 
 from tests import durations
+from tests.shares import SHARE_ENV
 
-# stream name -> its part of the marker expression: the first two run side by side; the tests marked
-# `quiet` (a proof's variant that must see an effect of time, which the other stream's load can hide) after
-# them, alone
-SELECTIONS = {"slurm": "machine_wide and not quiet", "local": "not machine_wide and not quiet", "quiet": "quiet"}
-SIDE_BY_SIDE, QUIET = ["slurm", "local"], "quiet"
+# stream name -> (its part of the marker expression, its share of those tests: tests/shares.py). The
+# first three run side by side: the Slurm stream, and the rest in two shares of whole files (the Slurm
+# stream mostly waits, so two TensorFlow streams beside it keep both cores busy). The tests marked `quiet`
+# (a proof's variant that must see an effect of time, which the other streams' load can hide) run after
+# them, alone.
+LOCAL = "not machine_wide and not quiet"
+SELECTIONS = {"slurm": ("machine_wide and not quiet", ""), "local-1": (LOCAL, "1/2"), "local-2": (LOCAL, "2/2"),
+              "quiet": ("quiet", "")}
+SIDE_BY_SIDE, QUIET = ["slurm", "local-1", "local-2"], "quiet"
 
 
 def _command(stream: str, args: list[str], markers: str) -> list[str]:
-    own = SELECTIONS[stream]
+    own, share = SELECTIONS[stream]
     expression = f"({own}) and ({markers})" if markers else own
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, "-m", expression]
+    plugin = ["-p", "tests.shares"] if share else []
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, *args, "-m", expression]
 
 
 def _split_markers(args: list[str]) -> tuple[list[str], str]:
@@ -81,7 +87,8 @@ def _run(streams: list[str], args: list[str], markers: str, files: dict[str, Pat
     procs, relays = {}, []
     for stream in streams:
         # each stream's own summary compares with nothing: the recorded run is all streams together
-        env = {**os.environ, "COURSE_DURATIONS": str(files[stream]), "COURSE_DURATIONS_BEFORE": os.devnull}
+        env = {**os.environ, "COURSE_DURATIONS": str(files[stream]), "COURSE_DURATIONS_BEFORE": os.devnull,
+               SHARE_ENV: SELECTIONS[stream][1]}
         procs[stream] = subprocess.Popen(_command(stream, args, markers), env=env, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, bufsize=1)
         relays.append(threading.Thread(target=_relay, args=(stream, procs[stream], lock), daemon=True))

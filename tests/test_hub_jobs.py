@@ -5,12 +5,18 @@ The server job is started as a GPU class would (req_options, what COURSE_HUB_OPT
 it, lessons 08 and 11 run as a learner runs them (executed by nbconvert from the server's
 kernel, so their kernels carry the server job's environment). Each job they submit must be
 accepted, get the GPUs the class layout gives (simulated GPUs: TensorFlow's CPU wheel trains on
-the CPU), and finish. Root only, under the shared lock.
+the CPU), and finish. Lesson 11's jobs are also read for Slurm's side of the requeue: each warned
+job (scancel --signal=USR1, what --signal=USR1@120 sends before the time limit; the custom loop,
+the loop with PreemptionCheckpointHandler, fit) saved, stopped, was requeued, ran again from its
+checkpoint and completed; the notebook's own proof checks the weights. This is the course's one
+run of lessons 08 and 11 on Slurm from a notebook, as a class runs them (test_slurm runs lesson 08
+once more outside a job with GPUs, where its jobs must ask for none). Root only, under the shared lock.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,6 +57,30 @@ def _lesson(hub, user: str, token: str, name: str) -> dict:
     return json.loads(line[7:])
 
 
+def _requeue_timeline(log: Path) -> str:
+    """One job of lesson 11 from its log, asserting it ran once or was requeued once."""
+    text = log.read_text()
+    runs = [line.split() for line in text.splitlines() if line.startswith("RUN ")]
+    events = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("EVENT ") and '"rank": 0' in l]
+    restarts = [int(r[2]) for r in runs]
+    assert restarts in ([0], [0, 1]), f"{log.name}: runs {restarts}"
+    start, saved = float(runs[0][3]), None
+    line = [f"job run {r[2]} began at {float(r[3]) - start:.1f} s" for r in runs[:1]]
+    for e in events:
+        where = f"step {e['step']}" if "step" in e else f"epoch {e.get('epoch')} + {e.get('batch')} steps"
+        if e["event"] == "saved":
+            saved = where
+        elif e["event"] == "stopped":
+            line.append(f"warned ({', '.join(e['warnings']) or 'by a peer'}), saved at {saved} and stopped at "
+                        f"{e['time'] - start:.1f} s")
+        elif e["event"] == "start" and e.get("run"):
+            line.append(f"requeued run {e['run']} began at {float(runs[1][3]) - start:.1f} s and resumed from "
+                        f"{where} at {e['time'] - start:.1f} s")
+        elif e["event"] == "finished":
+            line.append(f"finished at {e['time'] - start:.1f} s")
+    return f"{log.name}: " + "; ".join(line)
+
+
 def test_lessons_08_and_11_submit_their_jobs_from_a_gpu_server(slurm, tmp_path, report):
     with unix_learners(1) as (learner,):
         user, home = learner["name"], learner["home"]
@@ -68,7 +98,11 @@ def test_lessons_08_and_11_submit_their_jobs_from_a_gpu_server(slurm, tmp_path, 
             hub.call("DELETE", f"/hub/api/users/{user}/server", token)
             hub.stop()
         assert squeue_empty(slurm["env"], within=60)
-        logs = {kind: sorted(p.name for p in (home / "course-output").rglob(f"{kind}-*.out")) for kind in ("tf-mwms", "tf-requeue")}
+        logs = {kind: sorted((home / "course-output").rglob(f"{kind}-*.out")) for kind in ("tf-mwms", "tf-requeue")}
+        visible = sorted(set(re.findall(r'"cvd": "?([^",]*)"?,', logs["tf-mwms"][0].read_text()))) if logs["tf-mwms"] else []
+        requeued = sum(len([l for l in log.read_text().splitlines() if l.startswith("RUN ")]) == 2
+                       for log in logs["tf-requeue"])
+        timelines = [_requeue_timeline(log) for log in logs["tf-requeue"]]
     for name, lesson in found.items():
         shown = [l for t in lesson["outputs"] for l in t.splitlines()
                  if l.startswith(("submitting to Slurm", "Slurm, with", "class layout", "        job", "job "))
@@ -84,3 +118,10 @@ def test_lessons_08_and_11_submit_their_jobs_from_a_gpu_server(slurm, tmp_path, 
     text11 = "\n".join(found["11_checkpoints_requeue"]["outputs"])
     assert "Slurm, with --exclusive=user --gpus-per-task=1" in text11, text11[-3000:]
     assert len(logs["tf-mwms"]) == 1 and len(logs["tf-requeue"]) == 5, logs
+    # one index each (the local Slurm does not constrain devices, so an index is the node's own: on node1,
+    # where the server's job holds GPUs 0 and 1, the job's worker sees 2)
+    assert visible and all(v.isdigit() for v in visible), \
+        f"each of lesson 08's workers should see its one GPU: CUDA_VISIBLE_DEVICES {visible}"
+    for line in timelines:
+        report("requeue timeline " + line)
+    assert requeued == 3, "the three warned jobs (custom loop, handler, fit) should have been requeued once each"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests import streams
+from tests import shares, streams
 from helpers.tools.apt import APT_LOCK, apt_install
 from tests.conftest import ROOT
 from tests.test_ci_budget import recorded_run
@@ -24,7 +24,9 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     assert args == ["tests", "-k", "x"] and markers == "not fullcheck"
     commands = [streams._command(s, args, markers) for s in streams.SIDE_BY_SIDE]
     assert [c[-1] for c in commands] == ["(machine_wide and not quiet) and (not fullcheck)",
+                                         "(not machine_wide and not quiet) and (not fullcheck)",
                                          "(not machine_wide and not quiet) and (not fullcheck)"]
+    assert ["tests.shares" in c for c in commands] == [False, True, True]
     assert streams._command(streams.QUIET, args, markers)[-1] == "(quiet) and (not fullcheck)"
     files = {}
     for name, tests in (("slurm", {"a": 5.0}), ("local", {"b": 7.0, "c": 1.0})):
@@ -38,6 +40,39 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     for path in files.values():
         path.unlink(missing_ok=True)
     assert streams._merge(files, wall_s=9.0) is None
+
+
+def test_shares_are_whole_files_of_about_equal_recorded_time():
+    """tests/shares.py: longest unit first to the lightest share; the notebooks and the site that reads
+    them stay one unit; an unknown test counts a second."""
+    units = {"a": ["a::1", "a::2"], "b": ["b::1"], "c": ["c::1"], "d": ["d::new"]}
+    recorded = {"a::1": 6.0, "a::2": 4.0, "b::1": 7.0, "c::1": 3.0}
+    assert shares.split(units, recorded, 2) == [["a", "d"], ["b", "c"]]  # 10 + 1 against 7 + 3
+    assert shares.split(units, recorded, 1) == [["a", "b", "c", "d"]]
+    assert shares.unit_of("notebooks/03_x.ipynb::Cell 4", False) == shares.unit_of("tests/test_site.py::t", True)
+    assert shares.unit_of("tests/test_a.py::t[1]", False) == "tests/test_a.py"
+    for bad in ("2", "0/2", "3/2", "a/b"):
+        with pytest.raises(pytest.UsageError, match="COURSE_TEST_SHARE"):
+            shares.parse_share(bad)
+
+
+def test_the_two_shares_collect_every_test_once():
+    """Collected for real, as the local streams are: share 1/2 and 2/2 of the same files are disjoint,
+    together the whole, and the site lands with the notebooks."""
+    files = ["tests/test_streams.py", "tests/test_settings.py", "tests/test_site.py", "tests/test_cli.py",
+             "notebooks/00_environment.ipynb", "notebooks/01_mirrored_strategy.ipynb"]
+
+    def collect(share: str) -> set[str]:
+        listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.shares",
+                                 "--nbval-lax", "--collect-only", "-q", *files],
+                                env={**os.environ, shares.SHARE_ENV: share}, capture_output=True, text=True,
+                                cwd=ROOT, timeout=300).stdout
+        return {line for line in listed.splitlines() if "::" in line}
+
+    whole, first, second = collect(""), collect("1/2"), collect("2/2")
+    assert first and second and not first & second and first | second == whole, (len(first), len(second), len(whole))
+    with_site = first if any("test_site.py" in t for t in first) else second
+    assert {t for t in whole if ".ipynb" in t} <= with_site
 
 
 def test_every_test_of_the_local_slurm_or_a_second_user_is_in_the_slurm_stream():
