@@ -33,6 +33,7 @@ LOCAL_PATH_LINE = "no Slurm here:"  # what 08 and 11 print when they run as loca
 SLURM_PATH_LINES = {"08_batch_job.ipynb": "submitting to Slurm", "11_checkpoints_requeue.ipynb": "Slurm, with"}  # on Slurm
 VISIBLE_ENV = "COURSE_NBVAL_SLURM"
 KEEP_ENV = "COURSE_NBVAL_KEEP"
+_kept: list[str] = []  # the pass's COURSE_NBVAL_KEEP, taken out of the environment at start (pytest_configure)
 _seen: dict[str, str] = {}
 _finished: set[str] = set()  # lessons whose last code cell ran: their path line must have been printed
 pytest_plugins = ["tests.durations"]  # every run's per-test durations, kept and compared (make test)
@@ -87,11 +88,25 @@ def pytest_collection_modifyitems(items):
     items[:] = [item for item in items if item not in last] + last
 
 
+def pytest_configure(config):
+    """COURSE_NBVAL_KEEP is this pass's alone: taken out of the environment, so that a lesson a test
+    runs again in a pytest of its own (on Slurm, on a slower machine) does not write over the pass's
+    copy, half-run, while another stream's site test reads it."""
+    if os.environ.get(KEEP_ENV):
+        _kept[:] = [os.environ.pop(KEEP_ENV)]
+
+
+@pytest.fixture(scope="session")
+def nbval_kept() -> Path | None:
+    """Where this pass keeps the notebooks it executed (COURSE_NBVAL_KEEP), or None."""
+    return Path(_kept[0]) if _kept else None
+
+
 def _keep_outputs(item) -> None:
     """Write the notebook `item` belongs to, with the outputs its cells produced so far."""
     import nbformat
 
-    directory = Path(os.environ[KEEP_ENV])
+    directory = Path(_kept[0])
     count = sum(1 for cell in item.parent.nb.cells if cell.cell_type == "code" and cell.get("execution_count"))
     item.cell.outputs = list(getattr(item, "test_outputs", None) or [])
     item.cell.execution_count = count + 1
@@ -102,7 +117,7 @@ def _keep_outputs(item) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     yield
-    if call.when == "call" and os.environ.get(KEEP_ENV) and item.path.suffix == ".ipynb" and hasattr(item, "cell"):
+    if call.when == "call" and _kept and item.path.suffix == ".ipynb" and hasattr(item, "cell"):
         _keep_outputs(item)
     if call.when != "call" or item.path.name not in LOCAL_PATH_LESSONS or not hasattr(item, "cell"):
         return

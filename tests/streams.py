@@ -2,8 +2,9 @@
 (its local Slurm, a second Unix user; marked `machine_wide` at collection) in one, everything else in
 two shares of whole files (tests/shares.py); then, alone, the few marked `quiet` (a proof's variant
 that must see an effect of time). The local Slurm's jobs, JupyterHub's spawns and the engines'
-start-ups mostly wait (the Slurm tests keep under one of the two cores busy), so the other streams'
-TensorFlow runs fill the time; each stream's leftover checks count only what that stream started (its
+start-ups often wait, so the other streams' TensorFlow runs fill the time; they run niced, because the
+Slurm stream is the longest and sets the run's length (in the first three-stream run, unniced, it
+stretched from 30 to 38 minutes while the two shares took 27). Each stream's leftover checks count only what that stream started (its
 own children, its own Slurm), so none mistakes another's processes for its own.
 
 Usage: `python -m tests.streams PYTEST_ARGS...` (make test). Each line is prefixed with its stream;
@@ -21,26 +22,33 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from tests import durations
 from tests.shares import SHARE_ENV
 
-# stream name -> (its part of the marker expression, its share of those tests: tests/shares.py). The
-# first three run side by side: the Slurm stream, and the rest in two shares of whole files (the Slurm
-# stream mostly waits, so two TensorFlow streams beside it keep both cores busy). The tests marked `quiet`
-# (a proof's variant that must see an effect of time, which the other streams' load can hide) run after
-# them, alone.
+class Stream(NamedTuple):
+    markers: str  # its part of the marker expression
+    share: str = ""  # its share of those tests (COURSE_TEST_SHARE, tests/shares.py), or all of them
+    nice: int = 0  # its CPU priority: the local shares yield to the Slurm stream, which sets the run's length
+
+
+# The first three run side by side: the Slurm stream, and the rest in two shares of whole files (the
+# Slurm stream waits for jobs, servers and engines much of the time, so two TensorFlow streams beside it
+# keep both cores busy; niced, they take what it leaves). The tests marked `quiet` (a proof's variant that
+# must see an effect of time, which the other streams' load can hide) run after them, alone.
 LOCAL = "not machine_wide and not quiet"
-SELECTIONS = {"slurm": ("machine_wide and not quiet", ""), "local-1": (LOCAL, "1/2"), "local-2": (LOCAL, "2/2"),
-              "quiet": ("quiet", "")}
+SELECTIONS = {"slurm": Stream("machine_wide and not quiet"), "local-1": Stream(LOCAL, "1/2", 10),
+              "local-2": Stream(LOCAL, "2/2", 10), "quiet": Stream("quiet")}
 SIDE_BY_SIDE, QUIET = ["slurm", "local-1", "local-2"], "quiet"
 
 
 def _command(stream: str, args: list[str], markers: str) -> list[str]:
-    own, share = SELECTIONS[stream]
-    expression = f"({own}) and ({markers})" if markers else own
-    plugin = ["-p", "tests.shares"] if share else []
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, *args, "-m", expression]
+    own = SELECTIONS[stream]
+    expression = f"({own.markers}) and ({markers})" if markers else own.markers
+    plugin = ["-p", "tests.shares"] if own.share else []
+    nice = ["nice", "-n", str(own.nice)] if own.nice else []
+    return [*nice, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, *args, "-m", expression]
 
 
 def _split_markers(args: list[str]) -> tuple[list[str], str]:
@@ -88,7 +96,7 @@ def _run(streams: list[str], args: list[str], markers: str, files: dict[str, Pat
     for stream in streams:
         # each stream's own summary compares with nothing: the recorded run is all streams together
         env = {**os.environ, "COURSE_DURATIONS": str(files[stream]), "COURSE_DURATIONS_BEFORE": os.devnull,
-               SHARE_ENV: SELECTIONS[stream][1]}
+               SHARE_ENV: SELECTIONS[stream].share}
         procs[stream] = subprocess.Popen(_command(stream, args, markers), env=env, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, bufsize=1)
         relays.append(threading.Thread(target=_relay, args=(stream, procs[stream], lock), daemon=True))

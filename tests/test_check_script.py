@@ -338,11 +338,13 @@ def test_a_collective_that_never_completes_ends_at_the_deadline(tmp_path, mnist)
 
 @pytest.mark.slurm
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name", sorted(HANGS))
+@pytest.mark.parametrize("name", ["worker_never_joins"])
 def test_a_hang_on_the_local_slurm_ends_at_the_deadline_with_the_worker_named(slurm, tmp_path, mnist, name):
-    """The two hangs with the workers as srun tasks on node1 and node2: at the deadline check-script
+    """A hang with the workers as srun tasks on node1 and node2: at the deadline check-script
     interrupts srun twice (srun then ends the step), and names the workers from their marks and the
-    script line each was on (files the tasks write beside the command's)."""
+    script line each was on (files the tasks write beside the command's). One hang is enough here:
+    how the deadline ends a Slurm step and reads the marks is the same for both; the collective that
+    never completes is told apart by the same analysis, run above with local workers (44 s of CI)."""
     base, edits, more, expected = HANGS[name]
     ours, theirs = options(base, tmp_path, mnist)
     began = time.monotonic()

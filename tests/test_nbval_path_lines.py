@@ -38,3 +38,22 @@ def test_the_nbval_pass_requires_the_path_line_of_the_path_it_asked_for(tmp_path
     done = _pass(tmp_path, name, printed, visible)
     assert (done.returncode == 0) == passes, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"{name}: {printed or 'its path line was not seen'}" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_pass_keeps_its_notebooks_and_its_directory_to_itself(tmp_path):
+    """With COURSE_NBVAL_KEEP the pass writes each notebook it ran there, and takes the setting out of
+    the environment: a lesson a test runs again in a pytest of its own (on Slurm, throttled) would
+    otherwise write over the pass's copy, half-run, while another stream's site test reads it (seen
+    with three streams: lesson 15 on Slurm beside the site)."""
+    keep = tmp_path / "kept"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\nprint('KEEP', os.environ.get('COURSE_NBVAL_KEEP'))")])
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    env = {**os.environ, "COURSE_NBVAL_KEEP": str(keep), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "--nbval-lax", "--nbval-current-env", "-q",
+                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path / "probe.ipynb")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    kept = nbformat.read(keep / "probe.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for o in kept.cells[0].outputs)
+    assert printed == "KEEP None\n", f"the kernel (and what it starts) saw the pass's directory: {printed!r}"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
 import subprocess
 import sys
@@ -34,9 +33,9 @@ LESSONS = [p.name for p in lessons()]
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory, report) -> Path:
-    if os.environ.get("COURSE_NBVAL_KEEP"):  # under make test: the nbval pass ran (or failed) every lesson already
-        kept = Path(os.environ["COURSE_NBVAL_KEEP"])
+def executed(tmp_path_factory, report, nbval_kept) -> Path:
+    if nbval_kept:  # under make test (COURSE_NBVAL_KEEP): the nbval pass ran (or failed) every lesson already
+        kept = nbval_kept
         incomplete = [name for name in LESSONS if not (kept / name).exists() or not executed_whole(kept / name)]
         assert not incomplete, (f"the nbval pass did not execute these lessons whole (failed above, or deselected), "
                                 f"so the site cannot be built from them: {', '.join(incomplete)}")

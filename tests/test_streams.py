@@ -27,6 +27,7 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
                                          "(not machine_wide and not quiet) and (not fullcheck)",
                                          "(not machine_wide and not quiet) and (not fullcheck)"]
     assert ["tests.shares" in c for c in commands] == [False, True, True]
+    assert [c[:3] for c in commands[1:]] == [["nice", "-n", "10"]] * 2 and commands[0][0] == sys.executable
     assert streams._command(streams.QUIET, args, markers)[-1] == "(quiet) and (not fullcheck)"
     files = {}
     for name, tests in (("slurm", {"a": 5.0}), ("local", {"b": 7.0, "c": 1.0})):
