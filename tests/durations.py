@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import resource
 import subprocess
 import time
 from pathlib import Path
@@ -25,8 +26,24 @@ WARN_MINUTES = 25
 FAIL_MINUTES = 40
 
 _per_test: dict[str, float] = {}
+_cpu: dict[str, float] = {}  # CPU seconds: this pytest and the children it reaped (not what runs under Slurm's daemons)
 _outcomes: dict[str, str] = {}
 _started = time.monotonic()
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test's CPU time, for where the suite's CPU goes: the machine has two cores, so CPU, not waiting,
+    bounds a run of streams side by side. A notebook's kernel is counted at its last cell (when it ends);
+    jobs, engines and servers started through Slurm are not counted at all."""
+    began = _cpu_seconds()
+    yield
+    _cpu[item.nodeid] = _cpu.get(item.nodeid, 0.0) + _cpu_seconds() - began
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -54,6 +71,7 @@ def record() -> dict:
         "tests_s": round(sum(_per_test.values()), 1),
         "outcomes": {k: sum(1 for v in _outcomes.values() if v == k) for k in sorted(set(_outcomes.values()))},
         "tests": {nodeid: round(seconds, 2) for nodeid, seconds in sorted(_per_test.items())},
+        "cpu": {nodeid: round(seconds, 1) for nodeid, seconds in sorted(_cpu.items()) if seconds >= 0.05},
     }
 
 
@@ -87,6 +105,14 @@ def summary(run: dict, before: dict | None) -> list[str]:
         change = run["wall_s"] - before["wall_s"]
         lines.append(f"the run before ({before.get('commit') or '?'}, {before.get('date', '?')}): "
                      f"{before['wall_s'] / 60:.1f} min; change {change / 60:+.1f} min")
+    if run.get("cpu"):
+        by_file: dict[str, float] = {}
+        for nodeid, seconds in run["cpu"].items():
+            by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + seconds
+        lines.append(f"CPU {sum(by_file.values()) / 60:.1f} core-min counted (pytest and the processes it reaped; "
+                     "not what ran under Slurm's daemons); the ten files that took most:")
+        for path, seconds in sorted(by_file.items(), key=lambda kv: -kv[1])[:10]:
+            lines.append(f"  {seconds / 60:7.1f} core-min  {path}")
     lines.append("the ten slowest:")
     for nodeid, seconds in slowest(run):
         was = (before or {}).get("tests", {}).get(nodeid)

@@ -4,7 +4,7 @@ two shares of whole files (tests/shares.py); then, alone, the few marked `quiet`
 that must see an effect of time). The local Slurm's jobs, JupyterHub's spawns and the engines'
 start-ups often wait, so the other streams' TensorFlow runs fill the time; they run niced, because the
 Slurm stream is the longest and sets the run's length (in the first three-stream run, unniced, it
-stretched from 30 to 38 minutes while the two shares took 27). Each stream's leftover checks count only what that stream started (its
+stretched from 30.2 to 33.2 minutes while the two shares took 27). Each stream's leftover checks count only what that stream started (its
 own children, its own Slurm), so none mistakes another's processes for its own.
 
 Usage: `python -m tests.streams PYTEST_ARGS...` (make test). Each line is prefixed with its stream;
@@ -84,7 +84,8 @@ def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
         for outcome, count in run["outcomes"].items():
             outcomes[outcome] = outcomes.get(outcome, 0) + count
     first = next(iter(runs.values()))
-    return {**first, "wall_s": round(wall_s, 1), "tests_s": round(sum(tests.values()), 1),
+    cpu = {k: v for run in runs.values() for k, v in run.get("cpu", {}).items()}
+    return {**first, "wall_s": round(wall_s, 1), "tests_s": round(sum(tests.values()), 1), "cpu": dict(sorted(cpu.items())),
             "outcomes": dict(sorted(outcomes.items())), "tests": dict(sorted(tests.items())),
             "streams": {name: {"wall_s": run["wall_s"], "tests": len(run["tests"])} for name, run in runs.items()}}
 

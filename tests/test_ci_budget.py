@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 
 from tests import durations
+from tests.conftest import ROOT
 
 
 def recorded_run(wall_s: float, tests: dict[str, float] | None = None) -> dict:
@@ -40,3 +45,24 @@ def test_the_recorded_run_is_within_budget():
     assert verdict != "fail", why
     if verdict == "warn":
         warnings.warn(why)
+
+
+def test_each_test_s_cpu_counts_the_children_it_ran(tmp_path):
+    """The durations file keeps each test's CPU, its own and its reaped children's: a test whose child
+    computes for 1 s of CPU and one that sleeps 1 s show it (real pytest, real child)."""
+    (tmp_path / "test_burn.py").write_text(
+        "import subprocess, sys, time\n"
+        "def test_child_computes():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+        "while time.process_time() - t < 1: pass'], check=True)\n"
+        "def test_sleeps():\n    time.sleep(1)\n")
+    out = tmp_path / "d.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.durations",
+                           "--rootdir", str(tmp_path), str(tmp_path / "test_burn.py")],
+                          cwd=ROOT, env={**os.environ, "COURSE_DURATIONS": str(out), "PYTHONPATH": str(ROOT),
+                                         "COURSE_DURATIONS_BEFORE": os.devnull},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    cpu = {k.split("::")[1]: v for k, v in json.loads(out.read_text())["cpu"].items()}
+    assert cpu["test_child_computes"] >= 0.9 and cpu.get("test_sleeps", 0.0) < 0.3, cpu
+    assert "core-min counted" in done.stdout, done.stdout[-2000:]
