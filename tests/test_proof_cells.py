@@ -575,6 +575,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("09_monitoring.ipynb", {"traces": {"starved": {"steps": 8}, "healthy": {"steps": 3}}}, "healthy"),
     ("09_monitoring.ipynb", {"shares": {"starved": 0.1, "healthy": 0.02}}, "starved pipeline should spend"),
     ("09_monitoring.ipynb", {"shares": {"starved": 0.66, "healthy": 0.5}}, "wait far less"),
+    # under half the starved share, not under a quarter: the healthy pipeline without its cache, alone on this
+    # machine, waited 36-41 % against 66-68 % (the /2 proof let one such run through in make test)
+    ("09_monitoring.ipynb", {"shares": {"starved": 0.68, "healthy": 0.30}}, "wait far less"),
     ("09_monitoring.ipynb", {"per_step_ms": {"starved": 94.0, "healthy": 95.0}}, "train faster"),
     ("09_monitoring.ipynb", {"served_runs": []}, "TensorBoard served"),
     ("09_monitoring.ipynb", {"served_runs": ["healthy/train"]}, "TensorBoard served"),  # one run's logs missing
@@ -2009,7 +2012,8 @@ def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(he
 
 
 # quiet: with make test's other stream loading the machine, the model's steps slowed enough that the
-# uncached pipeline kept up and the proof held (make test of 2026-11-26): run alone, after the streams
+# uncached pipeline kept up and the proof held (make test of 2026-11-26): run alone, after the streams.
+# Alone it once held too, when the proof asked for under half the starved share; it asks for a quarter now
 @pytest.mark.quiet
 @pytest.mark.multiprocess
 def test_lesson_09_healthy_pipeline_without_its_cache_fails_the_proof(tmp_path, monkeypatch):
