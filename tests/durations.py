@@ -108,7 +108,8 @@ def summary(run: dict, before: dict | None) -> list[str]:
     if run.get("cpu"):
         by_file: dict[str, float] = {}
         for nodeid, seconds in run["cpu"].items():
-            by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + seconds
+            path = nodeid.split("::")[0]
+            by_file[path] = by_file.get(path, 0.0) + seconds
         lines.append(f"CPU {sum(by_file.values()) / 60:.1f} core-min counted (pytest and the processes it reaped; "
                      "not what ran under Slurm's daemons); the ten files that took most:")
         for path, seconds in sorted(by_file.items(), key=lambda kv: -kv[1])[:10]:

@@ -4,8 +4,9 @@ two shares of whole files (tests/shares.py); then, alone, the few marked `quiet`
 that must see an effect of time). The local Slurm's jobs, JupyterHub's spawns and the engines'
 start-ups often wait, so the other streams' TensorFlow runs fill the time; they run niced, because the
 Slurm stream is the longest and sets the run's length (in the first three-stream run, unniced, it
-stretched from 30.2 to 33.2 minutes while the two shares took 27). Each stream's leftover checks count only what that stream started (its
-own children, its own Slurm), so none mistakes another's processes for its own.
+stretched from 30.2 to 33.2 minutes while the two shares took 27; niced, 32.7). Each stream's leftover
+checks count only what that stream started (its own children, its own Slurm), so none mistakes
+another's processes for its own.
 
 Usage: `python -m tests.streams PYTEST_ARGS...` (make test). Each line is prefixed with its stream;
 each stream keeps its durations in build/test-durations-STREAM.json, and the run as a whole (wall time

@@ -452,20 +452,24 @@ def test_slurm_engines_stopped_when_a_notebook_cell_fails(slurm, monkeypatch, re
     report("notebook with Slurm engines and a failing cell: engines' job gone from squeue after the kernel ended")
 
 
+def workers_visible_devices(job_log: str) -> list[str]:
+    """The distinct CUDA_VISIBLE_DEVICES lesson 08's workers report in their job's log ("null": unset)."""
+    return sorted(set(re.findall(r'"cvd": "?([^",]*)"?,', job_log)))
+
+
 def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     """Notebook 08 writes the take-home script and sbatch file, submits them to the local Slurm,
     waits, and proves from the job's output that its workers ran on both nodes, and from Slurm that
     the job ran --exclusive=user with the GPUs it asked for: none (COURSE_JOB_GPUS_PER_TASK=auto,
     outside a job with GPUs). The same lesson from a GPU server, its workers a (simulated) GPU each:
     test_hub_jobs; the setting's decisions: test_slurm_jobs."""
-    gpus = "auto"
-    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path), "COURSE_JOB_GPUS_PER_TASK": gpus}
+    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path), "COURSE_JOB_GPUS_PER_TASK": "auto"}
     _nbval("08_batch_job", env)
     logs = list((tmp_path / "batch_job").glob("tf-mwms-*.out"))
     assert len(logs) == 1, "the notebook ran its job without Slurm"
     text = logs[0].read_text()
     assert "WORKER" in text and (tmp_path / "batch_job" / "run" / "model.keras").exists()
-    visible = sorted(set(re.findall(r'"cvd": "?([^",]*)"?,', text)))
+    visible = workers_visible_devices(text)
     assert visible == ["null"], f"CUDA_VISIBLE_DEVICES of the workers: {visible}"
     assert _squeue_empty(slurm["env"])
 
