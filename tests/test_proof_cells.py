@@ -6,6 +6,7 @@ it measured. Here that cell's own source runs on figures like those a correct ru
 so no proof cell can silently stop proving anything.
 """
 
+import collections
 import math
 import os
 from pathlib import Path
@@ -133,8 +134,8 @@ OK["08_batch_job.ipynb"] = {
 
 
 OK["09_monitoring.ipynb"] = {
-    "event_files": {"starved": 1, "healthy": 1}, "histories": {"starved": {"loss": [1.5, 0.5]}, "healthy": {"loss": [1.5, 0.5]}},
-    "logged": {"starved": {"epoch_loss": [1.5, 0.5]}, "healthy": {"epoch_loss": [1.5, 0.5]}}, "loss_gap": 0.0,
+    "event_files": {"starved": 1, "healthy": 1}, "histories": {"starved": {"loss": [1.5, 0.5]}, "healthy": {"loss": [1.4, 0.6]}},
+    "logged": {"starved": {"epoch_loss": [1.5, 0.5]}, "healthy": {"epoch_loss": [1.4, 0.6]}}, "loss_gap": 0.0,
     "PROFILED_STEPS": 8, "traces": {"starved": {"steps": 8}, "healthy": {"steps": 8}},
     "shares": {"starved": 0.66, "healthy": 0.02}, "per_step_ms": {"starved": 94.0, "healthy": 24.0},
     "served_runs": ["healthy/train", "starved/train"], "weights_count": 12, "graphs": 1,
@@ -573,6 +574,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("09_monitoring.ipynb", {"logged": {"starved": {"epoch_loss": [1.5]}, "healthy": {"epoch_loss": [1.5, 0.5]}}},
      "epoch_loss"),
     ("09_monitoring.ipynb", {"loss_gap": 0.1}, "differs from fit"),
+    # both runs the same losses: a read-back of the other run's file could not fail
+    ("09_monitoring.ipynb", {"histories": {"starved": {"loss": [1.5, 0.5]}, "healthy": {"loss": [1.5, 0.5]}},
+                             "logged": {"starved": {"epoch_loss": [1.5, 0.5]}, "healthy": {"epoch_loss": [1.5, 0.5]}}},
+     "same losses"),
     ("09_monitoring.ipynb", {"traces": {"starved": {"steps": 8}, "healthy": {"steps": 3}}}, "healthy"),
     ("09_monitoring.ipynb", {"shares": {"starved": 0.1, "healthy": 0.02}}, "starved pipeline should spend"),
     ("09_monitoring.ipynb", {"shares": {"starved": 0.66, "healthy": 0.5}}, "wait far less"),
@@ -2005,10 +2010,11 @@ def test_lesson_08_gathering_cell_refuses_a_job_never_seen_running(tmp_path, mon
 
 
 @pytest.mark.parametrize("healthy_step_s,logged_healthy,match", [
-    (0.192, [1.5, 0.5], None),
-    (0.8, [1.5, 0.5], "train faster"),  # 8 profiled steps in 0.8 s: 100 ms a step, slower than the starved 94
-    (0.192, [1.5, 0.6], "differs from fit")],  # TensorBoard's last epoch_loss is not fit's
-    ids=["as profiled", "healthy slower", "logged loss off"])
+    (0.192, [1.4, 0.6], None),
+    (0.8, [1.4, 0.6], "train faster"),  # 8 profiled steps in 0.8 s: 100 ms a step, slower than the starved 94
+    (0.192, [1.4, 0.7], "differs from fit"),  # TensorBoard's last epoch_loss is not fit's
+    (0.192, [1.5, 0.5], "differs from fit")],  # the starved run's file read back for the healthy run
+    ids=["as profiled", "healthy slower", "logged loss off", "other run's file"])
 def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(healthy_step_s, logged_healthy, match):
     ok = OK["09_monitoring.ipynb"]
     raw = {k: v for k, v in ok.items() if k not in ("loss_gap", "shares", "per_step_ms", "traces", "logged")}
@@ -2016,6 +2022,28 @@ def test_lesson_09_gathering_cell_derives_step_times_and_gaps_from_the_traces(he
                traces={"starved": {"input_share": 0.6612, "step_s": 0.752, "steps": 8},
                        "healthy": {"input_share": 0.0204, "step_s": healthy_step_s, "steps": 8}})
     _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
+
+
+@pytest.mark.parametrize("ops,match", [
+    ({"Conv2D": 0.4, "Conv2DBackpropInput": 0.3, "Conv2DBackpropFilter": 0.3, "Mul": 0.5}, None),  # Mul on top
+    ({"Conv2D": 0.1, "Conv2DBackpropFilter": 0.1, "Mul": 0.5}, "convolutions should lead")],
+    ids=["convolutions lead together", "Mul leads"])
+def test_lesson_09_solution_1_counts_the_convolutions_together(ops, match):
+    source = _solution("09_monitoring.ipynb", 1)
+    namespace = {"traces": {"healthy": {"ops": collections.Counter(ops)}}, "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "09 solution 1", "exec"), namespace)
+
+
+@pytest.mark.parametrize("logged,match", [
+    ([0.3, 0.5], None),
+    ([0.3], "one value per epoch"),  # TensorBoard wrote one epoch of two: zip alone would have passed
+    ([0.3, 0.6], "^$")],  # the last epoch off (its bare assert)
+    ids=["as written", "an epoch missing", "a value off"])
+def test_lesson_09_solution_2_compares_every_epoch(logged, match):
+    source = _solution("09_monitoring.ipynb", 2)
+    namespace = {"logged": {"healthy": {"epoch_accuracy": logged}}, "histories": {"healthy": {"accuracy": [0.3, 0.5]}},
+                 "print": lambda *a, **k: None}
+    _holds_unless(match, exec, compile(source, "09 solution 2", "exec"), namespace)
 
 
 # no longer quiet: the proof counts the reads, so the variant fails whatever the load (it was timing alone,
