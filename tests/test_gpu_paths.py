@@ -215,13 +215,16 @@ def _plant_trace(path, gpu: bool) -> None:
     space = xplane_pb2.XSpace()
     host = space.planes.add(id=1, name="/host:CPU")
     for i, name in enumerate(["multi_step_on_iterator", "IteratorGetNextOp::DoCompute",
-                              "sequential/dense/MatMul:_MklMatMul"]):
+                              "sequential/dense/MatMul:_MklMatMul", "PyFunc:PyFunc"]):
         host.event_metadata[i + 1].id, host.event_metadata[i + 1].name = i + 1, name
     python = host.lines.add(id=1, name="python3", timestamp_ns=1_000)
     python.events.add(metadata_id=1, offset_ps=0, duration_ps=10 * ms)
     python.events.add(metadata_id=2, offset_ps=0, duration_ps=2 * ms)
     compute = host.lines.add(id=2, name="tf_Compute", timestamp_ns=1_000)
     compute.events.add(metadata_id=3, offset_ps=3 * ms, duration_ps=1 * ms)  # on a GPU node: a launch
+    reading = host.lines.add(id=3, name="tf_data_private_threadpool", timestamp_ns=1_000)
+    for start in (0, 1):  # two tf.numpy_function calls: two images read, not ops of the step's compute
+        reading.events.add(metadata_id=4, offset_ps=start * ms, duration_ps=1 * ms)
     if gpu:
         device = space.planes.add(id=2, name="/device:GPU:0")
         for i, name in enumerate(["ampere_sgemm_128x64_nn", "void convolve_kernel<float>",
@@ -248,7 +251,7 @@ def _plant_trace(path, gpu: bool) -> None:
 def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
     _plant_trace(tmp_path / "healthy" / "train" / "plugins" / "profile" / "2026_11_26" / "node.xplane.pb", gpu)
     trace = _trace_reader(tmp_path)("healthy")
-    assert trace["steps"] == 1 and trace["input_share"] == pytest.approx(0.2)
+    assert trace["steps"] == 1 and trace["input_share"] == pytest.approx(0.2) and trace["reads"] == 2
     ops = {op: round(s * 1000, 6) for op, s in trace["ops"].items()}
     if gpu:  # the kernels' time, by the op that launched them; the host's launch and the derived line left out
         assert trace["ops_from"] == "GPU streams (kernels, copies)"
