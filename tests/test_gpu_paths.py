@@ -243,6 +243,11 @@ def _plant_trace(path, gpu: bool) -> None:
         old_name.stats.add(metadata_id=3, str_value="sequential/dense_1/MatMul:MatMul")
         derived = device.lines.add(id=8, name="TensorFlow Ops", timestamp_ns=1_000)
         derived.events.add(metadata_id=3, offset_ps=4 * ms, duration_ps=3 * ms)
+    environment = space.planes.add(id=3, name="Task Environment")  # when the profiler started and stopped
+    for i, (stat, ns) in enumerate([("profile_start_time", 1_795_744_088_107_886_129),
+                                    ("profile_stop_time", 1_795_744_088_996_782_918)]):
+        environment.stat_metadata[i + 1].id, environment.stat_metadata[i + 1].name = i + 1, stat
+        environment.stats.add(metadata_id=i + 1, uint64_value=ns)
     path.parent.mkdir(parents=True)
     path.write_bytes(space.SerializeToString())
 
@@ -252,6 +257,7 @@ def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
     _plant_trace(tmp_path / "healthy" / "train" / "plugins" / "profile" / "2026_11_26" / "node.xplane.pb", gpu)
     trace = _trace_reader(tmp_path)("healthy")
     assert trace["steps"] == 1 and trace["input_share"] == pytest.approx(0.2) and trace["reads"] == 2
+    assert trace["window"] == pytest.approx((1_795_744_088.107886, 1_795_744_088.996783))
     ops = {op: round(s * 1000, 6) for op, s in trace["ops"].items()}
     if gpu:  # the kernels' time, by the op that launched them; the host's launch and the derived line left out
         assert trace["ops_from"] == "GPU streams (kernels, copies)"
