@@ -280,6 +280,12 @@ def squeue_empty(env, within: float = 15.0) -> bool:
         time.sleep(0.5)
 
 
+def workers_visible_devices(job_log: str) -> list[str]:
+    """The distinct CUDA_VISIBLE_DEVICES lesson 08's workers report in their job's log ("null": unset)."""
+    return sorted(set(re.findall(r'"cvd": "?([^",]*)"?,', job_log)))
+
+
+
 # ------------------------------------------------------------------ a second Unix user
 @pytest.fixture
 def other_user():

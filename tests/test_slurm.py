@@ -18,6 +18,7 @@ import pytest
 from helpers.results import parse_result_lines
 from tests.conftest import leftovers as _leftovers
 from tests.conftest import squeue_empty as _squeue_empty
+from tests.conftest import workers_visible_devices
 from tests.test_engines import check_tutorial_findings, tutorial_on_engines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -450,11 +451,6 @@ def test_slurm_engines_stopped_when_a_notebook_cell_fails(slurm, monkeypatch, re
     assert _squeue_empty(slurm["env"], within=30), "the failed notebook's engines job is still queued"
     assert not _job_processes()
     report("notebook with Slurm engines and a failing cell: engines' job gone from squeue after the kernel ended")
-
-
-def workers_visible_devices(job_log: str) -> list[str]:
-    """The distinct CUDA_VISIBLE_DEVICES lesson 08's workers report in their job's log ("null": unset)."""
-    return sorted(set(re.findall(r'"cvd": "?([^",]*)"?,', job_log)))
 
 
 def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
