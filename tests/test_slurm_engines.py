@@ -12,14 +12,54 @@ from helpers.slurm.step import in_allocation
 
 
 def test_engines_are_local_unless_slurm_is_asked_for(monkeypatch):
-    monkeypatch.delenv("COURSE_ENGINES", raising=False)
+    for name in ("COURSE_ENGINES", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NTASKS", "SLURM_NPROCS"):
+        monkeypatch.delenv(name, raising=False)
     assert want_slurm(None) is False
     monkeypatch.setenv("COURSE_ENGINES", "slurm")
     assert want_slurm(None) is True
     assert want_slurm(False) is False  # the argument wins
     monkeypatch.setenv("COURSE_ENGINES", "slrum")
-    with pytest.raises(CourseError, match="COURSE_ENGINES='slrum' is not understood"):
+    with pytest.raises(CourseError, match="COURSE_ENGINES='slrum' is not understood: use auto, local, slurm"):
         want_slurm(None)
+
+
+@pytest.mark.parametrize("job, step, tasks, n, expected", [
+    (None, None, None, 2, False),   # outside Slurm: local
+    ("7", None, "2", 2, True),      # a 2-task allocation (salloc -n 2, a hub's server job): its tasks
+    ("7", None, "2", 4, False),     # 4 engines in 2 tasks (lesson 12's parameter-server cluster): local
+    ("7", None, "1", 1, False),     # one task: local (srun would take the only task the kernel holds)
+    ("7", "0", "2", 2, False),      # inside a job step (srun'd program): no step within a step
+    ("7", None, None, 2, False),    # an allocation by nodes only: it counts no tasks
+])
+def test_auto_takes_the_allocations_tasks_when_they_hold_the_engines(monkeypatch, job, step, tasks, n, expected):
+    monkeypatch.delenv("COURSE_ENGINES", raising=False)  # auto, the default
+    for name, value in (("SLURM_JOB_ID", job), ("SLURM_STEP_ID", step), ("SLURM_NTASKS", tasks)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_NPROCS", raising=False)
+    assert want_slurm(None, n) is expected
+    monkeypatch.setenv("COURSE_ENGINES", "local")
+    assert want_slurm(None, n) is False
+    monkeypatch.setenv("COURSE_ENGINES", "slurm")
+    assert want_slurm(None, n) is True
+
+
+def test_local_engines_start_without_the_slurm_task_variables(tmp_path):
+    """Inside an allocation, local engines would inherit the batch step's SLURM_PROCID (0 for each)."""
+    import subprocess
+
+    from helpers.engines.cluster import LOCAL_ENGINE_CMD
+
+    probe = LOCAL_ENGINE_CMD[2].replace("runpy.run_module('ipyparallel.engine', run_name='__main__', alter_sys=True)",
+                                        "print(sorted(k for k in os.environ if k.startswith('SLURM_')))")
+    assert probe != LOCAL_ENGINE_CMD[2]
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
+           "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_STEP_ID": "batch", "SLURM_STEP_NUM_TASKS": "1",
+           "SLURM_TASK_PID": "99", "SLURM_GTIDS": "0"}
+    seen = subprocess.run([LOCAL_ENGINE_CMD[0], "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+    assert seen.stdout.strip() == "['SLURM_JOB_ID', 'SLURM_NTASKS']", seen
 
 
 def test_request_from_environment(monkeypatch):

@@ -31,6 +31,7 @@ import re
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ from ..slurm.commands import require_slurm
 from ..slurm.login_node import check_local_workers
 from ..slurm.nodes import controller_ip
 from ..slurm.request import SlurmRequest
-from ..slurm.step import in_allocation
+from ..slurm.step import allocation_tasks, in_allocation
 from . import on_engine, ownership
 from . import slurm as slurm_engines
 
@@ -67,6 +68,14 @@ CURVE = ["--IPController.enable_curve=True"]
 ENGINE_ARGS = ["--IPEngine.timeout=120"]
 # given to every engine; GPU memory is taken as needed, so engines sharing a node's GPUs with
 # other programs (or a second lesson's engines) do not grab all of it at start
+# Local engines are not Slurm tasks: inside an allocation they would inherit the batch step's task
+# variables (SLURM_PROCID=0 for every engine) and read as tasks of a step they are not part of.
+# ipyparallel's own engine, started without them (the job's variables, e.g. SLURM_JOB_ID, stay).
+TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_TASK_PID", "SLURM_GTIDS", "SLURM_STEPID")
+LOCAL_ENGINE_CMD = [sys.executable, "-c", "import os, runpy\n"
+                    f"for name in [k for k in os.environ if k in {TASK_VARIABLES!r} or k.startswith('SLURM_STEP_')]:\n"
+                    "    del os.environ[name]\n"
+                    "runpy.run_module('ipyparallel.engine', run_name='__main__', alter_sys=True)"]
 ENGINE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 # How long a `%%px` cell waits, without a progress bar, for its result *and its output*.
 # ipyparallel's `--progress-after -1` (no bar) waits for the result only: an engine's last
@@ -240,9 +249,12 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     import ipyparallel as ipp
     from traitlets.config import Config
 
-    slurm = slurm_engines.want_slurm(slurm)
+    asked = slurm
+    slurm = slurm_engines.want_slurm(slurm, n)
     if not slurm:
         check_local_workers(f"{n} local engines")
+    if asked is None and in_allocation():  # COURSE_ENGINES decided inside an allocation: say which
+        print(_where_engines_run(n, slurm))
     cluster_id = CLUSTER_PREFIX + secrets.token_hex(4)
     config, options = (_slurm_options(n, request, Config(), cluster_id) if slurm
                        else _local_options(Config()))
@@ -292,8 +304,17 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     return engines
 
 
+def _where_engines_run(n: int, slurm: bool) -> str:
+    job, tasks = os.environ.get("SLURM_JOB_ID"), allocation_tasks()
+    if slurm:
+        return f"engines: {n} tasks of this allocation (Slurm job {job}, srun)"
+    return (f"engines: {n} local processes on this node (Slurm job {job} has {tasks or 'no'} task(s) for them; "
+            f"{slurm_engines.ENGINES_ENV}={text(slurm_engines.ENGINES_ENV) or 'auto'})")
+
+
 def _local_options(config) -> tuple:
     config.EngineLauncher.engine_args = list(ENGINE_ARGS)
+    config.LocalEngineSetLauncher.engine_cmd = list(LOCAL_ENGINE_CMD)
     config.LocalEngineSetLauncher.environment = {**ENGINE_ENV, "IPP_COURSE_LOCAL": "1"}
     return config, dict(controller_args=[*HEARTBEAT, *CURVE, "--ip=127.0.0.1"])
 

@@ -27,9 +27,11 @@ from ..errors import CourseError
 from ..settings import text
 from ..slurm.queue import backoff, cancel, job_record, job_state, step_ids
 from ..slurm.request import SlurmRequest
+from ..slurm.step import allocation_tasks
 from ..slurm.submit import exclusive_options
 
-ENGINES_ENV = "COURSE_ENGINES"  # local (default) or slurm: where notebooks start their engines
+ENGINES_ENV = "COURSE_ENGINES"  # auto (default), local or slurm: where notebooks start their engines
+ENGINE_CHOICES = ("auto", "local", "slurm")
 ENGINES_JOB_NAME = "tf-course-engines"  # slurm/engines.sbatch's --job-name: adopt_job() touches no other job
 
 
@@ -44,13 +46,20 @@ def is_engines_job_name(name: str) -> bool:
     return re.fullmatch(re.escape(ENGINES_JOB_NAME) + r"(-[A-Za-z0-9_-]*)?", name) is not None
 
 
-def want_slurm(slurm: bool | None = None) -> bool:
-    """Whether engines go through Slurm: the argument if given, else `COURSE_ENGINES`."""
+def want_slurm(slurm: bool | None = None, n: int = 2) -> bool:
+    """Whether `n` engines go through Slurm: the argument if given, else `COURSE_ENGINES`.
+
+    `auto` (the default) takes the allocation's tasks when this process runs in an allocation of
+    two or more tasks that holds the `n` engines (a hub's server job, `salloc -n 2`, a batch job),
+    and local engines otherwise; `slurm` always goes through Slurm, `local` never does.
+    """
     if slurm is not None:
         return bool(slurm)
-    choice = text(ENGINES_ENV).lower() or "local"
-    if choice not in ("local", "slurm"):
-        raise CourseError(f"{ENGINES_ENV}={choice!r} is not understood: use local or slurm")
+    choice = text(ENGINES_ENV).lower() or "auto"
+    if choice not in ENGINE_CHOICES:
+        raise CourseError(f"{ENGINES_ENV}={choice!r} is not understood: use {', '.join(ENGINE_CHOICES)}")
+    if choice == "auto":
+        return allocation_tasks() >= max(n, 2)
     return choice == "slurm"
 
 
@@ -116,9 +125,9 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
             job = os.environ["SLURM_JOB_ID"]
             for step in step_ids(job, self.step_name):
                 cancel(step, signal=signal.SIGKILL)
-            deadline = time.monotonic() + 15  # gone from squeue: its CPUs are free for the next start
+            deadline, pauses = time.monotonic() + 15, backoff()  # gone from squeue: its CPUs are free for the next start
             while step_ids(job, self.step_name) and time.monotonic() < deadline:
-                time.sleep(0.2)
+                time.sleep(next(pauses))
         return super().signal(sig)
 
 

@@ -76,6 +76,12 @@ def in_allocation() -> bool:
     return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
 
 
+def allocation_tasks() -> int:
+    """The tasks of the allocation this process runs in (0 outside one, or where it counts none)."""
+    tasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS") or ""
+    return int(tasks) if in_allocation() and tasks.isdigit() else 0
+
+
 def expand_hostlist(spec: str) -> list[str]:
     """Slurm's compact host list, in Slurm's order, as `scontrol show hostnames` prints it without
     asking slurmctld: 'gpu[9-10],login1' -> gpu9, gpu10, login1; 'r[1-2]n[01-02]' -> r1n01 r1n02 r2n01 r2n02."""

@@ -44,8 +44,10 @@ hub finds them again from its database. `python -m helpers class who` lists who 
 `python -m helpers class end` stops every learner's server and jobs.
 
 The server runs in the job's batch step (`req_srun = ""`), so the notebook can start the
-course's engines as an `srun` step of the same allocation (COURSE_ENGINES=slurm is set for
-it): ask for as many tasks as a lesson has workers (one per GPU). A server whose job has one
+course's engines as an `srun` step of the same allocation (COURSE_ENGINES=auto, set for it,
+does so whenever the job has two or more tasks and enough of them for the engines; a lesson that
+starts more engines than the job has tasks, lesson 12's parameter-server cluster, gets local
+processes on the server's node): ask for as many tasks as a lesson has workers (one per GPU). A server whose job has one
 task can still start engines in a separate job (`start_engines(n, slurm=True)` from outside
 an allocation needs the hub server *not* to be in one; see docs/offering.md).
 """
@@ -103,7 +105,7 @@ c.SlurmSpawner.batchspawner_singleuser_cmd = str(VENV_BIN / "batchspawner-single
 c.Spawner.default_url = "/lab"
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLURM_CONF", "COURSE_DATA_DIR"]
 c.Spawner.environment = {
-    "COURSE_ENGINES": "slurm",        # notebooks start their engines as Slurm tasks
+    "COURSE_ENGINES": "auto",         # engines as the server job's tasks when it has enough, else local
     "TF_CPP_MIN_LOG_LEVEL": "2",
     # any TensorFlow the course did not plan (a kernel importing it directly) takes GPU memory as it
     # needs it, not nearly all of every GPU its engines need; the course's plans set their own
