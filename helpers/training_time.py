@@ -6,18 +6,30 @@ through the small CNN and through ResNet50, in steps of the lesson's per-replica
 speed of the devices in front of the learner:
 
 - on a CPU, speeds measured on the course's 2-core test machines (the dates are below);
-- on GPUs, NVIDIA's published ResNet50 figure (DeepLearningExamples, TensorFlow ResNet50 v1.5,
-  one A100, mixed precision + XLA, batch 256: 2375 images/s at 224x224), scaled to CIFAR-10's
-  32x32 images. A 32x32 image costs 49x fewer FLOPs than a 224x224 one, but small images leave a
-  GPU mostly idle: we count a fifth of that (2375 x 49 / 5 = 23,275 images/s) and a step never
-  shorter than a floor of kernel launches (ResNet50 about 25 ms forward and backward, the small
-  CNN 3 ms). The small CNN does about 15x fewer multiply-adds per 32x32 image than ResNet50
-  (5.6 M against 84 M), so it counts 15x ResNet50's speed. Both assumptions are ours, not measured: the end of each lesson prints what it took,
-  so the first run on real hardware corrects them.
+- on GPUs, NVIDIA's published ResNet50 figures (DeepLearningExamples, TensorFlow ResNet50 v1.5,
+  one A100 40GB, batch 256, 224x224 images: 909 images/s in TF32 with XLA, 2375 with mixed
+  precision and XLA). The lessons train in float32 (TF32 on an A100, TensorFlow's default) without
+  XLA, so the base is the TF32 figure without XLA: the same page's time to train 90 epochs on one
+  A100 is about 40 h in TF32 with XLA and 47 h without, so 909 x 40 / 47 = 773.6 images/s. It is
+  scaled to CIFAR-10's 32x32 images: a 32x32 image costs 49x fewer FLOPs than a 224x224 one, but
+  small images leave a GPU mostly idle: we count a fifth of that (773.6 x 49 / 5 = 7,581 images/s)
+  and a step never shorter than a floor of kernel launches (ResNet50 about 25 ms forward and
+  backward, the small CNN 3 ms). The small CNN does about 15x fewer multiply-adds per 32x32 image
+  than ResNet50 (5.6 M against 84 M), so it counts 15x ResNet50's speed. Both assumptions are
+  ours, not measured: the end of each lesson prints what it took, so the first run on real
+  hardware corrects them.
 
-The prediction covers the training only; engines starting, TensorFlow tracing the first step
-and the plots come on top (quick mode on a CPU is mostly that). `Stopwatch.report()` prints the
-lesson's whole time next to the prediction.
+The lessons that submit a batch job (`JOB_LESSONS`) train in the job, on its GPUs: one task on
+each of the lesson's nodes with `COURSE_JOB_GPUS_PER_TASK` GPUs each (one in the class layouts),
+not on the kernel's GPUs.
+
+Start-up is its own figure (`startup_seconds`): TensorFlow starting in the kernel and in each set
+of processes a lesson starts (engines, local workers, a job's tasks), the engines' cluster coming
+up, a job starting once the reservation gives it nodes (its time in the queue is not counted:
+it depends on the class), and each training's first step (tracing, on a GPU also cuDNN picking
+its kernels). Its figures are measured on the course's CPU machines where they say so, ours
+elsewhere. Plots, data preparation and evaluation are in neither figure. `Stopwatch.report()`
+prints the lesson's whole time next to both.
 """
 
 from __future__ import annotations
@@ -28,13 +40,31 @@ from dataclasses import dataclass, field
 from .data import TRAIN_SIZE as FULL_TRAIN  # where a mode takes the whole split
 from .mode import Settings
 
-A100_RESNET50_224 = 2375.0  # images/s, NVIDIA (see above)
+# images/s of ResNet50 at 224x224 on one A100, NVIDIA (see above): (precision, XLA) -> images/s
+A100_RESNET50_224 = {("mixed", True): 2375.0, ("tf32", True): 909.0, ("tf32", False): 909.0 * 40 / 47}
+LESSON_PRECISION = ("tf32", False)  # what the lessons train in: float32 (TF32 on an A100), no XLA
 SMALL_IMAGE_SPEEDUP = 49 / 5  # 224x224 -> 32x32: 49x fewer FLOPs, a fifth of it realised
 # images/s of training on the course's 2-core CPU VM (AMD EPYC, 2026-11-25), measured with
 # `python -m helpers.training_time` (float32, 2 logical replicas, per-replica batches 32 and 8):
 # 4603 and 63. A VM of the day before ran the same lessons about twice as slowly.
 CPU_IMAGES_PER_S = {"cnn": 4600.0, "resnet50": 63.0}
 GPU_STEP_FLOOR_S = {"cnn": 0.003, "resnet50": 0.025}
+JOB_LESSONS = ("08", "11", "16", "17")  # they submit a batch job of one task on each of their nodes
+# start-up, seconds: TensorFlow's import measured at 3.1-3.3 s of CPU per process on the course's
+# 2-core VM (docs/measured.md), 5 counted for a GPU node's CUDA start (ours); ipyparallel engines
+# 6.5 s to ready (measured, docs/platform facts); a job from submission to its tasks running on a
+# reserved idle node, 10 s (ours: no queue); a first step, traced, 5 s for the small CNN and 20 s
+# for ResNet50 (10-25 s measured on the CPU, tracing is host work).
+TF_START_S = 5.0
+ENGINES_START_S = 6.5
+JOB_START_S = 10.0
+FIRST_STEP_S = {"cnn": 5.0, "resnet50": 20.0}
+# what each lesson starts, counted from its code: (engine clusters, local worker runs, jobs, first steps)
+LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03": (1, 0, 0, 2),
+                 "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (3, 0, 0, 3), "07": (0, 4, 0, 8),
+                 "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 2), "11": (0, 0, 3, 5),
+                 "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 1), "15": (1, 0, 0, 2),
+                 "16": (0, 0, 2, 2), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}
 
 
 @dataclass(frozen=True)
@@ -85,17 +115,48 @@ def _course_work(s: Settings, replicas: int) -> dict[str, list[Work]]:
     }
 
 
+def gpu_images_per_s(model: str, precision: tuple[str, bool] = LESSON_PRECISION) -> float:
+    """Training images/s of `model` on one A100 at 32x32, before the step floor: NVIDIA's ResNet50
+    figure for `precision` (the lessons' own by default), scaled as the module docstring says."""
+    return A100_RESNET50_224[precision] * SMALL_IMAGE_SPEEDUP * (1 if model == "resnet50" else 15)
+
+
 def seconds(work: list[Work], gpus: int, replicas: int) -> float:
     """Predicted training seconds on `gpus` GPUs (0: this CPU, `replicas` logical replicas)."""
     total = 0.0
     for w in work:
         if gpus:
-            speed = A100_RESNET50_224 * SMALL_IMAGE_SPEEDUP * (1 if w.model == "resnet50" else 15)
+            speed = gpu_images_per_s(w.model)
             per_gpu = min(speed, w.per_replica_batch / GPU_STEP_FLOOR_S[w.model])
             total += w.images / (per_gpu * gpus)
         else:
             total += w.images / CPU_IMAGES_PER_S[w.model]  # the replicas share the same cores
     return total
+
+
+def training_gpus(lesson: str, kernel_gpus: int, nodes: int, per_task: int | None = None) -> int:
+    """GPUs a lesson trains on: a job lesson's job has one task on each of `nodes` nodes with
+    `per_task` GPUs each (`COURSE_JOB_GPUS_PER_TASK`; 1 where the kernel has GPUs, the class layouts'
+    value); every other lesson trains on the kernel's `kernel_gpus`."""
+    if lesson not in JOB_LESSONS:
+        return kernel_gpus
+    if per_task is None:
+        from .slurm.submit import GPUS_ENV
+        from .settings import text
+
+        raw = text(GPUS_ENV).lower()
+        per_task = int(raw) if raw.isdigit() else (1 if kernel_gpus else 0)
+    return per_task * nodes
+
+
+def startup_seconds(lesson: str, s: Settings, gpus: int) -> float:
+    """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
+    cluster of engines, run of local workers and job it starts, and each training's first step."""
+    engines, workers, jobs, first_steps = LESSON_STARTS.get(lesson, (0, 0, 0, 0))
+    models = {w.model for w in lesson_work(lesson, s, max(gpus, 2))} or {"cnn"}
+    first = FIRST_STEP_S["resnet50" if "resnet50" in models else "cnn"]
+    return (TF_START_S * (1 + engines + workers + jobs) + ENGINES_START_S * engines + JOB_START_S * jobs
+            + first * first_steps)
 
 
 def _minutes(s: float) -> str:
@@ -111,12 +172,14 @@ class Stopwatch:
     lesson: str
     predicted_s: float
     where: str
+    startup_s: float = 0.0
     started: float = field(default_factory=time.perf_counter)
 
     def report(self) -> float:
         took = time.perf_counter() - self.started
         print(f"lesson {self.lesson}: took {_minutes(took)} in all on {self.where}, against "
-              f"{_minutes(self.predicted_s)} predicted for its training alone (not start-up, data, queue or evaluation)")
+              f"{_minutes(self.predicted_s)} predicted for its training and {_minutes(self.startup_s)} for its "
+              "start-up (not data, a queue or evaluation)")
         return took
 
 
@@ -124,14 +187,17 @@ def time_lesson(lesson: str, s: Settings, replicas: int = 2) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch."""
     from .gpus import gpu_count_without_tf
 
-    gpus = gpu_count_without_tf()
+    kernel_gpus = gpu_count_without_tf()
+    gpus = training_gpus(lesson, kernel_gpus, replicas)
     work = lesson_work(lesson, s, max(replicas, gpus, 1))
-    predicted = seconds(work, gpus, replicas)
+    predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
+    if lesson in JOB_LESSONS and gpus:
+        where += f" (the job's: {gpus // replicas} on each of {replicas} nodes)"
     trained = ", ".join(f"{w.images:,} images through {w.model}" for w in work) or "none of the course's models trained"
-    print(f"{s.mode} mode: {trained}; predicted training time on {where}: {_minutes(predicted)} "
-          f"(training only: not start-up, data preparation, a queue or evaluation; helpers.training_time says how)")
-    return Stopwatch(lesson, predicted, where)
+    print(f"{s.mode} mode: {trained}; predicted on {where}: training {_minutes(predicted)}, start-up "
+          f"{_minutes(startup)} (not data preparation, a queue or evaluation; helpers.training_time says how)")
+    return Stopwatch(lesson, predicted, where, startup)
 
 
 def measure(steps: int = 12) -> dict[str, float]:
@@ -160,14 +226,27 @@ def measure(steps: int = 12) -> dict[str, float]:
     return found
 
 
-def table(gpus: int = 4) -> str:
-    """Markdown rows: each lesson's predicted training minutes in workshop and full mode on `gpus` GPUs."""
+def predicted_minutes(lesson: str, mode: str, gpus: int = 4, nodes: int = 2) -> tuple[float, float]:
+    """(training, start-up) minutes of `lesson` in `mode` for a kernel on `gpus` GPUs; a job lesson
+    trains on its job's GPUs, one on each of `nodes` nodes."""
     from .mode import mode_settings
 
-    rows = ["| lesson | workshop, 1 node of %d A100 (min) | full, same node (min) |" % gpus, "|---|---|---|"]
+    s = mode_settings(mode)
+    on = training_gpus(lesson, gpus, nodes, 1)
+    replicas = on if lesson in JOB_LESSONS else gpus
+    return seconds(lesson_work(lesson, s, replicas), on, replicas) / 60, startup_seconds(lesson, s, on) / 60
+
+
+def table(gpus: int = 4) -> str:
+    """Markdown rows: each lesson's predicted training minutes in workshop and full mode on `gpus` GPUs
+    (a job lesson on its job's, one GPU on each of 2 nodes), and its workshop start-up."""
+    from .mode import mode_settings
+
+    rows = [f"| lesson | workshop, 1 node of {gpus} A100 (min) | start-up (min) | full, same node (min) |",
+            "|---|---|---|---|"]
     for n in sorted(_course_work(mode_settings("full"), gpus)):
-        w, f = (seconds(lesson_work(n, mode_settings(m), gpus), gpus, gpus) / 60 for m in ("workshop", "full"))
-        rows.append(f"| {n} | {w:.1f} | {f:.1f} |")
+        (w, up), (f, _) = predicted_minutes(n, "workshop", gpus), predicted_minutes(n, "full", gpus)
+        rows.append(f"| {n} | {w:.1f} | {up:.1f} | {f:.1f} |")
     return "\n".join(rows)
 
 

@@ -54,3 +54,58 @@ def test_every_lesson_has_a_line_in_the_prediction_table():
 
     rows = [line.split("|")[1].strip() for line in table().splitlines()[2:]]
     assert rows == LESSONS, rows
+
+
+def test_the_gpu_base_is_nvidia_s_tf32_figure_without_xla_as_the_lessons_train():
+    """The lessons train in float32 (TF32 on an A100) without XLA: NVIDIA's 909 images/s (TF32 + XLA)
+    less XLA's share by the same page's times to train (40 h with, 47 h without), not 2375 (mixed + XLA).
+    A batch large enough that no step floor binds shows the base itself."""
+    from helpers.training_time import A100_RESNET50_224, Work, gpu_images_per_s
+
+    base = 909 * 40 / 47 * 49 / 5  # 7,581 images/s of ResNet50 at 32x32
+    assert gpu_images_per_s("resnet50") == pytest.approx(base) and round(base) == 7581
+    assert gpu_images_per_s("cnn") == pytest.approx(15 * base)
+    assert gpu_images_per_s("resnet50", ("mixed", True)) == pytest.approx(2375 * 49 / 5)
+    assert A100_RESNET50_224[("mixed", True)] / A100_RESNET50_224[("tf32", False)] == pytest.approx(3.07, abs=0.01)
+    work = [Work("resnet50", 758_145, 4096)]  # 4096 images a step: 0.54 s, far above the 25 ms floor
+    assert seconds(work, 1, 1) == pytest.approx(100.0, rel=1e-4)  # 758,145 images / 7,581 images/s
+    assert seconds(work, 2, 2) == pytest.approx(50.0, rel=1e-4)
+
+
+def test_a_job_lesson_trains_on_its_job_s_gpus_one_on_each_of_two_nodes():
+    """Lessons 08, 11, 16 and 17 train in the job they submit (one GPU on each of 2 nodes), not on the
+    kernel's 4 GPUs: lesson 08's prediction is its work at 2 replicas on 2 GPUs."""
+    from helpers.training_time import predicted_minutes, table, training_gpus
+
+    workshop = mode_settings("workshop")
+    assert training_gpus("08", 4, 2, 1) == 2 and training_gpus("05", 4, 2, 1) == 4 and training_gpus("08", 0, 2, 0) == 0
+    job = seconds(lesson_work("08", workshop, 2), 2, 2) / 60
+    training, _ = predicted_minutes("08", "workshop", 4)
+    assert training == pytest.approx(job)
+    assert training == pytest.approx(2 * seconds(lesson_work("08", workshop, 4), 4, 4) / 60, rel=0.01)  # half the GPUs
+    row = next(line for line in table().splitlines() if line.startswith("| 08 |"))
+    print(table())
+    assert row.split("|")[2].strip() == f"{job:.1f}", row
+
+
+def test_start_up_is_its_own_column_tensorflow_engines_jobs_and_first_steps():
+    from helpers.training_time import (ENGINES_START_S, FIRST_STEP_S, JOB_START_S, TF_START_S, predicted_minutes,
+                                       startup_seconds, table)
+
+    quick = mode_settings("quick")
+    # lesson 03: the kernel and one engine cluster import TensorFlow, the engines come up, two first steps
+    assert startup_seconds("03", quick, 0) == pytest.approx(2 * TF_START_S + ENGINES_START_S + 2 * FIRST_STEP_S["cnn"])
+    assert startup_seconds("03", quick, 0) == pytest.approx(26.5)
+    # lesson 08 in workshop mode: its job (ResNet50) starts TensorFlow and traces ResNet50 once
+    assert startup_seconds("08", mode_settings("workshop"), 2) == pytest.approx(
+        2 * TF_START_S + JOB_START_S + FIRST_STEP_S["resnet50"])
+    assert table().splitlines()[0].split("|")[3].strip() == "start-up (min)"
+    _, up = predicted_minutes("05", "workshop")
+    assert up == pytest.approx((TF_START_S + 2 * FIRST_STEP_S["resnet50"]) / 60)
+
+
+def test_the_first_cell_prints_training_and_start_up_apart(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    clock = time_lesson("03", mode_settings("quick"), 2)
+    said = capsys.readouterr().out
+    assert "training " in said and "start-up 26 s" in said and clock.startup_s == pytest.approx(26.5), said
