@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make course   install, then run every notebook headless in quick mode (build/)
+#   make course   install, then run every notebook headless in quick mode (build/: see BUILD below)
 #   make test     install, then the whole test suite (unit, integration, notebooks)
 # On a GPU cluster: make install EXTRA=gpu (tensorflow[and-cuda] instead of tensorflow-cpu). The venv
 # remembers its extra (.venv/.extra): every later target (lab, course, test, ...) keeps it, and
@@ -18,6 +18,18 @@ VENV_EXTRA := $(shell cat $(VENV)/.extra 2>/dev/null || { test -e $(VENV)/.insta
                 { test -e $(VENV)/.installed-cpu && echo cpu; })
 EXTRA ?= $(or $(VENV_EXTRA),cpu)
 STAMP := $(VENV)/.installed-$(EXTRA)
+TF_KERAS := tf-keras>=2.21,<2.22
+# What pip would install, as a hash kept in the stamp: pyproject.toml's build system, requirements
+# and packages, the extra and the pins below; never a file's mtime, so a `git pull` that touches the
+# Makefile or pyproject.toml's other tables runs no pip (compute nodes have no internet).
+DEPS_HASH := $(shell $(PYTHON) -c 'import hashlib, json, sys, tomllib; d = tomllib.load(open("pyproject.toml", "rb")); \
+  p = d["project"]; print(hashlib.sha256(json.dumps([d.get("build-system"), d.get("tool", {}).get("setuptools"), \
+  p.get("requires-python"), p.get("dependencies"), p.get("optional-dependencies"), sys.argv[1:]], sort_keys=True) \
+  .encode()).hexdigest()[:16])' '$(EXTRA)' '$(TF_KERAS)' 2>/dev/null || cksum < pyproject.toml | cut -d' ' -f1)
+# Where make course, site, gpucheck and bench write: COURSE_BUILD_DIR, else build/ when you can
+# write it, else your cache (a checkout installed once for a class, e.g. root's, has no build/ of yours)
+BUILD := $(or $(COURSE_BUILD_DIR),$(shell if [ -w build ] || { [ ! -e build ] && [ -w . ]; }; then echo build; \
+  else echo "$${XDG_CACHE_HOME:-$$HOME/.cache}/tf-hpc-course/build"; fi))
 KERNEL_NAME ?= tf-hpc-course
 PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
@@ -27,7 +39,17 @@ LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+# remade when the hash it holds is not the one above; an empty stamp (made before the hash) stands
+# while it is newer than pyproject.toml, as it did then
+STAMPED := $(shell cat $(STAMP) 2>/dev/null)
+ifeq ($(STAMPED),)
+ifneq ($(shell test $(STAMP) -nt pyproject.toml && echo current),current)
+.PHONY: $(STAMP)
+endif
+else ifneq ($(STAMPED),$(DEPS_HASH))
+.PHONY: $(STAMP)
+endif
+$(STAMP):
 	@case "$(EXTRA)" in cpu|gpu) ;; *) echo "make: EXTRA=$(EXTRA): use EXTRA=cpu or EXTRA=gpu" >&2; exit 2 ;; esac
 	@if [ -n "$(VENV_EXTRA)" ] && [ "$(VENV_EXTRA)" != "$(EXTRA)" ]; then \
 	  echo "make: $(VENV) holds TensorFlow for EXTRA=$(VENV_EXTRA); EXTRA=$(EXTRA) would put a second TensorFlow" \
@@ -37,23 +59,24 @@ $(STAMP): pyproject.toml Makefile
 	       "give one, e.g. make install PYTHON=python3.11 (a module: module load python/3.11)" >&2; exit 2; }; \
 	  $(PYTHON) -m venv $(VENV); }
 	@echo $(EXTRA) > $(VENV)/.extra
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade pip || { echo "make: pip could not reach the package index (no internet" \
+	  "on a compute node?): make install where it can, e.g. on a login node" >&2; exit 1; }
 	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub,site]'
 	# Keras 2 for lesson 17 (TF_USE_LEGACY_KERAS=1): --no-deps, or it installs the full
 	# tensorflow wheel beside tensorflow-cpu (two copies of one module)
-	$(PY) -m pip install --quiet --no-deps 'tf-keras>=2.21,<2.22'
+	$(PY) -m pip install --quiet --no-deps '$(TF_KERAS)'
 	@$(PY) -c 'import sys; from importlib.metadata import distributions; names = {d.metadata["Name"].lower() for d in distributions()}; \
 	  sys.exit("make: both tensorflow and tensorflow-cpu are in $(VENV) (two copies of one module): remove $(VENV), make install again" \
 	           if {"tensorflow", "tensorflow-cpu"} <= names else 0)'
-	@touch $(STAMP)
+	@echo $(DEPS_HASH) > $(STAMP)
 
 course: install
-	$(PY) -m helpers.tools.course_run --out build
+	$(PY) -m helpers.tools.course_run --out $(BUILD)
 
-# The course as a static site in build/site (Sphinx, MyST-NB): the README, every lesson with the
-# outputs of the last `make course`, the guides. Open build/site/index.html.
+# The course as a static site in $(BUILD)/site (Sphinx, MyST-NB): the README, every lesson with the
+# outputs of the last `make course`, the guides. Open $(BUILD)/site/index.html.
 site: install
-	$(PY) -m helpers.tools.site --notebooks build/notebooks --out build/site
+	$(PY) -m helpers.tools.site --notebooks $(BUILD)/notebooks --out $(BUILD)/site
 
 # the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test;
 # three pytest streams side by side: the tests on the local Slurm (or with a second Unix user), and the rest
@@ -106,15 +129,15 @@ horovod: install
 
 # The smoke run for the first real GPU node (about 10 min on 4 GPUs): TensorFlow's build against the
 # GPUs given, NCCL, mixed precision, a nested job, lessons 01/04/05/07 in workshop mode; JSON in
-# build/gpucheck/ to send back. From a login node: sbatch slurm/gpucheck.sbatch. Without GPUs it
+# $(BUILD)/gpucheck/ to send back. From a login node: sbatch slurm/gpucheck.sbatch. Without GPUs it
 # runs what it can and says what it skipped.
 gpucheck: install
-	$(PY) -m helpers.tools.gpucheck --out build/gpucheck $(GPUCHECK_ARGS)
+	$(PY) -m helpers.tools.gpucheck --out $(BUILD)/gpucheck $(GPUCHECK_ARGS)
 
 # Where Slurm is found, its local multi-worker rows need COURSE_LOCAL_WORKERS=allow: only on a
 # machine nobody else uses, never on a login node (docs/security.md)
 bench: install
-	$(PY) -m helpers bench --out build/bench
+	$(PY) -m helpers bench --out $(BUILD)/bench
 
 clean:
 	rm -rf build .pytest_cache

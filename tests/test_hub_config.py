@@ -13,13 +13,20 @@ CONFIG = Path(__file__).resolve().parents[1] / "slurm" / "jupyterhub" / "jupyter
 
 
 def _load(monkeypatch, **env) -> Config:
+    """The shipped config as the hub loads it, with `env`; GPUs per node 0 (CPU nodes) unless given,
+    so that no test here asks a Slurm for its partition's."""
     from helpers.class_settings import CLASS_SETTINGS
 
     for name in ("COURSE_HUB_IP", "COURSE_CONTROLLER_IP", "COURSE_HUB_RESERVATION", "COURSE_HUB_IDLE_TIMEOUT",
-                 "COURSE_HUB_SPAWN_LIMIT", "COURSE_HUB_OPTIONS", *CLASS_SETTINGS):
+                 "COURSE_HUB_SPAWN_LIMIT", "COURSE_HUB_OPTIONS", "COURSE_HUB_PARTITION", "COURSE_HUB_INSTALL_OWNER",
+                 *CLASS_SETTINGS):
         monkeypatch.delenv(name, raising=False)
+    env = {"COURSE_HUB_GPUS_PER_NODE": "0", **env}
     for name, value in env.items():
-        monkeypatch.setenv(name, value)
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
     config = Config()
     monkeypatch.setattr("os.umask", lambda mask: 0o022)  # the file sets the hub's umask: not this test's
     exec(compile(CONFIG.read_text(), str(CONFIG), "exec"), {"get_config": lambda: config, "__file__": str(CONFIG)})
@@ -125,3 +132,51 @@ def test_the_layout_picks_the_server_job(monkeypatch):
     assert "--exclusive" not in gpu and {"--gpus=1", "--ntasks=2", "--nodes=1"} <= set(gpu)
     mine = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_CLASS_LAYOUT="gpu", COURSE_HUB_OPTIONS="--gpus=2")
     assert mine.SlurmSpawner.req_options == "--gpus=2"  # the centre's own options win
+
+
+def test_the_node_layout_asks_for_the_nodes_gpus(monkeypatch):
+    """Finding 4 of issue 56: `--exclusive` alone gives the job the node's GPUs but none to its
+    steps (the engines); the node layout's server asks for them all as GRES, a task per GPU, from
+    COURSE_HUB_GPUS_PER_NODE or, unset, from sinfo; CPU nodes keep the 2-task whole node."""
+    import helpers.slurm.nodes as nodes
+
+    asked = []
+    monkeypatch.setattr(nodes, "partition_shape", lambda partition=None: asked.append(partition) or (2, 4))
+    options = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_GPUS_PER_NODE=None,
+                    COURSE_HUB_PARTITION="a100").SlurmSpawner.req_options
+    assert options == "--nodes=1 --ntasks=4 --gres=gpu:4 --exclusive" and asked == ["a100"], (options, asked)
+    given = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_GPUS_PER_NODE="8").SlurmSpawner.req_options
+    assert given == "--nodes=1 --ntasks=8 --gres=gpu:8 --exclusive" and asked == ["a100"], "no sinfo when given"
+    monkeypatch.setattr(nodes, "partition_shape", lambda partition=None: (3, 0))  # a CPU partition
+    cpu = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_GPUS_PER_NODE=None).SlurmSpawner.req_options
+    assert cpu == "--nodes=1 --ntasks=2 --exclusive", cpu
+    gpu = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_GPUS_PER_NODE=None, COURSE_CLASS_LAYOUT="gpu")
+    assert gpu.SlurmSpawner.req_options == "--nodes=1 --ntasks=2 --gpus=1"
+
+
+def test_a_hub_that_cannot_tell_the_gpus_per_node_stops_with_one_line(monkeypatch):
+    import helpers.slurm.nodes as nodes
+
+    def no_slurm(partition=None):
+        raise CourseError("sinfo: not found")
+
+    monkeypatch.setattr(nodes, "partition_shape", no_slurm)
+    with pytest.raises(CourseError, match="COURSE_HUB_GPUS_PER_NODE .0 on CPU nodes. or COURSE_HUB_OPTIONS") as caught:
+        _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_GPUS_PER_NODE=None)
+    assert "\n" not in str(caught.value) and "sinfo: not found" in str(caught.value)
+    mine = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_GPUS_PER_NODE=None, COURSE_HUB_OPTIONS="--gres=gpu:2")
+    assert mine.SlurmSpawner.req_options == "--gres=gpu:2"  # the centre's options: Slurm not asked
+    with pytest.raises(CourseError, match="COURSE_HUB_GPUS_PER_NODE='four' must be a whole number"):
+        _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_GPUS_PER_NODE="four")
+
+
+def test_a_course_account_owning_the_install_is_trusted_by_uid(monkeypatch):
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    script = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_INSTALL_OWNER="nobody").SlurmSpawner.batch_script
+    assert f'[ "$owner" != "{nobody}" ]' in script and "@INSTALL_UID@" not in script
+    alone = _load(monkeypatch, COURSE_HUB_IP="10.1.1.1").SlurmSpawner.batch_script
+    assert '[ "$owner" != "0" ]' in alone  # unset: root alone (and the learner)
+    with pytest.raises(CourseError, match="COURSE_HUB_INSTALL_OWNER='no-such-course-user': no such user"):
+        _load(monkeypatch, COURSE_HUB_IP="10.1.1.1", COURSE_HUB_INSTALL_OWNER="no-such-course-user")

@@ -1,10 +1,11 @@
 """JupyterHub for the course: each user's JupyterLab runs as a Slurm job on compute nodes.
 
 A template for a centre to adapt (the course's hub test loads this file and overrides only
-what a one-machine test needs). Install the course once where every compute node sees it:
+what a one-machine test needs). Install the course once where every compute node sees it, as
+root (or a course account named in COURSE_HUB_INSTALL_OWNER): every learner's server runs only
+a course Python that root, that account or the learner owns (docs/gpu-class.md):
 
     git clone ... /opt/tf-hpc-course && cd /opt/tf-hpc-course && make install EXTRA=gpu
-    .venv/bin/pip install -e '.[hub]'        # jupyterhub + batchspawner for the servers
 
 then run the hub with this file (`jupyterhub -f slurm/jupyterhub/jupyterhub_config.py`)
 behind the centre's HTTPS front end. Everything site-specific is an environment variable (each
@@ -17,10 +18,14 @@ declared in helpers/settings.py; all of them, with defaults: docs/settings.md):
     COURSE_HUB_TIME        time limit of a server (default 02:00:00)
     COURSE_HUB_OPTIONS     extra #SBATCH options (default: the layout's, below), e.g.
                            "--nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --exclusive"
+    COURSE_HUB_GPUS_PER_NODE  GPUs on each node of that partition (default: what sinfo shows;
+                           0 on CPU nodes): a node layout server asks for all of them
+    COURSE_HUB_INSTALL_OWNER  the course account that owns COURSE_DIR and its .venv, if not root
 
 For a class (docs/offering.md, "Running a class"):
 
-    COURSE_CLASS_LAYOUT     node (default): a node per learner, every server job --exclusive;
+    COURSE_CLASS_LAYOUT     node (default): a node per learner, every server job --exclusive
+                            with the node's GPUs ("--nodes=1 --ntasks=N --gres=gpu:N", N GPUs);
                             gpu: a GPU per learner, servers share nodes ("--nodes=1 --ntasks=2
                             --gpus=1"), the learner's engines share its GPU with memory limits
                             and RING collectives (helpers.gpus); classmates on one node can reach
@@ -128,23 +133,68 @@ CLASS = _class_settings()
 c.Spawner.environment.update(CLASS)
 LAYOUT = CLASS.get("COURSE_CLASS_LAYOUT", "node")
 
+def _install_uid() -> str:
+    """The uid of the course account that owns the class's install (COURSE_HUB_INSTALL_OWNER), which
+    every server trusts beside root and the learner; root's (0) alone when unset. An account the
+    hub's host does not know stops the hub with one line."""
+    import pwd
+
+    from helpers.errors import CourseError
+
+    name = _setting("COURSE_HUB_INSTALL_OWNER").strip()
+    try:
+        return str(pwd.getpwnam(name).pw_uid) if name else "0"
+    except KeyError:
+        raise CourseError(f"COURSE_HUB_INSTALL_OWNER={name!r}: no such user on this host") from None
+
+
 def _batch_script() -> str:
     from helpers.environment import PROXY_VARIABLES  # the one list of them
 
     return ((HERE / "server.sbatch.j2").read_text().replace("@PROXY_VARIABLES@", " ".join(PROXY_VARIABLES))
-            .replace("@COURSE_DIR@", str(COURSE_DIR)))
+            .replace("@COURSE_DIR@", str(COURSE_DIR)).replace("@INSTALL_UID@", _install_uid()))
 
 
 c.SlurmSpawner.batch_script = _batch_script()
 c.SlurmSpawner.req_srun = ""  # server in the batch step: `srun` from the notebook gets the job's CPUs
 c.SlurmSpawner.req_runtime = _setting("COURSE_HUB_TIME", "02:00:00")
 c.SlurmSpawner.req_partition = _setting("COURSE_HUB_PARTITION")
-# node layout, --exclusive: no other user's job on a learner's node, where the lessons' TensorFlow
-# workers open unauthenticated gRPC ports (docs/security.md); a partition reserved for the class
-# (one user per node, ExclusiveUser=YES) serves as well. gpu layout: one GPU and two tasks (the
-# engines) per learner, nodes shared with classmates.
-LAYOUT_OPTIONS = {"node": "--nodes=1 --ntasks=2 --exclusive", "gpu": "--nodes=1 --ntasks=2 --gpus=1"}
-c.SlurmSpawner.req_options = _setting("COURSE_HUB_OPTIONS", LAYOUT_OPTIONS[LAYOUT])
+
+
+def _gpus_per_node() -> int:
+    """GPUs on each node of the servers' partition: COURSE_HUB_GPUS_PER_NODE, else what sinfo shows
+    (the fewest of its GPU nodes; 0 for CPU nodes). A hub that cannot tell stops with one line."""
+    from helpers.errors import CourseError
+    from helpers.settings import text
+    from helpers.slurm.nodes import partition_shape
+
+    if text("COURSE_HUB_GPUS_PER_NODE"):
+        return _whole("COURSE_HUB_GPUS_PER_NODE", 0)
+    try:
+        return partition_shape(_setting("COURSE_HUB_PARTITION") or None)[1]
+    except CourseError as exc:
+        raise CourseError(f"cannot tell the GPUs per node of the servers' partition ({exc}): set "
+                          "COURSE_HUB_GPUS_PER_NODE (0 on CPU nodes) or COURSE_HUB_OPTIONS") from None
+
+
+def _server_options(layout: str) -> str:
+    """The learner's server job in the class's layout.
+
+    node: a whole node, --exclusive (no other user's job on a learner's node, where the lessons'
+    TensorFlow workers open unauthenticated gRPC ports, docs/security.md), and all its GPUs as
+    GRES, a task per GPU. --exclusive alone gives the job the node's GPUs but none to its steps:
+    on Slurm 22.05 the batch step saw CUDA_VISIBLE_DEVICES=0,1,2,3 while an srun step (the
+    engines) saw none, and with ConstrainDevices could not open them; --gres=gpu:N gives every
+    step the node's N GPUs. gpu: one GPU and two tasks (the engines) per learner, nodes shared."""
+    if layout == "gpu":
+        return "--nodes=1 --ntasks=2 --gpus=1"
+    gpus = _gpus_per_node()
+    return f"--nodes=1 --ntasks={gpus} --gres=gpu:{gpus} --exclusive" if gpus else "--nodes=1 --ntasks=2 --exclusive"
+
+
+# the centre's own options win; otherwise the layout's (a partition reserved for the class, one user
+# per node with ExclusiveUser=YES, serves the node layout as well)
+c.SlurmSpawner.req_options = _setting("COURSE_HUB_OPTIONS") or _server_options(LAYOUT)
 # a busy partition; the page shows the job as pending with Slurm's reason, then says it waited
 c.SlurmSpawner.start_timeout = _whole("COURSE_HUB_START_TIMEOUT", 300)
 c.SlurmSpawner.http_timeout = 120
