@@ -33,6 +33,7 @@ None of this has run on a real GPU: the decisions are tested, TensorFlow's use o
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -126,8 +127,34 @@ def _nvidia_smi_count() -> int:
     return sum(1 for line in nvidia_smi("-L").splitlines() if line.startswith("GPU "))
 
 
+# MiB of a MIG slice by the memory its profile's name gives (1g.5gb: 5): the GiB `nvidia-smi mig -lgip`
+# lists for A100 40GB/80GB and H100 80GB (4.75, 9.75, 19.62, 39.50, 79.25), rounded down to MiB
+MIG_SLICE_MIB = {5: 4864, 10: 9984, 20: 20090, 40: 40448, 80: 81152}
+MIG_SLICE_UNLISTED = 0.95  # other sizes: the listed slices hold 95-99 % of their name, 95 % is counted
+MIG_PROFILE = re.compile(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb")
+MIG_DEVICE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)", re.M)
+
+
+def mig_slice_mib(profile: str) -> int:
+    """Memory of a MIG slice from its profile name (`1g.5gb`, `3g.40gb`, `1c.3g.20gb`, `1g.10gb+me`)."""
+    match = MIG_PROFILE.match(profile)
+    if not match:
+        raise CourseError(f"{profile!r} is not a MIG profile name such as 1g.5gb or 3g.40gb")
+    gb = int(match.group(2))
+    return MIG_SLICE_MIB.get(gb, int(gb * 1024 * MIG_SLICE_UNLISTED))
+
+
 def gpu_memory_mib() -> int | None:
-    """Memory of this process's first GPU in MiB, from nvidia-smi (None where it does not say)."""
+    """Memory of this process's first GPU in MiB, from nvidia-smi (None where it does not say).
+
+    Under MIG, `--query-gpu=memory.total` reports the whole GPU, not the slice a process runs on:
+    the slices come from `nvidia-smi -L` (`  MIG 3g.20gb Device 0: (UUID: MIG-...)` under their GPU),
+    the one `CUDA_VISIBLE_DEVICES` names, else the smallest listed (a limit too small is safer)."""
+    slices = MIG_DEVICE.findall(nvidia_smi("-L"))
+    if slices:
+        named = set(visible_gpus() if VISIBLE_ENV in os.environ else [])
+        mine = [profile for profile, uuid in slices if uuid in named]
+        return mig_slice_mib(mine[0]) if mine else min(mig_slice_mib(profile) for profile, _ in slices)
     out = nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits").split()
     return int(out[0]) if out and out[0].isdigit() else None
 

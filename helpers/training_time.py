@@ -232,8 +232,8 @@ def predicted_minutes(lesson: str, mode: str, gpus: int = 4, nodes: int = 2) -> 
     from .mode import mode_settings
 
     s = mode_settings(mode)
-    on = training_gpus(lesson, gpus, nodes, 1)
-    replicas = on if lesson in JOB_LESSONS else gpus
+    on = training_gpus(lesson, gpus, nodes, 1 if gpus else 0)
+    replicas = (on if lesson in JOB_LESSONS else gpus) or 2  # on a CPU: the lessons' 2 logical replicas
     return seconds(lesson_work(lesson, s, replicas), on, replicas) / 60, startup_seconds(lesson, s, on) / 60
 
 

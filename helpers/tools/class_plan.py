@@ -14,6 +14,10 @@ same moment. In the node layout a job takes 2 whole nodes beside the learner's s
 server holds its node whole); in the gpu layout it takes one GPU on each of 2 nodes
 (`COURSE_JOB_GPUS_PER_TASK=1`, one task per node), so `jobs` jobs need max(2, ceil(2 * jobs /
 GPUs per node)) nodes. With fewer nodes than that, the jobs queue and run in waves (printed).
+
+The GPU is a model (`--gpu-model`, `class_fit.GPU_MODELS`: its memory and MIG profiles), its memory
+replaced by `--gpu-mib` where nvidia-smi says otherwise. With `--nodes-available`, `class_fit` adds
+what fits on those nodes when the class does not (pairs, MIG slices, a CPU cohort) and its cost.
 """
 
 from __future__ import annotations
@@ -91,13 +95,18 @@ def reservation_command(nodes: int, name: str, start: str, duration: str, users:
 
 
 def report(learners: int, gpus_per_node: int, cpus_per_node: int | None = None, nodes_available: int | None = None,
-           jobs_at_once: int | None = None, gpu_mib: int = 40960, name: str = "course-day",
+           jobs_at_once: int | None = None, gpu_mib: int | None = None, name: str = "course-day",
            start: str = "2026-12-01T08:00:00", duration: str = "10:00:00", users: str = "LEARNER1,LEARNER2,...",
-           partition: str = "") -> str:
-    """What `class plan` prints: both layouts, their hub and Open OnDemand settings, the reservation."""
+           partition: str = "", gpu_model: str = "a100-40gb") -> str:
+    """What `class plan` prints: both layouts, their hub and Open OnDemand settings, the reservation,
+    and with `nodes_available` the options that fit there (`class_fit`)."""
+    from .class_fit import gpu_model as find_model, option_lines
+
+    model = find_model(gpu_model, gpu_mib)
+    gpu_mib = model.mib
     needs = plan(learners, gpus_per_node, cpus_per_node, jobs_at_once, gpu_mib)
     node, gpu = needs["node"], needs["gpu"]
-    lines = [f"class plan: {learners} learners, {gpus_per_node} GPUs per node"
+    lines = [f"class plan: {learners} learners, {gpus_per_node} GPUs per node ({model.name}, {gpu_mib} MiB)"
              + (f", {cpus_per_node} CPUs per node" if cpus_per_node else "")
              + (f", {nodes_available} nodes available" if nodes_available is not None else ""),
              f"assumed: one lesson at a time; {node.jobs} learners submit its 2-node job (lessons {JOB_LESSONS}) "
@@ -105,6 +114,8 @@ def report(learners: int, gpus_per_node: int, cpus_per_node: int | None = None, 
     for layout in (node, gpu):
         lines += _layout_lines(layout, nodes_available, gpus_per_node, gpu_mib, name, start, duration, users,
                                partition)
+    if nodes_available is not None:
+        lines += option_lines(learners, nodes_available, gpus_per_node, model, gpu.jobs, cpus_per_node)
     return "\n".join(lines).rstrip()
 
 

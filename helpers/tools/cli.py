@@ -122,8 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     klass.add_argument("--nodes-available", type=int, help="plan: nodes the class may use; says what fits")
     klass.add_argument("--jobs-at-once", type=int, help="plan: learners submitting a 2-node lesson job at the "
                        "same moment (default: all)")
-    klass.add_argument("--gpu-mib", type=_positive, default=40960, help="plan: memory of one GPU in MiB "
-                       "(default 40960, an A100 40GB)")
+    klass.add_argument("--gpu-model", default="a100-40gb", help="plan: the GPU model, for its memory and MIG "
+                       "profiles: a100-40gb (default), a100-80gb, h100-80gb, v100-16gb, v100-32gb")
+    klass.add_argument("--gpu-mib", type=_positive, help="plan: memory of one GPU in MiB, where nvidia-smi "
+                       "reports other than the model's (default: the model's)")
     klass.add_argument("--start", default="2026-12-01T08:00:00", help="plan: the reservation's start")
     klass.add_argument("--duration", default="10:00:00", help="plan: the reservation's length")
     klass.add_argument("--users", default="LEARNER1,LEARNER2,...", help="plan: the reservation's users")
@@ -264,7 +266,7 @@ def _dispatch(args) -> int:
             raise CourseError("class plan needs --learners N (and --gpus-per-node, default 4)")
         print(class_plan(args.learners, args.gpus_per_node, args.cpus_per_node, args.nodes_available,
                          args.jobs_at_once, args.gpu_mib, args.reservation or "course-day", args.start,
-                         args.duration, args.users, args.partition))
+                         args.duration, args.users, args.partition, args.gpu_model))
     elif args.command == "class":
         from .class_admin import main as class_main
 
