@@ -24,9 +24,10 @@ and its engines or workers: when a process has fewer GPUs than workers, they sha
 process with a memory limit (90 % of the GPU's memory, from nvidia-smi, divided by the processes:
 the workers and the learner's kernel; the workers share what the kernel's own share leaves), set
 as one logical device per GPU where TensorFlow is imported (`host.limit_gpu_memory`, from
-`COURSE_GPU_MEMORY_MIB`), and the strategy uses RING
-collectives (NCCL cannot run two ranks on one GPU). Otherwise every process that may use a GPU
-takes its memory as it needs it (`TF_FORCE_GPU_ALLOW_GROWTH=true`), never all of it at start.
+`COURSE_GPU_MEMORY_MIB`; a take-home program applies the same variable itself), and the strategy
+uses RING collectives (NCCL cannot run two ranks on one GPU). Every process that may use a GPU is
+also started with `TF_FORCE_GPU_ALLOW_GROWTH=true` (read by TensorFlow's allocator, not by its
+Python API), so one that ignores its share takes memory as it needs it, never all of it at start.
 None of this has run on a real GPU: the decisions are tested, TensorFlow's use of them is not.
 """
 
@@ -76,12 +77,12 @@ class GpuPlan:
     def env(self) -> dict[str, str]:
         """Variables a worker process needs for this plan (before TensorFlow starts)."""
         found = {} if self.visible_devices is None else {VISIBLE_ENV: self.visible_devices}
-        if self.gpus and self.memory_mib:  # a fixed share: growth off, as for a split GPU
-            found.update({GPU_MEMORY_ENV: str(self.memory_mib), GROWTH_ENV: "false"})
+        if self.gpus:  # growth on in every plan: a program that never reads its share still takes
+            found[GROWTH_ENV] = "true"  # memory as it needs it, never a classmate's whole GPU at start
+        if self.gpus and self.memory_mib:  # the share, applied where TensorFlow is imported
+            found[GPU_MEMORY_ENV] = str(self.memory_mib)
             if self.kernel:
                 found[KERNEL_MEMORY_ENV] = str(self.memory_mib)
-        elif self.gpus:
-            found[GROWTH_ENV] = "true"
         return found
 
     def describe(self) -> str:

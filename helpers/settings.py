@@ -113,8 +113,7 @@ _ALL = (
        "allow: local multi-worker TensorFlow on this machine (its only user's override; never on a login node)"),
     # -- engines and Slurm ------------------------------------------------------------------------------------------
     _s("COURSE_ENGINES", "auto, local or slurm", "auto", ("helpers/engines/slurm.py",),
-       "where lessons start their ipyparallel engines: auto takes the tasks of the allocation the kernel runs in "
-       "when it has two or more and enough for the engines (a hub's server job, salloc -n 2), else local processes",
+       "where lessons start their engines: auto, the allocation's tasks when there are enough (2+), else local",
        check="helpers.engines.slurm:want_slurm", bad="slrum"),
     _s("COURSE_CLUSTER", "a cluster id (course-...), a profile name or default", "unset: lessons start their own",
        ("helpers/engines/cluster.py",), "a running ipyparallel cluster every lesson attaches to"),

@@ -59,6 +59,17 @@ def communication_for(gpus: int, shared: bool = False) -> str:
     return "NCCL" if gpus > 0 and not shared else "RING"
 
 
+def collective_for_this_process(replicas: int | None = None) -> str:
+    """The all-reduce this process's strategy should use, decided before TensorFlow starts.
+
+    NCCL only where each of its replicas has a GPU of its own; RING on CPU, on a GPU shared with
+    other processes (the gpu class layout gives each a memory share, `gpus.shares_gpu`: NCCL refuses
+    two ranks on one device, "Duplicate GPU detected"), and on one GPU split into `replicas` logical
+    GPUs. Lessons 03 and 07 ask it; `make_strategy` uses the same rule."""
+    gpus = gpu_count_without_tf()
+    return communication_for(gpus, shares_gpu() or (replicas is not None and replicas > gpus))
+
+
 def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
                   communication: str | None = None, cpu_replicas: int = 1):
     """Create the strategy for this process.

@@ -86,7 +86,7 @@ def test_gpu_layout_four_learners_share_a_node_a_gpu_each():
                                                            zip(("kernel", "engine 0", "engine 1"), envs)))
         assert {env["CUDA_VISIBLE_DEVICES"] for env in envs} == {gpu}, "the learner's processes share its GPU"
         assert {env["COURSE_GPU_MEMORY_MIB"] for env in envs} == {"12288"}
-        assert {env["TF_FORCE_GPU_ALLOW_GROWTH"] for env in envs} == {"false"}  # fixed shares, as a split GPU
+        assert {env["TF_FORCE_GPU_ALLOW_GROWTH"] for env in envs} == {"true"}  # a program ignoring its share grows
         assert 3 * 12288 <= 0.9 * A100_MIB
         assert {communication_for(p.replicas, gpus.shares_gpu(p.env())) for p in plans} == {"RING"}
         assert communication_for(1, gpus.shares_gpu(envs[1])) == "RING"
@@ -147,7 +147,7 @@ def test_the_memory_limit_is_one_logical_device_per_gpu_before_tensorflow_starts
     assert host.limit_gpu_memory(FakeTF) is None and len(calls) == 1
 
 
-@pytest.mark.parametrize("layout, expected", [("node", "2 true None"), ("gpu", "1 false 2457")])
+@pytest.mark.parametrize("layout, expected", [("node", "2 true None"), ("gpu", "1 true 2457")])
 def test_the_kernel_sets_memory_before_tensorflow_starts(layout, expected):
     """`local_replicas`, the lessons' first call, in a fresh kernel-like process whose environment
     names GPUs (TensorFlow, the CPU wheel, finds none): before it, the kernel mapped nearly all of

@@ -107,10 +107,10 @@ def test_four_learners_share_a_gpu_node_a_gpu_each_engines_at_once(slurm, tmp_pa
         for e in engines:
             assert e["tf_config"] == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": e["rank"]}}
             assert (e["cvd"], e["step_gpus"]) == (gpu, gpu), (e, gpu)  # the learner's GPU, nothing else
-            assert (e["how"], e["memory_mib"], e["growth"], e["all_reduce"]) == ("memory", "12288", "false", "RING"), e
+            assert (e["how"], e["memory_mib"], e["growth"], e["all_reduce"]) == ("memory", "12288", "true", "RING"), e
             assert not e["tensorflow"]
         assert result["kernel_env"] == {"CUDA_VISIBLE_DEVICES": gpu, "COURSE_GPU_MEMORY_MIB": "12288",
-                                        "COURSE_KERNEL_GPU_MIB": "12288", "TF_FORCE_GPU_ALLOW_GROWTH": "false"}, result
+                                        "COURSE_KERNEL_GPU_MIB": "12288", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}, result
         by_learner[result["job"]] = (gpu, workers, result["started_s"])
     assert sorted(g for g, _, _ in by_learner.values()) == ["0", "1", "2", "3"], by_learner  # distinct GPUs
     ports = [w for _, ws, _ in by_learner.values() for w in ws]

@@ -50,8 +50,9 @@ def want_slurm(slurm: bool | None = None, n: int = 2) -> bool:
     """Whether `n` engines go through Slurm: the argument if given, else `COURSE_ENGINES`.
 
     `auto` (the default) takes the allocation's tasks when this process runs in an allocation of
-    two or more tasks that holds the `n` engines (a hub's server job, `salloc -n 2`, a batch job),
-    and local engines otherwise; `slurm` always goes through Slurm, `local` never does.
+    two or more tasks that holds the `n` engines, outside any job step (a hub's server job, a batch
+    job), and local engines otherwise (inside a step too, e.g. JupyterLab started with `srun`);
+    `slurm` always goes through Slurm, `local` never does.
     """
     if slurm is not None:
         return bool(slurm)
