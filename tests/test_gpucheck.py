@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from helpers.tools.bench_report import render_gpuchecks
-from helpers.tools.gpucheck import STEPS, _allreduce_result, validate
+from helpers.tools.gpucheck import SCHEMA, STEPS, _allreduce_result, validate
 
 
 def _gpucheck(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
@@ -34,12 +34,16 @@ def test_on_a_cpu_machine_it_skips_the_gpu_steps_with_reasons_and_the_json_valid
     steps = doc["steps"]
     assert steps["build"]["status"] == "ok" and steps["build"]["figures"]["gpus_seen"] == 0
     assert steps["build"]["figures"]["cuda_build"] is False  # tensorflow-cpu here
-    for name in ("allreduce-node", "allreduce-tasks", "resnet50-mixed"):
+    for name in ("allreduce-node", "allreduce-tasks", "layout-gpu", "resnet50-mixed"):
         assert steps[name]["status"] == "skipped" and "GPU" in steps[name]["reason"], steps[name]
     assert steps["nested-job"]["status"] == "skipped" and "not inside a Slurm job" in steps["nested-job"]["reason"]
+    assert steps["allreduce-nodes"]["status"] == "skipped" and "--nodes=2" in steps["allreduce-nodes"]["reason"]
     row, = steps["lessons"]["figures"]["lessons"]
     assert row["lesson"] == "00" and row["status"] == "ok" and row["minutes"] > 0, row
-    assert "0 failed, 4 skipped" in done.stdout, done.stdout
+    assert "predicted_startup_minutes" in row, row
+    assert doc["complete"] is True and doc["schema"] == SCHEMA
+    assert "0 failed, 6 skipped" in done.stdout, done.stdout
+    assert done.stdout.startswith("step caps: build 180 + "), done.stdout
 
 
 def test_a_cpu_build_given_gpus_is_the_failure_it_names(tmp_path):
@@ -62,7 +66,7 @@ def test_a_cpu_build_given_gpus_is_the_failure_it_names(tmp_path):
     (lambda d: d.update(schema="other/1"), "schema"),
 ])
 def test_validate_names_what_is_wrong(broken, problem):
-    doc = {"schema": "tf-hpc-course/gpucheck/1", "date": "2026-11-26", "host": "h", "machine": {},
+    doc = {"schema": SCHEMA, "date": "2026-11-26", "host": "h", "machine": {},
            "steps": {name: {"status": "skipped", "reason": "why", "seconds": 0.0} for name in STEPS}}
     assert validate(doc) == []
     broken(doc)
@@ -139,3 +143,165 @@ def test_the_nested_job_writes_no_slurm_out_file_where_it_was_submitted(monkeypa
     result = gpucheck.step_nested_job({}, timeout=5)
     assert result["status"] == "failed" and sent and sent[0][0] == "sbatch", result
     assert "--output=/dev/null" in sent[0], sent[0]
+
+
+def test_a_file_sent_back_before_the_new_steps_still_validates():
+    old = json.loads((ROOT / "docs" / "bench" / "gpucheck-vm-2026-11-26.json").read_text())
+    assert old["schema"] == "tf-hpc-course/gpucheck/1" and validate(old) == []
+    old["schema"] = SCHEMA  # the new schema asks for the layout-gpu and allreduce-nodes steps too
+    assert any("expected" in p for p in validate(old))
+
+
+def test_the_time_limit_is_every_step_s_cap_added_up_with_a_margin_and_the_batch_job_asks_for_it():
+    """Caps: build 180, NCCL in the node 300, between tasks 300, the gpu layout 300, between nodes 300,
+    ResNet50 600, the nested job 240 (60 + 120 + 30 + slack), each lesson 600: 2,220 s + 4 x 600 s = 4,620 s;
+    +20 % and 300 s = 5,844 s, a limit of 98 min. slurm/gpucheck.sbatch once asked for 20."""
+    from helpers.tools.gpucheck import DEFAULT_LESSONS, STEP_CAPS_S, parse_slurm_time, time_limit_s, time_limit_text
+
+    assert sum(STEP_CAPS_S[n] for n in STEPS if n != "lessons") == 2220 and STEP_CAPS_S["lessons"] == 600
+    assert time_limit_s(4) == 5880 == 98 * 60  # ceil((4,620 x 1.2 + 300) / 60) minutes
+    assert time_limit_s(0) == 60 * -(-(2220 * 1.2 + 300) // 60)
+    assert time_limit_s(2, {n: 10 for n in STEPS}) == 60 * -(-(90 * 1.2 + 300) // 60)
+    assert "lessons 4 x 600 s, +20% and 300 s: a time limit of 98 min (01:38:00)" in time_limit_text(4)
+    sbatch = (ROOT / "slurm" / "gpucheck.sbatch").read_text()
+    asked = parse_slurm_time(next(line.split("=", 1)[1].split()[0] for line in sbatch.splitlines()
+                                  if line.startswith("#SBATCH --time=")))
+    print(f"slurm/gpucheck.sbatch asks {asked} s; the caps need {time_limit_s(len(DEFAULT_LESSONS))} s")
+    assert time_limit_s(len(DEFAULT_LESSONS)) <= asked <= time_limit_s(len(DEFAULT_LESSONS)) + 15 * 60
+    assert [parse_slurm_time(t) for t in ("01:40:00", "1-00:00:00", "20", "5:30", "UNLIMITED")] == \
+        [6000, 86400, 1200, 330, None]
+    printed = subprocess.run([sys.executable, "-m", "helpers.tools.gpucheck", "--time-limit"], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+    assert printed.returncode == 0 and "a time limit of 98 min" in printed.stdout, printed.stdout + printed.stderr
+
+
+def _planted_plan(slow_cap_s: float, seen: list) -> dict:
+    """Every step of the check planted: quick ones, one that reads the JSON on disk while it runs, and
+    `allreduce-tasks` a program that sleeps for a minute, so that its cap kills it."""
+    from helpers.tools import gpucheck
+
+    def ok(results, cap):
+        return {"status": "ok", "figures": {"cap": cap}}
+
+    def reads_the_file(results, cap):
+        seen.append(json.loads(next(Path(os.environ["GPUCHECK_TEST_OUT"]).glob("*.json")).read_text()))
+        return {"status": "ok", "figures": {"earlier": sorted(results)}}
+
+    plan = {name: ok for name in STEPS}
+    plan["allreduce-node"] = reads_the_file
+    plan["allreduce-tasks"] = lambda results, cap: gpucheck.step_process(
+        [sys.executable, "-c", "import time; print('slow step', flush=True); time.sleep(60)"], cap)
+    return plan
+
+
+def test_the_json_survives_a_step_killed_at_its_cap(tmp_path, monkeypatch):
+    """A planted slow step (a program sleeping 60 s, capped at 2 s) is killed at its cap; the file on
+    disk held every earlier step while the next ran, the killed step is marked, later steps still run."""
+    from helpers.tools import gpucheck
+
+    monkeypatch.setenv("GPUCHECK_TEST_OUT", str(tmp_path))
+    seen: list = []
+    caps = {name: 2.0 for name in STEPS}
+    path = tmp_path / "gpucheck-test.json"
+    doc = gpucheck.run(path, _planted_plan(2.0, seen), caps)
+    on_disk = json.loads(path.read_text())
+    print(json.dumps(on_disk["steps"], indent=1))
+    assert on_disk == json.loads(json.dumps(doc)) and validate(on_disk) == [] and on_disk["complete"] is True
+    killed = on_disk["steps"]["allreduce-tasks"]
+    assert killed["status"] == "failed" and killed["reason"] == "no result within 2 s: killed at its cap", killed
+    assert 1.5 < killed["seconds"] < 15, killed
+    assert all(on_disk["steps"][n]["status"] == "ok" for n in STEPS if n != "allreduce-tasks")
+    during, = seen  # what the file held while the second step ran
+    assert during["complete"] is False and during["steps"]["build"]["status"] == "ok"
+    assert during["steps"]["allreduce-node"]["reason"].startswith("did not finish: the run ended during this step")
+    assert during["steps"]["lessons"]["reason"] == gpucheck.NOT_REACHED
+
+
+def test_a_run_killed_by_the_job_s_end_keeps_every_finished_step(tmp_path):
+    """The whole check SIGKILLed (as Slurm ends a job at its time limit) during a planted slow step:
+    the JSON on disk is whole, holds the steps before it, marks it as not finished and the rest as not
+    reached, and validates."""
+    import signal
+    import time
+
+    script = (f"import json, os, sys; sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+              "from pathlib import Path\nfrom helpers.tools import gpucheck\nfrom test_gpucheck import _planted_plan\n"
+              f"gpucheck.run(Path({str(tmp_path / 'gpucheck-test.json')!r}), _planted_plan(120, []), "
+              "{n: 120.0 for n in gpucheck.STEPS})\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "GPUCHECK_TEST_OUT": str(tmp_path)})
+    path, deadline, doc = tmp_path / "gpucheck-test.json", time.monotonic() + 120, {}
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            doc = json.loads(path.read_text()) if path.exists() else {}
+            if doc.get("steps", {}).get("allreduce-tasks", {}).get("reason", "").startswith("did not finish"):
+                break
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the check and its sleeping step, as at the job's end
+        out = proc.communicate(timeout=30)[0]
+    doc = json.loads(path.read_text())
+    print(json.dumps(doc["steps"], indent=1))
+    assert validate(doc) == [] and doc["complete"] is False, out
+    steps = doc["steps"]
+    assert steps["build"]["status"] == "ok" and steps["allreduce-node"]["status"] == "ok", out
+    assert steps["allreduce-tasks"]["status"] == "failed" and "did not finish" in steps["allreduce-tasks"]["reason"]
+    assert all(steps[n]["status"] == "skipped" and "not reached" in steps[n]["reason"]
+               for n in STEPS[STEPS.index("allreduce-tasks") + 1:]), steps
+    assert [p.name for p in tmp_path.iterdir()] == ["gpucheck-test.json"]  # written whole: no temporary left
+
+
+def test_the_gpu_layout_step_on_a_cpu_shares_one_gpu_with_caps_and_ring(tmp_path, monkeypatch, report):
+    """The layout-gpu step for real, given a simulated GPU (CUDA_VISIBLE_DEVICES=0, the stand-in nvidia-smi:
+    40,960 MiB): the kernel takes 90 % / 3 = 12,288 MiB and holds it, its two workers share the rest
+    (12,288 each), choose RING and all-reduce on the CPU (tensorflow-cpu sees no GPU: said so)."""
+    from helpers.tools import gpucheck
+
+    monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'fakebin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    for name in [k for k in os.environ if k.startswith("SLURM_")] + ["COURSE_CLASS_LAYOUT", "COURSE_GPU_MEMORY_MIB"]:
+        monkeypatch.delenv(name, raising=False)
+    result = gpucheck.step_layout_gpu({}, 240)
+    report(f"gpucheck layout-gpu on a simulated GPU: {json.dumps(result)[:900]}")
+    assert result["status"] == "ok", result
+    figures = result["figures"]
+    assert figures["kernel_memory_mib"] == 12288 and figures["gpu_mib"] == 40960, figures
+    assert [w["communication"] for w in figures["workers"]] == ["RING", "RING"], figures
+    assert [w["memory_mib"] for w in figures["workers"]] == [12288, 12288], figures
+    assert [w["visible"] for w in figures["workers"]] == ["0", "0"] and all(w["allreduce_4mb_s"] > 0
+                                                                           for w in figures["workers"])
+    assert "nothing ran on a GPU" in result["reason"]
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda f: f["workers"][1].update(communication="NCCL"), "worker 1 chose NCCL, not RING"),
+    (lambda f: f["workers"][0].update(memory_mib=0), "a process without a memory cap"),
+    (lambda f: f.update(kernel_memory_mib=20000), "above 90 % of the GPU (36864 MiB)"),
+    (lambda f: f["workers"].pop(), "1 of 2 workers reported"),
+])
+def test_the_gpu_layout_verdict_names_what_breaks_a_shared_gpu(change, problem):
+    from helpers.tools.gpucheck import layout_verdict
+
+    figures = {"gpu_mib": 40960, "kernel_memory_mib": 12288, "tensorflow_gpus_seen": 1,
+               "workers": [{"rank": r, "communication": "RING", "memory_mib": 12288, "tensorflow_gpus_seen": 1}
+                           for r in (0, 1)]}
+    assert layout_verdict(figures) == {"status": "ok", "figures": figures, "reason": ""}
+    change(figures)
+    verdict = layout_verdict(figures)
+    assert verdict["status"] == "failed" and problem in verdict["reason"], verdict
+
+
+def test_the_two_node_step_is_one_task_and_one_gpu_on_each_of_two_nodes(monkeypatch):
+    from helpers.tools import gpucheck
+
+    command = gpucheck.allreduce_nodes_command(300, True)
+    assert command[:7] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--export=ALL",
+                           "--kill-on-bad-exit=1", "--time=5"] and "--gpus-per-task=1" in command, command
+    assert command[-6:] == [sys.executable, "-m", "helpers.allreduce_probe", "--sizes-mb", "4", "94"], command
+    assert "--gpus-per-task=1" not in gpucheck.allreduce_nodes_command(300, False)
+    assert gpucheck.job_nodes({"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2"}) == 2
+    assert gpucheck.job_nodes({"SLURM_JOB_NUM_NODES": "2"}) == 0  # not inside a job
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    skipped = gpucheck.step_allreduce_nodes({}, 300)
+    assert skipped["status"] == "skipped" and "sbatch --nodes=2 slurm/gpucheck.sbatch" in skipped["reason"]
