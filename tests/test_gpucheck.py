@@ -108,15 +108,17 @@ def test_the_verified_on_table_shows_a_gpu_run_beside_a_skipped_one():
 
 @pytest.mark.slurm
 def test_as_a_batch_job_on_simulated_gpus_it_names_the_cpu_build_and_its_nested_job_gets_a_gpu(slurm, tmp_path, report):
-    """The smoke run as one batch job on the local Slurm's simulated GPUs (TensorFlow cannot use them):
-    the build step fails naming the CPU build against the 2 GPUs given, and the job it submits from
-    inside the job (as lessons 08, 11, 16 and 17 do from a server) is accepted and gets a GPU."""
+    """The smoke run as one 2-node batch job on the local Slurm's simulated GPUs (TensorFlow cannot use
+    them): the build step fails naming the CPU build against the 2 GPUs given, the job it submits from
+    inside the job (as lessons 08, 11, 16 and 17 do from a server) is accepted and gets a GPU, the gpu
+    layout shares one GPU with caps and RING, and the all-reduce runs between the two nodes."""
     fakebin = ROOT / "tests" / "fakebin"  # a stand-in nvidia-smi, as on a GPU node
     env = {**slurm["env"], "PATH": f"{fakebin}:{slurm['env']['PATH']}", "TF_CPP_MIN_LOG_LEVEL": "3"}
     out = tmp_path / "job.out"
-    done = subprocess.run(["sbatch", "--wait", "-N1", "-n1", "--gres=gpu:2", "--time=10", f"--output={out}",
-                           "--wrap", f"{sys.executable} -m helpers.tools.gpucheck --out {tmp_path} --lessons ''"],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(["sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--gres=gpu:2", "--time=15",
+                           f"--output={out}", "--wrap",
+                           f"{sys.executable} -m helpers.tools.gpucheck --out {tmp_path} --lessons ''"],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     log = out.read_text() if out.exists() else done.stderr
     doc = json.loads(next(tmp_path.glob("gpucheck-*.json")).read_text())
     assert validate(doc) == [], log
@@ -127,6 +129,18 @@ def test_as_a_batch_job_on_simulated_gpus_it_names_the_cpu_build_and_its_nested_
     assert nested["status"] == "ok" and not nested["reason"], nested
     assert "--gpus-per-task=1" in nested["figures"]["options"] and "--exclusive=user" in nested["figures"]["options"]
     assert nested["figures"]["state"] == "COMPLETED" and (nested["figures"]["gres"] or "").startswith("gpu"), nested
+    layout, nodes = doc["steps"]["layout-gpu"], doc["steps"]["allreduce-nodes"]
+    report(f"gpucheck on 2 nodes of simulated GPUs: layout-gpu {layout['status']} ({layout['reason']}), "
+           f"caps {layout.get('figures', {}).get('kernel_memory_mib')} + "
+           f"{[w.get('memory_mib') for w in layout.get('figures', {}).get('workers', [])]} MiB, "
+           f"{[w.get('communication') for w in layout.get('figures', {}).get('workers', [])]}; allreduce-nodes "
+           f"{nodes['status']} {nodes.get('reason', '')} on {nodes.get('figures', {}).get('hosts')}: "
+           f"{nodes.get('figures', {}).get('seconds')}")
+    assert layout["status"] == "ok", (layout, log)
+    assert [w["communication"] for w in layout["figures"]["workers"]] == ["RING", "RING"], layout
+    assert nodes["status"] == "ok" and nodes["figures"]["hosts"] == ["node1", "node2"], (nodes, log)
+    assert nodes["figures"]["command"].endswith("--gpus-per-task=1"), nodes  # one GPU on each node, as the lesson jobs
+    assert "a time limit of 50 min" in log and "warning: this job's time limit (00:15:00) is shorter" in log, log
 
 
 def test_the_nested_job_writes_no_slurm_out_file_where_it_was_submitted(monkeypatch):
