@@ -1657,13 +1657,17 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
 
 
 @pytest.mark.parametrize("seen", ["staged, no report yet", "gone before the kernel looked", "reports before STAGED"])
-def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_report(tmp_path, seen):
+def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_report(tmp_path, seen, monkeypatch):
     """On Slurm the kernel hides the shared directory when the job's log says STAGED: only a job seen
     in the queue with STAGED in its log and no worker report yet counts as hidden first; a job that
-    left the queue before the kernel looked, or whose workers reported first, must not."""
+    left the queue before the kernel looked, or whose workers reported first, must not. The wait is
+    the package's (`wait_for_job`), its squeue answered here."""
     import os
+    import subprocess
     import sys
     import time
+
+    from helpers.slurm import queue
 
     shared, out = tmp_path / "shared", tmp_path / "run-2"
     shared.mkdir()
@@ -1681,9 +1685,11 @@ def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_
             return SimpleNamespace(stdout="7\n" if queued else "", stderr="", returncode=0)
         return SimpleNamespace(stdout="7\n", stderr="", returncode=0)
 
+    monkeypatch.setattr(queue, "subprocess", SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
     namespace = {"os": os, "sys": sys, "time": time, "subprocess": SimpleNamespace(run=run), "added": [], "NODES": 2,
                  "job_environment": lambda extra: {}, "job_dir": tmp_path, "shared": shared,
-                 "hidden": tmp_path / "shared-hidden", "hidden_first": {2: False}, "course_setting": settings_value}
+                 "hidden": tmp_path / "shared-hidden", "hidden_first": {2: False}, "course_setting": settings_value,
+                 "wait_for_job": queue.wait_for_job}
     exec(_function("16_input_at_scale.ipynb", "run_job"), namespace)
     assert "STAGED" in namespace["run_job"](2, out)
     assert namespace["hidden_first"] == {2: seen == "staged, no report yet"}, (seen, namespace["hidden_first"])

@@ -214,8 +214,8 @@ def _fake_slurm(tmp_path, monkeypatch, listed_polls: int, state: str = "RUNNING(
     """squeue that lists job 7 for its first `listed_polls` calls, then never; scancel that notes its calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho x >> {tmp_path}/polls\n"
-                                    f'[ "$(wc -l < {tmp_path}/polls)" -le {listed_polls} ] && echo "7 {state}"\nexit 0\n')
+    (bin_dir / "squeue").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/polls\n'
+                                    f'[ "$(wc -l < {tmp_path}/polls)" -le {listed_polls} ] && echo "{state}"\nexit 0\n')
     (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scancel\n')
     for tool in ("squeue", "scancel"):
         (bin_dir / tool).chmod(0o755)
@@ -224,17 +224,19 @@ def _fake_slurm(tmp_path, monkeypatch, listed_polls: int, state: str = "RUNNING(
 
 
 def test_follow_job_warns_once_when_asked_and_returns_the_log_once_the_job_is_gone(tmp_path, monkeypatch, capsys):
-    """Lesson 11's watcher: SIGUSR1 once the log says so (never twice), the job's end taken from 10
-    polls where squeue answers without it, and the log returned."""
+    """Lesson 11's watcher: SIGUSR1 once the log says so (never twice), the job's end taken from the
+    first poll where squeue, asked about this job alone, answers without it, and the log returned."""
     from helpers.slurm.submit import follow_job
 
     scancel = _fake_slurm(tmp_path, monkeypatch, listed_polls=5)
     log = tmp_path / "job-7.out"
     log.write_text("EVENT saved\n")
-    text = follow_job("7", log, "custom, warned", warn_when=lambda t: "saved" in t, poll_s=0.01)
+    text = follow_job("7", log, "custom, warned", warn_when=lambda t: "saved" in t, first_s=0.01)
     assert text == "EVENT saved\n"
     assert scancel.read_text().splitlines() == ["--signal=USR1 7"], "warned once"
-    assert len((tmp_path / "polls").read_text().splitlines()) == 5 + 10, "ended after 10 polls without the job"
+    polls = (tmp_path / "polls").read_text().splitlines()
+    assert len(polls) == 5 + 1, "ended at the first poll without the job"
+    assert all(" -j 7 " in f" {p} " for p in polls), f"every poll names the job, none lists the whole queue: {polls}"
     said = capsys.readouterr().out
     assert "job 7: RUNNING(None)" in said and "job 7: sent SIGUSR1" in said and "job 7: ended" in said, said
 
@@ -245,8 +247,8 @@ def test_follow_job_never_warns_unasked_and_cancels_a_job_past_its_deadline(tmp_
     scancel = _fake_slurm(tmp_path, monkeypatch, listed_polls=10**6)  # never leaves the queue
     log = tmp_path / "job-7.out"
     log.write_text("EVENT saved\n")
-    with pytest.raises(CourseError, match="did not end within 0 s: cancelled"):
-        follow_job("7", log, "never warned", deadline_s=0.3, poll_s=0.01)
+    with pytest.raises(CourseError, match=r"did not end within 0 s \(last seen RUNNING\(None\)\): cancelled"):
+        follow_job("7", log, "never warned", deadline_s=0.3, first_s=0.01)
     assert scancel.read_text().splitlines() == ["7"], "cancelled, never warned"
 
 
@@ -255,7 +257,7 @@ def test_follow_job_says_so_when_a_job_ended_without_its_log(tmp_path, monkeypat
 
     _fake_slurm(tmp_path, monkeypatch, listed_polls=0)
     with pytest.raises(CourseError, match="ended without writing its log job-7.out"):
-        follow_job("7", tmp_path / "job-7.out", "fit", poll_s=0.01)
+        follow_job("7", tmp_path / "job-7.out", "fit", first_s=0.01)
 
 
 @pytest.mark.parametrize("listed_polls,gone", [(3, True), (10**6, False)])

@@ -1,7 +1,14 @@
-"""What Slurm's queue says of jobs and steps: their state, their steps, the CPUs those hold, whose they are.
+"""What Slurm's queue says of jobs and steps: their state, their steps, the CPUs those hold, whose they are; waiting on a job.
 
 `check_tasks_available` and `check_cpus_free` say at once what `srun` would otherwise wait for
 silently, for ever: tasks the allocation does not have, CPUs a running step holds.
+
+Every wait on Slurm the course makes polls on one schedule, `backoff` (a fifth of a second first,
+then seconds, at most one query every 5 s), asks about its own job only (`squeue -h -j JOB`, never
+the whole queue: slurmctld answers a listing of the whole class for each), and ends at a deadline
+with a one-line error: `wait_for_job` for a job, `wait_gone` for jobs being replaced. A class of
+300 learners in the same cell then costs slurmctld what docs/slurm.md ("A class polling the
+controller") measured, not thousands of queries a second.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ import os
 import re
 import subprocess
 import time
+from typing import Callable, Iterator
 
 from ..errors import CourseError
 from .commands import run
@@ -17,13 +25,66 @@ from .commands import run
 OVERLAP_ENV = "COURSE_SLURM_OVERLAP"  # 1: the engines' srun step shares CPUs with steps running already
 
 
-def backoff(first: float = 0.2, limit: float = 5.0):
+POLL_FIRST_S, POLL_LIMIT_S = 0.2, 5.0  # the course's one schedule of Slurm queries (docs/slurm.md)
+# the states of a job that has ended (squeue -t all lists them until MinJobAge has passed)
+ENDED = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+         "TIMEOUT")
+
+
+def backoff(first: float = POLL_FIRST_S, limit: float = POLL_LIMIT_S) -> Iterator[float]:
     """Pauses between polls: quick at first (a job that starts at once), then rarer, so that a
     class of learners waiting for the queue does not hammer slurmctld or the shared file system."""
     pause = first
     while True:
         yield pause
         pause = min(limit, pause * 1.5)
+
+
+def job_now(job_id: str, env: dict | None = None) -> str | None:
+    """`STATE(REASON)` of one job, asked of squeue about that job alone; "" once it has ended or
+    left the queue, None when squeue did not answer (a busy slurmctld: ask again later)."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T(%r)"], capture_output=True,
+                              text=True, timeout=30, env=env)
+    except FileNotFoundError:
+        raise CourseError("squeue is not on PATH: run this where Slurm's commands are") from None
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        return "" if "Invalid job id" in done.stderr else None  # purged after MinJobAge: gone
+    state = (done.stdout.strip().splitlines() or [""])[0]
+    return "" if state.split("(")[0] in ENDED else state
+
+
+def wait_for_job(job_id: str, deadline_s: float, label: str = "", on_state: Callable[[str], None] | None = None,
+                 each_tick: Callable[[], bool | None] | None = None, tick_s: float = 0.5,
+                 first_s: float = POLL_FIRST_S, env: dict | None = None) -> None:
+    """Wait until job `job_id` has ended, asking squeue about it on the `backoff` schedule.
+
+    `on_state(state)` hears each new `STATE(REASON)`; `each_tick()`, a check of the caller's own
+    (its log file, a process) every `tick_s`, ends the wait when it returns True. Past `deadline_s`
+    the job is cancelled and that is a CourseError: a wait always ends."""
+    began, pauses, state = time.monotonic(), backoff(first_s), None
+    next_query = began
+    while True:
+        now = time.monotonic()
+        if now >= next_query:
+            seen = job_now(job_id, env)
+            if seen is not None and seen != state:
+                state = seen
+                if on_state is not None:
+                    on_state(seen or "ended")
+            if seen == "":
+                return
+            next_query = now + next(pauses)
+        if each_tick is not None and each_tick():
+            return
+        if now - began > deadline_s:
+            cancel(job_id)
+            raise CourseError(f"job {job_id}{f' ({label})' if label else ''} did not end within {deadline_s:.0f} s "
+                              f"(last seen {state or 'not yet'}): cancelled")
+        pause = next_query - time.monotonic()
+        time.sleep(max(0.01, min(pause, tick_s) if each_tick is not None else pause))
 
 
 def job_state(job_id: str) -> str:

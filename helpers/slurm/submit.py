@@ -6,8 +6,8 @@ server's `SLURM_*` variables (its GPUs per task, memory, partition, node list...
 child's own request: the child is refused or sized like the server. `job_environment` is
 the environment without them; `job_options` the options every job the course submits adds:
 `--exclusive=user` where the class gives each learner a node, and the GPUs a task should have.
-`follow_job` watches a submitted job in the queue until it is gone (lesson 11), and sends it the
-warning `--signal=USR1@...` would send when the lesson asks.
+`follow_job` watches a submitted job until it has ended (lesson 11, on the course's one polling
+schedule), and sends it the warning `--signal=USR1@...` would send when the lesson asks.
 
 Settings (each read by a small function, each bad value one line):
     COURSE_CLASS_LAYOUT        node (default): a node per learner, jobs `--exclusive=user`;
@@ -26,6 +26,7 @@ from typing import Callable
 
 from ..errors import CourseError
 from ..settings import text
+from .queue import POLL_FIRST_S, wait_for_job
 
 LAYOUT_ENV = "COURSE_CLASS_LAYOUT"
 LAYOUTS = ("node", "gpu")
@@ -110,34 +111,26 @@ def explain(env: dict | None = None) -> str:
 
 
 def follow_job(job: str, log_file: Path, label: str, warn_when: Callable[[str], bool] | None = None,
-               deadline_s: float = 900.0, poll_s: float = 0.5) -> str:
-    """Watch `job` in squeue until it is gone, printing each new state; return its log.
+               deadline_s: float = 900.0, first_s: float = POLL_FIRST_S) -> str:
+    """Watch `job` until it has ended, printing each new state; return its log.
 
-    When `warn_when(log text)` first holds, send the job SIGUSR1 once (what `--signal=USR1@120`
-    sends before the time limit). A job that squeue, answering, has not listed for 10 polls has
-    ended: a requeued job stays in the queue, pending, so a requeue is not taken for the end. A job
-    still there after `deadline_s` is cancelled, and that is an error, never a wait without end."""
-    began, state, warned, missing = time.monotonic(), None, False, 0
+    The queue is asked about this job alone, on the course's one schedule (`queue.wait_for_job`:
+    fast at first, then every few seconds). When `warn_when(log text)` first holds (the log is read
+    every half second), send the job SIGUSR1 once (what `--signal=USR1@120` sends before the time
+    limit). A requeued job stays in the queue, pending, so a requeue is not taken for the end. A
+    job still there after `deadline_s` is cancelled, and that is an error, never a wait without end."""
+    began, warned = time.monotonic(), []
 
     def say(what: str) -> None:
         print(f"{time.monotonic() - began:6.1f} s  {label:<22} job {job}: {what}", flush=True)
 
-    while time.monotonic() - began < deadline_s:
-        queue = subprocess.run(["squeue", "-h", "-o", "%i %T(%r)"], capture_output=True, text=True, timeout=60)
-        now = next((line.split()[1] for line in queue.stdout.splitlines() if line.split()[:1] == [job]), "")
-        missing = 0 if now or queue.returncode else missing + 1  # squeue answered, and without the job
-        if now and now != state:
-            say(now)
-            state = now
-        if missing == 10:
-            say("ended")
-            if not log_file.exists():
-                raise CourseError(f"job {job} ({label}) ended without writing its log {log_file.name}")
-            return log_file.read_text()
+    def warn_once() -> None:
         if warn_when is not None and not warned and log_file.exists() and warn_when(log_file.read_text()):
             subprocess.run(["scancel", "--signal=USR1", job], check=True, timeout=60)
             say("sent SIGUSR1")
-            warned = True
-        time.sleep(poll_s)
-    subprocess.run(["scancel", job], timeout=60)
-    raise CourseError(f"job {job} ({label}) did not end within {deadline_s:.0f} s: cancelled")
+            warned.append(True)
+
+    wait_for_job(job, deadline_s, label, on_state=say, each_tick=warn_once if warn_when else None, first_s=first_s)
+    if not log_file.exists():
+        raise CourseError(f"job {job} ({label}) ended without writing its log {log_file.name}")
+    return log_file.read_text()

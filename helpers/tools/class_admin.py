@@ -27,7 +27,7 @@ from ..engines.slurm import is_engines_job_name
 from ..errors import CourseError
 from ..settings import value
 from ..slurm.nodes import reservation_users
-from ..slurm.queue import cancel, squeue_rows
+from ..slurm.queue import backoff, cancel, squeue_rows
 
 SERVER_JOB = "jupyterhub-course"  # server.sbatch.j2's --job-name, matched exactly
 
@@ -194,9 +194,9 @@ def end_class(spec: ClassSpec, hub: HubAPI | None = None, within: float = 120.0,
               else f"  {name}: the hub answered HTTP {status} to stopping the server")
     if ids:
         cancel(*ids, timeout=60)
-    left = _remaining(ids)
+    left, pauses = _remaining(ids), backoff()
     while left and time.monotonic() - started < within:
-        time.sleep(2)
+        time.sleep(next(pauses))
         left = _remaining(ids)
     waited = time.monotonic() - started
     if left:
