@@ -51,8 +51,9 @@ def test_batch_script_runs_your_own_checkout_python_check_only(tmp_path):
 
 def _check_block() -> str:
     text = (ROOT / "slurm" / "train.sbatch").read_text()
-    start = text.index("for path in \"$COURSE_DIR\"")
-    return text[start:text.index("done\n", start) + 5]
+    start = text.index("SAFE_PYTHON=")
+    end = '|| exit 2\n'
+    return text[start:text.index(end, text.index("course_python_check", start)) + len(end)]
 
 
 @pytest.mark.parametrize("script", ["train.sbatch", "engines.sbatch"])
