@@ -138,3 +138,13 @@ def test_every_launcher_refuses_a_venv_others_could_write_to(tmp_path, launcher,
     assert not mark.exists(), f"{launcher} ran the Python of a venv with {plant}"
     if launcher == LAUNCHERS[0] and plant == list(PLANTS)[0]:
         report(f"test_safe_python: {said}")
+
+
+def test_the_check_fails_closed_on_a_course_account_that_is_not_a_uid(tmp_path):
+    """A uid the hub failed to fill in (`@INSTALL_UID@` left as it is) would make find fail, and a
+    find that finds nothing would pass: the check refuses instead."""
+    checkout, mark = _checkout(tmp_path)
+    done = subprocess.run(["bash", "-c", f'source {ROOT / CHECK}; COURSE_TRUSTED_UID=@INSTALL_UID@ '
+                           f'course_python_check {checkout}/.venv/bin/python {checkout}'],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "COURSE_TRUSTED_UID=@INSTALL_UID@ is not a uid" in done.stderr, done.stderr

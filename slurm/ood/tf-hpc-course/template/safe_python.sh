@@ -14,13 +14,24 @@
 # its site-packages (.pth files run at start-up), the Python itself (resolved); given CHECKOUT (the
 # course's editable install), the checkout and every file of its helpers/ and course_server/.
 
-course_unsafe_path() {  # PATH... [find options]: the first that is not a link and not safe, if any
-  find "$@" ! -type l \( -perm /022 -o \( ! -uid 0 ! -uid "$(id -u)" ! -uid "${COURSE_TRUSTED_UID:-0}" \) \) \
-    -print -quit 2>/dev/null || true
+course_unsafe_path() {  # PATH... [-find options]: the first that is not a link and not safe, if any
+  local paths=()
+  while [ $# -gt 0 ] && [ "${1:0:1}" != "-" ]; do  # paths that are not there (a glob unmatched) hold nothing
+    { [ -e "$1" ] || [ -L "$1" ]; } && paths+=("$1")
+    shift
+  done
+  [ ${#paths[@]} -gt 0 ] || return 0
+  # a find that fails (a directory it cannot read) fails closed: the first path is named
+  find "${paths[@]}" "$@" ! -type l \( -perm /022 -o \( ! -uid 0 ! -uid "$(id -u)" ! -uid "${COURSE_TRUSTED_UID:-0}" \) \) \
+    -print -quit 2>/dev/null || echo "${paths[0]}"
 }
 
 course_python_check() {
   local python=$1 checkout=${2:-} venv bad
+  case ${COURSE_TRUSTED_UID:-0} in
+    *[!0-9]*) echo "error: COURSE_TRUSTED_UID=$COURSE_TRUSTED_UID is not a uid; not running the course's Python" >&2
+              return 2 ;;
+  esac
   venv=$(dirname "$(dirname "$python")")
   bad=$(course_unsafe_path "$venv" "$venv/bin" "$venv/pyvenv.cfg" "$venv/lib" "$venv"/lib/python3* \
         "$(readlink -f "$python")" -maxdepth 0)
