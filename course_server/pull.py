@@ -57,14 +57,18 @@ def refusal(arguments: Mapping[str, list[str]], course: Course) -> str | None:
     if twice:
         return f"{twice[0]} is given more than once"
     one = {name: values[0] for name, values in arguments.items() if name in ARGUMENTS and values}
+    empty = [name for name in ARGUMENTS if one.get(name) == ""]
+    if empty:  # nbgitpuller reads an empty value as absent and falls back (targetpath= pulls into the home)
+        return f"{empty[0]} is empty"
     repo = one.get("repo", "")
     if repo != course.repo:
         return f"repository {repo!r} is not the course's"
     if one.get("branch", "") != course.branch:
         return f"branch {one.get('branch', '(none)')!r} is not the course's ({course.branch})"
-    target = one.get("targetpath") or one.get("targetPath") or repo.rstrip("/").split("/")[-1]
-    if target != course.directory or one.get("targetPath", target) != target:
-        return f"targetpath {target!r} is not the course's directory ({course.directory})"
+    if "targetPath" in one:  # nbgitpuller's page and its API read different spellings: one only
+        return f"targetPath is not taken: give targetpath={course.directory}"
+    if one.get("targetpath") != course.directory:
+        return f"targetpath {one.get('targetpath', '(none)')!r} is not the course's directory ({course.directory})"
     for name in ("urlpath", "urlPath"):
         if name in one and not _inside(one[name], course.directory):
             return f"{name} {one[name]!r} is not a page of ~/{course.directory}"

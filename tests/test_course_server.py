@@ -45,8 +45,16 @@ def test_the_course_link_passes():
     ({"targetpath": ".local/share/jupyter/kernels/python3"}, "targetpath"),
     ({"targetpath": "/home/someone/.local/share/jupyter/kernels/python3"}, "targetpath"),
     ({"targetpath": "tf-hpc-course/../.local/share/jupyter/kernels/python3"}, "targetpath"),
-    ({"targetpath": None, "targetPath": ".bashrc.d"}, "targetpath"),
-    ({"targetPath": ".local"}, "targetpath"),
+    ({"targetpath": None, "targetPath": ".bashrc.d"}, "targetPath is not taken"),
+    ({"targetPath": ".local"}, "targetPath is not taken"),
+    # nbgitpuller reads an empty value as none: targetpath= pulls into the home itself
+    ({"targetpath": "", "targetPath": "tf-hpc-course"}, "targetpath is empty"),
+    ({"targetpath": ""}, "targetpath is empty"),
+    ({"targetpath": None}, "targetpath '(none)'"),  # the API would pull into ~/<the repository's name>
+    ({"targetpath": None, "targetPath": "tf-hpc-course"}, "targetPath is not taken"),  # the course's, misspelt
+    ({"targetpath": "Tf-Hpc-Course"}, "targetpath 'Tf-Hpc-Course'"),
+    ({"urlpath": "", "urlPath": "lab/tree/.local"}, "urlpath is empty"),
+    ({"subpath": ""}, "subpath is empty"),
     ({"targetpath": ["tf-hpc-course", ".local"]}, "more than once"),
     ({"repo": [REPO, "git://x/theirs"]}, "more than once"),
     ({"urlpath": "lab/tree/.local/share"}, "not a page of"),
@@ -58,6 +66,15 @@ def test_the_course_link_passes():
 def test_anything_else_is_refused_with_the_reason(change, says):
     reason = refusal(_args(**change), COURSE)
     assert reason and says in reason, reason
+
+
+@pytest.mark.parametrize("targetpath", ["", None])
+def test_a_pull_into_the_home_itself_is_refused_when_the_repository_is_named_as_the_directory(targetpath):
+    """A repository URL ending in the course's directory name: nbgitpuller's API joins an empty or
+    absent targetpath as '' (the home itself), its page as the repository's name; both refused."""
+    course = Course(REPO.removesuffix(".git"), "main", "tf-hpc-course")
+    reason = refusal(_args(repo=course.repo, targetpath=targetpath), course)
+    assert reason and "targetpath" in reason, reason
 
 
 def test_a_hub_without_a_course_repository_pulls_nothing():

@@ -21,8 +21,11 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import yaml
@@ -31,7 +34,7 @@ from helpers.slurm.nodes import node_address
 from helpers.tools.course_run import lessons
 from helpers.tools.apt import apt_install
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import served_course, unix_learners
+from tests.hub_support import git, git_repository, served_course, unix_learners
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
@@ -349,3 +352,92 @@ def test_the_class_settings_and_layout_reach_the_job(tmp_path):
         values.write_text(json.dumps(form_values(**bad)))
         done = render(ruby, "submit", str(APP), str(tmp_path / "bad"), str(values))
         assert done.returncode != 0 and "ArgumentError" in done.stderr, (bad, done.stderr[-300:])
+
+
+# ------------------------------------------------------------------ pull links into the app's JupyterLab
+KERNEL_SPECS = ".local/share/jupyter/kernels/python3"
+
+
+def _http(url: str, token: str) -> tuple[int, str]:
+    """GET `url` with the session's token (never through a web proxy): status and body."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with opener.open(request, timeout=120) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def test_the_apps_jupyterlab_pulls_only_the_course(tmp_path, report):
+    """Fourth review, finding 1: the venv enables nbgitpuller (its jupyter_server_config.d), and the
+    app's JupyterLab config said nothing about it, so a link someone else sent cloned their
+    repository into the kernel specs. Here ood_core's own job script (rendered from the app, run
+    directly: no Slurm needed) clones the course and starts JupyterLab; their links get 403 or
+    404, the course's link pulls the trainer's update."""
+    ruby = ensure_ruby()
+    home, served = tmp_path / "home", tmp_path / "served"
+    home.mkdir()
+    course, theirs = served / "course", served / "theirs"
+    git_repository(course, {"README.md": "the course\n", "notebooks/00_start.ipynb": "{}\n"})
+    planted = {"argv": ["sh", "-c", "touch $HOME/planted-kernel-ran"], "display_name": "Python 3", "language": "python"}
+    git_repository(theirs, {"kernel.json": json.dumps(planted)})
+    done = _submit(ruby, tmp_path, course_repo=str(course), course_ref="main", course_python=sys.executable)
+    assert done.returncode == 0, done.stderr[-1000:]
+    staged = tmp_path / "staged"
+    config_dir = tmp_path / "jupyter-config"  # root may run JupyterLab only when told (the job runs as a learner)
+    config_dir.mkdir()
+    (config_dir / "jupyter_config.py").write_text("c.ServerApp.allow_root = True\n")
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "JUPYTER_CONFIG_DIR": str(config_dir),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    for name in ("COURSE_PULL_REPO", "COURSE_PULL_BRANCH", "COURSE_PULL_DIR"):
+        env.pop(name, None)
+    log_path = staged / "output.log"
+    with open(log_path, "w") as log:
+        job = subprocess.Popen(["bash", str(staged / "job_script_content.sh")], cwd=staged, env=env, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        connection, deadline = staged / "connection.yml", time.monotonic() + 120
+        while True:
+            up = connection.exists() and "JupyterLab listens on port" in log_path.read_text()
+            if up:
+                break
+            assert job.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.3)
+        connect = yaml.safe_load(connection.read_text())
+        address = re.search(r"c\.ServerApp\.ip = '([^']+)'", (staged / "jupyter_config.py").read_text()).group(1)
+        base = f"http://{address}:{connect['port']}/node/{connect['host']}/{connect['port']}"
+        token = str(connect["password"])
+
+        def pull(api: bool, **query: str) -> tuple[int, str]:
+            return _http(f"{base}/git-pull{'/api' if api else ''}?{urlencode(query)}", token)
+
+        plant = {"repo": str(theirs), "branch": "main", "targetpath": KERNEL_SPECS}
+        answers = {
+            "their repository into the kernel specs, by the API": pull(True, **plant),
+            "the same, by nbgitpuller's page": pull(False, **plant, urlpath="lab"),
+            "the course into the home itself (targetpath= and targetPath=)":
+                pull(True, repo=str(course), branch="main", targetpath="", targetPath="tf-hpc-course"),
+            "the course through targetPath": pull(True, repo=str(course), branch="main", targetPath="tf-hpc-course"),
+        }
+        git_repository_update = course / "update.md"
+        git_repository_update.write_text("the trainer's update\n")
+        git("add", ".", cwd=course)
+        git("commit", "-q", "-m", "an update", cwd=course)
+        own_page = pull(False, repo=str(course), branch="main", targetpath="tf-hpc-course",
+                        urlpath="lab/tree/tf-hpc-course/notebooks/00_start.ipynb")
+        own_api = pull(True, repo=str(course), branch="main", targetpath="tf-hpc-course")
+    finally:
+        os.killpg(job.pid, 9)
+        job.wait(timeout=30)
+    lines = [f"{what}: {status}" for what, (status, _) in answers.items()]
+    report("test_ood: the app's JupyterLab, pull links: " + "; ".join(lines)
+           + f"; the course's link: page {own_page[0]}, API {own_api[0]}")
+    print("\n".join(lines), "\ncourse link:", own_page[0], own_api[0], own_api[1][-200:])
+    assert not (home / KERNEL_SPECS).exists(), f"their repository was cloned into {KERNEL_SPECS}"
+    assert not (home / ".git").exists(), "the course was pulled into the home itself"
+    for what, (status, body) in answers.items():
+        assert status in (403, 404), (what, status, body[-500:])
+    assert own_page[0] == 200 and "git-pull/static/dist/bundle.js" in own_page[1], own_page[1][-500:]
+    assert own_api[0] == 200 and '"finished"' in own_api[1], own_api[1][-1000:]
+    assert (home / "tf-hpc-course" / "update.md").read_text() == "the trainer's update\n"
