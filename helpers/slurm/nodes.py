@@ -62,7 +62,9 @@ def sharing_of(partition: str | None) -> tuple[bool, str]:
 
 
 def reservation_users(name: str) -> list[str]:
-    """The users of Slurm reservation `name` (a class's learners), or a CourseError."""
+    """The users of Slurm reservation `name` (a class's learners), or a CourseError: also when it
+    names none (a reservation for accounts or groups, `Users=(null)`), since a class found by user
+    would then be nobody, and `class end` would end nothing and say it had."""
     try:
         done = subprocess.run(["scontrol", "show", "reservation", "-o", name], capture_output=True, text=True,
                               timeout=60)
@@ -71,7 +73,14 @@ def reservation_users(name: str) -> list[str]:
     match = re.search(r"(?:^|\s)Users=(\S+)", done.stdout)
     if done.returncode != 0 or not match:
         raise CourseError(f"no Slurm reservation {name!r} with a user list ({(done.stderr or done.stdout).strip()[:200]})")
-    return [user for user in match.group(1).split(",") if user and user != "(null)"]
+    users = [user for user in match.group(1).split(",") if user and user != "(null)"]
+    if not users:
+        by = [f"{field}={found}" for field in ("Accounts", "Groups")
+              for found in re.findall(rf"(?:^|\s){field}=(\S+)", done.stdout) if found != "(null)"]
+        raise CourseError(f"Slurm reservation {name!r} names no users (Users=(null){', ' + ', '.join(by) if by else ''}): "
+                          "its learners cannot be told from anyone else's jobs in it; name the class with --group "
+                          "(the hub group of its learners) or give the reservation Users=")
+    return users
 
 
 def node_address(node: str) -> str:

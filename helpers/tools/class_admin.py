@@ -124,10 +124,15 @@ class ClassSpec:
 
 
 def class_members(spec: ClassSpec, hub: HubAPI | None) -> set[str]:
+    """The class's learners; none found is an error (a class of nobody would end as if it had)."""
     if spec.group:
         if hub is None:
             raise CourseError("--group needs the hub's API: set COURSE_HUB_URL and COURSE_HUB_TOKEN")
-        return set(hub.group(spec.group))
+        members = set(hub.group(spec.group))
+        if not members:
+            raise CourseError(f"the hub group {spec.group!r} has no members: no learner to find (add the class's "
+                              "learners to it, or name another group)")
+        return members
     return set(reservation_users(spec.reservation))
 
 
