@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests import shares, streams
-from helpers.tools.apt import APT_LOCK, apt_install
+from helpers.tools.apt import APT_LOCK, apt_install, lock_dir
 from tests.conftest import ROOT
 from tests.test_ci_budget import recorded_run
 
@@ -101,6 +101,7 @@ def test_an_apt_get_of_one_stream_waits_for_the_other_streams(tmp_path, monkeypa
     (fake / "apt-get").write_text(f"#!/bin/sh\ndate +%s.%N >> {tmp_path}/calls\n")
     (fake / "apt-get").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    lock_dir()  # root's directory of the lock, made if missing
     holder = subprocess.Popen(["flock", APT_LOCK, "sleep", "2"])
     try:
         time.sleep(0.5)  # the holder has the lock
