@@ -22,6 +22,10 @@ def test_lab_requires_its_token_and_listens_on_loopback(tmp_path):
         assert lab.api("/api/contents")["type"] == "directory"  # with the token
         ips = {c.laddr.ip for p in lab.processes() for c in _listening(p)}
         assert ips and ips <= {"127.0.0.1", "::1"}, ips
+        # what the server (and so its kernels, and a controller the cluster panel starts) was given
+        servers = [p for p in lab.processes() if any(arg.rsplit("/", 1)[-1].startswith("jupyter") for arg in p.cmdline()[:2])]
+        curve = {p.environ().get("IPP_ENABLE_CURVE") for p in servers}
+        assert servers and curve == {"1"}, f"IPP_ENABLE_CURVE of make lab's JupyterLab: {curve}"
     finally:
         lab.stop()
 
