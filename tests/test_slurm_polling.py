@@ -65,6 +65,6 @@ def test_one_lesson_jobs_wait_asks_squeue_about_that_job_alone_and_rarely(slurm,
     steady = 1 / POLL_LIMIT_S
     report(f"test_slurm_polling: one lesson job's wait ({waited:.0f} s) asked squeue {len(lines)} times, each "
            f"`squeue -h -t all -j {job}` (at once, then after {POLL_FIRST_S} s and longer pauses); {per_s:.2f}/s over the job, {steady:.1f}/s "
-           f"once it runs longer: a class of 300 waiting at once about {300 * per_s:.0f}/s at first, "
-           f"{300 * steady:.0f}/s later")
+           f"once it runs longer: a class of 300 waiting at once about {300 * per_s:.0f}/s averaged over such a job, "
+           f"{300 * steady:.0f}/s once jobs run longer")
     assert squeue_empty(slurm["env"])
