@@ -59,9 +59,9 @@ $(STAMP):
 	       "give one, e.g. make install PYTHON=python3.11 (a module: module load python/3.11)" >&2; exit 2; }; \
 	  $(PYTHON) -m venv $(VENV); }
 	@echo $(EXTRA) > $(VENV)/.extra
-	$(PY) -m pip install --quiet --upgrade pip || { echo "make: pip could not reach the package index (no internet" \
-	  "on a compute node?): make install where it can, e.g. on a login node" >&2; exit 1; }
-	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub,site]'
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRA),test,hub,site]' || { echo "make: pip failed (no package index from" \
+	  "here? compute nodes have no internet): make install where it can reach it, e.g. on a login node" >&2; exit 1; }
 	# Keras 2 for lesson 17 (TF_USE_LEGACY_KERAS=1): --no-deps, or it installs the full
 	# tensorflow wheel beside tensorflow-cpu (two copies of one module)
 	$(PY) -m pip install --quiet --no-deps '$(TF_KERAS)'
