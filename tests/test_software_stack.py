@@ -15,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -127,3 +128,52 @@ def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_pa
     stack, other, log = _run_stack(tmp_path, "PYTHONPATH")
     assert stack["pythonpath"] and stack["einops"] != "99.0" and stack["einops_from"].startswith(sys.prefix), stack
     assert other is not None and other["tensorflow"] is True, log[-2000:]
+
+
+SHELL_STANDINS = """module() { printf 'module'; printf ' [%s]' "$@"; echo; } >> "$RECORD"
+touch() { printf 'touch %s\\n' "$*" >> "$RECORD"; }
+"""
+
+
+def _solution_2_shells(job_dir: Path) -> list[str]:
+    """The `bash -lc` strings lesson 17's solution 2 builds for `job_dir`, taken by a stand-in
+    `subprocess.run` that answers as Lmod would (so the cell runs to its end). The venv's Python is a
+    script that records the path it was run by."""
+    modulefiles, python = job_dir / "modulefiles", job_dir / "venv" / "bin" / "python"
+    (modulefiles / "tf-hpc-course").mkdir(parents=True)
+    modulefile = modulefiles / "tf-hpc-course" / "2026.11.lua"
+    modulefile.write_text('prepend_path("PATH", "bin")\n')
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\nprintf "python [%s]\\n" "$0" >> "$RECORD"\n')
+    python.chmod(0o755)
+    answers, shells = iter([f"/usr/bin\n{sys.prefix}/bin:/usr/bin\n/usr/bin", "0.1-other", "99.0"]), []
+
+    def run(args, **_):
+        assert args[:2] == ["bash", "-lc"], args
+        shells.append(args[2])
+        return subprocess.CompletedProcess(args, 0, next(answers), "")
+
+    namespace = {"lmod_here": True, "job_dir": job_dir, "modulefiles": modulefiles, "modulefile": modulefile,
+                 "os": os, "sys": sys, "subprocess": SimpleNamespace(run=run), "print": lambda *a, **k: None}
+    exec(_cell("# Solution 2:"), namespace)
+    return shells
+
+
+def test_solution_2_keeps_a_job_directory_with_a_space_and_a_semicolon_one_argument(tmp_path, report):
+    """Solution 2 puts the job directory into `bash -lc`: a directory named `my dir; touch PWNED` must
+    reach `module use` and the shell as one argument each, and run no `touch`."""
+    job_dir = tmp_path / "my dir; touch PWNED"
+    shells = _solution_2_shells(job_dir)
+    record, cwd = tmp_path / "record", tmp_path / "cwd"
+    cwd.mkdir()
+    for shell in shells:
+        subprocess.run(["bash", "-c", SHELL_STANDINS + shell], cwd=cwd, capture_output=True, timeout=30,
+                       env={"PATH": os.environ["PATH"], "RECORD": str(record)})
+    calls = record.read_text().splitlines()
+    uses = [call for call in calls if call.startswith("module [use]")]
+    touches = [call for call in calls if call.startswith("touch")]
+    report(f"lesson 17 solution 2, job directory {job_dir.name!r}: {len(shells)} bash -lc strings, "
+           f"module use called {len(uses)} times, touch run {len(touches)} times")
+    assert len(shells) == 3 and uses == [f"module [use] [{job_dir / 'modulefiles'}]"] * 4, calls
+    assert calls.count(f"python [{job_dir / 'venv' / 'bin' / 'python'}]") == 2, calls
+    assert not touches and not list(cwd.iterdir()), calls
