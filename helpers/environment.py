@@ -133,7 +133,10 @@ def local_replicas(cpu_replicas: int = 2) -> int:
     # before TensorFlow: memory as needed (or the kernel's share of a learner's GPU, gpu layout),
     # never nearly all of every GPU, which the engines and workers the lesson starts next need
     course_gpus.apply(course_gpus.plan_for_kernel())
-    gpus = gpu_count_without_tf()
+    gpus = course_gpus.usable_gpu_count()
+    if gpus < gpu_count_without_tf():
+        print(f"CUDA_VISIBLE_DEVICES names {gpu_count_without_tf()} GPU(s), but the installed TensorFlow is the "
+              "CPU build (tensorflow-cpu): the replicas are logical CPU devices (GPU nodes: make install EXTRA=gpu)")
     if gpus >= 2 or (gpus == 1 and cpu_replicas < 2):
         import_tensorflow()  # quietly, before the lesson's own import
         return gpus

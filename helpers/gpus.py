@@ -40,7 +40,7 @@ import subprocess
 from dataclasses import dataclass
 
 from .errors import CourseError
-from .host import GPU_MEMORY_ENV
+from .host import GPU_MEMORY_ENV, tensorflow_is_cpu_build
 from .settings import text
 from .slurm.submit import class_layout
 
@@ -95,6 +95,12 @@ class GpuPlan:
 def gpu_count_without_tf() -> int:
     """GPUs visible to this process, found without initialising TensorFlow."""
     return len(visible_gpus())
+
+
+def usable_gpu_count() -> int:
+    """GPUs this process's TensorFlow can use, found without starting it: the visible ones, none
+    where the installed TensorFlow is the CPU wheel (`host.tensorflow_is_cpu_build`)."""
+    return 0 if tensorflow_is_cpu_build() else gpu_count_without_tf()
 
 
 def visible_gpus(environ: dict | None = None) -> list[str]:

@@ -7,6 +7,7 @@ place to import TensorFlow quietly from (`import_tensorflow`).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -15,6 +16,23 @@ from .settings import text as setting_text
 # A GPU shared by several of the course's processes (the gpu class layout, helpers.gpus): each
 # process's memory limit in MiB, applied where TensorFlow is imported, before it initialises.
 GPU_MEMORY_ENV = "COURSE_GPU_MEMORY_MIB"
+
+
+@functools.cache
+def tensorflow_is_cpu_build() -> bool:
+    """Whether the installed TensorFlow is the CPU wheel (`tensorflow-cpu`, no `tensorflow`): it can use
+    no GPU, whatever CUDA_VISIBLE_DEVICES names (the local Slurm's simulated GPUs, or a GPU node given
+    the CPU install); found from the installed distributions, without importing TensorFlow."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    def installed(name: str) -> bool:
+        try:
+            distribution(name)
+        except PackageNotFoundError:
+            return False
+        return True
+
+    return installed("tensorflow-cpu") and not installed("tensorflow")
 
 
 def cpu_count() -> int:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from . import keras_fix, tuning
 from .environment import split_cpu
 from .gpus import gpu_count_without_tf
-from .host import import_tensorflow
+from .host import import_tensorflow, tensorflow_is_cpu_build
 from .errors import CourseError
-from .gpus import GROWTH_ENV, shares_gpu
+from .gpus import GROWTH_ENV, shares_gpu, usable_gpu_count
 from .rendezvous import rendezvous_deadline
 from .settings import text as setting_text
 from .resolver import cluster_resolver, describe, slurm_resolver
@@ -59,14 +59,16 @@ def communication_for(gpus: int, shared: bool = False) -> str:
     return "NCCL" if gpus > 0 and not shared else "RING"
 
 
-def collective_for_this_process(replicas: int | None = None) -> str:
+def collective_for_this_process(replicas: int | None = None, gpus: int | None = None) -> str:
     """The all-reduce this process's strategy should use, decided before TensorFlow starts.
 
-    NCCL only where each of its replicas has a GPU of its own; RING on CPU, on a GPU shared with
-    other processes (the gpu class layout gives each a memory share, `gpus.shares_gpu`: NCCL refuses
-    two ranks on one device, "Duplicate GPU detected"), and on one GPU split into `replicas` logical
-    GPUs. Lessons 03 and 07 ask it; `make_strategy` uses the same rule."""
-    gpus = gpu_count_without_tf()
+    NCCL only where each of its replicas has a GPU of its own that TensorFlow can use; RING on CPU
+    (the CPU wheel included, whatever GPUs are visible: NCCL there fails or waits), on a GPU shared
+    with other processes (the gpu class layout gives each a memory share, `gpus.shares_gpu`: NCCL
+    refuses two ranks on one device, "Duplicate GPU detected"), and on one GPU split into `replicas`
+    logical GPUs. `gpus`: this worker's GPUs (its Slurm plan), else the visible ones. Lessons 03, 07
+    and 12 ask it; `make_strategy` uses the same rule."""
+    gpus = 0 if tensorflow_is_cpu_build() else (gpu_count_without_tf() if gpus is None else gpus)
     return communication_for(gpus, shares_gpu() or (replicas is not None and replicas > gpus))
 
 
@@ -91,7 +93,7 @@ def make_strategy(kind: str = "auto", *, timeout_seconds: float | None = None,
         os.environ.setdefault(GROWTH_ENV, "true")
     if resolver is not None:
         return _multiworker(resolver, timeout_seconds, communication)
-    if cpu_replicas > 1 and not gpu_count_without_tf():
+    if cpu_replicas > 1 and not usable_gpu_count():
         split_cpu(cpu_replicas)  # before TensorFlow's first op
     return _single_process(kind)
 
@@ -113,7 +115,7 @@ def _single_process(kind: str):
 def _multiworker(resolver, timeout_seconds: float | None, communication: str | None):
     tf = import_tensorflow()
 
-    implementation = (communication or communication_for(worker_gpus(resolver), shares_gpu())).upper()
+    implementation = (communication or collective_for_this_process(gpus=worker_gpus(resolver))).upper()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=getattr(tf.distribute.experimental.CommunicationImplementation, implementation),
         bytes_per_pack=tuning.pack_bytes(implementation),

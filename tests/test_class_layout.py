@@ -147,7 +147,7 @@ def test_the_memory_limit_is_one_logical_device_per_gpu_before_tensorflow_starts
     assert host.limit_gpu_memory(FakeTF) is None and len(calls) == 1
 
 
-@pytest.mark.parametrize("layout, expected", [("node", "2 true None"), ("gpu", "1 true 2457")])
+@pytest.mark.parametrize("layout, expected", [("node", "1 true None"), ("gpu", "1 true 2457")])  # CPU wheel: 1 replica
 def test_the_kernel_sets_memory_before_tensorflow_starts(layout, expected):
     """`local_replicas`, the lessons' first call, in a fresh kernel-like process whose environment
     names GPUs (TensorFlow, the CPU wheel, finds none): before it, the kernel mapped nearly all of
@@ -176,3 +176,27 @@ def test_tensorflow_takes_the_memory_share_on_a_real_gpu():
         pytest.skip("TensorFlow sees no GPU here (CPU wheel, simulated GPUs only): the memory limit on a real "
                     "GPU is not verified")
     assert line == "SEEN [1024]", line
+
+
+def test_the_lessons_all_reduce_follows_the_layout_and_the_build(monkeypatch):
+    """`collective_for_this_process`, what lessons 03, 07 and 12 ask: NCCL only on GPUs of a process's own
+    that its TensorFlow can use (the GPU wheel is stood in for here: this machine has the CPU wheel)."""
+    from helpers import strategy
+
+    monkeypatch.setattr(strategy, "tensorflow_is_cpu_build", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("COURSE_GPU_MEMORY_MIB", raising=False)
+    assert strategy.collective_for_this_process() == "NCCL"  # node layout: an engine's own two GPUs
+    assert strategy.collective_for_this_process(replicas=4) == "RING"  # two GPUs split into four
+    assert strategy.collective_for_this_process(gpus=2) == "NCCL"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("COURSE_GPU_MEMORY_MIB", "12288")  # gpu layout: a share of the learner's GPU
+    assert strategy.collective_for_this_process() == "RING"
+    monkeypatch.delenv("COURSE_GPU_MEMORY_MIB")
+    monkeypatch.setattr(strategy, "tensorflow_is_cpu_build", lambda: True)  # CPU wheel: NCCL would wait
+    assert strategy.collective_for_this_process() == "RING"
+    assert strategy.collective_for_this_process(gpus=2) == "RING"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(strategy, "tensorflow_is_cpu_build", lambda: False)
+    assert strategy.collective_for_this_process() == "RING"  # no GPU
+

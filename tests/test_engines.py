@@ -303,7 +303,7 @@ def test_engines_wait_minutes_for_their_controller_to_answer_registration():
     engines = start_engines(1, activate=False)
     try:
         command_lines = [line for p in psutil.Process().children(recursive=True)
-                         if (line := " ".join(p.cmdline())).split()[1:3] == ["-m", "ipyparallel.engine"]]
+                         if "run_module('ipyparallel.engine'" in (line := " ".join(p.cmdline()))]  # LOCAL_ENGINE_CMD
         timeout = engines.view.apply_sync(eval, "__import__('ipyparallel').engine.app.IPEngine.instance().timeout")
     finally:
         engines.stop()

@@ -119,6 +119,7 @@ def test_one_gpu_node_still_has_two_replicas(monkeypatch, capsys):
     """A single GPU is split into logical GPUs for the lessons that compare replicas (the real
     split needs a GPU: here the decision, the memory split and the error without a GPU)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(gpus, "tensorflow_is_cpu_build", lambda: False)  # a GPU build, stood in
     asked = []
     monkeypatch.setattr(environment, "split_gpu", lambda n: asked.append(n) or [f"/GPU:{i}" for i in range(n)])
     assert environment.local_replicas(2) == 2 and asked == [2]
@@ -128,6 +129,19 @@ def test_one_gpu_node_still_has_two_replicas(monkeypatch, capsys):
     assert environment.local_replicas(2) == 3 and asked == [2]
     assert environment.logical_gpu_memory_mib(16000, 2) == 7200
     assert environment.logical_gpu_memory_mib(None, 2) == 3686
+
+
+def test_the_cpu_build_on_a_gpu_node_splits_the_cpu_and_says_so(monkeypatch, capsys):
+    """CUDA_VISIBLE_DEVICES names GPUs (the local Slurm's simulated ones, or a GPU node given the CPU
+    install), but tensorflow-cpu can use none: the replicas are logical CPU devices, and a line says why."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(gpus, "tensorflow_is_cpu_build", lambda: True)
+    monkeypatch.setattr(gpus, "apply", lambda plan: plan)
+    split = []
+    monkeypatch.setattr(environment, "split_cpu", lambda n: split.append(n) or [f"/CPU:{i}" for i in range(n)])
+    monkeypatch.setattr(environment, "split_gpu", lambda n: pytest.fail("no GPU to split with the CPU build"))
+    assert environment.local_replicas(2) == 2 and split == [2]
+    assert "the installed TensorFlow is the CPU build" in capsys.readouterr().out
 
 
 def test_a_gpu_tensorflow_cannot_see_is_a_clear_error(monkeypatch):
@@ -167,6 +181,7 @@ def test_lesson_15_kernel_replicas_differ_from_the_workers_on_gpu_nodes(monkeypa
     is used as the lesson sets it."""
     visible = ",".join(str(i) for i in range(gpu_count))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(gpus, "tensorflow_is_cpu_build", lambda: False)  # a GPU build, stood in
     monkeypatch.setattr(gpus, "apply", lambda plan: plan)  # no environment changes, no TensorFlow
     monkeypatch.setattr(environment, "import_tensorflow", lambda: None)
     cpu_replicas = engines - 1 if engines > 2 else engines + 1  # lesson 15's first cell

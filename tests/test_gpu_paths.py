@@ -282,7 +282,8 @@ exec(compile(program.replace('if __name__ == "__main__":', "if False:"), "07_mea
 tf.distribute.NcclAllReduce = lambda *args, **kwargs: tf.distribute.ReductionToOneDevice()
 cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
 ns.update(train_examples=load_split("train", ensure_data(True).data_dir, limit=256), MODEL="cnn", per_replica=32,
-          STEPS=2, tf=tf, gpus=["stand-in %d" % i for i in range(4)], devices=cpus)
+          STEPS=2, tf=tf, gpus=["stand-in %d" % i for i in range(4)], devices=cpus,
+          collective_for_this_process=lambda replicas=None: "NCCL")  # four GPUs of the kernel's own
 setup = next(c.source for c in nb.cells if "def mirrored" in c.source)
 exec(setup[setup.index("def mirrored"):], ns)
 ns["measure"](ns["mirrored"](2), ns["train_examples"], "cnn", 32, 2)  # as the MirroredStrategy cell does first
@@ -305,7 +306,8 @@ def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report):
 def test_lesson_07_mirrored_names_its_all_reduce_on_gpus_and_on_cpus():
     """MirroredStrategy's default all-reduce (collective ops) numbers its groups from 1 in every instance,
     so lesson 07's strategy over all GPUs after one over 2 would fail ("joining a group with size 4, but
-    that group has size 2"): `mirrored` must name NCCL on GPUs and a reduction through one device on CPUs."""
+    that group has size 2"): `mirrored` must name NCCL on GPUs of the kernel's own and a reduction through one
+    device elsewhere (CPUs, one GPU split or shared with the learner's workers)."""
     import nbformat
     from types import SimpleNamespace
 
@@ -315,8 +317,11 @@ def test_lesson_07_mirrored_names_its_all_reduce_on_gpus_and_on_cpus():
     distribute = SimpleNamespace(NcclAllReduce=lambda: "nccl", ReductionToOneDevice=lambda: "one device",
                                  MirroredStrategy=lambda devices, cross_device_ops=None: made.append(
                                      (devices, cross_device_ops)))
-    for gpus, expected in ((["gpu 0", "gpu 1", "gpu 2", "gpu 3"], "nccl"), ([], "one device")):
-        ns = {"tf": SimpleNamespace(distribute=distribute), "gpus": gpus, "devices": ["d0", "d1", "d2", "d3"]}
+    # the course's rule (helpers.strategy): NCCL on GPUs of the kernel's own; RING on a split or shared GPU
+    for gpus, rule, expected in ((["gpu 0", "gpu 1", "gpu 2", "gpu 3"], "NCCL", "nccl"),
+                                 (["gpu 0", "gpu 1", "gpu 2", "gpu 3"], "RING", "one device"), ([], "NCCL", "one device")):
+        ns = {"tf": SimpleNamespace(distribute=distribute), "gpus": gpus, "devices": ["d0", "d1", "d2", "d3"],
+              "collective_for_this_process": lambda replicas=None, rule=rule: rule}
         exec(cell[cell.index("def mirrored"):], ns)
         ns["mirrored"](2), ns["mirrored"](4)
         assert made[-2:] == [(["d0", "d1"], expected), (["d0", "d1", "d2", "d3"], expected)], made
