@@ -2,18 +2,15 @@
 
     python -m helpers.tools.check_worker OUT_DIR SCRIPT [SCRIPT_ARGS...]
 
-Before the script runs (as `__main__`, through `runpy`), this module wraps a few public entry
-points of TensorFlow and Keras, so that nothing in the script has to change:
-- every batch each worker's input pipeline yields is fingerprinted (one hash per example), by a
-  `map` added to the per-worker datasets the strategy builds (after its sharding and rebatching);
-- models and optimizers are registered when they are constructed (in `strategy.scope()` or not),
-  and their weights, layers and steps are written at exit;
-- files written are recorded (Python `open` through an audit hook, Keras `save`/`save_weights`,
-  `tf.train.Checkpoint`, `tf.summary.create_file_writer`, `tf.io.gfile.GFile`);
-- progress marks go to a side file line by line, so a worker killed at a deadline is named with
-  the last thing it did; seeds are fixed and dropout is turned off (named in the report).
-It writes OUT_DIR/worker-RANK.json and weights-RANK.npz; it never reads the script's output.
-Nothing heavy is imported until the script is about to run.
+That is how a Slurm task starts (`check-script --slurm`). Local workers are forked instead from
+the command, which imported TensorFlow and put the wrappers on once (`prepare`), and each fork
+calls `run` (one import of TensorFlow a check, not one a worker). Either way, before the script
+runs as `__main__` (through `runpy`), `check_watch` has wrapped TensorFlow and Keras; the worker
+hides the GPUs, fixes the seeds, points the temporary directory into OUT_DIR (TensorFlow's
+autograph writes its traced code there, and `os._exit` skips its clean-up), writes a progress
+mark per step to a side file (a worker killed at a deadline is named by its last one) and, each
+second, the script line it is on. At exit it writes OUT_DIR/worker-RANK.json and
+weights-RANK.npz; it never reads the script's output.
 """
 
 from __future__ import annotations
@@ -22,19 +19,15 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
-SEED = 1234
-_OUT = ""
-_RANK = 0
-_STATE: dict = {"marks": 0, "writes": [], "summary_dirs": [], "inputs": [], "models": [], "optimizers": [],
-                "strategies": [], "dropout_off": [], "exception": None, "exit_code": 0}
-_MODELS: list = []
-_OPTIMIZERS: list = []
-_INPUTS: list = []  # (distributed dataset, record) in creation order
+from .check_record import SEED, STATE, WHERE, audit, mark, start
+from . import check_watch
+
 _INITIAL: dict = {}
 
 
-def _rank() -> int:
+def rank_from_environment() -> int:
     config = os.environ.get("TF_CONFIG")
     if config:
         try:
@@ -53,11 +46,26 @@ def _tf_config_from_slurm() -> None:
     os.environ["TF_CONFIG"] = json.dumps(make_tf_config(workers, layout.rank))
 
 
-def mark(text: str) -> None:
-    """One progress line, written through at once (a worker killed with SIGKILL keeps it)."""
-    _STATE["marks"] += 1
-    with open(os.path.join(_OUT, f"marks-{_RANK}.txt"), "a") as f:
-        f.write(f"{time.time():.3f} {text}\n")
+def private_cwd(out: Path, rank: int, real: Path) -> Path:
+    """A working directory of the worker's own standing for `real`: a link to every entry of
+    `real`, so the script reads what it would; what it creates there (a relative `run/` or
+    `logs/`) is the worker's alone, so whatever writes it, Python or C++, two workers that create
+    the same path are seen doing so, and one run does not find the files of the run before."""
+    own = out / f"cwd-{rank}"
+    own.mkdir(exist_ok=True)
+    for entry in os.scandir(real):
+        link = own / entry.name
+        if not os.path.lexists(link):
+            os.symlink(entry.path, link)
+    return own
+
+
+def prepare() -> None:
+    """Import TensorFlow and Keras and wrap them (once a process): no TensorFlow op runs, so a
+    process forked afterwards can still make a MultiWorkerMirroredStrategy."""
+    if not getattr(prepare, "done", False):
+        check_watch.install()
+        prepare.done = True
 
 
 def _watch_where() -> None:
@@ -67,8 +75,8 @@ def _watch_where() -> None:
     import linecache
     import threading
 
-    main_id, script = threading.main_thread().ident, os.path.abspath(_STATE["script"])
-    path, last = os.path.join(_OUT, f"where-{_RANK}.txt"), None
+    main_id, script = threading.main_thread().ident, WHERE["script"]
+    path, last = os.path.join(WHERE["out"], f"where-{WHERE['rank']}.txt"), None
     while True:
         time.sleep(1.0)
         frame = sys._current_frames().get(main_id)
@@ -83,209 +91,7 @@ def _watch_where() -> None:
             last = where
 
 
-def _script_line() -> str:
-    """Where in the user's script the current call comes from (file:line)."""
-    frame = sys._getframe(1)
-    script = os.path.abspath(_STATE["script"])
-    while frame is not None:
-        if os.path.abspath(frame.f_code.co_filename) == script:
-            return f"{os.path.basename(script)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "?"
-
-
-# ---------------------------------------------------------------- writes
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-
-
-def _record_write(path, how: str) -> None:
-    try:
-        path = os.path.abspath(os.fspath(path))
-    except TypeError:
-        return
-    if path.startswith((_OUT, "/dev/", "/proc/", "/sys/")) or os.path.isdir(path) \
-            or os.path.basename(path).startswith("__autograph_generated"):
-        return  # the command's own files, devices, anonymous temporary files, TensorFlow's traced code
-    entry = [path, how]
-    if entry not in _STATE["writes"]:
-        _STATE["writes"].append(entry)
-
-
-def _audit(event: str, args) -> None:
-    if event != "open" or not _STATE.get("running"):
-        return
-    path, mode, flags = (tuple(args) + (None, None, None))[:3]
-    if isinstance(path, int) or path is None:
-        return
-    writing = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
-    if writing:
-        _record_write(path, "open")
-
-
-def _wrap(owner, name: str, before=None, after=None) -> None:
-    original = getattr(owner, name)
-
-    def wrapper(*args, **kwargs):
-        if before:
-            before(*args, **kwargs)
-        result = original(*args, **kwargs)
-        if after:
-            after(result, *args, **kwargs)
-        return result
-
-    wrapper.__wrapped__ = original
-    wrapper.__name__ = getattr(original, "__name__", name)
-    wrapper.__doc__ = getattr(original, "__doc__", None)
-    setattr(owner, name, wrapper)
-
-
-def _first_path(*args, **kwargs):
-    for value in list(args[1:]) + list(kwargs.values()):
-        if isinstance(value, (str, os.PathLike)):
-            return value
-    return None
-
-
-# ---------------------------------------------------------------- install
-def _install_tensorflow() -> None:
-    import hashlib
-
-    import numpy as np
-    import tensorflow as tf
-    import keras
-    from tensorflow.python.distribute import input_lib
-
-    # strategies: marks around the rendezvous, seeds right after it (before any model exists)
-    mwms = tf.distribute.MultiWorkerMirroredStrategy
-
-    def strategy_made(result, self, *args, **kwargs):
-        _STATE["strategies"].append({"class": type(self).__name__, "replicas": int(self.num_replicas_in_sync),
-                                     "where": _script_line()})
-        keras.utils.set_random_seed(SEED)
-        mark(f"MultiWorkerMirroredStrategy() returned: {self.num_replicas_in_sync} replicas")
-
-    _wrap(mwms, "__init__", before=lambda *a, **k: mark("MultiWorkerMirroredStrategy() entered: waiting for every "
-                                                        "worker"), after=strategy_made)
-
-    # inputs: tag every distributed dataset with where the script made it
-    def distributed(kind):
-        def after(result, self, *args, **kwargs):
-            record = {"kind": kind, "where": _script_line(), "iterators": []}
-            _INPUTS.append((result, record))
-            _STATE["inputs"].append(record)
-            mark(f"{kind} at {record['where']}")
-        return after
-
-    _wrap(tf.distribute.Strategy, "experimental_distribute_dataset",
-          after=distributed("experimental_distribute_dataset"))
-    _wrap(tf.distribute.Strategy, "distribute_datasets_from_function",
-          after=distributed("distribute_datasets_from_function"))
-
-    original_iterators = input_lib._create_iterators_per_worker
-
-    def iterators_per_worker(worker_datasets, *args, **kwargs):
-        record = next((r for d, r in _INPUTS if worker_datasets is getattr(d, "_cloned_datasets", None)
-                       or worker_datasets is getattr(d, "_datasets", None)), None)
-        if record is not None:
-            if not _INITIAL:
-                _snapshot_initial()
-            batches: list = []
-            record["iterators"].append(batches)
-            number = len(record["iterators"])
-            worker_datasets = [_fingerprinted(d, batches, f"{record['where']} iterator {number}")
-                               for d in worker_datasets]
-        return original_iterators(worker_datasets, *args, **kwargs)
-
-    def _fingerprinted(dataset, batches, label):
-        def record(*flat):
-            arrays = [t.numpy() for t in flat]
-            count = arrays[0].shape[0] if arrays and arrays[0].ndim else 1
-            rows = []
-            for i in range(count):
-                digest = hashlib.blake2b(digest_size=8)
-                for array in arrays:
-                    digest.update(np.ascontiguousarray(array[i] if array.ndim else array).tobytes())
-                rows.append(digest.hexdigest())
-            batches.append(rows)
-            mark(f"read batch {len(batches)} of the input made at {label}")
-            return np.int64(0)
-
-        def observe(*element):
-            flat = tf.nest.flatten(element)
-            token = tf.py_function(record, flat, Tout=tf.int64)
-            with tf.control_dependencies([token]):
-                same = tf.nest.map_structure(tf.identity, element)
-            return same[0] if len(element) == 1 else same
-
-        try:
-            return dataset.map(observe)
-        except Exception as exc:  # e.g. sparse components: say it cannot see, never break the script
-            _STATE.setdefault("not_seen", []).append(f"input fingerprints at {label}: {type(exc).__name__}")
-            return dataset
-
-    input_lib._create_iterators_per_worker = iterators_per_worker
-
-    # models and optimizers: who was built where
-    def model_made(result, self, *args, **kwargs):
-        if any(m is self for m in _MODELS):
-            return
-        _MODELS.append(self)
-        _STATE["models"].append({"name": self.name, "class": type(self).__name__, "where": _script_line(),
-                                 "in_scope": tf.distribute.has_strategy(),
-                                 "strategy_before": bool(_STATE["strategies"])})
-
-    _wrap(keras.Model, "__init__", after=model_made)
-
-    def compiled(result, self, *args, **kwargs):
-        for model, info in zip(_MODELS, _STATE["models"]):
-            if model is self:
-                info["compiled_in_scope"] = tf.distribute.has_strategy()
-                info["compiled_where"] = _script_line()
-
-    _wrap(keras.Model, "compile", after=compiled)
-
-    def optimizer_made(result, self, *args, **kwargs):
-        if not any(o is self for o in _OPTIMIZERS):
-            _OPTIMIZERS.append(self)
-
-    _wrap(keras.optimizers.Optimizer, "__init__", after=optimizer_made)
-    for name in ("fit", "evaluate", "predict"):
-        _wrap(keras.Model, name, before=lambda *a, _n=name, **k: mark(f"model.{_n} started at {_script_line()}"),
-              after=lambda r, *a, _n=name, **k: mark(f"model.{_n} ended"))
-
-    # dropout: off for the comparison, named in the report
-    dropout = keras.layers.Dropout
-
-    def no_dropout(self, inputs, training=False):
-        if self.name not in _STATE["dropout_off"]:
-            _STATE["dropout_off"].append(self.name)
-        return inputs
-
-    dropout.call = no_dropout
-
-    # writes that do not go through Python's open
-    for owner, name in ((keras.Model, "save"), (keras.Model, "save_weights"), (tf.train.Checkpoint, "write"),
-                        (tf.train.Checkpoint, "save")):
-        _wrap(owner, name, before=lambda *a, _n=name, **k: _record_write(_first_path(*a, **k) or "?", _n))
-
-    def gfile(self, name, mode="r"):
-        if any(c in mode for c in "wa"):
-            _record_write(name, "tf.io.gfile")
-
-    _wrap(tf.io.gfile.GFile, "__init__", before=gfile)
-    import tensorflow.summary as summary_module  # Keras's TensorBoard imports it by this name: maybe a new module
-
-    original_writer = summary_module.create_file_writer
-
-    def create_file_writer(logdir, *args, **kwargs):
-        path = os.path.abspath(os.fspath(logdir))
-        if path not in _STATE["summary_dirs"]:
-            _STATE["summary_dirs"].append(path)
-        return original_writer(logdir, *args, **kwargs)
-
-    summary_module.create_file_writer = tf.summary.create_file_writer = create_file_writer
-
-
+# ---------------------------------------------------------------- what a worker leaves
 def _layers(model) -> list:
     try:
         return list(model._flatten_layers(include_self=False, recursive=True))
@@ -297,7 +103,7 @@ def _unique_models() -> list:
     """(index, model, info) of the registered models, without the models that share another's
     weights (a Sequential builds a Functional of the same layers)."""
     seen, unique = set(), []
-    for i, (model, info) in enumerate(zip(_MODELS, _STATE["models"])):
+    for i, (model, info) in enumerate(zip(check_watch.MODELS, STATE["models"])):
         try:
             key = tuple(id(v) for v in model.weights)
         except Exception:
@@ -310,7 +116,10 @@ def _unique_models() -> list:
     return unique
 
 
-def _snapshot_initial() -> None:
+def snapshot_initial() -> None:
+    """The trainable weights before the first step (taken as the first step is fed)."""
+    if _INITIAL:
+        return
     for i, model, _ in _unique_models():
         try:
             for j, weight in enumerate(model.trainable_weights):
@@ -321,7 +130,8 @@ def _snapshot_initial() -> None:
 
 
 def _collect() -> dict:
-    """Weights and facts of every model at exit (the arrays go to the npz file)."""
+    """Weights and facts of every model at exit (the arrays go to the npz file); optimizer steps;
+    the value each worker's metrics made outside the scope hold (plain variables: a local read)."""
     import numpy as np
     import tensorflow as tf
     import keras
@@ -343,19 +153,26 @@ def _collect() -> dict:
         except Exception as exc:
             info["error"] = f"{type(exc).__name__}: {exc}"[:300]
     steps = []
-    for optimizer in _OPTIMIZERS:
+    for optimizer in check_watch.OPTIMIZERS:
         try:
             steps.append(int(optimizer.iterations.numpy()))
         except Exception:
             continue
-    _STATE["steps"] = max(steps) if steps else None
+    STATE["steps"] = max(steps) if steps else None
+    for metric, info in zip(check_watch.METRICS, STATE["metrics"]):
+        if not info["in_scope"]:  # a variable of the scope would be read summed over the workers: a collective
+            try:
+                info["result"] = float(np.asarray(metric.result()).ravel()[0])
+                info["updated"] = any(float(np.abs(np.asarray(v.numpy())).sum()) > 0 for v in metric.variables)
+            except Exception as exc:
+                info["error"] = f"{type(exc).__name__}: {exc}"[:200]
     return arrays
 
 
 def _exception(exc: BaseException) -> dict:
     import traceback
 
-    script = os.path.abspath(_STATE["script"])
+    script = WHERE["script"]
     every = traceback.extract_tb(exc.__traceback__)
     frames = [f for f in every if os.path.abspath(f.filename) == script]
     innermost = every[-1] if every else None  # where it was raised: a bare exception is named by its place
@@ -375,50 +192,48 @@ def _short_path(path: str) -> str:
 
 
 def _finish() -> None:
-    _STATE["running"] = False
+    STATE["running"] = False
     arrays = {}
     if "tensorflow" in sys.modules:
         try:
             arrays = _collect()
         except Exception as exc:
-            _STATE["collect_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            STATE["collect_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    out, rank = WHERE["out"], WHERE["rank"]
     if arrays:
         import numpy as np
 
-        np.savez(os.path.join(_OUT, f"weights-{_RANK}.npz"), **arrays)
-    report = {k: v for k, v in _STATE.items() if k != "running"}
-    with open(os.path.join(_OUT, f"worker-{_RANK}.json.tmp"), "w") as f:
+        np.savez(os.path.join(out, f"weights-{rank}.npz"), **arrays)
+    report = {k: v for k, v in STATE.items() if k not in ("running", "phase")}
+    with open(os.path.join(out, f"worker-{rank}.json.tmp"), "w") as f:
         json.dump(report, f)
-    os.replace(os.path.join(_OUT, f"worker-{_RANK}.json.tmp"), os.path.join(_OUT, f"worker-{_RANK}.json"))
+    os.replace(os.path.join(out, f"worker-{rank}.json.tmp"), os.path.join(out, f"worker-{rank}.json"))
     mark("report written")
 
 
-def main(argv: list[str]) -> int:
-    global _OUT, _RANK
-    if len(argv) < 2:
-        print("usage: python -m helpers.tools.check_worker OUT_DIR SCRIPT [ARGS...]", file=sys.stderr)
-        return 2
-    _OUT, script = os.path.abspath(argv[0]), argv[1]
-    if os.environ.get("CHECK_SCRIPT_SLURM") == "1" and not os.environ.get("TF_CONFIG"):
-        _tf_config_from_slurm()
-    _RANK = _rank()
-    import socket
-
-    _STATE.update(script=script, rank=_RANK, argv=argv[2:],
-                  host=os.environ.get("SLURMD_NODENAME") or socket.gethostname())
-    os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
-    os.environ.setdefault("PYTHONHASHSEED", str(SEED))
+def run(out: str, script: str, argv: list[str], real_cwd: str = "") -> int:
+    """Run `script` with `argv` as this process's worker (TF_CONFIG set, `prepare` done, in a
+    working directory of its own standing for `real_cwd`); write its report. Returns the script's
+    exit status; the caller ends with os._exit (no interpreter teardown: TensorFlow's collective
+    threads can hang it)."""
     import random
-
-    random.seed(SEED)
-    mark("script starting")
-    sys.addaudithook(_audit)
-    _install_tensorflow()
-    sys.argv = [script, *argv[2:]]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    _STATE["running"] = True
+    import socket
+    import tempfile
     import threading
 
+    rank = rank_from_environment()
+    start(out, rank, script, real_cwd)
+    STATE.update(script=script, rank=rank, argv=argv,
+                 host=os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    tempfile.tempdir = None  # TMPDIR (the worker's own, inside OUT) is read again
+    random.seed(SEED)
+    mark("script starting")
+    check_watch.hide_gpus()
+    check_watch.on_first_step(snapshot_initial)
+    sys.addaudithook(audit)
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    STATE["running"] = True
     threading.Thread(target=_watch_where, name="check-script-where", daemon=True).start()
     code = 0
     try:
@@ -429,17 +244,38 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code:
-            _STATE["exception"] = {"type": "SystemExit", "message": str(exc.code)[:2000], "line": None, "code": None}
+            STATE["exception"] = {"type": "SystemExit", "message": str(exc.code)[:2000], "line": None, "code": None}
         mark(f"script exited with status {code}")
     except BaseException as exc:  # the script's failure is a finding, reported by the command
         code = 1
-        _STATE["exception"] = _exception(exc)
+        STATE["exception"] = _exception(exc)
         mark(f"script raised {type(exc).__name__}")
-    _STATE["exit_code"] = code
+    STATE["exit_code"] = code
     _finish()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)  # no interpreter teardown: TensorFlow's collective threads can hang it
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print("usage: python -m helpers.tools.check_worker OUT_DIR SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    out, script = os.path.abspath(argv[0]), argv[1]
+    if not os.path.isdir(out):  # e.g. a scratch directory on another node's own disk
+        print(f"check-script worker: the scratch directory {out} is not visible here", file=sys.stderr)
+        return 3
+    if os.environ.get("CHECK_SCRIPT_SLURM") == "1" and not os.environ.get("TF_CONFIG"):
+        _tf_config_from_slurm()
+    rank = rank_from_environment()
+    tmp = os.path.join(out, f"tmp-{rank}")
+    os.makedirs(tmp, exist_ok=True)
+    os.environ["TMPDIR"] = tmp
+    real = os.getcwd()
+    script = os.path.abspath(script)
+    os.chdir(private_cwd(Path(out), rank, Path(real)))
+    prepare()
+    os._exit(run(out, script, argv[2:], real_cwd=real))
 
 
 if __name__ == "__main__":
