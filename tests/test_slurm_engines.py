@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
+import os
+import shlex
+from types import SimpleNamespace
+
 import pytest
 
 from helpers.errors import CourseError
@@ -143,3 +148,58 @@ def test_polling_backs_off_to_a_few_seconds():
     pauses = list(islice(backoff(0.5, 5.0), 30))
     assert pauses[0] == 0.5 and pauses == sorted(pauses) and max(pauses) == 5.0
     assert sum(pauses) > 100, "30 polls should span minutes, not the 15 s of a fixed 0.5 s"
+
+
+CLUSTER = "course-1700000000-ab12"
+NAMES = [  # a job's name; whether it is a course engines job (class end, adopt_job); whether it is CLUSTER's
+    ("tf-course-engines", True, False),  # slurm/engines.sbatch's
+    (f"tf-course-engines-{CLUSTER}", True, True),
+    ("tf-course-engines-course-1700000000-cd34", True, False),  # another cluster of the course
+    ("tf-course-enginesX", False, False),
+    ("tf-course-engines x", False, False),  # a name with a space: scontrol shows it as it is
+    ("ipengine-1700000000-ab12", False, False),  # a learner's own ipyparallel engines
+]
+
+
+def _fake_squeue(tmp_path, monkeypatch, row: str) -> None:
+    """`squeue` on PATH that prints one `%u %j` row, as the real one does for `-j JOB -o '%u %j'`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(row)}\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("name, course, this_cluster", NAMES)
+def test_one_rule_says_whether_an_engines_job_is_ours(tmp_path, monkeypatch, name, course, this_cluster):
+    """`class end` (is_engines_job_name), adopting or cancelling a job by id (SlurmJob) and stopping a
+    cluster from its file (prune_foreign through slurm.queue) answer alike for the same job."""
+    import helpers.engines.slurm as engines_slurm
+    from helpers.engines.ownership import prune_foreign
+
+    me = getpass.getuser()
+    assert engines_slurm.is_engines_job_name(name) is course
+    assert engines_slurm.is_engines_job_name(name, CLUSTER) is this_cluster
+    cancelled = []
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setattr(engines_slurm, "job_record", lambda job: f"JobId={job} JobName={name} UserId={me}(0) GroupId=x(0)")
+    monkeypatch.setattr(engines_slurm, "cancel", lambda *ids, **_: cancelled.extend(ids))
+    engines_slurm.SlurmJob("42").cancel_if_ours()
+    assert cancelled == (["42"] if course else []), f"{name!r}: {cancelled}"
+    _fake_squeue(tmp_path, monkeypatch, f"{me} {name}")
+    cluster = SimpleNamespace(cluster_id=CLUSTER, controller=None, engines={"slurm": SimpleNamespace(job_id="42")})
+    left = prune_foreign(cluster)
+    assert bool(cluster.engines) is this_cluster and bool(left) is not this_cluster, f"{name!r}: {left}"
+
+
+def test_another_users_job_with_the_courses_name_is_not_ours(tmp_path, monkeypatch):
+    import helpers.engines.slurm as engines_slurm
+    from helpers.engines.ownership import prune_foreign
+
+    cancelled = []
+    monkeypatch.setattr(engines_slurm, "job_record", lambda job: f"JobId={job} JobName=tf-course-engines UserId=someone(9)")
+    monkeypatch.setattr(engines_slurm, "cancel", lambda *ids, **_: cancelled.extend(ids))
+    engines_slurm.SlurmJob("42").cancel_if_ours()
+    _fake_squeue(tmp_path, monkeypatch, f"someone tf-course-engines-{CLUSTER}")
+    cluster = SimpleNamespace(cluster_id=CLUSTER, controller=None, engines={"slurm": SimpleNamespace(job_id="42")})
+    assert not cancelled and prune_foreign(cluster) and not cluster.engines

@@ -96,7 +96,7 @@ def prune_foreign(cluster) -> list[str]:
     """Drop from a cluster loaded from its file every process and job that is not provably its
     own, so that stopping it signals nothing else; returns what was left alone."""
     from ..slurm.queue import slurm_job_is_ours
-    from .slurm import engines_job_name
+    from .slurm import is_engines_job_name
 
     left = []
     process = getattr(getattr(cluster, "controller", None), "process", None)
@@ -106,7 +106,7 @@ def prune_foreign(cluster) -> list[str]:
     for set_id, engine_set in list(cluster.engines.items()):
         job_id = getattr(engine_set, "job_id", "")
         if job_id:
-            if not slurm_job_is_ours(job_id, engines_job_name(cluster.cluster_id)):
+            if not slurm_job_is_ours(job_id, lambda name: is_engines_job_name(name, cluster.cluster_id)):
                 left.append(f"Slurm job {job_id} (not this cluster's engines job)")
                 cluster.engines.pop(set_id)
             continue

@@ -41,9 +41,17 @@ def engines_job_name(cluster_id: str) -> str:
     return f"{ENGINES_JOB_NAME}-{cluster_id}"
 
 
-def is_engines_job_name(name: str) -> bool:
-    """Exactly the names the course gives engines: slurm/engines.sbatch's, or `engines_job_name`'s."""
-    return re.fullmatch(re.escape(ENGINES_JOB_NAME) + r"(-[A-Za-z0-9_-]*)?", name) is not None
+def is_engines_job_name(name: str, cluster_id: str | None = None) -> bool:
+    """The one rule for "is this Slurm job or step the course's engines?" (`class end`, adopting a job,
+    the kernel's watcher, stopping a cluster from its file), so no two places answer it differently.
+
+    Exactly the names the course gives engines: with `cluster_id`, that cluster's (`engines_job_name`);
+    without, slurm/engines.sbatch's or any cluster's. Never a name that only starts the same
+    (`tf-course-enginesX`) nor ipyparallel's `ipengine-*`, which a learner's own engines carry.
+    """
+    if cluster_id is not None:
+        return name == engines_job_name(cluster_id)
+    return re.fullmatch(re.escape(ENGINES_JOB_NAME) + r"(-[A-Za-z0-9_-]+)?", name) is not None
 
 
 def want_slurm(slurm: bool | None = None, n: int = 2) -> bool:
@@ -170,9 +178,9 @@ class SlurmJob:
         """A mistyped id may name a multi-day training run, or another user's job: never touch those."""
         import getpass
 
-        name = (re.search(r"JobName=(\S+)", info) or [None, "?"])[1]
+        name = (re.search(r"JobName=(.*?) UserId=", info) or [None, "?"])[1]  # a name may hold spaces
         user = (re.search(r"UserId=([^(\s]+)", info) or [None, "?"])[1]
-        if user != getpass.getuser() or not name.startswith(ENGINES_JOB_NAME):
+        if user != getpass.getuser() or not is_engines_job_name(name):
             raise CourseError(f"Slurm job {self.job_id} is {name!r} of user {user}, not an engines job of yours "
                               f"(slurm/engines.sbatch, name {ENGINES_JOB_NAME}): not attached, left alone")
         self.ours = True

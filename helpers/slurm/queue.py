@@ -128,8 +128,10 @@ def cancel(*ids: str, signal: int | None = None, timeout: float = 30) -> None:
         pass
 
 
-def slurm_job_is_ours(job_id: str, name: str) -> bool:
-    """This user's Slurm job called `name` (a job that is gone is nobody's to cancel)."""
+def slurm_job_is_ours(job_id: str, is_our_name: Callable[[str], bool]) -> bool:
+    """This user's Slurm job, with a name `is_our_name` accepts (a job that is gone is nobody's to
+    cancel). The caller brings the rule for names: the engines' is `helpers.engines.slurm`'s, which
+    this package may not import."""
     import getpass
 
     try:
@@ -137,7 +139,8 @@ def slurm_job_is_ours(job_id: str, name: str) -> bool:
                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return done.returncode == 0 and done.stdout.split() == [getpass.getuser(), name]
+    user, _, name = done.stdout.strip("\n").partition(" ")
+    return done.returncode == 0 and "\n" not in name and user == getpass.getuser() and is_our_name(name)
 
 
 def squeue_rows(args: list[str]) -> list[list[str]]:
