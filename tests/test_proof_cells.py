@@ -72,7 +72,7 @@ OK: dict[str, dict] = {
         "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512],
         "val_losses": [[2.1, 1.9], [2.1, 1.9]], "settings": _Sizes(epochs=2), "found_at": [[0], [32]],
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
-        "kept": [True, False]},
+        "kept": [True, False], "initial_digests": ["i", "i"], "own_digests": ["a", "b"]},
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "strategy": _strategy(2),
@@ -202,7 +202,8 @@ OK["12_strategy_tour.ipynb"] = {
     "evaluated": {"OneDevice": 0.4, "Mirrored": 0.5, "CentralStorage": 0.5}, "central_mean": 5 / 3,
     "central_bn_error": "You must specify an aggregation method to update a AggregatingVariable in Replica Context",
     "fit_errors": {"per-worker": "Unrecognized data type: x=<PerWorkerDatasetFromDataset ...>",
-                   "tf.data": "To use this dataset, you need to pass this dataset to ClusterCoordinator..."}}
+                   "tf.data": "To use this dataset, you need to pass this dataset to ClusterCoordinator."
+                              "create_per_worker_dataset."}}
 _STEP_1 = ["step-1.data-00000-of-00001", "step-1.index"]  # what tf.train.Checkpoint.write leaves
 OK["13_from_horovod.ipynb"] = {
     "ranks": [0, 1], "sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
@@ -370,6 +371,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
     ("03_multiworker_ipyparallel.ipynb", {"moved": [0.0, 0.0]}, "did not change the weights"),
     ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different weights"),
+    # the model built outside the scope (or no broadcast): each worker starts from its own seed's weights
+    ("03_multiworker_ipyparallel.ipynb", {"initial_digests": ["a", "b"]}, "not worker 0's"),
+    # one seed on every worker: identical starts would follow without any broadcast
+    ("03_multiworker_ipyparallel.ipynb", {"own_digests": ["a", "a"]}, "own seeds should give different"),
     ("03_multiworker_ipyparallel.ipynb", {"predicted_rows": [256, 256]}, "all workers' rows"),
     # worker 1's temporary copy left on its node; the chief's file missing on the chief's node
     ("03_multiworker_ipyparallel.ipynb", {"kept": [True, True]}, "only the chief should keep"),
@@ -710,10 +715,16 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("12_strategy_tour.ipynb", {"sync_in_sync": [1, 1]}, "did not form one cluster"),
     ("12_strategy_tour.ipynb", {"sync_in_sync": [2, 1]}, "did not form one cluster"),
     ("12_strategy_tour.ipynb", {"central_mean": 2.0}, "sum the replicas' updates"),  # the true mean: nothing summed
-    ("12_strategy_tour.ipynb", {"fit_errors": {"per-worker": None, "tf.data": "To use this dataset, ..."}},
+    ("12_strategy_tour.ipynb", {"fit_errors": {"per-worker": None, "tf.data": "... create_per_worker_dataset."}},
      "refuse the per-worker dataset"),
-    ("12_strategy_tour.ipynb", {"fit_errors": {"per-worker": "To use this dataset, ...", "tf.data": "To use ..."}},
+    ("12_strategy_tour.ipynb", {"fit_errors": {"per-worker": "To use this dataset, ...",
+                                               "tf.data": "... create_per_worker_dataset."}},
      "refuse the per-worker dataset"),  # TensorFlow's error, not Keras's: some other ValueError
+    # fit ran on the plain dataset (a Keras that drives the coordinator), or failed some other way
+    ("12_strategy_tour.ipynb", {"fit_errors": {"per-worker": "Unrecognized data type: x=...", "tf.data": None}},
+     "refuse fit's plain dataset"),
+    ("12_strategy_tour.ipynb", {"fit_errors": {"per-worker": "Unrecognized data type: x=...",
+                                               "tf.data": "Unrecognized data type: x=..."}}, "refuse fit's plain dataset"),
     ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"central_bn_error": None}, "batch norm should fail"),
@@ -2800,7 +2811,8 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), val_losses=([2
     by_rank = {"in_sync": [2, 2], "task_id": [0, 1], "moved": [0.5, 0.5], "digest": ["d", "d"],
                "examples_seen": list(seen), "predicted_rows": [512, 512], "test_steps * global_batch": [512, 512],
                "found_at": [[0], [32]], "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]],
-               "pass_shards": [[(0, 2)], [(1, 2)]], "kept": list(kept), "path": [chief_path, str(other_path)]}
+               "pass_shards": [[(0, 2)], [(1, 2)]], "kept": list(kept), "path": [chief_path, str(other_path)],
+               "initial_digest": ["i", "i"], "own_digest": ["a", "b"]}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": _PlantedEngines(pulled), "histories": [{"val_loss": list(v)} for v in val_losses[::-1]],
