@@ -76,16 +76,18 @@ def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
 
 def unexplained(run: Run) -> list[str]:
     """The files that changed during `run` that no worker's recorded write covers."""
-    covers: list[tuple[str, str]] = []
+    recorded: list[tuple[str, str]] = []
     for report in run.reports.values():
-        covers += [(path, kind) for path, kind in report.get("writes", [])]
-        covers += [(path, "tf.summary") for path in report.get("summary_dirs", [])]
+        recorded += [(path, kind) for path, kind in report.get("writes", [])]
+        recorded += [(path, "tf.summary") for path in report.get("summary_dirs", [])]
+    return [path for path in run.changed if not any(covers(p, kind, path) for p, kind in recorded)]
 
-    def covered(path: str) -> bool:
-        return any(path == p or path.startswith(p.rstrip(os.sep) + os.sep)
-                   or (kind in PREFIX_KINDS and path.startswith(p)) for p, kind in covers)
 
-    return [path for path in run.changed if not covered(path)]
+def covers(recorded: str, kind: str, path: str) -> bool:
+    """Whether a write recorded at `recorded` by `kind` accounts for the file `path`: the path
+    itself, a file below a directory, or a file named after a checkpoint or cache prefix."""
+    return path == recorded or path.startswith(recorded.rstrip(os.sep) + os.sep) \
+        or (kind in PREFIX_KINDS and path.startswith(recorded))
 
 
 def write_findings(run: Run) -> list[Finding]:
@@ -100,9 +102,10 @@ def write_findings(run: Run) -> list[Finding]:
             by_path.setdefault(path, set()).add(rank)
             how.setdefault(path, set()).add("TensorBoard logs (tf.summary)")
     for rank, files in run.created.items():  # relative paths, each worker in a directory of its own
+        own = [(p, kind) for p in by_path if rank in by_path[p] for kind in how[p]]
         for name in files:
             path = os.path.join(run.cwd, name)
-            if not any(path == p or path.startswith(p.rstrip(os.sep) + os.sep) for p in by_path if rank in by_path[p]):
+            if not any(covers(p, kind, path) for p, kind in own):
                 by_path.setdefault(path, set()).add(rank)
                 how.setdefault(path, set()).add("created in the working directory")
     if len(run.reports) < run.workers:
