@@ -311,6 +311,16 @@ PLANTED = {
                                       "per_worker_dataset = dataset_fn(tf.distribute.InputContext())  # not distributed")],
                           [], FAILED, ["FAIL     batch per replica: every worker was handed the same 12 examples one "
                                        "worker was, in every step"]),
+    # finding 1's script with its batch read inside the step: the check cannot see what a step reads
+    "same_global_batch_read_in_the_step": ("custom", [
+        ("per_worker_dataset = strategy.distribute_datasets_from_function(dataset_fn)",
+         "per_worker_dataset = dataset_fn(tf.distribute.InputContext())  # not distributed"),
+        ("    def step_fn(inputs):\n        x, y = inputs", "    def step_fn():\n        x, y = next(iterator)"),
+        ("per_replica_losses = strategy.run(step_fn, args=(next(iterator),))",
+         "per_replica_losses = strategy.run(step_fn)")],
+        [], INCOMPLETE, ["NOT SEEN batch per replica: no step of the one-worker run was fed through strategy.run",
+                         "it was handed no tensor (its step reads its input itself)", "incomplete in ",
+                         "exit status 3: not seen: batch per replica, input sharding"]),
     "loss_over_replica_batch": ("custom", [("loss = tf.nn.compute_average_loss(per_example_loss, "
                                             "global_batch_size=global_batch_size)",
                                             "loss = tf.reduce_mean(per_example_loss)")],

@@ -376,7 +376,7 @@ def analyse(ref: Run, runs: list[Run], opts: Options) -> list[tuple[str, list[Fi
             findings += identical_findings(run)
             findings += metric_findings(run)
             findings += returned_findings(run)
-            findings += watch_findings(run)
+            findings += [f for f in watch_findings(run) if not any(f.detail in g.detail for g in findings)]
         if len(run.reports) == run.workers:  # writes are recorded up to a failure (e.g. two workers' checkpoint race)
             findings += write_findings(run)
         findings += batch_norm_findings(run, opts)

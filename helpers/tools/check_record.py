@@ -82,7 +82,7 @@ def phase() -> str:
     return ">".join(STATE.get("phase", []))
 
 
-def record_write(path, how: str) -> None:
+def record_write(path: str | os.PathLike, how: str) -> None:
     """A path the script wrote (or a checkpoint prefix / SavedModel / log directory TensorFlow
     writes below in C++), with the API that wrote it."""
     try:
@@ -104,7 +104,7 @@ def record_write(path, how: str) -> None:
         STATE["writes"].append(entry)
 
 
-def audit(event: str, args) -> None:
+def audit(event: str, args: tuple) -> None:
     """Python's `open` (an audit hook): every file the script opens for writing."""
     if event != "open" or not STATE.get("running"):
         return

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Callable
 
 from .check_record import STATE, SEED, called_by_script, mark, note_not_seen, phase, record_write, script_line
 
@@ -119,7 +120,7 @@ def hide_gpus() -> None:
 
 
 # ---------------------------------------------------------------- what each step consumes
-def on_first_step(call) -> None:
+def on_first_step(call: Callable[[], object]) -> None:
     """Call `call()` once, as the first step of the script is fed (before it runs)."""
     _FIRST_STEP.append(call)
 
