@@ -17,6 +17,10 @@ keras/src/backend/tensorflow/trainer.py two spots break multi-worker training:
 2. `reduce_per_replica` reduces scalar logs with ``strategy.reduce("MEAN", v, axis=0)``:
    ``Invalid reduction dimension 0``. Fix: reduce rank-0 values with ``axis=None``.
 
+The patch itself is `fix_keras_fit_for_multiworker` in `helpers/take_home/mwms_slurm.py`, the text
+lesson 08 teaches and every job program carries beside it: one copy, imported here. This module adds
+the course's checks around it: the version (a `CourseError`), `COURSE_DISABLE_KERAS_FIX`, once only.
+
 Verified on Keras 3.15.1 only (broken without the patch, right with it): the patch touches
 private `keras.src` code, so on any other Keras minor version `apply()` stops with a line that
 says so, rather than leaving `fit` silently unpatched or patching code it has not seen. The test
@@ -28,11 +32,10 @@ pulls in the full `tensorflow` wheel.
 
 from __future__ import annotations
 
-import functools
-
 from .settings import value
+from .take_home.mwms_slurm import VERIFIED_KERAS, fix_keras_fit_for_multiworker
 
-VERIFIED = (3, 15)  # major.minor: 3.15.1 verified broken without the patch, right with it (2026-11)
+VERIFIED = VERIFIED_KERAS  # major.minor: 3.15.1 verified broken without the patch, right with it (2026-11)
 DISABLE_ENV = "COURSE_DISABLE_KERAS_FIX"  # set to 1 to see the upstream failure
 _applied = False
 
@@ -49,15 +52,8 @@ def keras_needs_fix(version: str | None = None) -> bool:
         raise CourseError(f"Keras {version}: the course's fix for model.fit under MultiWorkerMirroredStrategy "
                           f"(keras-team/keras#20585) was verified on Keras 3.15.1 only; install keras=={VERIFIED[0]}."
                           f"{VERIFIED[1]}.* (pyproject.toml), or check that your Keras fixed the bug and update "
-                          "helpers/keras_fix.py; Keras 2 code runs with tf_keras and TF_USE_LEGACY_KERAS=1")
+                          "helpers/take_home/mwms_slurm.py; Keras 2 code runs with tf_keras and TF_USE_LEGACY_KERAS=1")
     return True
-
-
-def _local_spec(spec):
-    """One replica's part of a distributed dataset's element spec (shapes and dtypes are
-    all `_symbolic_build` reads)."""
-    value_specs = getattr(spec, "_value_specs", None)  # PerReplicaSpec: several local replicas
-    return value_specs[0] if value_specs else spec
 
 
 def apply() -> bool:
@@ -67,41 +63,6 @@ def apply() -> bool:
         return True
     if value(DISABLE_ENV) == "1" or not keras_needs_fix():
         return False
-    from keras.src.backend.tensorflow import trainer as tf_trainer
-    from keras.src import tree
-
-    original_build = tf_trainer.TensorFlowTrainer._maybe_symbolic_build
-
-    @functools.wraps(original_build)
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        strategy = self._distribute_strategy
-        if strategy is None or iterator is None or not tf_trainer._collective_all_reduce_multi_worker(strategy):
-            return original_build(self, iterator=iterator, data_batch=data_batch)
-        spec = getattr(iterator, "_distributed_dataset", None)
-        spec = getattr(spec, "element_spec", None)
-        if spec is None:  # not the iterator this patch knows: let Keras do as upstream
-            return original_build(self, iterator=iterator, data_batch=data_batch)
-        with strategy.scope():
-            self._symbolic_build(data_batch=tree.map_structure(_local_spec, spec))
-
-    original_reduce = tf_trainer.reduce_per_replica
-
-    @functools.wraps(original_reduce)
-    def reduce_per_replica(values, strategy, reduction):
-        if not (tf_trainer._collective_all_reduce_multi_worker(strategy)
-                and reduction in ("auto", "mean")):
-            return original_reduce(values, strategy, reduction)
-
-        def reduce_one(value):
-            if tf_trainer._is_scalar(value) or (
-                    tf_trainer._is_per_replica_instance(value)
-                    and strategy.experimental_local_results(value)[0].shape.rank == 0):
-                return strategy.reduce("MEAN", value, axis=None)
-            return original_reduce(value, strategy, reduction)
-
-        return tree.map_structure(reduce_one, values)
-
-    tf_trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
-    tf_trainer.reduce_per_replica = reduce_per_replica
+    fix_keras_fit_for_multiworker()  # the take-home text, after the checks above
     _applied = True
     return True

@@ -34,6 +34,7 @@ NOT_ROUTED = {
     "tests/": "the tests set and read settings to drive the code under test (their own are declared, scope test)",
     "conftest.py": "the nbval pass's hooks read the test settings COURSE_NBVAL_KEEP and COURSE_NBVAL_SLURM",
     "course_server/pull.py": "a package of its own: importing helpers drops the hub's token, which its server needs",
+    "helpers/take_home/": "take-home files a lesson copies beside its job program: they import nothing of the course",
 }
 # in notebooks, the %%writefile cells: the take-home programs a lesson writes for a job import nothing
 # from the course, so they read the environment themselves
