@@ -18,6 +18,7 @@ import warnings
 
 from .slurm.step import slurm_info
 from .errors import CourseError
+from .host import tensorflow_is_cpu_build
 from .settings import value
 
 PORT_RANGE_ENV = "COURSE_PORT_RANGE"
@@ -153,7 +154,9 @@ def _slurm_resolver_class():
             return tf.train.ClusterSpec({"worker": self.workers})
 
         def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
-            return {"GPU": self.gpu_plan.replicas}
+            # the CPU wheel can use no GPU the plan names (the local Slurm's simulated ones): MWMS
+            # would make replicas on devices that do not exist and wait in its first collective
+            return {"GPU": 0 if tensorflow_is_cpu_build() else self.gpu_plan.replicas}
 
     return CourseSlurmClusterResolver
 

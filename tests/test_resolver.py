@@ -89,6 +89,20 @@ def _slurm_env(monkeypatch, procid="1"):
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.parametrize("cpu_build, expected", [(True, 0), (False, 2)])
+def test_slurm_resolver_counts_only_gpus_tensorflow_can_use(monkeypatch, cpu_build, expected):
+    """Two tasks a node sharing 4 GPUs: each plans 2. The CPU wheel can use none of them (the local
+    Slurm's simulated GPUs): MWMS would make 2 replicas on GPUs that do not exist, and lesson 03's fit
+    waited for ever in its first collective (a node-layout server job, tests/test_lessons_in_class_layouts.py)."""
+    _slurm_env(monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "4")
+    monkeypatch.setattr(resolver, "tensorflow_is_cpu_build", lambda: cpu_build)
+    _step_range(monkeypatch)
+    res = resolver.slurm_resolver()
+    assert res.gpu_plan.replicas == 2 and res.num_accelerators() == {"GPU": expected}
+
+
 def test_slurm_resolver_on_cpu_nodes(monkeypatch):
     _slurm_env(monkeypatch)
     port = _step_range(monkeypatch)
