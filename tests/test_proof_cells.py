@@ -141,7 +141,8 @@ OK["09_monitoring.ipynb"] = {
     "served_loss": {"starved": [1.5, 0.5], "healthy": [1.4, 0.6]}, "served_gap": 0.0, "weights_count": 12,
     "graphs": 1, "in_second_epoch": {"starved": True, "healthy": True},
     "histograms": {f"layer{i}/w/histogram": 2 for i in range(12)},
-    "traced_reads": {"starved": 128, "healthy": 0}, "global_batch": 16}
+    "traced_reads": {"starved": 128, "healthy": 0}, "global_batch": 16,
+    "served_two": [(0, 2.1)], "kept_two": [(0, 2.0), (1, 1.5), (2, 1.0), (0, 2.1)]}  # the planted pair of writers
 
 
 _RUNS = {f"batch 32{s}": None for s in ("",)} | {f"batch 512, {s}": None for s in
@@ -446,6 +447,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("05_sync_batch_norm.ipynb", {"same_start": False}, "same weights"),  # review P3: runs from different seeds
     ("05_sync_batch_norm.ipynb", {"spread_plain": 0.0}, "different statistics"),
     ("05_sync_batch_norm.ipynb", {"spread_sync": 0.01}, "identical statistics"),
+    # issue 54, thresholds: each between its bound and the bound loosened 10x (measured: gaps 6e-8 and 4e-7 where
+    # 1e-4 is allowed, 2.07 where 0.1 is asked), and one float32 rounding of a moving mean apart where 0 is asked
+    ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "synchronized vs global": 5e-4}},
+     "global batch"),
+    ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs own": 5e-4}},
+     "each replica's own statistics"),
+    ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 0.05}},
+     "differ from the global statistics"),
+    ("05_sync_batch_norm.ipynb", {"spread_sync": 1e-7}, "identical statistics"),
     ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
     ("06_fault_tolerance.ipynb", {"survivor_stopped": False}, "not wait for its dead peer"),
     # the survivor stopped only when its collective timeout fired: the dead peer went unnoticed until then
@@ -603,6 +613,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("09_monitoring.ipynb", {"served_loss": {}}, "serve every epoch"),
     ("09_monitoring.ipynb", {"served_loss": {"starved": [1.5, 0.5], "healthy": [1.4]}}, "serve every epoch"),
     ("09_monitoring.ipynb", {"served_gap": 0.1}, "serves an epoch_loss that differs"),
+    # issue 54, thresholds: gaps 5x the 1e-6 allowed (float32 rounding of a loss near 1 is 1e-7), inside a 10x loosening
+    ("09_monitoring.ipynb", {"loss_gap": 5e-6}, "differs from fit"),
+    ("09_monitoring.ipynb", {"served_gap": 5e-6}, "serves an epoch_loss that differs"),
+    # issue 54, the planted pair of writers: a default loader that kept the chief's curve (or cut only step 0),
+    # and a --load_fast=false loader that cut it too, or read the files in the order they were written
+    ("09_monitoring.ipynb", {"served_two": [(0, 2.0), (1, 1.5), (2, 1.0)]}, "second writer's point alone"),
+    ("09_monitoring.ipynb", {"served_two": [(0, 2.1), (1, 1.5), (2, 1.0)]}, "second writer's point alone"),
+    ("09_monitoring.ipynb", {"kept_two": [(0, 2.1)]}, "keep every point"),
+    ("09_monitoring.ipynb", {"kept_two": [(0, 2.1), (0, 2.0), (1, 1.5), (2, 1.0)]}, "keep every point"),
     ("10_large_batches.ipynb", _lb("rates", **{"after warm-up": 0.1}), "linear warm-up"),
     ("10_large_batches.ipynb", _lb("rates", start=0.4), "linear warm-up"),
     # the square-root schedule peaking at the linear rate (sqrt(16) x 0.025 = 0.1, not 0.4)
@@ -759,8 +778,16 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"kept": []}, "chief alone"),
     ("13_from_horovod.ipynb", {"kept": ["step-2.index"]}, "chief alone"),  # a later step's checkpoint, not step 1's
     # CI asks for Horovod's own run: its absence must fail there, not pass as "not compared"
-    ("13_from_horovod.ipynb", {"horovod_gaps": None, ENVIRON: {"COURSE_REQUIRE_HOROVOD": "1"}}, "Horovod is not built"),
+    ("13_from_horovod.ipynb", {"horovod_gaps": None, ENVIRON: {"COURSE_REQUIRE_HOROVOD": "1"}}, "own run was not compared"),
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 0.02, "weights": 7e-9, "recipe": 1.5e-6}},
+     "Horovod's own run"),
+    # issue 54, thresholds: each between its bound and the bound loosened 10x, so also inside the review's
+    # loosenings (gradient 1e-5 to 5e-3, rate 1e-3 to 0.4, Horovod 1e-5 to 1e-2); measured here: gradient 1.5e-6,
+    # update 1.5e-7, rate 0.100000 of 0.1
+    ("13_from_horovod.ipynb", {"gradient_gap": 5e-5}, "Horovod's average"),
+    ("13_from_horovod.ipynb", {"update_gap": 5e-5}, "update differs"),
+    ("13_from_horovod.ipynb", {"rates": [0.1, 0.1005]}, "scale with the workers"),  # one worker's rate 0.5 % off
+    ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 5e-5, "weights": 7e-9, "recipe": 1.5e-6}},
      "Horovod's own run"),
     ("15_models_you_keep.ipynb", {"saved": [_SAVED, [True, True, False, False]]}, "same epochs"),
     # each worker validated on its own shard alone: the same epochs saved, other losses
@@ -815,6 +842,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     # on CPUs bit for bit: one float32 rounding of a logit of 1 (6e-8) fails
     ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "MirroredStrategy, 3 replicas": 6e-8}},
      "predicts differently"),
+    # issue 54, thresholds: a copy 3e-5 off a loss of 1.7, where the bound allows 1.7 x 1.3e-5 = 2.2e-5 (0.0 measured):
+    # inside the bound loosened 10x, and inside max(10.0, loss) for max(1.0, loss)
+    ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.70003}},
+     "best epoch's val_loss"),
     ("16_input_at_scale.ipynb", {"reports": {2: [{}], 3: [{}, {}, {}]}}, "not every worker reported"),
     ("16_input_at_scale.ipynb", {"files_of": {**_FILES, 2: [[0, 1, 2, 3], [4, 5, 6, 7]]}}, "FILE sharding should give"),
     ("16_input_at_scale.ipynb", {"covered": {2: True, 3: False}}, "disjoint and cover"),
@@ -1091,6 +1122,51 @@ def test_every_piece_of_every_proof_is_needed_by_some_broken_case(name):
     assert not surviving, f"{name}: no broken variant needs these pieces: {surviving}"
 
 
+# Issue 54: the meta-test above removes pieces of a proof but cannot loosen a threshold. Each numeric threshold of
+# lessons 05, 09, 13 and 15's proofs, loosened: by 10 (a bound 10x wider still passes a run whose claim is false;
+# the correct runs measured lie 10x or more inside each bound but lesson 13's gradient, 1.5e-6 of 1e-5), lesson
+# 13's also as the review loosened them, and a bound of exactly zero (or a count) to its nearest looser form. Some
+# broken case the proof fails must then pass, or the threshold is not shown to matter.
+LOOSENED = [
+    ("05_sync_batch_norm.ipynb", 'gaps["synchronized vs global"] < 1e-4', 'gaps["synchronized vs global"] < 1e-3'),
+    ("05_sync_batch_norm.ipynb", 'gaps["ordinary vs own"] < 1e-4', 'gaps["ordinary vs own"] < 1e-3'),
+    ("05_sync_batch_norm.ipynb", 'gaps["ordinary vs global"] > 0.1', 'gaps["ordinary vs global"] > 0.01'),
+    ("05_sync_batch_norm.ipynb", "moved_sync > 0", "moved_sync >= 0"),
+    ("05_sync_batch_norm.ipynb", "spread_sync == 0", "spread_sync < 1e-6"),
+    ("05_sync_batch_norm.ipynb", "spread_plain > 0", "spread_plain >= 0"),
+    ("09_monitoring.ipynb", "loss_gap < 1e-6", "loss_gap < 1e-5"),
+    ("09_monitoring.ipynb", "served_gap < 1e-6", "served_gap < 1e-5"),
+    ("09_monitoring.ipynb", 'traced_reads["healthy"] == 0', 'traced_reads["healthy"] <= 1'),
+    ("09_monitoring.ipynb", "PROFILED_STEPS * global_batch // 2", "PROFILED_STEPS * global_batch // 20"),
+    ("09_monitoring.ipynb", 'shares["starved"] > 0.3', 'shares["starved"] > 0.03'),
+    ("09_monitoring.ipynb", 'shares["starved"] / 4', 'shares["starved"] / 2'),  # the bound the proof once had
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 1e-4"),
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 5e-3"),  # the review's
+    ("13_from_horovod.ipynb", "update_gap < 1e-5", "update_gap < 1e-4"),
+    ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 1e-2 * BASE_LR * n"),
+    ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 0.4 * BASE_LR * n"),  # the review's
+    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-4"),
+    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-2"),  # the review's
+    ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
+    ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),
+    ("15_models_you_keep.ipynb", "max(1.0, val_loss[best_epoch])", "max(10.0, val_loss[best_epoch])")]
+
+
+def loosened_catchers(name: str, old: str, new: str) -> list[str]:
+    """The broken cases of `name` its proof fails and passes with `old` loosened to `new` (their expected messages)."""
+    source = proof_source(name)
+    assert source.count(old) == 1, f"{old!r} is not once in {name}'s proof"
+    loosened = compile(source.replace(old, new), f"{name}, loosened", "exec")
+    failing = [(broken, match) for n, broken, match in BROKEN if n == name
+               and not _passes(source, name, {**OK[name], **broken})]
+    return [match for broken, match in failing if _passes(loosened, name, {**OK[name], **broken})]
+
+
+@pytest.mark.parametrize("name,old,new", LOOSENED, ids=[f"{n[:2]}: {new}" for n, _, new in LOOSENED])
+def test_a_loosened_threshold_lets_some_broken_case_through(name, old, new):
+    assert loosened_catchers(name, old, new), f"{name}: with {new!r} for {old!r} every broken case still fails"
+
+
 def test_lesson_11_proof_on_slurm_passes_without_exit_statuses_but_not_without_the_logged_stops():
     """On Slurm the notebook sees no task's exit status (srun returns the highest): the proof then holds
     on the logged stops and ends, and still fails when a worker did not log its stop."""
@@ -1182,6 +1258,21 @@ def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
 def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, one_replica, capsys):
     _run(name, {"math": math, **OK[name], **one_replica})
     assert "one replica" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("require,match", [(None, None), ("1", "own run was not compared")], ids=["a laptop", "CI"])
+def test_lesson_13_proof_without_horovod_says_it_did_not_compare_and_fails_where_ci_builds_it(
+        require, match, monkeypatch, capsys):
+    """Issue 54: with no Horovod run (not built, or refused on a login node) the proof cannot compare with
+    Horovod's own step: it passes on what it could check and says so, and fails where COURSE_REQUIRE_HOROVOD=1
+    (CI, which builds Horovod before the lessons run)."""
+    if require:
+        monkeypatch.setenv("COURSE_REQUIRE_HOROVOD", require)
+    else:
+        monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    _holds_unless(match, _run, "13_from_horovod.ipynb", {**OK["13_from_horovod.ipynb"], "horovod_gaps": None})
+    out = capsys.readouterr().out
+    assert ("Horovod's own run NOT compared" in out) == (match is None), out
 
 
 class _PlantedEngines:
@@ -1307,34 +1398,34 @@ def _solution(name: str, number: int) -> str:
     return next(c.source for c in nb.cells if c.source.startswith(f"# Solution {number}"))
 
 
-def _lesson_13_solution_1(change) -> None:
-    """Lesson 13's solution 1 with `change` (old, new) made to its rule, on this lesson's measured run
-    (2 engines of 1 replica each: sizes [2, 2]) and a one-worker strategy that, as TensorFlow's,
-    has one replica per device it is given (the test process has one CPU device, not the kernel's 2)."""
+def _lesson_13_solution_1(count, sizes) -> None:
+    """Lesson 13's solution 1 on this lesson's measured run (2 engines: their sizes `sizes`), with TensorFlow's
+    count of MWMS's replicas, CollectiveAllReduceExtended._num_replicas_in_sync, replaced by `count` (None: as is)."""
+    from unittest import mock
+
     import tensorflow as tf
+    from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
 
-    devices = [SimpleNamespace(name="/device:CPU:0"), SimpleNamespace(name="/device:CPU:1")]
-    fake_tf = SimpleNamespace(
-        config=SimpleNamespace(list_logical_devices=lambda kind=None: devices),
-        distribute=SimpleNamespace(MirroredStrategy=lambda names: SimpleNamespace(num_replicas_in_sync=len(names))),
-        train=tf.train)
-    source = _solution("13_from_horovod.ipynb", 1)
-    if change is not None:
-        assert change[0] in source
-        source = source.replace(*change)
-    namespace = {"tf": fake_tf, "ranks": [0, 1], "sizes": [2, 2], "BASE_LR": 0.05, "print": lambda *a, **k: None}
-    exec(compile(source, "13 solution 1", "exec"), namespace)
+    namespace = {"tf": tf, "ranks": [0, 1], "sizes": sizes, "BASE_LR": 0.05, "print": lambda *a, **k: None}
+    source = compile(_solution("13_from_horovod.ipynb", 1), "13 solution 1", "exec")
+    if count is None:
+        exec(source, namespace)
+        return
+    with mock.patch.object(mwms.CollectiveAllReduceExtended, "_num_replicas_in_sync", property(count)):
+        exec(source, namespace)
 
 
-@pytest.mark.parametrize("change,match", [
-    (None, None),
-    (("return workers * devices_each", "return workers"), ""),  # the devices per worker left out
-    (("return workers * devices_each", "return devices_each"), "")],  # the workers left out
-    ids=["as written", "workers only", "devices only"])
-def test_lesson_13_solution_1_checks_its_rule_on_both_factors(change, match):
-    """Review item Q3: the rule the answer uses is checked against a measured count for each factor,
-    so a rule that leaves out the workers or the devices fails before it answers."""
-    _holds_unless(match, _lesson_13_solution_1, change)
+@pytest.mark.parametrize("count,sizes,match", [
+    (None, [2, 2], None),
+    (lambda self: self._num_workers, [2, 2], "^\\(2, 2\\)$"),  # one replica per worker, as Horovod's size per process
+    (lambda self: len(self.worker_devices), [2, 2], "TensorFlow's count"),  # the devices of one worker only
+    (None, [4, 4], "TensorFlow's count")],  # engines that measured 4 replicas: the stand-in is not their job
+    ids=["as TensorFlow counts", "workers only", "devices only", "other engines"])
+def test_lesson_13_solution_1_takes_its_count_from_tensorflow(count, sizes, match):
+    """Issue 54 (13 cell 53: the solution asserted its own arithmetic): the answer is TensorFlow's own count on
+    the job's shape, checked first against the engines' measured size, so a count other than
+    devices x workers fails it."""
+    _holds_unless(match, _lesson_13_solution_1, count, sizes)
 
 
 @pytest.mark.parametrize("change,match", [
@@ -2054,6 +2145,55 @@ def test_lesson_09_gathering_cell_derives_step_times_gaps_and_reads_from_the_tra
                traces={"starved": {"input_share": 0.6612, "step_s": 0.752, "steps": 8, "reads": 128, "window": (101.5, 102.5)},
                        "healthy": {"input_share": 0.0204, "step_s": healthy.get("step_s", 0.192), "steps": 8,
                                    "reads": healthy.get("reads", 0), "window": healthy.get("window", (101.5, 102.5))}})
+    _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
+
+
+def _trace_09(logs: Path, run: str, *, step_ms: float, waits_ms: list, reads: int) -> None:
+    """A trace as lesson 09's profiler writes it, cut to what its reading cell counts: 8 training steps of
+    `step_ms`, one every 20 ms, the input waits (start, end in ms), `reads` PyFunc events, and the Task
+    Environment plane (traced from 101.5 s to 102.5 s: inside the second epoch of the ends planted below)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    ms = 10**9  # picoseconds
+    space = xplane_pb2.XSpace()
+    host = space.planes.add(id=1, name="/host:CPU")
+    for i, name in enumerate(["multi_step_on_iterator", "IteratorGetNextOp::DoCompute", "PyFunc:PyFunc"], 1):
+        host.event_metadata[i].id, host.event_metadata[i].name = i, name
+    python = host.lines.add(id=1, name="python3", timestamp_ns=1_000)
+    for k in range(8):
+        python.events.add(metadata_id=1, offset_ps=20 * k * ms, duration_ps=int(step_ms * ms))
+    getting = host.lines.add(id=2, name="tf_data_iterator_get_next", timestamp_ns=1_000)
+    for start, end in waits_ms:
+        getting.events.add(metadata_id=2, offset_ps=int(start * ms), duration_ps=int((end - start) * ms))
+    reading = host.lines.add(id=3, name="tf_data_private_threadpool", timestamp_ns=1_000)
+    for k in range(reads):
+        reading.events.add(metadata_id=3, offset_ps=k * ms // 100, duration_ps=ms // 100)
+    environment = space.planes.add(id=2, name="Task Environment")
+    for i, (stat, ns) in enumerate([("profile_start_time", 101_500_000_000), ("profile_stop_time", 102_500_000_000)], 1):
+        environment.stat_metadata[i].id, environment.stat_metadata[i].name = i, stat
+        environment.stats.add(metadata_id=i, uint64_value=ns)
+    directory = logs / run / "train" / "plugins" / "profile" / "2026_11_29"
+    directory.mkdir(parents=True)
+    (directory / "node.xplane.pb").write_bytes(space.SerializeToString())
+
+
+@pytest.mark.parametrize("starved_waits,match", [
+    ([(20 * k, 20 * k + 9) for k in range(8)], None),  # 9 ms of each 12 ms step waiting for its batch
+    # issue 54: every wait outside the traced steps (between them: batches no traced step took), the steps
+    # themselves never waiting; the reading cell unioned every IteratorGetNext and gave 67 %
+    ([(20 * k + 12, 20 * k + 20) for k in range(8)], "starved pipeline should spend")],
+    ids=["waits inside the steps", "waits between the steps"])
+def test_lesson_09_input_share_counts_the_waits_inside_the_traced_steps_only(tmp_path, starved_waits, match):
+    """Lesson 09's trace-reading cell on planted traces, then its gathering cell and proof."""
+    cell = next(s for s in _code_cells("09_monitoring.ipynb") if "def read_trace" in s)
+    reader = {"logs": tmp_path}
+    exec(compile(cell, "09 trace reader", "exec"), reader)
+    _trace_09(tmp_path, "starved", step_ms=12, waits_ms=starved_waits, reads=128)
+    _trace_09(tmp_path, "healthy", step_ms=3, waits_ms=[(20 * k, 20 * k + 0.1) for k in range(8)], reads=0)
+    raw = {k: v for k, v in OK["09_monitoring.ipynb"].items()
+           if k not in ("loss_gap", "served_gap", "traced_reads", "in_second_epoch", "shares", "per_step_ms", "traces")}
+    raw.update(ended={"starved": [101.0, 103.0], "healthy": [101.0, 103.0]},
+               traces={run: reader["read_trace"](run) for run in ("starved", "healthy")})
     _holds_unless(match, _gather_and_prove, "09_monitoring.ipynb", raw)
 
 
