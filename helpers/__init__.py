@@ -17,3 +17,9 @@ from course_server import HUB_SECRETS  # noqa: E402 - the one list (the servers'
 
 for _name in HUB_SECRETS:
     _os.environ.pop(_name, None)
+
+# Any TensorFlow this process or what it starts brings up before a lesson's own plan (a kernel's data
+# preparation imports it through tensorflow-datasets) takes GPU memory as it needs it, never nearly all
+# of every visible GPU that the engines and workers it starts next will need. A plan's own setting wins
+# (helpers.gpus sets the variable itself); an explicit value in the environment is kept.
+_os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")

@@ -16,7 +16,7 @@ from helpers.slurm.submit import class_layout
 from helpers.errors import CourseError
 from helpers.local_workers import worker_env
 from helpers.strategy import communication_for
-from tests.conftest import run_python
+from tests.conftest import ROOT, run_python
 
 A100_MIB = 40960
 
@@ -200,3 +200,18 @@ def test_the_lessons_all_reduce_follows_the_layout_and_the_build(monkeypatch):
     monkeypatch.setattr(strategy, "tensorflow_is_cpu_build", lambda: False)
     assert strategy.collective_for_this_process() == "RING"  # no GPU
 
+
+
+@pytest.mark.parametrize("given, expected", [(None, "true"), ("false", "false")])
+def test_importing_the_course_makes_any_tensorflow_grow_its_gpu_memory(given, expected):
+    """A kernel's data preparation starts TensorFlow through tensorflow-datasets before any plan of the
+    course's: it mapped nearly all of every GPU the node layout's server sees, which its engines need
+    next (tests/test_lessons_in_class_layouts.py found the kernel so). Importing `helpers` sets growth;
+    a value in the environment is kept."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", **({"TF_FORCE_GPU_ALLOW_GROWTH": given} if given else {})}  # not pytest's
+    done = subprocess.run([sys.executable, "-c", "import os, helpers\nprint('SEEN', os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert f"SEEN {expected}" in done.stdout, done.stdout + done.stderr[-2000:]
