@@ -1,6 +1,6 @@
 """The centre's worker-port firewall (slurm/firewall: a Slurm prolog and epilog, nftables): the
-port rule it follows is the course's, and, run as Slurm runs them in a network namespace, a
-classmate cannot reach a job's worker port while the job's user can.
+port rule it follows is the course's, and on the local Slurm a classmate cannot reach a running
+job's TensorFlow worker ports while the job's own workers still all-reduce through them.
 
 TensorFlow 2.21's gRPC server listens on every interface whatever its cluster spec names
 (grpc_server_lib.cc binds "0.0.0.0:<port>"; ServerDef and RPCOptions have no address to bind):
@@ -9,6 +9,7 @@ TensorFlow 2.21's gRPC server listens on every interface whatever its cluster sp
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -16,16 +17,19 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from helpers.slurm.nodes import node_address
 from helpers.slurm.step import STEPS_PER_JOB, StepLayout, port_base
 from helpers.tools.apt import apt_install
-from tests.conftest import ROOT
+from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import unix_learners
 
 FIREWALL = ROOT / "slurm" / "firewall"
+NODES = ("node3", "node4")  # the local Slurm's partition cpu
 PROBE = textwrap.dedent("""
     import socket, sys
     host, port = sys.argv[1], int(sys.argv[2])
@@ -185,3 +189,116 @@ def test_the_prolog_admits_the_jobs_user_and_nodes_only_and_the_epilog_removes_i
         expected = "connected" if what.startswith("learner on the node") else "ConnectionRefusedError"
         assert result == expected, (what, result, during)
     assert "course_firewall" not in tables, tables
+
+
+@pytest.fixture
+def firewall(slurm):
+    """The local Slurm with the course's prolog and epilog installed, as a centre would (slurm.conf)."""
+    _firewall_or_say_why()
+    conf = Path(slurm["env"]["SLURM_CONF"])
+    original = conf.read_text()
+    conf.write_text(original + f"Prolog={FIREWALL / 'prolog'}\nEpilog={FIREWALL / 'epilog'}\nPrologFlags=Alloc\n")
+    try:
+        subprocess.run(["scontrol", "reconfigure"], env=slurm["env"], check=True, timeout=60)
+        time.sleep(2)
+        yield slurm
+    finally:
+        conf.write_text(original)
+        subprocess.run(["scontrol", "reconfigure"], env=slurm["env"], timeout=60)
+        time.sleep(2)
+        for node in NODES:  # the prolog's records (root's /run): the epilog left only the lock
+            state = Path("/run/course-firewall") / node
+            if state.is_dir() and not list(state.glob("*.job")):
+                shutil.rmtree(state)
+
+
+def _in_node(node: str, user: str, *command: str) -> subprocess.CompletedProcess:
+    """`command` as `user` in the network namespace of `node` (a process on that node)."""
+    k = node.removeprefix("node")
+    return subprocess.run(["nsenter", f"--net=/run/netns/cslurm-node{k}", "runuser", "-u", user, "--", *command],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+
+
+def _connects(node: str | None, user: str, host: str, port: int) -> str:
+    command = ["/usr/bin/python3", "-c", PROBE, host, str(port)]
+    if node is None:  # the head (a login node): the host's own network
+        done = subprocess.run(["runuser", "-u", user, "--", *command], capture_output=True, text=True, timeout=60, cwd="/")
+    else:
+        done = _in_node(node, user, *command)
+    return done.stdout.strip() or done.stderr.strip()[-200:]
+
+
+WORKER = textwrap.dedent("""
+    import json, os, sys, time
+    from helpers.strategy import make_strategy
+    from helpers.resolver import describe
+    strategy = make_strategy("multiworker", timeout_seconds=120)
+    import tensorflow as tf
+    resolver = strategy.cluster_resolver
+    me = describe(resolver)
+    total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(me["rank"] + 1))), axis=None)
+    print(json.dumps({"rank": me["rank"], "address": me["address"], "sum": float(total)}), flush=True)
+    deadline = time.monotonic() + 240
+    while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the ports stay open while the test probes them
+""")
+
+
+def test_a_classmate_cannot_reach_a_running_jobs_worker_ports(firewall, tmp_path, report):
+    slurm = firewall
+    with unix_learners(2, prefix="fw") as (learner, classmate):
+        user, home = learner["name"], learner["home"]
+        (home / "worker.py").write_text(WORKER)
+        done_flag = home / "probed"
+        script = home / "job.sh"
+        script.write_text(f"#!/bin/bash\n#SBATCH -p cpu -N 2 --ntasks-per-node=1 -t 10 -o {home}/job.out\n"
+                          f"srun {sys.executable} {home}/worker.py {done_flag}\n")
+        subprocess.run(["chown", "-R", f"{user}:{user}", str(home)], check=True)
+        sent = subprocess.run(["runuser", "-u", user, "--", "sbatch", "--parsable", str(script)], env=slurm["env"],
+                              capture_output=True, text=True, timeout=60, cwd=str(home))
+        assert sent.returncode == 0, sent.stderr
+        job = sent.stdout.strip().split(";")[0]
+        out = home / "job.out"
+        try:
+            deadline = time.monotonic() + 240
+            while True:
+                lines = [json.loads(x) for x in (out.read_text() if out.exists() else "").splitlines() if x.startswith("{")]
+                if len(lines) == 2:
+                    break
+                if time.monotonic() > deadline:
+                    logs = "".join(f"--- {log.name}\n" + log.read_text()[-1500:]
+                                   for log in sorted((slurm["dir"] / "cluster").glob("slurmd-node[34].log")))
+                    raise AssertionError((out.read_text() if out.exists() else "no job output") + logs)
+                time.sleep(0.5)
+            workers = sorted(lines, key=lambda w: w["rank"])
+            host, port = workers[0]["address"].rsplit(":", 1)
+            port = int(port)
+            address = node_address(host)  # the nodes' names resolve inside their namespaces only
+            tables = _in_node(host, "root", "nft", "list", "table", "inet", "course_firewall")
+            other = NODES[1] if host == NODES[0] else NODES[0]
+            tries = {
+                "classmate on the login node (head) -> node address": _connects(None, classmate["name"], address, port),
+                f"classmate on {host} (the job's node) -> 127.0.0.1": _connects(host, classmate["name"], "127.0.0.1", port),
+                f"classmate on {host} -> ::1": _connects(host, classmate["name"], "::1", port),
+                f"classmate on {host} -> node address": _connects(host, classmate["name"], address, port),
+                f"classmate on {other} (the job's other node) -> {host}": _connects(other, classmate["name"], address, port),
+                "classmate on node1 (not the job's) -> node address": _connects("node1", classmate["name"], address, port),
+                f"learner on {host} -> 127.0.0.1": _connects(host, user, "127.0.0.1", port),
+                f"learner on {other} -> {host}": _connects(other, user, address, port),
+            }
+            done_flag.touch()
+        finally:
+            subprocess.run(["scancel", job], env=slurm["env"], timeout=30)
+        assert squeue_empty(slurm["env"], within=60)
+        time.sleep(1)
+        after = _in_node(host, "root", "nft", "list", "tables")
+    lines_out = [f"{what}: {result}" for what, result in tries.items()]
+    report(f"test_firewall: job {job}, rank 0 at {host}:{port}, all-reduce sum {workers[0]['sum']} on both ranks; "
+           + "; ".join(lines_out) + f"; after the job, tables on {host}: {after.stdout.split() or 'none'}")
+    print("\n".join(lines_out))
+    assert tables.returncode == 0, f"no course_firewall table on {host} while the job ran: {tables.stderr}"
+    assert [w["sum"] for w in workers] == [3.0, 3.0], workers
+    for what, result in tries.items():
+        expected = "connected" if what.startswith("learner") else "ConnectionRefusedError"
+        assert result == expected, (what, result)
+    assert "course_firewall" not in after.stdout, f"the epilog left the table: {after.stdout}"
