@@ -118,9 +118,12 @@ kernel: install
 # Kernels talk over Unix sockets in a directory only you can enter: on TCP loopback any user of
 # the machine could subscribe to a kernel's output and read every cell's code and output.
 # IPP_ENABLE_CURVE=1: a controller ipyparallel's cluster panel or %ipcluster starts uses CurveZMQ.
+# nbgitpuller's /git-pull is off here (its extension is on in the venv for the hub's servers, which
+# guard it): a link someone sends could otherwise clone into any directory, the kernel specs too
 lab: kernel
 	@sockets=$$(mktemp -d "$${TMPDIR:-/tmp}/course-kernels-XXXXXX") && trap 'rm -rf "$$sockets"' EXIT && \
 	cd notebooks && IPP_ENABLE_CURVE=1 ../$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 \
+	  --ServerApp.jpserver_extensions nbgitpuller=False \
 	  --KernelManager.transport=ipc --KernelManager.ip="$$sockets/kernel" $(LAB_ARGS) $(LAB_OPTS)
 
 # Horovod 0.28.1 compiled against this TensorFlow (CPU, Gloo) into build/horovod, for lesson 13:

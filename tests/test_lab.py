@@ -26,6 +26,13 @@ def test_lab_requires_its_token_and_listens_on_loopback(tmp_path):
         servers = [p for p in lab.processes() if any(arg.rsplit("/", 1)[-1].startswith("jupyter") for arg in p.cmdline()[:2])]
         curve = {p.environ().get("IPP_ENABLE_CURVE") for p in servers}
         assert servers and curve == {"1"}, f"IPP_ENABLE_CURVE of make lab's JupyterLab: {curve}"
+        # nbgitpuller's pull link is off (it answered 200 before: a link could clone into the kernel specs)
+        try:
+            lab.get("/git-pull?repo=https%3A%2F%2Fexample.org%2Fx.git&targetpath=.local%2Fshare%2Fjupyter%2Fkernels"
+                    f"&token={lab.token}", token=False)
+            raise AssertionError("make lab's JupyterLab answered nbgitpuller's /git-pull")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 404, exc.code
     finally:
         lab.stop()
 
