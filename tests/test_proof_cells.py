@@ -2022,6 +2022,46 @@ def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(pla
     _holds_unless(match, _gather_and_prove, "05_sync_batch_norm.ipynb", raw)
 
 
+LESSON_05_SOLUTION_1 = """
+import sys
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import keras, numpy as np, tensorflow as tf
+
+code = [c.source for c in nbformat.read("notebooks/05_sync_batch_norm.ipynb", as_version=4).cells if c.cell_type == "code"]
+ns = {"keras": keras, "np": np, "tf": tf, "print": lambda *a, **k: None,
+      "strategy": tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])}
+for start in ("rng = np.random.default_rng", "counted = tf.distribute"):  # the slices, the counting wrapper
+    exec(next(s for s in code if s.startswith(start)), ns)
+solution = next(s for s in code if s.startswith("# Solution 1"))
+if sys.argv[1] == "no input gradient":
+    assert "            tape.watch(x)\\n" in solution
+    solution = solution.replace("            tape.watch(x)\\n", "")
+exec(solution, ns)
+print("COUNTED", len(ns["all_reduce_calls"]), ns["strategy"].num_replicas_in_sync)
+"""
+
+
+@pytest.mark.parametrize("variant", ["as written", "no input gradient"])
+def test_lesson_05_solution_1_counts_the_backward_all_reduces(variant):
+    """Lesson 05's solution 1 on its own slices and counting wrapper, 2 replicas: 5 all-reduces per replica
+    (3 forward, 2 backward). Without `tape.watch(x)` no gradient reaches the layer's input, the backward
+    all-reduces are never traced, and its count (3 per replica) must fail it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_05_SOLUTION_1, variant], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    if variant == "as written":
+        assert done.returncode == 0 and "COUNTED 10 2" in done.stdout, (done.stdout, done.stderr[-2000:])
+    else:
+        # the solution's own assert, which prints the calls it counted: 6, the forward pass's only
+        assert done.returncode != 0 and "AssertionError: ['ReduceOp.SUM'" in done.stderr, (done.stdout, done.stderr[-2000:])
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("old,new,match", [
     ("        layer.synchronized = True\n", "        layer.synchronized = True\n        layer.trainable = False\n", "never moved"),
