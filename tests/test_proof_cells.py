@@ -57,12 +57,19 @@ OK: dict[str, dict] = {
         "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
         "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
     "01_mirrored_strategy.ipynb": {
-        "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07, "saved_is_replica_0": True},
+        "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07, "saved_is_replica_0": True,
+        "slot_count": 8, "weight_count": 8, "partial_splits": {1: [1, 0], 2: [1, 1], 3: [2, 1], 4: [2, 2]},
+        "expected_splits": {1: [1, 0], 2: [1, 1], 3: [2, 1], 4: [2, 2]}},
     "02_input_pipelines.ipynb": {
         "per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]], "from_fn_per_replica": [[0, 1, 2, 3], [4, 5, 6, 7]],
         "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "cached_rate": 5000.0,
         "training_rate": 300.0, "reads_in_3_passes": 2048, "examples_in_split": 2048,
-        "seen": {r: {"DATA": [4 * r, 4 * r + 1], "OFF": [0, 1], "dataset_fn": list(range(r, 32, 2)),
+        "traced_keep": [[4], [2]], "traced_drop": [[4]],
+        # an empty replica batch, as a CPU with oneDNN runs it (the convolution keeps the input's 3 channels)
+        "last_split": [1, 0], "empty_loss": 1.231, "gamma_nan": [True, True], "conv_shape": [0, 32, 32, 3],
+        "cnn_evaluate": "stopped: Incompatible shapes: [32] vs. [0,32,32,3]",
+        "cnn_fit": "stopped: Incompatible shapes: [32] vs. [3]", "cnn_gamma_nan": False,
+        "seen": {r: {"DATA": [i for i in range(32) if i % 8 // 4 == r], "OFF": list(range(32)), "dataset_fn": list(range(r, 32, 2)),
                      "mapped in 2 passes, DATA": 32, "mapped in 2 passes, dataset_fn": 16,
                      "FILE, 1 file": ("InvalidArgumentError: Could not apply FILE based sharding: the dataset only has 1 "
                                       "file(s), which is not enough" if r == 0 else "UnavailableError: Collective ops is aborted")}
@@ -315,15 +322,47 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
     ("01_mirrored_strategy.ipynb", {"updated_gap": 1e-3}, "differ between replicas"),
     ("01_mirrored_strategy.ipynb", {"moving_gap": 0.0}, "moving statistics should differ"),
-    ("01_mirrored_strategy.ipynb", {"saved_is_replica_0": False}, "replica 0's copy"),
+    ("01_mirrored_strategy.ipynb", {"saved_is_replica_0": False}, "replica 0's copies"),
+    ("01_mirrored_strategy.ipynb", {"slot_count": 0}, "one momentum slot per weight"),  # SGD without momentum
+    ("01_mirrored_strategy.ipynb", {"slot_count": 0, "weight_count": 0}, "one momentum slot per weight"),  # nothing found
+    # 4 replicas splitting a partial batch as evenly as can be (5 as 2, 1, 1, 1) instead of 2 at a time
+    ("01_mirrored_strategy.ipynb", {"strategy": _strategy(4), "copies": {4}, "partial_splits": {5: [2, 1, 1, 1], 6: [2, 2, 1, 1]},
+                                    "expected_splits": {5: [2, 2, 1, 0], 6: [2, 2, 2, 0]}}, "partial batch should go out"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [0, 1, 2, 3]]}, "cover the global batch"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [4, 5, 6, 7, 7]]}, "exactly once"),  # a duplicate
-    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(1, 31, 2))}})}, "lost examples"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(1, 31, 2))}})},
+     "dataset_fn the workers must get disjoint shares"),  # example 31 lost
     ("02_input_pipelines.ipynb", {"from_fn_per_replica": [[0, 1, 2, 3, 4, 5, 6, 7], [0]]}, "cover the global batch"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(0, 32, 2))}})},
      "dataset_fn the workers must get disjoint"),  # the unsharded dataset_fn of issue 13
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": [0, 1]}})}, "DATA the workers must get disjoint"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"OFF": [2, 3]}})}, "same examples"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"OFF": [2, 3]}})}, "OFF both workers should see every example"),
+    # each worker's first batch only (what the worker program reported before issue 54): DATA's halves of one batch
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"DATA": [4 * r + i for i in range(4)], "OFF": [0, 1, 2, 3]} for r in (0, 1)})},
+     "DATA the workers must get disjoint shares"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"OFF": [0, 1, 2, 3]} for r in (0, 1)})}, "OFF both workers should see"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"OFF": [0, 1]}})}, "OFF both workers should see"),  # worker 0 short
+    # DATA's halves the other way round: worker 0 the second half of every batch
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"DATA": [i for i in range(32) if i % 8 // 4 != r]} for r in (0, 1)})},
+     "worker 0 should keep the first half"),
+    # one worker with every example, the other none: no example twice, yet not sharded
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"dataset_fn": []}, 1: {"dataset_fn": list(range(32))}})},
+     "dataset_fn the workers must get disjoint shares"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"dataset_fn": list(range(32))}, 1: {"dataset_fn": []}})},
+     "dataset_fn the workers must get disjoint shares"),
+    # the step traced once for both shapes (a static batch shape), or the dropped remainder traced anyway
+    ("02_input_pipelines.ipynb", {"traced_keep": [[4]]}, "trace the step again"),
+    ("02_input_pipelines.ipynb", {"traced_drop": [[4], [2]]}, "trace the step again"),
+    # an empty replica batch: the example given to another replica, no NaN, NaN only where the batch was empty
+    ("02_input_pipelines.ipynb", {"last_split": [0, 1]}, "all replicas but the first empty"),
+    ("02_input_pipelines.ipynb", {"empty_loss": float("nan")}, "loss finite"),
+    ("02_input_pipelines.ipynb", {"gamma_nan": [False, True]}, "gamma NaN on every replica"),
+    ("02_input_pipelines.ipynb", {"gamma_nan": [False, False]}, "gamma NaN on every replica"),  # synchronized BN, say
+    ("02_input_pipelines.ipynb", {"cnn_fit": "ran", "cnn_gamma_nan": False, "conv_shape": [0, 32, 32, 32],
+                                  "cnn_evaluate": "ran"}, "the CNN trained on an empty replica batch"),
+    # the convolution returned 3 channels, yet evaluate, or fit, went through
+    ("02_input_pipelines.ipynb", {"cnn_evaluate": "ran"}, "evaluate and fit should stop"),
+    ("02_input_pipelines.ipynb", {"cnn_fit": "ran", "cnn_gamma_nan": True}, "evaluate and fit should stop"),
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"mapped in 2 passes, dataset_fn": 32}})}, "only its half"),
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"mapped in 2 passes, DATA": 16}})}, "every example on every worker"),
     # no cache: the second pass maps every example again (64 and 32 map calls in two passes)
@@ -1134,14 +1173,12 @@ LOOSENED = [
     ("05_sync_batch_norm.ipynb", "moved_sync > 0", "moved_sync >= 0"),
     ("05_sync_batch_norm.ipynb", "spread_sync == 0", "spread_sync < 1e-6"),
     ("05_sync_batch_norm.ipynb", "spread_plain > 0", "spread_plain >= 0"),
-    ("05_sync_batch_norm.ipynb", "num_replicas_in_sync > 1:", "num_replicas_in_sync > 2:"),  # the if-guard
     ("09_monitoring.ipynb", "loss_gap < 1e-6", "loss_gap < 1e-5"),
     ("09_monitoring.ipynb", "served_gap < 1e-6", "served_gap < 1e-5"),
     ("09_monitoring.ipynb", 'traced_reads["healthy"] == 0', 'traced_reads["healthy"] <= 1'),
     ("09_monitoring.ipynb", "PROFILED_STEPS * global_batch // 2", "PROFILED_STEPS * global_batch // 20"),
     ("09_monitoring.ipynb", 'shares["starved"] > 0.3', 'shares["starved"] > 0.03'),
     ("09_monitoring.ipynb", 'shares["starved"] / 4', 'shares["starved"] / 2'),  # the bound the proof once had
-    ("13_from_horovod.ipynb", "n >= 2", "n >= 1"),
     ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 1e-4"),
     ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 5e-3"),  # the review's
     ("13_from_horovod.ipynb", "update_gap < 1e-5", "update_gap < 1e-4"),
@@ -1149,7 +1186,6 @@ LOOSENED = [
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 0.4 * BASE_LR * n"),  # the review's
     ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-4"),
     ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-2"),  # the review's
-    ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
     ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),
     ("15_models_you_keep.ipynb", "max(1.0, val_loss[best_epoch])", "max(10.0, val_loss[best_epoch])")]
@@ -1251,8 +1287,10 @@ def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
 
 
 @pytest.mark.parametrize("name,one_replica", [
-    ("01_mirrored_strategy.ipynb", {"strategy": _strategy(1), "copies": {1}, "moving_gap": 0.0}),
-    ("02_input_pipelines.ipynb", {"per_replica": [list(range(8))], "from_fn_per_replica": [list(range(8))]}),
+    ("01_mirrored_strategy.ipynb", {"strategy": _strategy(1), "copies": {1}, "moving_gap": 0.0,
+                                    "partial_splits": {1: [1], 2: [2]}, "expected_splits": {1: [1], 2: [2]}}),
+    ("02_input_pipelines.ipynb", {"per_replica": [list(range(8))], "from_fn_per_replica": [list(range(8))],
+                                  "last_split": [1], "gamma_nan": [False], "cnn_fit": "ran", "cnn_evaluate": "ran"}),
     ("04_custom_training_loop.ipynb", {"strategy": _strategy(1), "wrong_gap": 0.0}),
     ("12_strategy_tour.ipynb", {"replicas": 1, "central_bn_error": None, "central_mean": 2.0,
                                 "copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}),
@@ -1260,7 +1298,14 @@ def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
                                   "gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 1e-7}})])
 def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, one_replica, capsys):
     _run(name, {"math": math, **OK[name], **one_replica})
-    assert "one replica" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "one replica" in out
+    if name in SAYS_NOT_CHECKED:  # the line tests/test_proofs_check_in_the_nbval_pass.py must not find there
+        assert "NOT CHECKED (one replica)" in out, out
+
+
+# lessons whose one-replica branch prints a line starting NOT CHECKED (the nbval pass, on 2 replicas, must not)
+SAYS_NOT_CHECKED = {"01_mirrored_strategy.ipynb", "02_input_pipelines.ipynb"}
 
 
 @pytest.mark.parametrize("require,match", [(None, None), ("1", "own run was not compared")], ids=["a laptop", "CI"])
@@ -1898,19 +1943,41 @@ def _named(path: str, variable: SimpleNamespace, read: int = 0) -> SimpleNamespa
 _ONE_REPLICA_EACH = SimpleNamespace(experimental_local_results=lambda copies: copies, num_replicas_in_sync=2)
 
 
-@pytest.mark.parametrize("kernel,moving,read,match", [
-    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 0, None),
-    (([1.0, 2.0], [1.0, 2.001]), ([0.1], [0.3]), 0, "differ between replicas"),  # an all-reduce skipped
-    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.1]), 0, "moving statistics should differ"),  # statistics synchronised
-    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 1, "replica 0's copy")],  # a read that gives replica 1's copy
-    ids=["as trained", "weights apart", "statistics alike", "read from replica 1"])
-def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(kernel, moving, read, match):
+class _SavedModels:
+    """`model.save` and `keras.models.load_model` as lesson 01's gathering cell uses them: save keeps what
+    each non-trainable variable's `numpy()` reads (outside a replica), load gives those values back."""
+
+    def __init__(self):
+        self.files = {}
+
+    def saver(self, model):
+        return lambda path: self.files.__setitem__(str(path), [(v.path, v.numpy()) for v in model.non_trainable_variables])
+
+    def load_model(self, path):
+        return SimpleNamespace(non_trainable_variables=[SimpleNamespace(path=p, numpy=lambda a=a: a)
+                                                        for p, a in self.files[str(path)]])
+
+
+@pytest.mark.parametrize("kernel,moving,read,slots,match", [
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 0, 1, None),
+    (([1.0, 2.0], [1.0, 2.001]), ([0.1], [0.3]), 0, 1, "differ between replicas"),  # an all-reduce skipped
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.1]), 0, 1, "moving statistics should differ"),  # statistics synchronised
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 1, 1, "replica 0's copies"),  # save wrote replica 1's copy
+    (([1.0, 2.0], [1.0, 2.0]), ([0.1], [0.3]), 0, 0, "one momentum slot per weight")],  # SGD without momentum
+    ids=["as trained", "weights apart", "statistics alike", "saved from replica 1", "no momentum slots"])
+def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(tmp_path, kernel, moving, read, slots, match):
+    saved = _SavedModels()
     model = SimpleNamespace(
         trainable_variables=[_named("dense/kernel", _copies(*kernel))],
-        optimizer=SimpleNamespace(variables=[_named("sgd/dense_kernel_momentum", _copies(*kernel)),
-                                             _named("sgd/iteration", _copies(7, 0))]),  # not a slot: not compared
+        optimizer=SimpleNamespace(momentums=[_named("sgd/dense_kernel_momentum", _copies(*kernel))][:slots]),
         non_trainable_variables=[_named("bn/moving_mean", _copies(*moving), read)])
-    _holds_unless(match, _gather_and_prove, "01_mirrored_strategy.ipynb", {"strategy": _ONE_REPLICA_EACH, "model": model})
+    model.save = saved.saver(model)
+    ok = OK["01_mirrored_strategy.ipynb"]
+    _holds_unless(match, _gather_and_prove, "01_mirrored_strategy.ipynb", {
+        "strategy": _ONE_REPLICA_EACH, "model": model, "keras": SimpleNamespace(models=saved),
+        "environment": SimpleNamespace(output_dir=lambda: tmp_path),
+        "partial_splits": ok["partial_splits"], "expected_splits": ok["expected_splits"]})
+    assert list(saved.files) == [str(tmp_path / "01_small_cnn.keras")]
 
 
 def _lesson_01_solution(number: int, change) -> None:
@@ -2402,15 +2469,13 @@ def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monk
         fit_steps.append(steps_per_epoch)
         callbacks[0].durations.extend(steps_s[:steps_per_epoch])
 
-    lesson = ModuleType("helpers.lesson")
-    lesson.small_cnn, lesson.compile_model = (lambda: "cnn"), (lambda model, lr: SimpleNamespace(fit=fit))
     timing = ModuleType("helpers.throughput")
     timing.StepTimer, timing.keras_callback = throughput.StepTimer, (lambda timer: timer)
-    monkeypatch.setitem(sys.modules, "helpers.lesson", lesson)
     monkeypatch.setitem(sys.modules, "helpers.throughput", timing)
     ok = OK["02_input_pipelines.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("cached_rate", "training_rate")},
            "settings": SimpleNamespace(per_replica_batch=4, max_steps=None),
+           "small_cnn": lambda: "cnn", "compile_model": lambda model, lr: SimpleNamespace(fit=fit),  # imported earlier
            "strategy": SimpleNamespace(num_replicas_in_sync=2, scope=__import__("contextlib").nullcontext),
            "train_examples": "examples", "training_dataset": lambda examples, batch: _Batches(),
            "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
@@ -2442,6 +2507,51 @@ def test_lesson_02_cache_proof_counts_the_reads_of_the_real_pipeline(change, mat
                    next(c for c in code if c.startswith("reads = tf.Variable"))):
         exec(compile(source, "02 cell", "exec"), namespace)
     measured = {k: namespace[k] for k in ("reads_in_3_passes", "examples_in_split")}
+    _holds_unless(match, _run, "02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], **measured})
+
+
+_EMPTY_BATCH_RUN = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np
+namespace = {"tf": tf, "keras": keras, "np": np, "print": lambda *a, **k: None,
+             "strategy": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
+for source in json.load(sys.stdin):
+    exec(compile(source, "02 cell", "exec"), namespace)
+keys = ("last_split", "empty_loss", "gamma_nan", "conv_shape", "cnn_evaluate", "cnn_fit", "cnn_gamma_nan")
+print("MEASURED " + json.dumps({k: namespace[k] for k in keys}, default=bool))
+"""
+
+
+@pytest.mark.parametrize("environ,change,match", [
+    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, None, None),
+    ({}, ("keras.layers.BatchNormalization()", "keras.layers.BatchNormalization(synchronized=True)"),
+     "gamma NaN on every replica")],
+    ids=["without oneDNN", "synchronized batch norm"])
+def test_lesson_02_empty_replica_batch_cells_on_two_replicas(environ, change, match):
+    """Lesson 02's two empty-replica-batch cells, run for real on 2 logical CPUs in a fresh process: without
+    oneDNN the convolution's shape is right, the CNN's evaluate runs and its fit goes on with NaN, and the
+    proof holds there too (the nbval pass runs them with oneDNN, where both stop); with the small model's
+    batch normalisation synchronized (it counts every replica's examples) gamma stays finite, and the proof
+    must fail."""
+    import json
+    import subprocess
+    import sys
+
+    code = _code_cells("02_input_pipelines.ipynb")
+    cells = [next(c for c in code if c.startswith("nine = ")), next(c for c in code if c.startswith("import re\n"))]
+    if change is not None:
+        assert change[0] in cells[0]
+        cells[0] = cells[0].replace(*change)
+    done = subprocess.run([sys.executable, "-c", _EMPTY_BATCH_RUN], input=json.dumps(cells), capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **environ}, cwd=NOTEBOOKS.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(next(l[9:] for l in done.stdout.splitlines() if l.startswith("MEASURED ")))
+    if environ:
+        assert measured["conv_shape"] == [0, 32, 32, 32] and measured["cnn_evaluate"] == "ran", measured
+        assert measured["cnn_fit"] == "ran" and measured["cnn_gamma_nan"], measured  # fit goes on, with NaN
     _holds_unless(match, _run, "02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], **measured})
 
 
