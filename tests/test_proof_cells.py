@@ -1173,12 +1173,14 @@ LOOSENED = [
     ("05_sync_batch_norm.ipynb", "moved_sync > 0", "moved_sync >= 0"),
     ("05_sync_batch_norm.ipynb", "spread_sync == 0", "spread_sync < 1e-6"),
     ("05_sync_batch_norm.ipynb", "spread_plain > 0", "spread_plain >= 0"),
+    ("05_sync_batch_norm.ipynb", "num_replicas_in_sync > 1:", "num_replicas_in_sync > 2:"),  # the if-guard
     ("09_monitoring.ipynb", "loss_gap < 1e-6", "loss_gap < 1e-5"),
     ("09_monitoring.ipynb", "served_gap < 1e-6", "served_gap < 1e-5"),
     ("09_monitoring.ipynb", 'traced_reads["healthy"] == 0', 'traced_reads["healthy"] <= 1'),
     ("09_monitoring.ipynb", "PROFILED_STEPS * global_batch // 2", "PROFILED_STEPS * global_batch // 20"),
     ("09_monitoring.ipynb", 'shares["starved"] > 0.3', 'shares["starved"] > 0.03'),
     ("09_monitoring.ipynb", 'shares["starved"] / 4', 'shares["starved"] / 2'),  # the bound the proof once had
+    ("13_from_horovod.ipynb", "n >= 2", "n >= 1"),
     ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 1e-4"),
     ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 5e-3"),  # the review's
     ("13_from_horovod.ipynb", "update_gap < 1e-5", "update_gap < 1e-4"),
@@ -1186,6 +1188,7 @@ LOOSENED = [
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 0.4 * BASE_LR * n"),  # the review's
     ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-4"),
     ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-2"),  # the review's
+    ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
     ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),
     ("15_models_you_keep.ipynb", "max(1.0, val_loss[best_epoch])", "max(10.0, val_loss[best_epoch])")]
