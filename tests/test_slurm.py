@@ -470,12 +470,25 @@ def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     assert _squeue_empty(slurm["env"])
 
 
-def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, report):
+@pytest.mark.parametrize("disks", ["node-local", "one /tmp"])
+def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, report, disks):
     """Notebook 16 on the local Slurm: each job sends the TFRecord files to both nodes' local disk
     with sbcast, its workers (2, then 3, on node1 and node2) read their FILE shards from there; the
     notebook's proof counts the examples. Here: the jobs staged on 2 nodes, the workers ran on both,
-    and the copies lived only on the nodes (the login side's mount point stayed empty) and are gone."""
+    and the copies lived only on the nodes (the login side's mount point stayed empty) and are gone.
+    "one /tmp": the local Slurm as docs/slurm.md offers it to `make course`, without COURSE_NODE_LOCAL,
+    its nodes sharing one /tmp (the staging's mkdir failed on the second node: "File exists")."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    if disks == "one /tmp":
+        env.pop("COURSE_NODE_LOCAL")
+        _nbval("16_input_at_scale", env)
+        logs = sorted((tmp_path / "input_at_scale").glob("tf-shards-*.out"))
+        assert len(logs) == 2 and all(re.search(r"^STAGED 2 nodes \d+ ms$", l.read_text(), re.M) for l in logs), logs
+        jobs = [re.search(r"tf-shards-(\d+)\.out$", l.name).group(1) for l in logs]
+        left = [p for job in jobs for p in Path("/tmp").glob(f"shards-{job}.*")]
+        assert not left, f"the jobs should remove their copies from /tmp: {left}"
+        report("lesson 16 on the local Slurm with one /tmp for both nodes: 2 jobs staged once each, proof passed")
+        return
     _nbval("16_input_at_scale", env)
     logs = sorted((tmp_path / "input_at_scale").glob("tf-shards-*.out"))
     assert len(logs) == 2, "the notebook ran its jobs without Slurm"

@@ -142,7 +142,7 @@ def _lines(found: dict) -> str:
 
 
 # ------------------------------------------------------------ lesson 16's staging
-def _staging_job(tmp_path: Path, slurm: dict, reader: str) -> tuple[Path, dict]:
+def _staging_job(tmp_path: Path, slurm: dict, reader: str, node_local: str | None = None) -> tuple[Path, dict]:
     """Lesson 16's read_shards.sbatch as the notebook writes it, two small shard files, and a stand-in
     reader (the test is about the staging) that lists the staged directory."""
     job_dir = tmp_path / "job"
@@ -157,7 +157,7 @@ def _staging_job(tmp_path: Path, slurm: dict, reader: str) -> tuple[Path, dict]:
                       "echo \"READER $SLURMD_NODENAME $(stat -c '%a %U' \"$3\") $(ls \"$3\" | tr '\\n' ' ')\"\n" + reader)
     python.chmod(0o755)
     env = job_environment({"PYTHON": str(python), "SHARED": str(shared), "OUT": str(tmp_path / "out"),
-                           "NODE_LOCAL": slurm["env"]["COURSE_NODE_LOCAL"]}, slurm["env"])
+                           "NODE_LOCAL": node_local or slurm["env"]["COURSE_NODE_LOCAL"]}, slurm["env"])
     return job_dir, env
 
 
@@ -197,6 +197,29 @@ def test_lesson_16_refuses_a_directory_another_user_planted(slurm, other_user, t
     finally:  # the suite's cluster is shared by the tests after this one (lesson 16's own run counts what is staged)
         for directory in planted:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_lesson_16_stages_once_where_the_nodes_share_one_directory(slurm, tmp_path, report):
+    """`slurm/local/up` as docs/slurm.md offers it, without COURSE_NODE_LOCAL: every node's /tmp is the
+    same directory. Each node made the job's directory in turn, and the second's `mkdir` failed ("File
+    exists ... could not make a new directory of your own", `make course`'s lesson 16). Now the first
+    makes it, the others find it theirs, and the files are copied once; both workers read them, and the
+    copy is gone at the end."""
+    shared_local = tmp_path / "one-tmp-for-all"
+    shared_local.mkdir()
+    job_dir, env = _staging_job(tmp_path, slurm, "", node_local=str(shared_local))
+    done = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=2", "--ntasks=2", "read_shards.sbatch"],
+                          cwd=job_dir, env=env, capture_output=True, text=True, timeout=180)
+    log = next(job_dir.glob("tf-shards-*.out")).read_text()
+    readers = sorted(l for l in log.splitlines() if l.startswith("READER "))
+    report(f"{Path(__file__).stem}: lesson 16 on nodes sharing one directory: {readers}; "
+           f"{[l for l in log.splitlines() if l.startswith(('STAGED', 'error'))]}; left: {list(shared_local.iterdir())}")
+    assert done.returncode == 0 and "could not make" not in log, log
+    assert [l.split()[1:4] for l in readers] == [["node1", "700", "root"], ["node2", "700", "root"]], log
+    assert all(l.split()[4:] == ["part-0.tfrecord", "part-1.tfrecord"] for l in readers), log
+    assert re.search(r"^STAGED 2 nodes \d+ ms$", log, re.M), log
+    assert list(shared_local.iterdir()) == [], "the job should remove its copy"
+    assert squeue_empty(slurm["env"], within=30)
 
 
 def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, tmp_path, report):
