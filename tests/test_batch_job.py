@@ -1,26 +1,26 @@
-"""Notebook 08's take-home script makes the course's decisions without the course.
+"""Notebook 08's take-home script and the module beside it make the course's decisions without the course.
 
-The script (assembled from the notebook's `%%writefile` cells, as the notebook writes it) must
-place ranks on hosts and choose GPUs exactly as `helpers.slurm.step` and `helpers.gpus` do,
-which CI runs on every GPU layout of the local Slurm; here the same decisions are compared
-case by case, with Slurm's `scontrol show hostnames` replaced by the course's own expansion.
-The real `srun` runs are in `tests/test_slurm_gpus.py`.
+The script (assembled from the notebook's `%%writefile` cells, as the notebook writes it) imports
+`mwms_slurm.py` (helpers/take_home/), which must place ranks on hosts and choose GPUs exactly as
+`helpers.slurm.step` and `helpers.gpus` do, which CI runs on every GPU layout of the local Slurm;
+here the same decisions are compared case by case, with Slurm's `scontrol show hostnames` replaced
+by the course's own expansion. The real `srun` runs are in `tests/test_slurm_gpus.py` and
+`tests/test_take_home.py`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 
-from helpers import keras_fix
 from helpers.environment import PROXY_VARIABLES
 from helpers.gpus import plan_for_task
 from helpers.slurm.step import expand_hostlist, expand_tasks_per_node, hosts_by_rank
+from helpers.take_home import copy_beside, mwms_slurm
 from tests.test_notebook_programs import written_program
 
 SCRIPT = written_program("08_batch_job.ipynb", "{script}")
@@ -28,28 +28,26 @@ SBATCH = written_program("08_batch_job.ipynb", "{sbatch_file}")
 
 
 @pytest.fixture
-def program(monkeypatch):
-    """The script's functions, with a clean Slurm-free environment to fill in."""
+def module(monkeypatch):
+    """The module the script imports, with a clean Slurm-free environment to fill in."""
     for name in [k for k in os.environ if k.startswith("SLURM") or k in ("CUDA_VISIBLE_DEVICES", "TF_CONFIG")]:
         monkeypatch.delenv(name)
-    namespace = {"__name__": "train_mwms"}
-    exec(compile(SCRIPT, "train_mwms.py", "exec"), namespace)
     scontrol = lambda args, **kw: SimpleNamespace(stdout="\n".join(expand_hostlist(args[-1])))  # noqa: E731
-    namespace["subprocess"] = SimpleNamespace(run=scontrol)
-    return namespace
+    monkeypatch.setattr(mwms_slurm, "subprocess", SimpleNamespace(run=scontrol))
+    return mwms_slurm
 
 
 @pytest.mark.parametrize("nodelist, tasks, distribution", [
     ("node[1-2]", "4(x2)", None), ("node[1-2]", "2,1", None), ("node[1-2]", "2(x2)", "cyclic"),
     ("gpu[9-10]", "2(x2)", None), ("gpu[9-10],login1", "2,1,1", "cyclic"), ("node1", "3", "block"),
 ])
-def test_ranks_land_where_the_course_puts_them(program, monkeypatch, nodelist, tasks, distribution):
+def test_ranks_land_where_the_course_puts_them(module, monkeypatch, nodelist, tasks, distribution):
     monkeypatch.setenv("SLURM_STEP_NODELIST", nodelist)
     monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", tasks)
     if distribution:
         monkeypatch.setenv("SLURM_DISTRIBUTION", distribution)
     expected = hosts_by_rank(expand_hostlist(nodelist), expand_tasks_per_node(tasks), distribution or "block")
-    assert program["slurm_hosts"]() == expected
+    assert module.slurm_hosts() == expected
 
 
 def _layout(hosts_spec: str, tasks: str, distribution: str = "block") -> list[str]:
@@ -74,7 +72,7 @@ GPU_CASES = {
 
 
 @pytest.mark.parametrize("case", list(GPU_CASES))
-def test_every_worker_chooses_the_gpus_the_course_would(program, monkeypatch, case):
+def test_every_worker_chooses_the_gpus_the_course_would(module, monkeypatch, case):
     hosts, visible, on_node, *more = GPU_CASES[case]
     for rank, host in enumerate(hosts):
         gpus_here = on_node[rank] if isinstance(on_node, list) else on_node
@@ -86,16 +84,16 @@ def test_every_worker_chooses_the_gpus_the_course_would(program, monkeypatch, ca
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         course = plan_for_task(hosts.count(host), hosts[:rank].count(host), max(map(hosts.count, hosts)), env)
-        assert program["choose_gpus"](hosts, rank) == list(course.gpus), f"rank {rank}"
+        assert module.choose_gpus(hosts, rank) == list(course.gpus), f"rank {rank}"
         if course.gpus:
             assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(course.gpus)
 
 
-def test_more_tasks_than_shared_gpus_is_one_line(program, monkeypatch):
+def test_more_tasks_than_shared_gpus_is_one_line(module, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
     with pytest.raises(SystemExit, match="4 tasks per node share 2 GPU"):
-        program["choose_gpus"](["node1"] * 4, 0)
+        module.choose_gpus(["node1"] * 4, 0)
 
 
 def test_the_sbatch_file_removes_every_proxy_variable_grpc_reads():
@@ -103,16 +101,27 @@ def test_the_sbatch_file_removes_every_proxy_variable_grpc_reads():
     assert set(PROXY_VARIABLES) <= set(unset), set(PROXY_VARIABLES) - set(unset)
 
 
-def test_the_scripts_keras_fix_covers_the_versions_the_course_fixes():
-    """The script carries its own copy of helpers.keras_fix (it must import nothing from the course):
-    both patch the one verified Keras and stop on any other."""
-    gate = re.search(r"!= \((\d+), (\d+)\):\n\s+sys\.exit\(", SCRIPT)
-    assert gate and tuple(map(int, gate.groups())) == keras_fix.VERIFIED
+def test_the_script_takes_its_plumbing_from_the_module_beside_it():
+    """The script imports mwms_slurm (no copy of its functions), resolves with it before TensorFlow, and makes the
+    strategy and the Keras fix with it; the module's Keras gate is the course's (helpers.keras_fix.VERIFIED)."""
+    import ast
+
+    from helpers import keras_fix
+
+    tree = ast.parse(SCRIPT)
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "mwms_slurm"}
+    assert any(isinstance(n, ast.Import) and [a.name for a in n.names] == ["mwms_slurm"] for n in tree.body)
+    assert not defined & set(dir(mwms_slurm)), defined & set(dir(mwms_slurm))
+    assert used == {"set_tf_config_from_slurm", "choose_gpus", "all_reduce_for", "fix_keras_fit_for_multiworker",
+                    "make_strategy"}, used
+    assert mwms_slurm.VERIFIED_KERAS == keras_fix.VERIFIED
 
 
 def test_a_missing_dataset_is_one_line_not_a_traceback(tmp_path):
     script = tmp_path / "train_mwms.py"
     script.write_text(SCRIPT)
+    copy_beside(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM") and k != "TF_CONFIG"}
     done = subprocess.run([sys.executable, str(script), "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=240, env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"})

@@ -273,10 +273,6 @@ def check(tmp_path: Path, source: str, *args: str, env: dict | None = None) -> t
         from helpers.take_home import copy_beside
 
         copy_beside(tmp_path)
-    if "import mwms_slurm" in source:  # lesson 08's script: its module beside it, as the lesson writes them
-        from helpers.take_home import copy_beside
-
-        copy_beside(tmp_path)
     began = time.monotonic()
     done = run_cli("check-script", str(script), *args, timeout=900, env=env)
     print(done.stdout, done.stderr[-2000:], f"one check: {time.monotonic() - began:.0f} s", sep="\n")

@@ -6,6 +6,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from helpers.take_home import MODULE, copy_beside
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
@@ -39,9 +41,10 @@ def _backup(root: Path, worker: int, epoch: int, weights: str) -> None:
     (directory / "latest.weights.h5").write_text(weights)
 
 
-def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path):
+def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path, monkeypatch):
     """Notebook 06: a crash between two workers' end-of-epoch saves leaves backups one epoch
     apart; before `fit`, the newer worker takes the older worker's backup."""
+    monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
     program: dict = {}
     exec(compile(written_program("06_fault_tolerance.ipynb", "{worker_program}"), "06_worker.py", "exec"), program)
     agree = program["agree_on_backup"]
@@ -86,6 +89,7 @@ def test_requeue_resume_skips_the_batches_of_every_local_replica(prepared_dir, t
     per-replica batches. With 2 replicas the resumed run ends bit-identical to the uninterrupted one;
     the same program skipping s batches only (one replica's worth) does not."""
     source = written_program("11_checkpoints_requeue.ipynb", "{program}")
+    copy_beside(tmp_path)  # mwms_slurm.py, which the program imports
     right = tmp_path / "right.py"
     right.write_text(source)
     wrong_source = source.replace(".skip(start * local_replicas)", ".skip(start)")
@@ -125,6 +129,7 @@ def test_requeue_resume_skips_the_batches_of_every_local_replica(prepared_dir, t
 
 
 def _plan_program() -> dict:
+    """The program's functions; its `import mwms_slurm` finds the module where the caller put it on sys.path."""
     namespace: dict = {"__name__": "train_requeue"}
     exec(compile(written_program("11_checkpoints_requeue.ipynb", "{program}"), "train_requeue.py", "exec"), namespace)
     return namespace
@@ -141,13 +146,14 @@ def _stops(plan: dict) -> dict:
 
 @pytest.mark.parametrize("epochs", [1, 2, 3])
 @pytest.mark.parametrize("max_steps", [1, 2, 3, 0])
-def test_requeue_plan_leaves_every_loop_room_to_stop_after_the_warning(max_steps, epochs):
+def test_requeue_plan_leaves_every_loop_room_to_stop_after_the_warning(max_steps, epochs, monkeypatch):
     """Notebook 11's plan at COURSE_MAX_STEPS 1, 2, 3 and unlimited: every loop, warned at warn_at, still
     stops before the run ends (the handler needs warn_at + 2 steps), and with 2 epochs or more the stop is in
     the second epoch or later, with steps of it done (what the proof asks of fit). The old floor of 4 steps
     in all left the handler no room at 2 epochs of 1 or 2 steps."""
     from types import SimpleNamespace
 
+    monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
     program = _plan_program()
     args = SimpleNamespace(epochs=epochs, max_steps=max_steps, save_every=0)
     examples = SimpleNamespace(cardinality=lambda: 256)
@@ -173,6 +179,7 @@ def test_requeue_handler_stops_when_warned_at_one_or_two_steps_per_epoch(max_ste
 
     program = tmp_path / "train_requeue.py"
     program.write_text(written_program("11_checkpoints_requeue.ipynb", "{program}"))
+    copy_beside(tmp_path)
     events, statuses = [], []
     for restart in range(2):
         done = subprocess.run([sys.executable, str(program), "--data-dir", str(prepared_dir), "--state", str(tmp_path / "state"),
@@ -248,6 +255,7 @@ def test_every_worker_stops_at_one_step_when_only_one_is_signalled(loop, prepare
     source = written_program("11_checkpoints_requeue.ipynb", "{program}")
     program = tmp_path / "train_requeue.py"
     program.write_text(source)
+    copy_beside(tmp_path)
     args = ["--loop", loop, "--data-dir", str(prepared_dir), "--state", str(tmp_path / "state"), "--epochs", "2",
             "--per-replica-batch", "16"]
     first_logs, second_logs = tmp_path / "first", tmp_path / "second"
@@ -388,6 +396,7 @@ def test_lesson_16_worker_reports_a_new_file_order_only_when_its_file_list_is_sh
             program = program.replace(call, call.replace("global_batch", "global_batch, shuffle=False"))
     (tmp_path / "read_shards.py").write_text(program)
     (tmp_path / "shards.py").write_text(programs['"shards.py"}'])
+    copy_beside(tmp_path)
     files = tmp_path / "files"
     files.mkdir()
     for k in range(8):

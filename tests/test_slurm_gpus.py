@@ -147,11 +147,13 @@ def test_layout_through_sbatch(slurm, tmp_path):
 # (before the device-cgroup tests below: their module fixture keeps ConstrainDevices on to the end)
 @pytest.fixture(scope="module")
 def batch_job(tmp_path_factory) -> Path:
-    """Notebook 08's script and sbatch file, as the notebook writes them, in a directory of their own."""
+    """Notebook 08's script, mwms_slurm.py and the sbatch file, as the notebook writes them, in a directory of their own."""
+    from helpers.take_home import copy_beside
     from tests.test_notebook_programs import written_program
 
     directory = tmp_path_factory.mktemp("batch_job")
     (directory / "train_mwms.py").write_text(written_program("08_batch_job.ipynb", "{script}"))
+    copy_beside(directory)  # mwms_slurm.py, which the script imports
     (directory / "train_mwms.sbatch").write_text(written_program("08_batch_job.ipynb", "{sbatch_file}"))
     return directory
 
@@ -222,6 +224,7 @@ def cgroup_slurm(slurm):
 BATCH_JOB_PROBE = """
 import json, os, runpy, sys
 sys.argv = [os.environ["COURSE_TEST_SCRIPT"], "--plan"]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))  # mwms_slurm.py, beside the script (run_path does not add it)
 runpy.run_path(sys.argv[0], run_name="__main__")
 me = {"rank": int(os.environ["SLURM_PROCID"])}
 """
