@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from helpers.settings import value as settings_value
+from helpers.take_home import copy_beside
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 ENVIRON = "ENVIRON"  # a broken variant's key: environment variables set while its proof runs
@@ -2172,20 +2173,26 @@ def _run_edited_to_its_proof(notebook: str, old: str, new: str, proof_mark: str,
 
 
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
-            script="import json\nimport keras\nimport tensorflow as tf\n", markers_seen=(), course_1=()) -> dict:
-    """Lesson 08's raw results for a job of 2 tasks on `hosts`: the take-home script, the plans, each
+            script="import json\nimport keras\nimport tensorflow as tf\n", markers_seen=(), course_1=(),
+            module=None) -> dict:
+    """Lesson 08's raw results for a job of 2 tasks on `hosts`: the take-home script and the module beside it
+    (mwms_slurm.py, or `module`'s text), the plans, each
     rank's report (rank 1's model kept on its own node's disk, outside the run's shared directory),
     the files the chief wrote, what the job saw of Slurm and of the kernel's markers."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (tmp_path / "script.py").write_text(script)
+    module_file = copy_beside(tmp_path)
+    if module is not None:
+        module_file.write_text(module)
     (tmp_path / "job.sbatch").write_text("#!/bin/bash\n#SBATCH --exclusive=user\nsrun python script.py\n")
     kept = {"node-local": "/tmp/node2-scratch/model.keras", "run dir": str(run_dir / "worker-1" / "model.keras"), "none": None}
     reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "course_modules": []},
                {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "course_modules": list(course_1)}]
     markers = {"SLURM_COURSE_PARENT_MARKER": "1", "ROCR_VISIBLE_DEVICES": "course-parent-marker",
                "CUDA_VISIBLE_DEVICES": "course-parent-marker"}
-    return {"script": tmp_path / "script.py", "sbatch_file": tmp_path / "job.sbatch", "run_dir": run_dir, "NODES": 2,
+    return {"script": tmp_path / "script.py", "module_file": module_file, "sbatch_file": tmp_path / "job.sbatch",
+            "run_dir": run_dir, "NODES": 2,
             "use_slurm": True, "job_id": "7", "log": "", "job_seen": {"sharing": "USER", "gpus": 2},
             "added": ["--exclusive=user", "--gpus-per-task=1"], "saved_digest": "w", "reports": reports,
             "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1} for r, h in enumerate(hosts)],
@@ -2217,10 +2224,12 @@ def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run
     ({"hosts": ("node1", "node1")}, "one worker on each"),  # both tasks placed on one node
     ({"weights": ("w", "v")}, "differ"),  # node2's worker ended elsewhere
     ({"script": "import helpers.lesson\nimport keras\n"}, "imports the course"),
+    ({"module": "import os\n\n\ndef make_strategy():\n    from helpers.strategy import make_strategy\n"}, "imports the course"),
     ({"markers_seen": ("SLURM_COURSE_PARENT_MARKER",)}, "own Slurm settings"),
     ({"markers_seen": ("CUDA_VISIBLE_DEVICES=course-parent-marker",)}, "own Slurm settings"),  # the kernel's GPUs passed on
     ({"course_1": ("helpers", "helpers.keras_fix")}, "workers held")],  # rank 1 loaded the course by importlib
-    ids=["two nodes", "rank 1 kept in the run dir", "one node", "weights apart", "imports helpers", "kernel's Slurm env",
+    ids=["two nodes", "rank 1 kept in the run dir", "one node", "weights apart", "imports helpers",
+         "its module imports helpers", "kernel's Slurm env",
          "kernel's GPUs", "course loaded by importlib"])
 def test_lesson_08_gathering_cell_on_a_job_across_two_nodes(tmp_path, monkeypatch, changes, match):
     """Rank 1 runs on node2 and keeps its model on node2's own disk: it counts as not kept in the run's
