@@ -80,7 +80,11 @@ OK: dict[str, dict] = {
         "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512],
         "val_losses": [[2.1, 1.9], [2.1, 1.9]], "settings": _Sizes(epochs=2), "found_at": [[0], [32]],
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
-        "kept": [True, False], "initial_digests": ["i", "i"], "own_digests": ["a", "b"]},
+        "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
+        "prediction_digests": ["p", "p"], "train_losses": [[1.6, 0.6], [1.6, 0.6]],
+        # the padded evaluation as a run measured it: 480 test images in 512 rows, loss x 480/512
+        "padding_checks": [{"real": 480, "padded": 512, "accuracy": 0.0895833, "plain accuracy": 0.0895833333,
+                            "loss": 2.1799622, "plain loss": 2.3252931}] * 2},
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"], "initial": ["i", "i"],
         "strategy": _strategy(2),
@@ -413,7 +417,23 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"moved": [0.0, 0.0]}, "did not change the weights"),
     ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different weights"),
     # the model built outside the scope (or no broadcast): each worker starts from its own seed's weights
-    ("03_multiworker_ipyparallel.ipynb", {"initial_digests": ["a", "b"]}, "not worker 0's"),
+    ("03_multiworker_ipyparallel.ipynb", {"initial_digests": ["a", "b"]}, "worker 0's own weights"),
+    # a common start that is not worker 0's seed's: worker 1's broadcast, or a seed spelled apart from the model's
+    ("03_multiworker_ipyparallel.ipynb", {"initial_digests": ["b", "b"], "own_digests": ["a", "b"]}, "worker 0's own weights"),
+    ("03_multiworker_ipyparallel.ipynb", {"initial_digests": ["z", "z"]}, "worker 0's own weights"),
+    # the rows gathered in another order (or other rows) on one worker
+    ("03_multiworker_ipyparallel.ipynb", {"prediction_digests": ["p", "q"]}, "same predictions"),
+    # each worker logging its own shard's loss, not the all-reduced one
+    ("03_multiworker_ipyparallel.ipynb", {"train_losses": [[1.6, 0.6], [1.6, 0.5]]}, "same training loss"),
+    # a test set that filled whole batches: nothing padded, nothing shown
+    ("03_multiworker_ipyparallel.ipynb", {"padding_checks": [{**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0],
+                                                             "real": 512, "loss": 2.3252931}] * 2}, "need padding"),
+    # the 32 padding rows weighted 1: the copies of the first images counted in the accuracy
+    ("03_multiworker_ipyparallel.ipynb", {"padding_checks": [{**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0],
+                                                             "accuracy": 0.1}] * 2}, "count for nothing"),
+    # a loss divided by the real rows only (mean_with_sample_weight): not lower than the plain one
+    ("03_multiworker_ipyparallel.ipynb", {"padding_checks": [{**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0],
+                                                             "loss": 2.3252931}] * 2}, "real rows / all rows"),
     # one seed on every worker: identical starts would follow without any broadcast
     ("03_multiworker_ipyparallel.ipynb", {"own_digests": ["a", "a"]}, "own seeds should give different"),
     ("03_multiworker_ipyparallel.ipynb", {"predicted_rows": [256, 256]}, "all workers' rows"),
@@ -3104,49 +3124,61 @@ def test_lesson_00_gathering_cell_reads_the_classes_of_the_first_400_images(monk
     assert loads == [("cifar10", {"data_dir": str(tmp_path), "split": "train", "as_supervised": True, "download": False})]
 
 
-def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), val_losses=([2.1, 1.9], [2.1, 1.9]),
-                      kept=(True, False)) -> dict:
+def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a", "b", "c", "d"),
+                      val_losses=([2.1, 1.9], [2.1, 1.9]), kept=(True, False), **by_rank_changes) -> dict:
     """Lesson 03's raw results from 2 engines on node1 and node2, in engine order (rank 1's engine
-    first): the figures each computed on its own node, `kept` as each found its own model path. The
-    kernel's host holds a file at rank 1's temporary path and nothing at the chief's: it must
-    believe the engines, not its own disk."""
+    first): the figures each computed on its own node, `kept` as each found its own model path, the
+    examples each pass delivered and the split's own count of each (`in_split`). The kernel's host
+    holds a file at rank 1's temporary path and nothing at the chief's: it must believe the engines,
+    not its own disk."""
     chief_path, other_path = "/node1-only/models/03_multiworker.keras", tmp_path / "tmp-x" / "model.keras"
     other_path.parent.mkdir()
     other_path.write_bytes(b"a file on the kernel's host, not on node2")
-    by_rank = {"in_sync": [2, 2], "task_id": [0, 1], "moved": [0.5, 0.5], "digest": ["d", "d"],
-               "examples_seen": list(seen), "predicted_rows": [512, 512], "test_steps * global_batch": [512, 512],
+    by_rank = {"in_sync": [2, 2], "local_replicas": [1, 1], "task_id": [0, 1], "moved": [0.5, 0.5], "digest": ["d", "d"],
+               "examples_seen": [collections.Counter(s) for s in seen], "in_split": [collections.Counter(in_split)] * 2,
+               "predicted_rows": [512, 512], "test_steps * global_batch": [512, 512], "prediction_digest": ["p", "p"],
                "found_at": [[0], [32]], "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]],
                "pass_shards": [[(0, 2)], [(1, 2)]], "kept": list(kept), "path": [chief_path, str(other_path)],
-               "initial_digest": ["i", "i"], "own_digest": ["a", "b"]}
+               "initial_digest": ["a", "a"], "own_digest": ["a", "b"],
+               "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
+               "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
-    return {"engines": _PlantedEngines(pulled), "histories": [{"val_loss": list(v)} for v in val_losses[::-1]],
-            "settings": _Sizes(epochs=2)}
+    return {"engines": _PlantedEngines(pulled), "settings": _Sizes(epochs=2),
+            "histories": [{"loss": [1.6, 0.6], "val_loss": list(v)} for v in val_losses[::-1]]}
 
 
 @pytest.mark.parametrize("changes,match", [
     ({}, None),
     ({"seen": (["a", "b"], ["b", "c"])}, "shared examples"),  # example b reached both workers
+    # the split holds b twice (the same image and label): each worker got one copy, as sharding gives it
+    ({"seen": (["a", "b"], ["b", "c"]), "in_split": ("a", "b", "b", "c")}, None),
+    ({"seen": (["a", "b", "b"], ["b", "c"]), "in_split": ("a", "b", "b", "c")}, "shared examples"),  # 3 copies of 2
     ({"val_losses": ([2.1, 1.9], [2.1, 1.8])}, "same all-reduced validation loss"),  # no all-reduce of the metric
     ({"kept": (True, True)}, "only the chief should keep"),  # rank 1's temporary copy left on node2
     ({"kept": (False, False)}, "only the chief should keep")],  # the chief's file missing on node1
-    ids=["as run", "one example shared", "validation apart", "rank 1 kept a copy", "chief kept nothing"])
+    ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
+         "rank 1 kept a copy", "chief kept nothing"])
 def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
     """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
     rank 1's temporary directory on node2) or their processes, only what they return. The cell
-    counts the shared examples and reads the validation losses itself; whether a file was kept is
-    what each engine found on its own disk, whatever this host holds at those paths."""
+    counts the examples delivered beyond the split's own copies and reads the validation losses
+    itself; whether a file was kept is what each engine found on its own disk, whatever this host
+    holds at those paths."""
     _holds_unless(match, _gather_and_prove, "03_multiworker_ipyparallel.ipynb", _engines_on_nodes(tmp_path, **changes))
 
 
 class _ImageBatch:
-    """A batch of images as a tf.Tensor answers `.numpy()`."""
+    """A batch of images (or labels) as a tf.Tensor answers `.numpy()` and `len()`."""
 
     def __init__(self, images):
         self.images = np.stack(images)
 
     def numpy(self):
         return self.images
+
+    def __len__(self):
+        return len(self.images)
 
 
 class _PipelineBatches(list):
@@ -3159,14 +3191,18 @@ class _PipelineBatches(list):
 def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
     """Lesson 03's pipeline cell and fingerprint pass, as written, on one of 2 stand-in workers:
     a strategy that hands the dataset function this worker's InputContext, and a `training_dataset`
-    that shards by the context it gets, batching 2 distinct images. `ignore_context` makes fit's
-    `worker_pipeline` read the whole split (a context of 1 pipeline): the pass must then see it too."""
+    that shards by the context it gets (none: the whole split), batching 2 distinct examples; the
+    split's last example is a copy of its first (image and label), which sharding gives to the other
+    worker. `ignore_context` makes fit's `worker_pipeline` read the whole split (a context of 1
+    pipeline): the pass must then see it too."""
     import sys
     from types import ModuleType
 
-    def training_dataset(examples, global_batch, context):
+    def training_dataset(examples, global_batch, context=None):
+        context = context or SimpleNamespace(input_pipeline_id=0, num_input_pipelines=1)
         mine = examples[context.input_pipeline_id::context.num_input_pipelines]
-        return _PipelineBatches((_ImageBatch(mine[i:i + 2]), None) for i in range(0, len(mine), 2))
+        return _PipelineBatches((_ImageBatch([image for image, _ in mine[i:i + 2]]),
+                                 _ImageBatch([label for _, label in mine[i:i + 2]])) for i in range(0, len(mine), 2))
 
     lesson = ModuleType("helpers.lesson")
     lesson.training_dataset, lesson.evaluation_dataset = training_dataset, lambda *args: None
@@ -3174,9 +3210,9 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
     context = SimpleNamespace(input_pipeline_id=rank, num_input_pipelines=2)
     strategy = SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(context),
                                experimental_local_results=lambda value: [value])
-    namespace = {"strategy": strategy, "train_examples": [np.full((2, 2), i, np.uint8) for i in range(8)],
-                 "test_examples": None, "global_batch": 4, "resolver": SimpleNamespace(task_id=rank),
-                 "print": lambda *a, **k: None}
+    examples = [(np.full((2, 2), i % 7, np.uint8), np.int32(i % 7)) for i in range(8)]  # example 7 is example 0
+    namespace = {"strategy": strategy, "train_examples": examples, "test_examples": None, "global_batch": 4,
+                 "steps_per_epoch": 2, "resolver": SimpleNamespace(task_id=rank), "print": lambda *a, **k: None}
     pipeline = _cell_defining("03_multiworker_ipyparallel.ipynb", "def worker_pipeline").replace("%%px\n", "")
     if ignore_context:
         body = "return training_dataset(train_examples, global_batch, context)"
@@ -3184,7 +3220,7 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
         pipeline = pipeline.replace(body, body.replace("context)", "SimpleNamespace(input_pipeline_id=0, "
                                                                    "num_input_pipelines=1))"))
         namespace["SimpleNamespace"] = SimpleNamespace
-    fingerprint = _cell_defining("03_multiworker_ipyparallel.ipynb", "examples_seen = set()").replace("%%px\n", "")
+    fingerprint = _cell_defining("03_multiworker_ipyparallel.ipynb", "def fingerprint").replace("%%px\n", "")
     exec(compile(pipeline, "03 pipeline", "exec"), namespace)
     exec(compile(fingerprint, "03 fingerprint pass", "exec"), namespace)
     return namespace
@@ -3192,16 +3228,63 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
 
 @pytest.mark.parametrize("ignore_context,match", [(False, None), (True, "shared examples")],
                          ids=["sharded", "fit's pipeline ignores the context"])
-def test_lesson_03_fingerprint_pass_reads_the_pipeline_fit_reads(monkeypatch, ignore_context, match):
+def test_lesson_03_fingerprint_pass_reads_the_pipeline_fit_reads(tmp_path, monkeypatch, ignore_context, match):
     """The pass goes through fit's own `worker_pipeline`: a pipeline that ignores its InputContext
-    (every worker reads every image) fails the proof, through the pass's own fingerprints."""
+    (every worker reads every example) fails the proof, through the pass's own fingerprints and the
+    gathering cell; a split that holds one example twice, sharded, does not."""
     workers = [_lesson_03_worker(rank, ignore_context, monkeypatch) for rank in (0, 1)]
-    seen = [sorted(w["examples_seen"]) for w in workers]
-    overlap = len(set(seen[0]) & set(seen[1]))
     assert all(w["fit_shards"] == w["pass_shards"] for w in workers)  # one function, one context, both times
-    _holds_unless(match, _run, "03_multiworker_ipyparallel.ipynb",
-                  {**OK["03_multiworker_ipyparallel.ipynb"], "seen": seen, "overlap": overlap,
-                   "fit_shards": [w["fit_shards"] for w in workers], "pass_shards": [w["pass_shards"] for w in workers]})
+    assert workers[0]["in_split"] == workers[1]["in_split"] and sorted(workers[0]["in_split"].values()) == [1] * 6 + [2]
+    raw = _engines_on_nodes(tmp_path, seen=[w["examples_seen"] for w in workers], in_split=workers[0]["in_split"],
+                            fit_shards=[w["fit_shards"] for w in workers], pass_shards=[w["pass_shards"] for w in workers],
+                            replica_batches=[w["replica_batches"] for w in workers],
+                            step_examples=[w["step_examples"] for w in workers])
+    _holds_unless(match, _gather_and_prove, "03_multiworker_ipyparallel.ipynb", raw)
+
+
+def _lesson_03_solution_1(tmp_path, per_replica_batch=None, **changes) -> None:
+    """Lesson 03's solution 1 after its gathering cell, on 2 engines' raw figures (one replica each, global
+    batch 64); `per_replica_batch` replaces TensorFlow's InputContext.get_per_replica_batch_size."""
+    from unittest import mock
+
+    import tensorflow as tf
+
+    namespace = {"math": math, "np": np, "print": lambda *a, **k: None, **_engines_on_nodes(tmp_path, **changes)}
+    nb = nbformat.read(NOTEBOOKS / "03_multiworker_ipyparallel.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    exec(compile(code[code.index(proof_source("03_multiworker_ipyparallel.ipynb")) - 1], "03 gather", "exec"), namespace)
+    solution = compile(_solution("03_multiworker_ipyparallel.ipynb", 1), "03 solution 1", "exec")
+    if per_replica_batch is None:
+        exec(solution, namespace)
+        return
+    with mock.patch.object(tf.distribute.InputContext, "get_per_replica_batch_size", per_replica_batch):
+        exec(solution, namespace)
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    # a dataset_fn that batched by the global batch: every replica got all 64
+    ({"replica_batches": [{64}, {64}], "step_examples": [{64}, {64}]}, "global batch over the replicas"),
+    ({"step_examples": [{64}, {64}]}, "global batch over the replicas"),  # two batches a step for one replica
+    ({"per_replica_batch": lambda self, global_batch: global_batch}, "^192$")],  # TensorFlow's answer not 32
+    ids=["as run", "replicas got the global batch", "two batches per replica", "another per-replica rule"])
+def test_lesson_03_solution_1_holds_the_rule_to_the_run(tmp_path, changes, match):
+    """Issue 54 (03, solution 1 asserted `3 * (2 * per_replica) == 192`, arithmetic on a constant): the
+    answer is TensorFlow's, and the rule is checked against each replica's batch the engines measured."""
+    _holds_unless(match, lambda: _lesson_03_solution_1(tmp_path, **changes))
+
+
+@pytest.mark.parametrize("unsharded,match", [(False, None), (True, "")], ids=["sharded", "the exercise's dataset_fn"])
+def test_lesson_03_solution_2_fails_for_the_exercises_unsharded_dataset_fn(unsharded, match):
+    """Solution 2's check fed the exercise's own dataset_fn (no shard): both workers get all 12 numbers, it fails."""
+    import tensorflow as tf
+
+    source = _solution("03_multiworker_ipyparallel.ipynb", 2)
+    shard = ".shard(context.num_input_pipelines, context.input_pipeline_id)\n            "
+    assert source.count(shard) == 1
+    if unsharded:
+        source = source.replace(shard, "")
+    _holds_unless(match, exec, compile(source, "03 solution 2", "exec"), {"tf": tf, "print": lambda *a, **k: None})
 
 
 def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1) -> dict:
