@@ -90,11 +90,12 @@ OK: dict[str, dict] = {
         "strategy": _strategy(2),
         "right_gap": 1e-7, "wrong_gap": 1e-2, "step_size": 1e-2, "tf32": False, "test": {"examples": 511}, "test_images": 511,
         "worker_test_counts": [511, 511], "global_batch": 64,
-        "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1,
+        "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 0.1,
                                         "moved vs float32": 1.0},
                       "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1,
                                          "moved vs float32": 1.01}},
-        "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328}},
+        "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328},
+        "lazy_build": {"momentum (slots)": "InvalidArgumentError", "no momentum (no slot)": None}},
     "05_sync_batch_norm.ipynb": {
         "strategy": _strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02, "same_start": True,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
@@ -171,7 +172,7 @@ OK["10_large_batches.ipynb"] = {
     "during_warmup": {"batch 32": 2.1, "batch 512, same rate": 2.28, "batch 512, linear, no warm-up": 3.0,
                       "batch 512, linear + warm-up": 2.26, "batch 512, sqrt + warm-up": 2.27},
     "epochs": 6, "warmup_steps": 6, "iterations": {"batch 32": 384, **{n: 24 for n in _RUNS if n != "batch 32"}},
-    "last_rate": {n: 0.0 for n in _RUNS}}
+    "last_rate": {n: 0.0 for n in _RUNS}, "halfway": {n: 1.0 for n in _RUNS}}
 
 
 def _lb(key: str, **changes) -> dict:
@@ -233,7 +234,8 @@ _XLA = {"alone": False, **{f"engine {i}, {step}": False for i in (0, 1) for step
                            ("together", "distributed, 0 bytes per pack", "distributed, 4194304 bytes per pack",
                             "all-reduce probe")}}
 OK["14_predicting_scaling.ipynb"] = {
-    "compute_s": 0.06, "allreduce_s": 0.066, "predicted_s": 0.126, "ratio": 1.3, "compute_only": 2.73, "growth": 1.75,
+    "compute_s": 0.06, "allreduce_s": 0.066, "predicted_s": 0.126, "measured_s": 0.1638, "ratio": 1.3, "compute_only": 2.73,
+    "growth": 1.75,
     "clustering": {"kernel": "", "engine 0": "", "engine 1": ""},
     "overlap_seen": -0.08, "overlap": 0.0, "packed_ratio": 1.4,
     "times": {1_000_000: 0.009, 4_000_000: 0.02, 16_000_000: 0.064},
@@ -456,30 +458,56 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"right_gap": 9e-6, "wrong_gap": 5e-4, "step_size": 5e-4}, "should change the step"),
     # a divisor of a quarter of the per-replica batch (8 times too large on 2 replicas): 7 steps off, not 1
     ("04_custom_training_loop.ipynb", {"wrong_gap": 7e-2}, "N times as large"),
+    # 1.05 steps off, not 1: the wrong step 5% larger than N times the right one (measured: 1.000 on 2 and 3.000 on 4)
+    ("04_custom_training_loop.ipynb", {"wrong_gap": 1.05e-2}, "N times as large"),
     ("04_custom_training_loop.ipynb", {"test": {"examples": 448}}, "evaluation counted"),  # a dropped remainder
     ("04_custom_training_loop.ipynb", {"worker_test_counts": [511, 448]}, "evaluation counted"),
     # a test split of whole global batches: nothing padded, so a dropped remainder would count all the same
     ("04_custom_training_loop.ipynb", {"test": {"examples": 512}, "test_images": 512, "worker_test_counts": [512, 512]},
      "no padding tested"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}}, "mixed_float16"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0}}}, "mixed_bfloat16"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": float("nan"), "moved vs float32": 1.0},
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": float("nan"), "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}}, "no finite loss"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 16384.0, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_float16": {"compute": "float16", "loss scale": 16384.0, "steps unscaled": 0, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
      "loss scale should be 32768"),  # the first step overflowed and was skipped
+    # the step differentiated the unscaled loss and applied through optimizer.inner_optimizer: nothing scaled,
+    # nothing divided back, the step as long as float32's, the scale untouched; the optimizer unscaled no step
+    ("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 0, "compile wraps": True, "loss": 0.1,
+                          "moved vs float32": 1.0},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
+     "unscaled one step"),
+    # a LossScaleOptimizer started at another scale (initial_scale=2**16): one step unscaled, not by 32768
+    ("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": 65536.0, "steps unscaled": 1, "compile wraps": True, "loss": 0.1,
+                          "moved vs float32": 1.0},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
+     "loss scale should be 32768"),
+    # an optimizer with slots built lazily in the replica step that ran (what one replica does): the failure not shown
+    ("04_custom_training_loop.ipynb", {"lazy_build": {"momentum (slots)": None, "no momentum (no slot)": None}}, "slots built inside"),
+    # SGD without slots failing there too: the failure would not be the slots'
+    ("04_custom_training_loop.ipynb", {"lazy_build": {"momentum (slots)": "InvalidArgumentError",
+                                                      "no momentum (no slot)": "InvalidArgumentError"}}, "slots built inside"),
     # the step forgot to scale the loss: the optimizer still divided the gradients by 32768
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1,
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 0.1,
                           "moved vs float32": 3.05e-5},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
      "about as far"),
+    # a float16 step a fifth, or 3 times, as long as float32's (measured: 1.002); a 10x wider band would take both
+    *[("04_custom_training_loop.ipynb", {"precision": {
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 0.1,
+                          "moved vs float32": moved},
+        "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
+       "about as far") for moved in (0.2, 3.0)],
     ("04_custom_training_loop.ipynb", {"underflow": {"float16": 1e-8, "bfloat16": 1e-8, "float16, scaled by 32768": 3e-4}},
      "vanish in float16"),
     ("04_custom_training_loop.ipynb", {"underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.0}},
@@ -488,11 +516,11 @@ BROKEN: list[tuple[str, dict, str]] = [
      "vanish in float16 only"),  # bfloat16 lost it too: no range advantage shown
     # the policy not set before building (the model computes in float32), though compile wrapped the optimizer
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float32", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_float16": {"compute": "float32", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
      "compute in float16"),
     ("04_custom_training_loop.ipynb", {"precision": {
-        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
+        "mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 0.1, "moved vs float32": 1.0},
         "mixed_bfloat16": {"compute": "float32", "loss scale": None, "compile wraps": False, "loss": 0.1, "moved vs float32": 1.0}}},
      "compute in bfloat16"),
     ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "synchronized vs global": 2.0}},
@@ -694,6 +722,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the unscaled large run right, one of the others an epoch short: every large run is held to its updates
     ("10_large_batches.ipynb", _lb("iterations", **{"batch 512, linear + warm-up": 20}), "updates of the large batch"),
     ("10_large_batches.ipynb", _lb("last_rate", **{"batch 32": 0.01}), "decayed to 0"),
+    # a cosine that reached 0 at step 12 of the decay's 20 and stayed there (CosineDecay clamps the step at
+    # decay_steps): 0 at the end all the same, but halfway through the decay 0.067 of the peak, not 0.5
+    ("10_large_batches.ipynb", _lb("halfway", **{"batch 512, linear + warm-up": 0.134}), "not before"),
+    # at 50,000 images and 2 epochs (3,124 steps) the small batch's cosine reaching 0 one step after its run
+    # (decay_steps = steps + 1): its last rate 6e-9, under 1e-6; halfway 1 + sin(pi / 6250) = 1.0005 (Keras: 1.000503)
+    ("10_large_batches.ipynb", _lb("halfway", **{"batch 32": 1.0005}), "not before"),
+    # CosineDecay(alpha=1e-5): a floor at 1e-5 of the peak, never 0 (4e-6 for the linear peak of 0.4); halfway 1.00001
+    ("10_large_batches.ipynb", {**_lb("last_rate", **{"batch 512, linear + warm-up": 4e-6}),
+                                **_lb("halfway", **{"batch 512, linear + warm-up": 1.00001})}, "decayed to 0"),
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, same rate": 0.05}), "end behind"),  # unscaled not behind
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.5}), "close most of the gap"),
     # half the gap (1.4 - 0.07) left, either side of the small batch: "most" is more than half
@@ -1004,15 +1041,16 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                  "ValueError: Invalid reduction dimension 0"]}, "fail without the fix"),
     ("17_software_stack.ipynb", {"keras3_fits": []}, "fail without the fix"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus all-reduce"),
-    # a model with no all-reduce term (compute alone) adds up trivially
-    ("14_predicting_scaling.ipynb", {"allreduce_s": 0.0, "predicted_s": 0.06}, "compute plus all-reduce"),
-    ("14_predicting_scaling.ipynb", {"packed_ratio": 0.3}, "packed step"),
+    # a model with no all-reduce term (compute alone) adds up; 2.73x short of this real step
+    ("14_predicting_scaling.ipynb", {"allreduce_s": 0.0, "predicted_s": 0.06, "ratio": 2.73}, "measure again"),
+    # the same model where the real step cost less than twice its compute: within 2x of it all the same
+    ("14_predicting_scaling.ipynb", {"allreduce_s": 0.0, "predicted_s": 0.06, "measured_s": 0.1, "ratio": 1.67,
+                                     "compute_only": 1.67}, "over a quarter of that extra"),
     ("14_predicting_scaling.ipynb", {"times": {1_000_000: 0.03, 4_000_000: 0.02, 16_000_000: 0.064}}, "grow with size"),
     ("14_predicting_scaling.ipynb", {"ratio": 2.6}, "measure again"),
     ("14_predicting_scaling.ipynb", {"ratio": 0.3}, "measure again"),
     ("14_predicting_scaling.ipynb", {"overlap": 0.7}, "not the measured"),  # an assumed overlap, not the packs'
     ("14_predicting_scaling.ipynb", {"overlap": -0.08}, "not the measured"),  # a negative share taken as it is
-    ("14_predicting_scaling.ipynb", {"packed_ratio": 2.4}, "packed step"),
     ("14_predicting_scaling.ipynb", {"projection": {(64, "a"): {1: 0.9, 2: 0.8}}}, "by definition"),
     ("14_predicting_scaling.ipynb", {"monotone": {(64, "a"): False}}, "must fall"),
     ("14_predicting_scaling.ipynb", {"ordered": {64: [0.28, 0.61, 0.74], 128: [0.85, 0.76, 0.44]}}, "slower link"),
@@ -1033,8 +1071,16 @@ BROKEN: list[tuple[str, dict, str]] = [
      "auto-clustering"),
     # a ring formula that ignored N (message_bytes / bandwidth): equal at N=2, where it was fitted and measured
     ("14_predicting_scaling.ipynb", {"growth": 1.0}, "1.75x as much"),
-    # a real step no slower than the compute alone: nothing was all-reduced, whatever the model says
-    ("14_predicting_scaling.ipynb", {"ratio": 0.55, "compute_only": 0.98}, "cost more than the compute"),
+    # a model whose all-reduce term is a fifth of what the step paid beyond its compute (a bandwidth 5x too high):
+    # within 2x of the step (1.92x) all the same
+    ("14_predicting_scaling.ipynb", {"allreduce_s": 0.018, "predicted_s": 0.078, "measured_s": 0.15, "ratio": 1.92,
+                                     "compute_only": 2.5}, "over a quarter of that extra"),
+    # a real step exactly as long as the compute alone
+    ("14_predicting_scaling.ipynb", {"allreduce_s": 0.03, "predicted_s": 0.09, "measured_s": 0.06, "ratio": 0.667,
+                                     "compute_only": 1.0}, "should cost more than its compute"),
+    # a real step no slower than the compute alone (nothing all-reduced), a model whose term is small enough for 2x
+    ("14_predicting_scaling.ipynb", {"allreduce_s": 0.03, "predicted_s": 0.09, "measured_s": 0.0588, "ratio": 0.653,
+                                     "compute_only": 0.98}, "should cost more than its compute"),
     # a planted mistake the check did not name (NOT SEEN, or another check's line), before its fix
     ("18_your_own_script.ipynb", {"named": {**dict.fromkeys(_MISTAKES_18, True), "shuffle seeded per worker": False}},
      "name each planted mistake"),
@@ -1212,7 +1258,33 @@ LOOSENED = [
     ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
     ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),
-    ("15_models_you_keep.ipynb", "max(1.0, val_loss[best_epoch])", "max(10.0, val_loss[best_epoch])")]
+    ("15_models_you_keep.ipynb", "max(1.0, val_loss[best_epoch])", "max(10.0, val_loss[best_epoch])"),
+    # lessons 04, 10 and 14: each bound loosened 10x, or a count or a zero to its nearest looser form. Not loosened,
+    # bounds of rounding, not of a claim: 04's abs(loss) < inf; 10's rel_tol=1e-6 on float32 schedules; 14's
+    # 1e-12 (compute plus all-reduce, one GPU at 1.0) and 1e-9 (the ring's 1.75x), float64 sums of exact terms
+    ("04_custom_training_loop.ipynb", "len(in_sync) >= 2", "len(in_sync) >= 1"),
+    ("04_custom_training_loop.ipynb", "in_sync[0] >= len(in_sync)", "in_sync[0] >= 1"),
+    ("04_custom_training_loop.ipynb", "min(len(s) for s in seen) > 0", "min(len(s) for s in seen) >= 0"),
+    ("04_custom_training_loop.ipynb", "overlap == 0", "overlap <= 1"),
+    ("04_custom_training_loop.ipynb", "right_gap < 1e-5", "right_gap < 1e-4"),
+    ("04_custom_training_loop.ipynb", "num_replicas_in_sync >= 2:", "num_replicas_in_sync >= 3:"),  # the if-guard
+    ("04_custom_training_loop.ipynb", "100 * max(right_gap", "10 * max(right_gap"),
+    ("04_custom_training_loop.ipynb", "< 0.01 * extra", "< 0.1 * extra"),
+    ("04_custom_training_loop.ipynb", 'underflow["float16"] == 0', 'underflow["float16"] <= 1e-8'),
+    ("04_custom_training_loop.ipynb", 'scaled by 32768"] > 0', 'scaled by 32768"] >= 0'),
+    ("04_custom_training_loop.ipynb", 'underflow["bfloat16"] > 0', 'underflow["bfloat16"] >= 0'),
+    ("04_custom_training_loop.ipynb", '"loss scale"] == 32768', '"loss scale"] >= 16384'),
+    ("04_custom_training_loop.ipynb", '"steps unscaled"] == 1', '"steps unscaled"] >= 0'),
+    ("04_custom_training_loop.ipynb", '0.5 < p["moved', '0.05 < p["moved'),
+    ("04_custom_training_loop.ipynb", "< 2 for p", "< 20 for p"),
+    ("10_large_batches.ipynb", "max(last_rate.values()) < 1e-6", "max(last_rate.values()) < 1e-5"),
+    ("10_large_batches.ipynb", "abs(h - 1) < 1e-4", "abs(h - 1) < 1e-3"),
+    ("10_large_batches.ipynb", "left < gap / 2", "left < gap"),  # "most of the gap" to "any of it"
+    ("14_predicting_scaling.ipynb", "0.5 < ratio", "0.05 < ratio"),
+    ("14_predicting_scaling.ipynb", "ratio < 2.0", "ratio < 20.0"),
+    ("14_predicting_scaling.ipynb", "(measured_s - compute_s) / 4", "(measured_s - compute_s) / 40"),
+    ("14_predicting_scaling.ipynb", "/ 4 > 0", "/ 4 >= 0"),
+    ("14_predicting_scaling.ipynb", ">= 0.9 > max(alone)", ">= 0.8 > max(alone)")]
 
 
 def loosened_catchers(name: str, old: str, new: str) -> list[str]:
@@ -1329,7 +1401,8 @@ def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, 
 
 
 # lessons whose one-replica branch prints a line starting NOT CHECKED (the nbval pass, on 2 replicas, must not)
-SAYS_NOT_CHECKED = {"01_mirrored_strategy.ipynb", "02_input_pipelines.ipynb", "05_sync_batch_norm.ipynb"}
+SAYS_NOT_CHECKED = {"01_mirrored_strategy.ipynb", "02_input_pipelines.ipynb", "04_custom_training_loop.ipynb",
+                    "05_sync_batch_norm.ipynb"}
 
 
 @pytest.mark.parametrize("require,match", [(None, None), ("1", "own run was not compared")], ids=["a laptop", "CI"])
@@ -1576,8 +1649,13 @@ from helpers.lesson import small_cnn
 nb = nbformat.read("notebooks/04_custom_training_loop.ipynb", as_version=4)
 code = [c.source for c in nb.cells if c.cell_type == "code"]
 step = next(s for s in code if s.startswith("def make_train_step"))
-if sys.argv[1] == "unscaled":
+if sys.argv[1] in ("unscaled", "through the inner optimizer"):
     step = step.replace("to_differentiate = optimizer.scale_loss(loss) if scaled else loss", "to_differentiate = loss")
+if sys.argv[1] == "through the inner optimizer":  # nothing scaled, nothing divided back
+    applied = "optimizer.apply_gradients(zip(gradients, model.trainable_variables))"
+    assert applied in step
+    step = step.replace(applied, "(optimizer.inner_optimizer if scaled else optimizer).apply_gradients("
+                                 "zip(gradients, model.trainable_variables))")
 ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn,
       "strategy": tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")]),
       "print": lambda *a, **k: None}
@@ -1593,10 +1671,13 @@ sys.stdout.write("PRECISION " + json.dumps(ns["precision"]) + "\\n")
 """
 
 
-@pytest.mark.parametrize("variant,match", [("as written", None), ("unscaled", "about as far")])
+@pytest.mark.parametrize("variant,match", [("as written", None), ("unscaled", "about as far"),
+                                           ("through the inner optimizer", "unscaled one step")])
 def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(variant, match):
     """Notebook 04's own step and mixed-precision cells, run; then its proof on what they measured. The
-    step with `to_differentiate = loss` (the loss not scaled, the gradients still divided) must fail."""
+    step with `to_differentiate = loss` (the loss not scaled, the gradients still divided) must fail, and
+    so must the step that also applies through `optimizer.inner_optimizer` (nothing scaled, nothing divided
+    back: its step is as long as float32's and the scale still reads 32768, but the optimizer unscaled nothing)."""
     import json
     import subprocess
     import sys
@@ -3344,6 +3425,35 @@ def test_lesson_10_gathering_cell_derives_each_steps_loss_from_the_running_means
                        "batch 512, linear + warm-up": _running(warm, 6)}}
     assert max(m for epoch in raw["running"]["batch 512, linear, no warm-up"] for m in epoch) <= 3.2 or match
     _holds_unless(match, _gather_and_prove, "10_large_batches.ipynb", raw)
+
+
+@pytest.mark.parametrize("decay_steps,match", [("steps - warmup_steps", None),
+                                               ("(steps - warmup_steps) * 12 // 20", "not before"),
+                                               ("steps - warmup_steps - 1", "not before")],
+                         ids=["to the run's end", "0 at 12 of 20", "0 a step early"])
+def test_lesson_10_proof_fails_when_a_schedule_reaches_0_before_its_run_ends(decay_steps, match):
+    """Lesson 10's own schedules, stepped as its optimizers step them (quick mode's 6 epochs: 384 and 24
+    updates), then its rates cell and its proof. A cosine that reaches 0 before the run's last update
+    (CosineDecay clamps the step at decay_steps, so the rate then stays 0) reads 0 after the last update
+    all the same: the rate halfway through the decay must tell it."""
+    import keras
+
+    source = _cell_defining("10_large_batches.ipynb", "def run_steps")
+    assert "decay_steps=steps - warmup_steps," in source
+    namespace = {"keras": keras, "SMALL": 32, "FACTOR": 16, "epochs": 6, "per_epoch": 2048, "base_lr": 0.025,
+                 "large": 512, "settings": SimpleNamespace(warmup_fraction=0.25), "print": lambda *a, **k: None}
+    exec(compile(source.replace("decay_steps=steps - warmup_steps,", f"decay_steps={decay_steps},"), "10", "exec"),
+         namespace)
+    rate_log, last_rate, iterations = {}, {}, {}
+    for name, (batch, rule, warmup) in namespace["runs"].items():
+        schedule, steps = namespace["schedule"](batch, rule, warmup), namespace["run_steps"](batch)
+        rate_log[name] = [float(schedule(step)) for step in range(steps)]  # what the optimizer takes before each step
+        last_rate[name], iterations[name] = float(schedule(steps)), steps
+    assert max(last_rate.values()) < 1e-6  # every variant ends at 0
+    namespace.update(rate_log=rate_log, last_rate=last_rate, iterations=iterations)
+    exec(compile(_cell_defining("10_large_batches.ipynb", "halfway = {}"), "10 rates", "exec"), namespace)
+    measured = {k: namespace[k] for k in ("rates", "halfway", "last_rate", "iterations", "warmup_steps")}
+    _holds_unless(match, _run, "10_large_batches.ipynb", {**OK["10_large_batches.ipynb"], **measured})
 
 
 LESSON_12_REAL = """

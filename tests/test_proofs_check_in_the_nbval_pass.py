@@ -1,13 +1,14 @@
-"""Lessons 01 and 02 take their proofs' checking branch in the nbval pass, not the one that cannot check.
+"""Lessons 01, 02 and 04 take their proofs' checking branch in the nbval pass, not the one that cannot check.
 
 With one replica (CPU_REPLICAS = 1, or one GPU left unsplit) their proofs have no second copy of a
-variable and no empty replica batch to look at: that branch prints a line starting `NOT CHECKED`,
+variable, no empty replica batch, no per-replica divisor apart from the global one and no replica
+step that lazily built slots break, to look at: that branch prints a line starting `NOT CHECKED`,
 for a learner on one device and for `make fullcheck`, which runs them with CPU_REPLICAS = 1 on
 purpose. The nbval pass runs the lessons as shipped, with 2 replicas: there each must print its
 checking branch's line and no `NOT CHECKED` line, or a change that left them on one replica (the
 default, `environment.local_replicas`) would pass with nothing checked. Read from the notebooks the
 pass executed (COURSE_NBVAL_KEEP, under make test), so the test runs after them; run alone, it
-executes the two lessons first with make course's runner (about a minute).
+executes these lessons first with make course's runner (a few minutes).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ NOT_CHECKED = "NOT CHECKED"
 CHECKED = {  # the line each proof prints when it compared 2 replicas
     "01_mirrored_strategy.ipynb": "weights and slots identical on 2 replicas",
     "02_input_pipelines.ipynb": "empty replica batch checked on 2 replicas",
+    "04_custom_training_loop.ipynb": "custom loop OK: on 2 replicas global-batch scaling is exact",
 }
 
 
