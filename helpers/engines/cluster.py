@@ -152,7 +152,8 @@ class Engines:
         (`MultiWorkerMirroredStrategy()` with no arguments) joins the whole cluster: inside a Slurm
         step whose resolver is used, the step's workers and ports exactly as
         `helpers.resolver.slurm_resolver` gives them (and its GPUs bound); otherwise a free port
-        on each engine's host. Must run before TensorFlow is imported on the engines.
+        on each engine's host. Must run before the engines create their strategy (TF_CONFIG is read
+        then; importing TensorFlow first is fine), and before TensorFlow first touches a GPU there.
         """
         from ..resolver import make_tf_config
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CourseError
+from ..local_workers import kill_group
 
 
 @dataclass
@@ -48,7 +49,8 @@ def scratch_dir(slurm: bool, keep: Path | None) -> tuple[Path, bool]:
     """(the directory the runs write their reports to, whether to remove it at the end). Local
     runs: a new temporary directory. Slurm: one every node sees, under the course's output
     directory (which multi-node runs need on a shared file system): a node's /tmp is its own."""
-    if keep is not None:
+    if keep is not None:  # absolute: each worker changes into a directory of its own before it writes there
+        keep = keep.resolve()
         keep.mkdir(parents=True, exist_ok=True)
         return keep, False
     if not slurm:
@@ -198,22 +200,11 @@ def _wait(pids: list[int], deadline_s: float) -> dict[int, str]:
             why = "deadline" if failed is None else f"rank {failed} failed"
             for rank, pid in enumerate(pids):
                 if rank not in status and rank not in killed:
-                    _kill(pid)
+                    kill_group(pid)
                     os.waitpid(pid, 0)
                     killed[rank] = why
         time.sleep(0.05)
     return killed
-
-
-def _kill(pid: int) -> None:
-    """SIGKILL a worker and its session."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 # ------------------------------------------------------------------ Slurm: the tasks of a step
