@@ -7,8 +7,10 @@
 
 Every input is a number the course measures (compute time per step from the bench, bandwidth
 and latency from an all-reduce of several message sizes) or one the learner enters (their GPU's
-images/s, their link's bandwidth). Why a ring: it is what MWMS uses on CPU and what NCCL uses
-across nodes, and its traffic per worker does not grow with N (only the latency terms do).
+images/s, their link's bandwidth). Why a ring: it is what MWMS uses on CPU and one of the
+algorithms NCCL chooses from across nodes (NCCL also uses trees, whose latency grows with log N, so
+the ring's 2(N-1) latency term overstates large GPU counts: lesson 14 says so), and its traffic per
+worker does not grow with N (only the latency terms do).
 """
 
 from __future__ import annotations
