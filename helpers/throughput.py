@@ -45,6 +45,14 @@ class StepTimer:
         median = self.median_step
         return self.images_per_step / median if median else None
 
+    def rate_text(self) -> str:
+        """The rate over the steps after the first, or n/a: a run of one step (COURSE_EPOCHS=1
+        COURSE_MAX_STEPS=1) timed only its tracing step, which `median_step` falls back to (for the
+        lessons that need a figure either way), and that step's rate says nothing of a step's speed."""
+        if len(self.durations) < 2:
+            return "images/s and median step n/a (one step)"
+        return f"{self.images_per_second:7.0f} images/s, median step {self.median_step * 1000:5.0f} ms"
+
     def summary(self) -> dict:
         return {"steps": len(self.durations), "first_step_s": self.first_step,
                 "median_step_s": self.median_step, "images_per_s": self.images_per_second,

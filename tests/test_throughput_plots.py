@@ -20,6 +20,17 @@ def test_step_timer_reports_median_without_the_tracing_step():
         StepTimer(8).stop()
 
 
+def test_step_timer_gives_no_rate_from_the_tracing_step_alone():
+    """Issue 54: a run of one step (COURSE_EPOCHS=1 COURSE_MAX_STEPS=1) timed only the tracing step; lesson 01
+    printed its rate as images/s. The rate text says n/a then, and the steps after the first otherwise."""
+    timer = StepTimer(images_per_step=64)
+    timer.durations = [20.0]
+    assert timer.rate_text() == "images/s and median step n/a (one step)"
+    assert timer.median_step == 20.0  # the fallback lessons 05 and 09 read stays
+    timer.durations = [20.0, 0.5, 0.4, 0.6]
+    assert timer.rate_text() == "    128 images/s, median step   500 ms"
+
+
 def test_keras_fix_runs_on_the_verified_keras_and_stops_loudly_elsewhere():
     from helpers.errors import CourseError
 
