@@ -74,11 +74,15 @@ OK: dict[str, dict] = {
         # an empty replica batch, as a CPU with oneDNN runs it (the convolution keeps the input's 3 channels)
         "last_split": [1, 0], "empty_loss": 1.231, "gamma_nan": [True, True], "conv_shape": [0, 32, 32, 3],
         "cnn_evaluate": "stopped: Incompatible shapes: [32] vs. [0,32,32,3]",
-        "cnn_fit": "stopped: Incompatible shapes: [32] vs. [3]", "cnn_gamma_nan": False,
+        "cnn_fit": "stopped: Incompatible shapes: [32] vs. [3]", "cnn_gamma_nan": False, "cnn_control": "ran",
+        # per-replica batches of each worker (two replicas each): 100 examples padded, 95 cut to whole global batches
+        "batches_per_worker": {1: {"evaluation": [14], "training": [10]}, 2: {"evaluation": [8, 8], "training": [4, 4]},
+                               3: {"evaluation": [6, 6, 6], "training": [2, 2, 2]}},
         "seen": {r: {"DATA": [i for i in range(32) if i % 8 // 4 == r], "OFF": list(range(32)), "dataset_fn": list(range(r, 32, 2)),
                      "mapped in 2 passes, DATA": 32, "mapped in 2 passes, dataset_fn": 16,
-                     "FILE, 1 file": ("InvalidArgumentError: Could not apply FILE based sharding: the dataset only has 1 "
-                                      "file(s), which is not enough" if r == 0 else "UnavailableError: Collective ops is aborted")}
+                     **{f"{policy}, 1 file": ("InvalidArgumentError: Could not apply FILE based sharding: the dataset only has 1 "
+                                              "file(s), which is not enough" if r == 0 else
+                                              "UnavailableError: Collective ops is aborted") for policy in ("FILE", "AUTO")}}
                  for r in (0, 1)}},
     "03_multiworker_ipyparallel.ipynb": {
         "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]], "overlap": 0,
@@ -351,25 +355,30 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [0, 1, 2, 3]]}, "cover the global batch"),
     ("02_input_pipelines.ipynb", {"per_replica": [[0, 1, 2, 3], [4, 5, 6, 7, 7]]}, "exactly once"),  # a duplicate
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(1, 31, 2))}})},
-     "dataset_fn the workers must get disjoint shares"),  # example 31 lost
+     "under dataset_fn worker 1"),  # example 31 lost
     ("02_input_pipelines.ipynb", {"from_fn_per_replica": [[0, 1, 2, 3, 4, 5, 6, 7], [0]]}, "cover the global batch"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"dataset_fn": list(range(0, 32, 2))}})},
-     "dataset_fn the workers must get disjoint"),  # the unsharded dataset_fn of issue 13
-    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": [0, 1]}})}, "DATA the workers must get disjoint"),
+     "under dataset_fn worker 1"),  # the unsharded dataset_fn of issue 13
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": [0, 1]}})}, "under DATA worker 1"),
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"OFF": [2, 3]}})}, "OFF both workers should see every example"),
     # each worker's first batch only (what the worker program reported before issue 54): DATA's halves of one batch
     ("02_input_pipelines.ipynb", {"seen": _seen({r: {"DATA": [4 * r + i for i in range(4)], "OFF": [0, 1, 2, 3]} for r in (0, 1)})},
-     "DATA the workers must get disjoint shares"),
+     "under DATA worker 0"),
     ("02_input_pipelines.ipynb", {"seen": _seen({r: {"OFF": [0, 1, 2, 3]} for r in (0, 1)})}, "OFF both workers should see"),
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"OFF": [0, 1]}})}, "OFF both workers should see"),  # worker 0 short
     # DATA's halves the other way round: worker 0 the second half of every batch
     ("02_input_pipelines.ipynb", {"seen": _seen({r: {"DATA": [i for i in range(32) if i % 8 // 4 != r]} for r in (0, 1)})},
-     "worker 0 should keep the first half"),
+     "under DATA worker 0"),
     # one worker with every example, the other none: no example twice, yet not sharded
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"dataset_fn": []}, 1: {"dataset_fn": list(range(32))}})},
-     "dataset_fn the workers must get disjoint shares"),
+     "under dataset_fn worker 0"),
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"dataset_fn": list(range(32))}, 1: {"dataset_fn": []}})},
-     "dataset_fn the workers must get disjoint shares"),
+     "under dataset_fn worker 0"),
+    # issue 54: disjoint shares that cover the ids, yet not each worker's own shard: DATA's halves, or the shards swapped
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"dataset_fn": [i for i in range(32) if i % 8 // 4 == r]} for r in (0, 1)})},
+     "under dataset_fn worker 0"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"dataset_fn": list(range(1 - r, 32, 2))} for r in (0, 1)})},
+     "under dataset_fn worker 0"),
     # the step traced once for both shapes (a static batch shape), or the dropped remainder traced anyway
     ("02_input_pipelines.ipynb", {"traced_keep": [[4]]}, "trace the step again"),
     ("02_input_pipelines.ipynb", {"traced_drop": [[4], [2]]}, "trace the step again"),
@@ -391,8 +400,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     # both workers raising the FILE error (the other's collective never aborted), or worker 1 seeing no error
     ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "InvalidArgumentError: Could not apply FILE based "
                                                                      "sharding: the dataset only has 1 file(s)"}})},
-     "on one worker"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "no error"}})}, "on one worker"),
+     "on worker 0 only"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"FILE, 1 file": "no error"}})}, "on worker 0 only"),
     # the pipeline without .cache(): every pass reads the files (test_lesson_02_cache_... runs it for real)
     ("02_input_pipelines.ipynb", {"reads_in_3_passes": 6144}, "cache should serve"),
     ("02_input_pipelines.ipynb", {"seen": _seen({0: {"FILE, 1 file": "no error"}})}, "should raise"),
@@ -404,8 +413,41 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("02_input_pipelines.ipynb", {"cached_rate": 100.0}, "slower than training"),
     ("02_input_pipelines.ipynb", {"training_rate": 6000.0}, "slower than training"),  # GPUs outpacing the input
     # a worker that got no examples at all shares none with its peer: disjoint, yet not sharded
-    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"DATA": []}})}, "DATA the workers must get disjoint"),
-    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": []}})}, "DATA the workers must get disjoint"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"DATA": []}})}, "under DATA worker 0"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"DATA": []}})}, "under DATA worker 1"),
+    # issue 54: a counter the pipeline never touched (the cache claim must not pass on 0 reads)
+    ("02_input_pipelines.ipynb", {"reads_in_3_passes": 0}, "cache should serve"),
+    # the CNN failing on whole batches too: its stop on the empty batch would prove nothing
+    ("02_input_pipelines.ipynb", {"cnn_control": "stopped: Incompatible shapes: [32] vs. [3]"}, "should train on whole batches"),
+    # the convolution's shape right (no oneDNN), yet the runs stopped on something else (a label out of range, say), or
+    # one of them did, or fit went on without NaN: none of it is the empty batch's NaN
+    ("02_input_pipelines.ipynb", {"conv_shape": [0, 32, 32, 32], "cnn_gamma_nan": False,
+                                  "cnn_evaluate": "stopped: Received a label value of 10 which is outside the valid range",
+                                  "cnn_fit": "stopped: Received a label value of 10 which is outside the valid range"},
+     "the CNN trained on an empty replica batch"),
+    ("02_input_pipelines.ipynb", {"conv_shape": [0, 32, 32, 32], "cnn_gamma_nan": True, "cnn_fit": "ran",
+                                  "cnn_evaluate": "stopped: Received a label value of 10 which is outside the valid range"},
+     "the CNN trained on an empty replica batch"),
+    ("02_input_pipelines.ipynb", {"conv_shape": [0, 32, 32, 32], "cnn_gamma_nan": True, "cnn_evaluate": "ran",
+                                  "cnn_fit": "stopped: Received a label value of 10 which is outside the valid range"},
+     "the CNN trained on an empty replica batch"),
+    # FILE's error on worker 1 instead of worker 0 (the worker given the file is worker 0)
+    ("02_input_pipelines.ipynb", {"seen": _seen({0: {"FILE, 1 file": "UnavailableError: Collective ops is aborted"},
+                                                 1: {"FILE, 1 file": "InvalidArgumentError: Could not apply FILE based sharding"}})},
+     "FILE with 1 file should raise its sharding error on worker 0 only"),
+    # AUTO falling back to DATA with one file (no error on either worker), or worker 1 seeing no error under AUTO
+    ("02_input_pipelines.ipynb", {"seen": _seen({r: {"AUTO, 1 file": "no error"} for r in (0, 1)})},
+     "AUTO with 1 file should raise"),
+    ("02_input_pipelines.ipynb", {"seen": _seen({1: {"AUTO, 1 file": "no error"}})}, "AUTO with 1 file should raise"),
+    # training_dataset without its cut to whole global batches: 95 examples give the workers 6 and 5 batches
+    ("02_input_pipelines.ipynb", {"batches_per_worker": {1: {"evaluation": [14], "training": [11]},
+                                                         2: {"evaluation": [8, 8], "training": [6, 5]},
+                                                         3: {"evaluation": [6, 6, 6], "training": [4, 4, 3]}}},
+     "training: each of"),
+    # evaluation padded to whole per-replica batches only: 13 batches of 8 on one worker of two replicas
+    ("02_input_pipelines.ipynb", {"batches_per_worker": {**OK["02_input_pipelines.ipynb"]["batches_per_worker"],
+                                                         1: {"evaluation": [13], "training": [10]}}},
+     "evaluation: each of 1 worker"),
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1, 1]}, "did not form one cluster"),
     # the workers answered from clusters of different sizes (one of them joined another run)
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [2, 3]}, "did not form one cluster"),
@@ -2655,10 +2697,12 @@ def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monk
     timing = ModuleType("helpers.throughput")
     timing.StepTimer, timing.keras_callback = throughput.StepTimer, (lambda timer: timer)
     monkeypatch.setitem(sys.modules, "helpers.throughput", timing)
+    models = ModuleType("helpers.lesson")  # the cell imports the CNN and its compile step
+    models.small_cnn, models.compile_model = (lambda: "cnn"), (lambda model, lr: SimpleNamespace(fit=fit))
+    monkeypatch.setitem(sys.modules, "helpers.lesson", models)
     ok = OK["02_input_pipelines.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("cached_rate", "training_rate")},
            "settings": SimpleNamespace(per_replica_batch=4, max_steps=None),
-           "small_cnn": lambda: "cnn", "compile_model": lambda model, lr: SimpleNamespace(fit=fit),  # imported earlier
            "strategy": SimpleNamespace(num_replicas_in_sync=2, scope=__import__("contextlib").nullcontext),
            "train_examples": "examples", "training_dataset": lambda examples, batch: _Batches(),
            "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
@@ -2703,7 +2747,7 @@ namespace = {"tf": tf, "keras": keras, "np": np, "print": lambda *a, **k: None,
              "strategy": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
 for source in json.load(sys.stdin):
     exec(compile(source, "02 cell", "exec"), namespace)
-keys = ("last_split", "empty_loss", "gamma_nan", "conv_shape", "cnn_evaluate", "cnn_fit", "cnn_gamma_nan")
+keys = ("last_split", "empty_loss", "gamma_nan", "conv_shape", "cnn_evaluate", "cnn_fit", "cnn_gamma_nan", "cnn_control")
 print("MEASURED " + json.dumps({k: namespace[k] for k in keys}, default=bool))
 """
 
@@ -2732,6 +2776,7 @@ def test_lesson_02_empty_replica_batch_cells_on_two_replicas(environ, change, ma
                           text=True, timeout=300, env={**os.environ, **environ}, cwd=NOTEBOOKS.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(next(l[9:] for l in done.stdout.splitlines() if l.startswith("MEASURED ")))
+    assert measured["cnn_control"] == "ran", measured  # whole batches go through, oneDNN or not
     if environ:
         assert measured["conv_shape"] == [0, 32, 32, 32] and measured["cnn_evaluate"] == "ran", measured
         assert measured["cnn_fit"] == "ran" and measured["cnn_gamma_nan"], measured  # fit goes on, with NaN
@@ -2741,8 +2786,8 @@ def test_lesson_02_empty_replica_batch_cells_on_two_replicas(environ, change, ma
 @pytest.mark.multiprocess
 def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails_the_proof(tmp_path):
     """Lesson 02's worker program, run as 2 real workers with its `.cache()` taken out (the second
-    pass maps every example again) and its one file listed twice (FILE sharding then has a file per
-    worker, so no worker raises): each of these measured reports must fail its line of the proof
+    pass maps every example again) and its one file listed twice (FILE sharding, and AUTO, then have
+    a file per worker, so no worker raises): each of these measured reports must fail its line of the proof
     (review items 20 and 21; the program as written runs in the lesson itself, under nbval)."""
     import json
 
@@ -2756,12 +2801,64 @@ def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails
     outcomes = run_local_workers([str(tmp_path / "worker.py")], n=2, deadline_s=240)
     assert all(o.returncode == 0 for o in outcomes), [o.output[-2000:] for o in outcomes]
     seen = {o.rank: next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("REPORT ")) for o in outcomes}
-    assert all(seen[r]["FILE, 1 file"] == "no error" for r in seen), seen
+    assert all(seen[r][f"{policy}, 1 file"] == "no error" for r in seen for policy in ("FILE", "AUTO")), seen
     for key, match in (("mapped in 2 passes, DATA", "every example on every worker"),
-                       ("mapped in 2 passes, dataset_fn", "only its half"), ("FILE, 1 file", "on one worker")):
+                       ("mapped in 2 passes, dataset_fn", "only its half"), ("FILE, 1 file", "on worker 0 only"),
+                       ("AUTO, 1 file", "AUTO with 1 file should raise")):
         broken = _seen({r: {key: seen[r][key]} for r in seen})
         with pytest.raises(AssertionError, match=match):
             _run("02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], "seen": broken})
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    (("examples = examples.take(count - count % global_batch)", "pass"), "training: each of"),  # no cut
+    (("take(-count % global_batch)", "take(-count % (global_batch // 2))"), "evaluation: each of 1 worker")],
+    ids=["as written", "training without its cut", "evaluation padded to per-replica batches"])
+def test_lesson_02_pipelines_give_every_worker_the_same_whole_steps(change, match):
+    """Issue 54: lesson 02's two pipelines and its check cell, run in this process: as written every worker gets
+    the same number of per-replica batches, two per step; training_dataset without its cut to whole global
+    batches (95 examples: 6 and 5 batches on 2 workers), or the evaluation padded to whole per-replica batches
+    only (13 on one worker of two replicas, the last step leaving one replica empty), must fail the proof."""
+    import tensorflow as tf
+
+    code = _code_cells("02_input_pipelines.ipynb")
+    cells = [next(c for c in code if c.startswith(s)) for s in ("def normalize(", "def evaluation_dataset(", "numbered = ")]
+    if change is not None:
+        k = next(i for i, c in enumerate(cells) if change[0] in c)
+        cells[k] = cells[k].replace(*change)
+    namespace = {"tf": tf, "print": lambda *a, **k: None}
+    for source in cells:
+        exec(compile(source, "02 cell", "exec"), namespace)
+    measured = {k: namespace[k] for k in ("counted_once", "batches_per_worker")}
+    _holds_unless(match, _run, "02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], **measured})
+
+
+def test_lesson_02_proof_on_one_replica_says_nothing_of_replicas(capsys):
+    """Issue 54: with one replica the replicas' shares are the whole batch by construction: the proof must not
+    say replicas get disjoint examples there (it did), only NOT CHECKED."""
+    one = {"per_replica": [list(range(8))], "from_fn_per_replica": [list(range(8))], "last_split": [1]}
+    _run("02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], **one})
+    out = capsys.readouterr().out
+    assert "NOT CHECKED (one replica)" in out and "replicas and workers" not in out, out
+
+
+@pytest.mark.parametrize("number,change,match", [
+    (1, None, None), (2, None, None), (3, None, None),
+    (1, (".shard(2, 0).batch(4).as_numpy_iterator()", ".batch(4).shard(2, 0).as_numpy_iterator()"), "^$"),
+    (2, (".batch(8).shuffle(8, seed=1)", ".batch(8)"), "^$"),  # the buggy pipeline not shuffling at all
+    (2, (".shuffle(64, seed=1).batch(8)", ".shuffle(8, seed=1).batch(8)"), "^$"),  # a fix with too small a buffer
+    (3, ("seed=seeds[rank]", "seed=42"), "^$")],  # every worker the same seed: nothing seen twice to show
+    ids=["1", "2", "3", "1 shard after batch", "2 buggy not shuffled", "2 small buffer", "3 one seed"])
+def test_lesson_02_solutions_fail_when_their_answer_is_wrong(number, change, match):
+    """Issue 54: each of lesson 02's solutions, as written and with its answer made wrong."""
+    import tensorflow as tf
+
+    source = _solution("02_input_pipelines.ipynb", number)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    _holds_unless(match, exec, compile(source, f"02 solution {number}", "exec"), {"tf": tf, "print": lambda *a, **k: None})
 
 
 # The gathering cells of lessons 15, 16 and 17 on planted raw data: what the engines, the workers'
