@@ -5,10 +5,12 @@ machine (2 vCPU x86_64 VM, ResNet50 on 32x32 images, global batch 64, median ste
 `python -m helpers bench` measures them again, against TensorFlow's defaults):
 
 - Thread pools: TensorFlow gives every op the whole machine (intra-op threads = all cores).
-  With 2 replicas or 2 worker processes on 2 cores, each running its half of the batch at
-  once, the pools oversubscribe the cores. One intra-op thread per core share and 2 inter-op
-  threads: MirroredStrategy over 2 logical CPUs 0.49-0.53 s/step instead of 0.58-0.61 s
-  (single process 0.32-0.33 s); multi-worker 0.79 s instead of 0.88 s.
+  In one process every CPU device, logical ones included, shares one intra-op pool (upstream
+  `local_device.cc`, `LocalDevice`), so MirroredStrategy's replicas share it; 2 worker processes
+  each get a pool of their own. Why fewer threads measured faster is not explained here; the
+  figures: one intra-op thread per core share (at least 1) and 2 inter-op threads gave
+  MirroredStrategy over 2 logical CPUs 0.49-0.53 s/step instead of 0.58-0.61 s (single process
+  0.32-0.33 s); multi-worker 0.79 s instead of 0.88 s.
 - Ring all-reduce in 4 MiB packs (`CommunicationOptions.bytes_per_pack`): the 94 MB of
   ResNet50 gradients travel in several smaller collectives that overlap instead of one:
   2 local workers 0.63-0.67 s/step with 1-8 MiB packs, 0.71-0.81 s unpacked, 0.96 s with
