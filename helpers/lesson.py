@@ -103,10 +103,12 @@ def training_dataset(examples: tf.data.Dataset, global_batch: int, input_context
 def evaluation_dataset(examples: tf.data.Dataset, global_batch: int, input_context=None) -> tf.data.Dataset:
     """Every test example exactly once, whatever the worker count.
 
-    Dropping the last partial batch would skip up to global_batch - 1 examples (a different
-    number for every worker count); a partial batch would leave some replicas an empty one.
+    Dropping the last partial batch would skip up to global_batch - 1 examples (a number that
+    depends on the worker count); a partial batch would leave some replicas an empty one.
     Instead the set is padded with weight-0 copies to a whole number of global batches, and
-    every (image, label, weight) triple is weighted in the metrics.
+    every (image, label, weight) triple is weighted in the metrics. Keras's loss is not: its
+    default reduction divides by every example, padding included, so a padded evaluation's
+    loss is lower than its real examples' (lessons 02 and 03 show it).
     """
     count = int(examples.cardinality())
     if count < 0:
