@@ -308,13 +308,13 @@ print("TASK " + json.dumps(me), flush=True)
 @pytest.mark.parametrize("distribution, claim", [("block", None), ("cyclic", None), ("cyclic", "block")],
                          ids=["block", "cyclic", "cyclic, told block"])
 def test_tf_config_from_slurm_agrees_with_the_course_on_a_real_step(slurm, distribution, claim, report):
-    """srun -N 2 -n 4 on the local Slurm: every task's TF_CONFIG from mwms_slurm names the same workers, ports and
-    rank as the course's own reading of the step (helpers.slurm.step), ranks on the nodes Slurm put them; a task
-    told the wrong distribution stops in both, with one line."""
+    """srun -N 2 -n 4 (2 tasks a node: without --ntasks-per-node Slurm put 3 on node1) on the local Slurm: every
+    task's TF_CONFIG from mwms_slurm names the same workers, ports and rank as the course's own reading of the step
+    (helpers.slurm.step), every rank on the node it ran on; a task told the wrong distribution stops in both."""
     env = {**slurm["env"], "MWMS_PORT_BASE": "23000", "TAKE_HOME_DIR": str(MODULE.parent),
            "PYTHONPATH": str(ROOT), **({"CLAIMED_DISTRIBUTION": claim} if claim else {})}
-    done = subprocess.run(["srun", "--time=5", "-N", "2", "-n", "4", f"--distribution={distribution}", sys.executable,
-                           "-c", PROBE], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(["srun", "--time=5", "-N", "2", "-n", "4", "--ntasks-per-node=2", f"--distribution={distribution}",
+                           sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     tasks = sorted((json.loads(l[5:]) for l in done.stdout.splitlines() if l.startswith("TASK ")), key=lambda t: t["rank"])
     assert [t["rank"] for t in tasks] == [0, 1, 2, 3], done.stdout
