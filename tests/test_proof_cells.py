@@ -314,7 +314,10 @@ OK["18_your_own_script.ipynb"] = {
     "turned_pass": dict.fromkeys(_MISTAKES_18, True), "codes": [1, 1, 1, 1, 0], "final": {},
     "passed": sorted(_CHECKS_18), "not_passed": [], "on_two_workers": True, "take_home": True,
     "stopped_alone": True, "first_stop": "FAIL     the run with 1 worker: ...: AssertionError", "wrote_alone": True,
-    "alone_code": 0, "alone_files": ["ckpt.data-00000-of-00001", "ckpt.index"]}
+    "alone_code": 0, "alone_files": ["ckpt.data-00000-of-00001", "ckpt.index"],
+    "no_step_ran": True, "first_marks": "1.0 distribute_datasets_from_function at train.py:51\n1.9 script raised AssertionError",
+    "to_the_end": {"checkpoint fixed": True, "batch fixed": True}, "alone_task_none": True,
+    "alone": SimpleNamespace(stdout="worker None, epoch 0: loss 1.3427\n")}
 
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
@@ -1149,8 +1152,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("18_your_own_script.ipynb", {"passed": sorted(_CHECKS_18)[1:]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"not_passed": ["batch norm"]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"on_two_workers": False}, "run 2 workers"),
-    # the first check went on to a 2-worker run, or stopped with another error than the optimizer's assert
+    # the first check went on to a 2-worker run, or stopped otherwise than at mirrored_strategy.py's assert
     ("18_your_own_script.ipynb", {"stopped_alone": False}, "stopped at the one-worker run"),
+    # the one worker's marks: a step of strategy.run began (or it ended otherwise) before it raised
+    ("18_your_own_script.ipynb", {"no_step_ran": False}, "before any step of strategy.run began"),
+    # with only the batch and the shuffle mistakes left, a run failed or a worker ended without its weights
+    ("18_your_own_script.ipynb", {"to_the_end": {"checkpoint fixed": True, "batch fixed": False}}, "train to the end"),
+    # run alone, the script printed a task_id (TF_CONFIG leaked into the run alone)
+    ("18_your_own_script.ipynb", {"alone_task_none": False}, "task_id should be None"),
     # the fixed script run alone (task_id None) wrote no checkpoint: a chief test of task_id == 0
     ("18_your_own_script.ipynb", {"wrote_alone": False, "alone_files": []}, "run alone"),
     ("18_your_own_script.ipynb", {"take_home": False}, "import nothing from the course"),
@@ -3186,19 +3195,26 @@ _PASS_18 = {"strategy.scope()": "PASS     strategy.scope(): model(s) sequential 
             "input sharding": "PASS     input sharding: in each of 8 steps the 2 workers read, together, exactly ...",
             "same weights as one worker": "PASS     same weights as one worker: after 8 steps ... 2.3e-07 of the update",
             "identical weights on every worker": "PASS     identical weights on every worker: equal bit for bit",
-            "who writes": "PASS     who writes: no file is written by two workers"}
-_FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batch is the global batch 12: ...",
+            "who writes": "PASS     who writes: no file is written by two workers; the chief wrote 1 path(s) (run/ckpt), "
+                          "the others only paths of their own (run/workertemp_1/ckpt)"}
+_FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batch is the global batch 12: the global "
+                                  "batch of a step is 24, 2 times one worker's",
             "input sharding": "FAIL     input sharding: the workers' shards overlap: 7 examples were read by two ...",
-            "who writes": "FAIL     who writes: workers 0, 1 all write /x/run/ckpt (write): they overwrite ..."}
+            "who writes": "FAIL     who writes: workers 0, 1 all write /x/run/ckpt (tf.train.Checkpoint): they overwrite ..."}
+_MARKS_18 = ("1795937582.700 script starting\n1795937583.112 distribute_datasets_from_function at train.py:51\n"
+             "1795937583.988 script raised AssertionError\n1795937584.010 report written\n")  # as kept, the first check
+_STEPS_18 = "".join(f"1795937600.{k} step {k} of strategy.run(step) in the script: 12 examples\n" for k in range(1, 9))
 _FIX_18 = "           fix: what to change"
 
 
-def _as_written_18(workers: int = 1, error: str = "AssertionError") -> str:
+_RAISED_18 = "tensorflow/python/distribute/mirrored_strategy.py:806, in _update: assert isinstance(var, values.DistributedVariable)"
+
+
+def _as_written_18(workers: int = 1, error: str = "AssertionError", raised: str = _RAISED_18) -> str:
     return _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built outside "
                      "strategy.scope(): its variables are not mirrored", _FIX_18,
                      f"FAIL     the run with 1 worker: worker 0 failed at train.py:53 (loss = train_step(batch)): {error} "
-                     "(raised at keras/src/backend/tensorflow/optimizer.py:134, in _distributed_tf_update_step)",
-                     workers=workers)
+                     f"(raised at {raised})", workers=workers)
 
 
 def _checks_18(**changes) -> dict:
@@ -3210,10 +3226,9 @@ def _checks_18(**changes) -> dict:
                 "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."}
     checks = {
         "as written": (1, _as_written_18()),
-        # both workers wrote one checkpoint: one of them failed in the race, so nothing else was compared
-        "scope fixed": (1, _check_18("FAIL     the run with 2 workers: worker 1 failed at train.py:58 "
-                                     "(checkpoint.write(...)): InvalidArgumentError: ... not found",
-                                     _PASS_18["strategy.scope()"], _FAIL_18["who writes"], _FIX_18)),
+        # both workers wrote run/ckpt, each in a working directory of its own (no race): every check ran
+        "scope fixed": (1, report({"batch per replica": _FAIL_18["batch per replica"],
+                                   "who writes": _FAIL_18["who writes"]}, not_seen)),
         "checkpoint fixed": (1, report({"batch per replica": _FAIL_18["batch per replica"]}, not_seen)),
         "batch fixed": (1, report({"input sharding": _FAIL_18["input sharding"]},
                                   {"same weights as one worker": not_seen["same weights as one worker"]})),
@@ -3258,26 +3273,71 @@ def _checks_18(**changes) -> dict:
      "stopped at the one-worker run"),
     # run alone, the fixed script wrote no checkpoint (its chief test False without TF_CONFIG), or failed
     ({"alone files": []}, "import tensorflow as tf\n", "run alone"),
-    ({"alone code": 1}, "import tensorflow as tf\n", "run alone")],
+    ({"alone code": 1}, "import tensorflow as tf\n", "run alone"),
+    # issue 54: cell 19 with `chief = ... task_id == 1`: worker 1 wrote run/ckpt, the chief a temporary path; and
+    # the line as it was, base names only ("(ckpt)"), which could not tell the two apart
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        "NOT SEEN input sharding: not checked", "NOT SEEN same weights as one worker: ...",
+                                        _PASS_18["identical weights on every worker"],
+                                        "PASS     who writes: no file is written by two workers; the chief wrote 1 "
+                                        "path(s) (run/workertemp_0/ckpt), the others only paths of their own (run/ckpt)",
+                                        _FIX_18))}, "import tensorflow as tf\n", "turn its FAIL line to PASS"),
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        "NOT SEEN input sharding: not checked", "NOT SEEN same weights as one worker: ...",
+                                        _PASS_18["identical weights on every worker"],
+                                        "PASS     who writes: no file is written by two workers; the chief wrote 1 "
+                                        "path(s) (ckpt), the others only paths of their own", _FIX_18))},
+     "import tensorflow as tf\n", "turn its FAIL line to PASS"),
+    # the first failure named by Keras's optimizer (TensorFlow's traceback filter on), not the assert that raised
+    ({"as written": (1, _as_written_18(raised="keras/src/backend/tensorflow/optimizer.py:134, in "
+                                              "_distributed_tf_update_step"))}, "import tensorflow as tf\n",
+     "stopped at the one-worker run"),
+    # the one worker ran its 8 steps before it raised (at the checkpoint, say)
+    ({"marks": _MARKS_18.replace("1795937583.988 script raised", _STEPS_18 + "1795937583.988 script raised")},
+     "import tensorflow as tf\n", "before any step of strategy.run began"),
+    # with only the batch and the shuffle mistakes left: a worker ended without its weights, or a run failed
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n not in ("input sharding", "identical weights "
+                                                                                   "on every worker")],
+                                   _FAIL_18["input sharding"], "NOT SEEN identical weights on every worker: not every "
+                                   "worker wrote its weights"))}, "import tensorflow as tf\n", "train to the end"),
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"], _FAIL_18["input sharding"],
+                                   "FAIL     the run with 2 workers: worker 1 failed at train.py:58"))},
+     "import tensorflow as tf\n", "train to the end"),
+    # the batch line said something else than the step of 24 the lesson reads from it
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], "FAIL     batch per replica: each worker's batch "
+                                        "is the global batch 12: ...", _PASS_18["who writes"]))},
+     "import tensorflow as tf\n", "name each planted mistake"),
+    # imports the old regex did not see: a second name on one line, importlib, __import__
+    ({}, "import os, helpers\n", "import nothing from the course"),
+    ({}, "import importlib\nlesson = importlib.import_module('helpers.lesson')\n", "import nothing from the course"),
+    ({}, "lesson = __import__('helpers')\n", "import nothing from the course"),
+    # run alone, it printed a task_id of 0 (a TF_CONFIG left in its environment)
+    ({"alone stdout": "worker 0, epoch 0: loss 1.3427\n"}, "import tensorflow as tf\n", "task_id should be None")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
-         "first another error", "alone wrote nothing", "alone failed"])
+         "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
+         "named by keras", "a step ran first", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
+         "importlib", "__import__", "alone had a task"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
-    line with the planted cause, that check PASS at the next run, every check PASS at the end; the run
-    alone's checkpoint read from its directory."""
+    line with the planted cause, that check PASS at the next run (the chief's checkpoint at run/ckpt),
+    every check PASS at the end; the first stop from its line and the worker's kept marks; the script's
+    imports with ast; the run alone's task_id from what it printed, its checkpoint from its directory."""
+    import ast
     import re
 
     changes = dict(changes)
     files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
     alone_code = changes.pop("alone code", 0)
+    alone_stdout = changes.pop("alone stdout", "worker None, epoch 0: loss 1.3427\nworker None, epoch 1: loss 1.0213\n")
+    marks = changes.pop("marks", _MARKS_18)
     (tmp_path / "alone").mkdir()
     for name in files:
         (tmp_path / "alone" / name).write_text("")
     (tmp_path / "train.py").write_text(script)
     _holds_unless(match, _gather_and_prove, "18_your_own_script.ipynb",
-                  {"re": re, "work_dir": tmp_path, "checks": _checks_18(**changes),
-                   "alone": SimpleNamespace(returncode=alone_code)})
+                  {"re": re, "ast": ast, "work_dir": tmp_path, "checks": _checks_18(**changes), "first_marks": marks,
+                   "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
 
 
 def _solution_18(number: int, outputs: list[tuple[int, str]], tmp_path: Path) -> None:

@@ -123,18 +123,23 @@ def write_findings(run: Run) -> list[Finding]:
     unseen = unexplained(run)
     if unseen:
         return [Finding("NOT SEEN", "who writes", f"{len(unseen)} file(s) changed that no worker wrote through a call "
-                        f"the check watches ({_short(unseen)}): written by C++ code or another program, so which "
-                        "worker wrote them is not known",
+                        f"the check watches ({_short(unseen, run.cwd)}): written by C++ code or another program, so "
+                        "which worker wrote them is not known",
                         to_see="write through Python, tf.io.gfile or a TensorFlow/Keras save the check names "
                         "(docs/check-your-script.md), or write those files only on the chief")]
     if not by_path:
         return [Finding("NOT SEEN", "who writes", "the script wrote no file the command observes",
                         to_see="let the script write what it writes at full size (a checkpoint, a model, logs)")]
     chief = sorted(p for p, r in by_path.items() if 0 in r)
+    others = sorted(p for p, r in by_path.items() if 0 not in r)
     return [Finding("PASS", "who writes", f"no file is written by two workers; the chief wrote {len(chief)} path(s) "
-                    f"({_short(chief)}), the others only paths of their own")]
+                    f"({_short(chief, run.cwd)}), the others only paths of their own"
+                    + (f" ({_short(others, run.cwd)})" if others else ""))]
 
 
-def _short(paths: list[str]) -> str:
-    shown = [os.path.basename(p.rstrip("/")) or p for p in paths[:3]]
+def _short(paths: list[str], cwd: str) -> str:
+    """The first paths, each relative to the working directory when below it (`run/ckpt`: which
+    of two paths with the same last name the chief wrote is what the line must tell)."""
+    shown = [os.path.relpath(p, cwd) if cwd and p.startswith(cwd.rstrip(os.sep) + os.sep) else p
+             for p in paths[:3]]
     return ", ".join(shown) + (", ..." if len(paths) > 3 else "")

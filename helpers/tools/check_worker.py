@@ -6,11 +6,11 @@ That is how a Slurm task starts (`check-script --slurm`). Local workers are fork
 the command, which imported TensorFlow and put the wrappers on once (`prepare`), and each fork
 calls `run` (one import of TensorFlow a check, not one a worker). Either way, before the script
 runs as `__main__` (through `runpy`), `check_watch` has wrapped TensorFlow and Keras; the worker
-hides the GPUs, fixes the seeds, points the temporary directory into OUT_DIR (TensorFlow's
-autograph writes its traced code there, and `os._exit` skips its clean-up), writes a progress
-mark per step to a side file (a worker killed at a deadline is named by its last one) and, each
-second, the script line it is on. At exit it writes OUT_DIR/worker-RANK.json and
-weights-RANK.npz; it never reads the script's output.
+hides the GPUs, keeps TensorFlow's own frames in tracebacks, fixes the seeds, points the
+temporary directory into OUT_DIR (TensorFlow's autograph writes its traced code there, and
+`os._exit` skips its clean-up), writes a progress mark per step to a side file (a worker
+killed at a deadline is named by its last one) and, each second, the script line it is on. At
+exit it writes OUT_DIR/worker-RANK.json and weights-RANK.npz; it never reads the script's output.
 """
 
 from __future__ import annotations
@@ -169,6 +169,18 @@ def _collect() -> dict:
     return arrays
 
 
+def _full_tracebacks() -> None:
+    """Keep TensorFlow's and Keras's own frames in the tracebacks they raise: both filter them out
+    by default (tensorflow/python/util/traceback_utils.py, for the calling thread;
+    keras/src/utils/traceback_utils.py), and the failure line names the innermost frame, where
+    the error was raised, which is often theirs (a bare `assert` in TensorFlow's distribute code)."""
+    import tensorflow as tf
+    import keras
+
+    tf.debugging.disable_traceback_filtering()
+    keras.config.disable_traceback_filtering()
+
+
 def _exception(exc: BaseException) -> dict:
     import traceback
 
@@ -180,6 +192,7 @@ def _exception(exc: BaseException) -> dict:
             "line": f"{os.path.basename(script)}:{frames[-1].lineno}" if frames else None,
             "code": frames[-1].line if frames else None,
             "raised_at": (f"{_short_path(innermost.filename)}:{innermost.lineno}, in {innermost.name}"
+                          + (f": {innermost.line.strip()[:160]}" if innermost.line else "")
                           if innermost and innermost not in frames[-1:] else None)}
 
 
@@ -229,6 +242,7 @@ def run(out: str, script: str, argv: list[str], real_cwd: str = "") -> int:
     random.seed(SEED)
     mark("script starting")
     check_watch.hide_gpus()
+    _full_tracebacks()
     check_watch.on_first_step(snapshot_initial)
     sys.addaudithook(audit)
     sys.argv = [script, *argv]
