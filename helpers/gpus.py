@@ -159,7 +159,7 @@ def gpu_memory_mib() -> int | None:
     the one `CUDA_VISIBLE_DEVICES` names, else the smallest listed (a limit too small is safer)."""
     slices = MIG_DEVICE.findall(nvidia_smi("-L"))
     if slices:
-        named = set(visible_gpus() if VISIBLE_ENV in os.environ else [])
+        named = set(visible_gpus())  # MIG UUIDs where CUDA_VISIBLE_DEVICES names them
         mine = [profile for profile, uuid in slices if uuid in named]
         return mig_slice_mib(mine[0]) if mine else min(mig_slice_mib(profile) for profile, _ in slices)
     out = nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits").split()

@@ -47,6 +47,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..settings import text as setting_text
+
 SCHEMA = "tf-hpc-course/gpucheck/2"
 STATUSES = ("ok", "failed", "skipped")
 STEPS = ("build", "allreduce-node", "allreduce-tasks", "layout-gpu", "allreduce-nodes", "resnet50-mixed",
@@ -182,7 +184,7 @@ def _in_step_layout_kernel(cap: float) -> dict:
     workers = [json.loads(line[len(LINE):]) for o in outcomes for line in o.output.splitlines() if line.startswith(LINE)]
     failed = [o for o in outcomes if o.returncode != 0]
     figures = {"gpu_mib": gpu_memory_mib(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-               "tensorflow_gpus_seen": seen, "kernel_memory_mib": int(os.environ.get(GPU_MEMORY_ENV, "0") or 0),
+               "tensorflow_gpus_seen": seen, "kernel_memory_mib": int(setting_text(GPU_MEMORY_ENV) or 0),
                "kernel_plan": kernel.describe(), "workers": sorted(workers, key=lambda w: w.get("rank", 0))}
     if failed:
         tail = (failed[0].output.strip().splitlines() or ["no output"])[-1][:300]
@@ -226,7 +228,7 @@ def _in_step_layout_worker() -> dict:
     gpus = tf.config.list_physical_devices("GPU")
     limit = (tf.config.get_logical_device_configuration(gpus[0]) or [None])[0] if gpus else None
     seconds = allreduce_seconds(strategy, 1_000_000)
-    return {"rank": int(strategy.cluster_resolver.task_id), "memory_mib": int(os.environ.get(GPU_MEMORY_ENV, "0") or 0),
+    return {"rank": int(strategy.cluster_resolver.task_id), "memory_mib": int(setting_text(GPU_MEMORY_ENV) or 0),
             "growth": os.environ.get(GROWTH_ENV), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "communication": communication_for(worker_gpus(strategy.cluster_resolver), shares_gpu()),
             "tensorflow_gpus_seen": len(gpus), "tensorflow_memory_limit_mib": getattr(limit, "memory_limit", None),
