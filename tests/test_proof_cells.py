@@ -217,9 +217,10 @@ _PS = "/job:ps/replica:0/task:0/device:CPU:0"
 _PS_STEPS, _PS_WORKERS = 40, 2  # scheduled steps; each worker also takes one warm-up step
 OK["12_strategy_tour.ipynb"] = {
     "roles": [("chief", 0, "h", 11), ("worker", 0, "h", 12), ("worker", 1, "h", 13), ("ps", 0, "h", 14)], "PS_WORKERS": _PS_WORKERS,
-    "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
+    "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "moved_updates": _PS_STEPS + _PS_WORKERS,
+    "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 1.2, "sync_first": 2.31, "sync_last": 0.9,
-    "sync_digests": ["d", "d"], "sync_in_sync": [2, 2], "sync_logs": [[], []],
+    "sync_digests": ["d", "d"], "sync_in_sync": [2, 2], "sync_locals": [1, 1], "sync_logs": [[], []], "overflow_step": 119,
     "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "replicas": 2,
     "before": {"OneDevice": 2.34, "Mirrored": 2.35, "CentralStorage": 2.35},
     "evaluated": {"OneDevice": 0.4, "Mirrored": 0.5, "CentralStorage": 0.5}, "central_mean": 5 / 3,
@@ -230,8 +231,10 @@ OK["12_strategy_tour.ipynb"] = {
 _STEP_1 = ["step-1.data-00000-of-00001", "step-1.index"]  # what tf.train.Checkpoint.write leaves
 OK["13_from_horovod.ipynb"] = {
     "ranks": [0, 1], "sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
-    "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05, "collective": [[[10.5], [10.0, 11.0], [10.0]]] * 2,
-    "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True}, {"dir": "/tmp/t1", "wrote": _STEP_1, "left": False}],
+    "gradient_size": 0.1, "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05,
+    "collective": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,  # mean, gather, broadcast from the last rank
+    "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": []},
+                    {"dir": "/tmp/t1", "wrote": _STEP_1, "left": False, "on_read": []}],
     "left": [(0, "/w/checkpoint")], "chief_dir": "/w/checkpoint", "kept": _STEP_1,
     "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1.5e-6}}
 
@@ -875,7 +878,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("12_strategy_tour.ipynb", {"variable_devices": [_PS, "/job:worker/replica:0/task:0/device:CPU:0"]},
      "not on the parameter server"),
     ("12_strategy_tour.ipynb", {"variable_devices": []}, "not on the parameter server"),
-    ("12_strategy_tour.ipynb", {"applied_updates": _PS_STEPS + _PS_WORKERS - 1}, "updates for"),  # one update lost
+    ("12_strategy_tour.ipynb", {"applied_updates": _PS_STEPS + _PS_WORKERS - 1}, "not one update per step"),  # one count lost
+    # a step whose apply moved nothing (test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update runs it)
+    ("12_strategy_tour.ipynb", {"moved_updates": _PS_STEPS + _PS_WORKERS - 1}, "not one update per step"),
+    # a scheduled step that never ran: both counters agree, one short
+    ("12_strategy_tour.ipynb", {"applied_updates": _PS_STEPS + _PS_WORKERS - 1, "moved_updates": _PS_STEPS + _PS_WORKERS - 1},
+     "not one update per step"),
     ("12_strategy_tour.ipynb", {"overlapping": 0, "staleness": [0] * 40}, "did not train asynchronously"),
     ("12_strategy_tour.ipynb", {"staleness": [0] * 40}, "did not train asynchronously"),
     ("12_strategy_tour.ipynb", {"overlapping": 0}, "did not train asynchronously"),  # stale, yet no step overlapped
@@ -888,6 +896,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     # each worker alone (no TF_CONFIG): same seeds and data give the same digest, but one replica each
     ("12_strategy_tour.ipynb", {"sync_in_sync": [1, 1]}, "did not form one cluster"),
     ("12_strategy_tour.ipynb", {"sync_in_sync": [2, 1]}, "did not form one cluster"),
+    # each worker alone on its own 2 GPUs: 2 replicas each, as two workers of one device each would count
+    ("12_strategy_tour.ipynb", {"sync_in_sync": [2, 2], "sync_locals": [2, 2]}, "did not form one cluster"),
+    # one engine only: a cluster of one agrees with itself
+    ("12_strategy_tour.ipynb", {"sync_in_sync": [1], "sync_locals": [1], "sync_digests": ["d"]}, "did not form one cluster"),
+    ("12_strategy_tour.ipynb", {"overflow_step": None}, "should overflow"),
     ("12_strategy_tour.ipynb", {"central_mean": 2.0}, "sum the replicas' updates"),  # the true mean: nothing summed
     ("12_strategy_tour.ipynb", {"fit_errors": {"per-worker": None, "tf.data": "... create_per_worker_dataset."}},
      "refuse the per-worker dataset"),
@@ -912,24 +925,34 @@ BROKEN: list[tuple[str, dict, str]] = [
      "did not train"),
     ("13_from_horovod.ipynb", {"ranks": [0, 0]}, "not one job"),
     ("13_from_horovod.ipynb", {"sizes": [1, 1]}, "not one job"),
-    # one worker alone: a job of 1 is consistent with itself, yet proves nothing about averaging
+    # one worker alone (N_ENGINES = 1): a job of 1 is consistent with itself, yet proves nothing about averaging
     ("13_from_horovod.ipynb", {"ranks": [0], "sizes": [1], "initial_digests": ["i"], "rates": [0.05],
-                               "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True}],
-                               "collective": [[[10.0], [10.0], [10.0]]]}, "not one job"),
+                               "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": []}],
+                               "collective": [[[10.0], [10.0], [10.0, -10.0]]]}, "at least 2 workers"),
     ("13_from_horovod.ipynb", {"initial_digests": ["i", "j"]}, "rank 0's weights"),  # the gap measured on one layer only
     ("13_from_horovod.ipynb", {"start_gap": 0.1}, "rank 0's weights"),
     ("13_from_horovod.ipynb", {"initial_digests": ["i", "j"], "start_gap": 0.1}, "rank 0's weights"),
     ("13_from_horovod.ipynb", {"gradient_gap": 0.01}, "Horovod's average"),
     ("13_from_horovod.ipynb", {"update_gap": 0.01}, "update differs"),
     ("13_from_horovod.ipynb", {"rates": [0.05, 0.05]}, "scale with the workers"),
-    ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [11.0]]] * 2}, "collectives"),
+    ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [10.0, -10.0]]] * 2}, "collectives"),  # rank 0's
+    # issue 54: a minimum or a maximum of the ranks' pairs is no rank's pair (a broadcast of rank 0's 10 was a MIN)
+    ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [10.0, -11.0]]] * 2}, "collectives"),  # MIN
+    ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [11.0, -10.0]]] * 2}, "collectives"),  # MAX
+    ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [11.0, -11.0]], [[10.5], [10.0, 11.0], [10.0, -10.0]]]},
+     "collectives"),  # each rank kept its own pair
     ("13_from_horovod.ipynb", {"left": [(0, "/w/checkpoint"), (1, "/tmp/t1")]}, "chief alone"),  # rank 1 kept its copy
     ("13_from_horovod.ipynb", {"left": [(1, "/w/checkpoint")]}, "chief alone"),  # the kept copy is rank 1's
     ("13_from_horovod.ipynb", {"left": []}, "chief alone"),  # the chief deleted its copy too
-    ("13_from_horovod.ipynb", {"checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True}] * 2},
+    ("13_from_horovod.ipynb", {"checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": []}] * 2},
      "directory of its own"),  # both wrote into the chief's directory
-    ("13_from_horovod.ipynb", {"checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True},
-                                               {"dir": "/tmp/t1", "wrote": [], "left": False}]}, "directory of its own"),
+    ("13_from_horovod.ipynb", {"checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": []},
+                                               {"dir": "/tmp/t1", "wrote": [], "left": False, "on_read": []}]},
+     "directory of its own"),
+    # issue 54: a metric's total in the checkpoint: saving it is a collective, a chief-only write would hang
+    ("13_from_horovod.ipynb", {"checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": ["mean/total"]},
+                                               {"dir": "/tmp/t1", "wrote": _STEP_1, "left": False, "on_read": ["mean/total"]}]},
+     "synchronised on read"),
     ("13_from_horovod.ipynb", {"kept": []}, "chief alone"),
     ("13_from_horovod.ipynb", {"kept": ["step-2.index"]}, "chief alone"),  # a later step's checkpoint, not step 1's
     # CI asks for Horovod's own run: its absence must fail there, not pass as "not compared"
@@ -938,8 +961,11 @@ BROKEN: list[tuple[str, dict, str]] = [
      "Horovod's own run"),
     # issue 54, thresholds: each between its bound and the bound loosened 10x, so also inside the review's
     # loosenings (gradient 1e-5 to 5e-3, rate 1e-3 to 0.4, Horovod 1e-5 to 1e-2); measured here: gradient 1.5e-6,
-    # update 1.5e-7, rate 0.100000 of 0.1
+    # update 1.5e-7, rate 0.100000 of 0.1. The gradient's bounds are relative to its largest entry (0.1 here)
     ("13_from_horovod.ipynb", {"gradient_gap": 5e-5}, "Horovod's average"),
+    # a small gradient (largest entry 1e-3) off by 0.5 %: inside the absolute 1e-5 the proof once had, not its relative bound
+    ("13_from_horovod.ipynb", {"gradient_gap": 5e-6, "gradient_size": 1e-3,
+                               "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1e-8}}, "Horovod's average"),
     ("13_from_horovod.ipynb", {"update_gap": 5e-5}, "update differs"),
     ("13_from_horovod.ipynb", {"rates": [0.1, 0.1005]}, "scale with the workers"),  # one worker's rate 0.5 % off
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 5e-5, "weights": 7e-9, "recipe": 1.5e-6}},
@@ -1317,13 +1343,14 @@ LOOSENED = [
     ("09_monitoring.ipynb", 'shares["starved"] > 0.3', 'shares["starved"] > 0.03'),
     ("09_monitoring.ipynb", 'shares["starved"] / 4', 'shares["starved"] / 2'),  # the bound the proof once had
     ("13_from_horovod.ipynb", "n >= 2", "n >= 1"),
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 1e-4"),
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-5", "gradient_gap < 5e-3"),  # the review's
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * gradient_size", "gradient_gap < 1e-3 * gradient_size"),
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * gradient_size", "gradient_gap < 5e-2 * gradient_size"),  # the review's
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * gradient_size", "gradient_gap < 1e-5"),  # the absolute bound it was
     ("13_from_horovod.ipynb", "update_gap < 1e-5", "update_gap < 1e-4"),
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 1e-2 * BASE_LR * n"),
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 0.4 * BASE_LR * n"),  # the review's
-    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-4"),
-    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-5", "max(horovod_gaps.values()) < 1e-2"),  # the review's
+    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-4 * gradient_size", "max(horovod_gaps.values()) < 1e-3 * gradient_size"),
+    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-4 * gradient_size", "max(horovod_gaps.values()) < 1e-1 * gradient_size"),  # the review's
     ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
     ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),
@@ -1457,7 +1484,7 @@ def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
     ("02_input_pipelines.ipynb", {"per_replica": [list(range(8))], "from_fn_per_replica": [list(range(8))],
                                   "last_split": [1], "gamma_nan": [False], "cnn_fit": "ran", "cnn_evaluate": "ran"}),
     ("04_custom_training_loop.ipynb", {"strategy": _strategy(1), "wrong_gap": 0.0}),
-    ("12_strategy_tour.ipynb", {"replicas": 1, "central_bn_error": None, "central_mean": 2.0,
+    ("12_strategy_tour.ipynb", {"replicas": 1, "central_bn_error": None, "central_mean": 2.0, "overflow_step": None,
                                 "copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}),
     ("05_sync_batch_norm.ipynb", {"strategy": _strategy(1), "spread_plain": 0.0, "all_reduces": 3,
                                   "gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 1e-7}})])
@@ -1640,6 +1667,140 @@ def test_lesson_13_solution_1_takes_its_count_from_tensorflow(count, sizes, matc
     the job's shape, checked first against the engines' measured size, so a count other than
     devices x workers fails it."""
     _holds_unless(match, _lesson_13_solution_1, count, sizes)
+
+
+LESSON_13_SOLUTION_2 = """
+import sys
+import nbformat
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * int(sys.argv[1]))
+import keras, numpy as np
+
+cells = [c.source for c in nbformat.read("notebooks/13_from_horovod.ipynb", as_version=4).cells if c.cell_type == "code"]
+ns = {"tf": tf, "keras": keras, "np": np, "print": print}
+exec(next(c for c in cells if c.startswith("%%writefile {model_file}")).split("\\n", 1)[1], ns)  # make_model
+rng = np.random.default_rng(0)
+ns.update(images=rng.uniform(size=(32, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=32).astype("int32"))
+try:
+    exec(next(c for c in cells if c.startswith("# Solution 2")), ns)
+except AssertionError as exc:
+    print("FAILED", exc)
+else:
+    print("PASSED")
+"""
+
+
+@pytest.mark.parametrize("devices,expected", [(2, "PASSED"), (1, "FAILED the check needs 2 replicas or more")],
+                         ids=["two replicas", "one device"])
+def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, expected):
+    """Issue 54 (13 cell 54): the solution once divided by len(x) * 2 whatever the replicas, so its ratio of 2 held
+    by construction, on one device too. Now it measures the step apply_gradients takes with each loss and needs it
+    num_replicas_in_sync times too large, on 2 replicas or more: on one device it must fail."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_13_SOLUTION_2, str(devices)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdict = [line for line in done.stdout.splitlines() if line.startswith(("PASSED", "FAILED"))]
+    assert verdict and verdict[-1].startswith(expected), done.stdout[-2000:]
+    if devices == 2:
+        assert "the step is 2.000 times too large" in done.stdout, done.stdout[-2000:]
+
+
+# rank 0 of lesson 13's two Slurm engines in a hub server job of the node layout (--ntasks=4 --gres=gpu:4): the
+# step's variables as srun sets them, and the node's 4 GPUs; TensorFlow taken for a GPU build (the CPU wheel here)
+LESSON_13_NODE_ENGINE = """
+import json, os
+os.environ.update({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+                   "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "localhost",
+                   "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NTASKS": "4", "SLURM_GPUS_ON_NODE": "4",
+                   "CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURMD_NODENAME": "localhost"})
+import helpers.gpus, helpers.resolver
+helpers.resolver.tensorflow_is_cpu_build = helpers.gpus.tensorflow_is_cpu_build = lambda: False
+from helpers.engines import on_engine
+os.environ["TF_CONFIG"] = json.dumps(on_engine.slurm_tf_config())  # what setup_multiworker writes there
+import nbformat
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
+
+cell = next(c.source for c in nbformat.read("notebooks/13_from_horovod.ipynb", as_version=4).cells
+            if "# Horovod: hvd.init()" in c.source)
+ns = {"tf": tf, "os": os, "cluster_resolver": helpers.resolver.cluster_resolver}  # whichever resolver the cell makes
+exec(next(line for line in cell.splitlines() if line.startswith("resolver = ")), ns)
+mwms.context.num_gpus = lambda: 1  # the one GPU the pinning cell leaves TensorFlow
+devices, _ = mwms.CollectiveAllReduceExtended._initialize_local_devices(None, ns["resolver"], "/job:worker/task:0")
+print("ENGINE", os.environ["CUDA_VISIBLE_DEVICES"], type(ns["resolver"]).__name__, json.dumps(list(devices)))
+"""
+
+
+def test_lesson_13_strategy_on_a_gpu_node_makes_one_replica_per_engine():
+    """Issue 54 (13 cells 18-21): on Slurm engines in the node layout each engine holds 2 of the node's 4 GPUs,
+    and the lesson pins TensorFlow to the first, one replica per worker as one Horovod process. The strategy
+    then counts GPUs as its resolver says: the course's Slurm resolver names the engine's 2 (MWMS listed GPU:0
+    and GPU:1, a replica on a GPU the pin hid), TFConfigClusterResolver makes MWMS count the GPUs TensorFlow sees.
+    Simulated (no GPU here): rank 0 of two engines, TensorFlow taken for a GPU build that sees one GPU."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_13_NODE_ENGINE], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={k: v for k, v in os.environ.items()
+                                         if not k.startswith(("SLURM", "TF_CONFIG", "CUDA_VISIBLE", "COURSE_CLASS"))})
+    assert done.returncode == 0, done.stderr[-3000:]
+    visible, kind, devices = next(l for l in done.stdout.splitlines() if l.startswith("ENGINE ")).split(" ", 3)[1:]
+    assert visible == "0,1", f"the engine's share of the node's GPUs: {visible}"  # the simulation's premise
+    assert json.loads(devices) == ["/job:worker/task:0/device:GPU:0"], \
+        f"one replica per engine expected, on the GPU the pin left; {kind} gave MWMS {devices}"
+
+
+class _PlantedHorovod:
+    """helpers.horovod_env as lesson 13's Horovod cell uses it: built, allowed by `refusal`, and `run` recorded."""
+
+    def __init__(self):
+        self.runs = []
+
+    def site_dir(self):
+        return Path("/built")
+
+    def refusal(self, n):
+        return None
+
+    def run(self, *args, **kwargs):
+        self.runs.append(args)
+        raise RuntimeError("horovodrun started")
+
+
+@pytest.mark.parametrize("layout,ran", [(None, True), ("node", True), ("gpu", False)])
+def test_lesson_13_does_not_run_horovodrun_where_classmates_share_the_node(layout, ran, monkeypatch, capsys):
+    """Issue 54 (13 cell 38): horovodrun's rendezvous listens on every interface and its Gloo ports on loopback,
+    on ports no course firewall guards: in the GPU-per-learner layout (classmates' jobs on the node) the lesson
+    says why it does not run it and compares with the recipe by hand; elsewhere, where allowed, it runs."""
+    import sys
+
+    nb = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if c.source.startswith("from helpers import horovod_env"))
+    planted = _PlantedHorovod()
+    monkeypatch.setitem(sys.modules, "helpers.horovod_env", planted)
+    monkeypatch.setattr(__import__("helpers"), "horovod_env", planted, raising=False)
+    if layout is None:
+        monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
+    else:
+        monkeypatch.setenv("COURSE_CLASS_LAYOUT", layout)
+    namespace = {"N_ENGINES": 2, "work_dir": Path("/w"), "horovod_script": Path("/w/horovod_step.py"), "BASE_LR": 0.05}
+    if ran:
+        with pytest.raises(RuntimeError, match="horovodrun started"):
+            exec(compile(cell, "13 Horovod cell", "exec"), namespace)
+    else:
+        exec(compile(cell, "13 Horovod cell", "exec"), namespace)
+        assert namespace["horovod_result"] is None
+        assert "not run here: COURSE_CLASS_LAYOUT=gpu" in capsys.readouterr().out
+    assert len(planted.runs) == int(ran)
 
 
 @pytest.mark.parametrize("change,match", [
@@ -2598,12 +2759,12 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     for name in checkpoint:
         (tmp_path / "checkpoint" / name).write_bytes(b"")
     if reports is None:
-        reports = [{"dir": str(tmp_path / "checkpoint"), "wrote": list(checkpoint), "left": True},
-                   {"dir": str(tmp_path / "t1"), "wrote": ["step-1.index"], "left": False}]
+        reports = [{"dir": str(tmp_path / "checkpoint"), "wrote": list(checkpoint), "left": True, "on_read": []},
+                   {"dir": str(tmp_path / "t1"), "wrote": ["step-1.index"], "left": False, "on_read": []}]
     pulled = {"size": [2, 2], "rank": [0, 1], "initial_digest": ["i", "i"],
               "initial_weights": [start, [start[0] + start_off, start[1]]],
               "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
-              "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [10.0]]] * 2,
+              "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,
               "checkpoint_report": reports}
     return {"engines": _PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
             "work_dir": tmp_path, "horovod_result": None, "BASE_LR": 0.05}
@@ -2622,12 +2783,15 @@ def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path
     _holds_unless(match, _gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
 
 
-def _lesson_13_checkpoints(tmp_path, monkeypatch, change) -> None:
+def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=False) -> None:
     """Lesson 13's checkpoint cell as each of 2 engines runs it (rank 0, then rank 1; temporary
     directories under tmp_path), with `change` (old, new) made to its source, then the gathering
-    cell and the proof on what the two reported and on the files left in the work directory."""
+    cell and the proof on what the two reported and on the files left in the work directory. Each
+    saves a small Keras model and its SGD optimizer; `on_read`: the model also holds a variable
+    synchronised on read, as a metric's total."""
     import tempfile
 
+    import keras
     import tensorflow as tf
 
     nb = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4)
@@ -2642,8 +2806,12 @@ def _lesson_13_checkpoints(tmp_path, monkeypatch, change) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     reports = []
     for rank in (0, 1):
-        namespace = {"tf": tf, "WORK_DIR": str(work), "rank": rank, "model": tf.Variable([1.0, 2.0]),
-                     "optimizer": tf.Variable(0.1), "print": lambda *a, **k: None}
+        model, optimizer = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]), keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+        if on_read:
+            model.total = keras.Variable(0.0, synchronization="on_read", aggregation="sum", trainable=False, name="total")
+        namespace = {"tf": tf, "WORK_DIR": str(work), "rank": rank, "model": model, "optimizer": optimizer,
+                     "print": lambda *a, **k: None}
         exec(compile(source, f"13 checkpoint cell, rank {rank}", "exec"), namespace)
         reports.append(namespace["checkpoint_report"])
     _gather_and_prove("13_from_horovod.ipynb", _horovod_raw(work, checkpoint=(), reports=reports))
@@ -2663,6 +2831,18 @@ def test_lesson_13_checkpoint_cell_keeps_the_chiefs_copy_alone(tmp_path, monkeyp
     so a cell that writes elsewhere, keeps a second copy or deletes the chief's fails the proof."""
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     _holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, "synchronised on read"),
+    (('if v.synchronization == "on_read"', 'if v.synchronization == "ON_READ"'), None)],  # never matches: lists none
+    ids=["as written", "the list never matches"])
+def test_lesson_13_checkpoint_cell_lists_a_variable_synchronised_on_read(tmp_path, monkeypatch, change, match):
+    """Issue 54 (13 cells 34/35): the lesson says this model saves no variable through a collective, as a
+    variable synchronised on read (a metric's total) would. A model holding one must fail the proof; a cell whose
+    list can never name one would let it through (the second case passes: the proof then cannot see it)."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    _holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change, True)
 
 
 class _Batches:
@@ -3803,20 +3983,42 @@ exec(_cell_defining(name, "def plain_cnn"), ns)
 exec(body("ParameterServerStrategy(resolver)"), ns)
 exec(body("def dataset_fn():"), ns)
 step = body("def async_step")
+apply = "        optimizer.apply_gradients(zip(grads, model.trainable_variables))" + chr(10)
+assert step.count(apply) == 1
 if variant == "no update":
-    step = step.replace("        optimizer.apply_gradients(zip(grads, model.trainable_variables))" + chr(10), "")
+    step = step.replace(apply, "")
+if variant == "every other":  # every other step (by a ticket of its own) applies nothing: each variable's update under a tf.cond
+    step = step.replace(apply, "        SKIP.append(TICKETS.assign_add(1) % 2 == 0)" + chr(10) + apply)  # (around apply_gradients: merge_call refuses)
+    optimizer, update_step = ns["optimizer"], ns["optimizer"].update_step
+    with ns["strategy"].scope():
+        ns["SKIP"], ns["TICKETS"] = [], tf.Variable(0, dtype=tf.int64)
+    optimizer.update_step = lambda g, v, lr: tf.cond(ns["SKIP"][-1], lambda: tf.no_op(), lambda: update_step(g, v, lr) or tf.no_op())
+if variant == "forward unordered":  # as the step was: only the timestamp waits for the counter's read
+    step = step.replace("            started = tf.timestamp()" + chr(10), "            started = tf.timestamp()" + chr(10) + "        if True:" + chr(10))
 exec(step, ns)
 exec(body("coordinator.join()  # waits for every scheduled step"), ns)
-print("RESULT " + json.dumps({k: ns[k] for k in ("async_log", "staleness", "applied_updates", "optimizer_count")}))
+graph = ns["async_step"]._list_all_concrete_functions()[0].graph  # the traced step: do the weight reads wait?
+inside = {e.ref(): i.name for e, i in graph.captures}
+reads = [o for o in graph.get_operations() if o.type == "ReadVariableOp"]
+counter_read = next(o for o in reads if o.inputs[0].name == inside[ns["updates"].handle.ref()])  # the step's first op on it
+weights = {inside[v.value.handle.ref()] for v in ns["model"].trainable_variables}
+def ancestors(op):  # the names of every op `op` waits for, by data or by control
+    seen, todo = set(), [op]
+    while todo:
+        o = todo.pop()
+        for x in [*o.control_inputs, *(t.op for t in o.inputs)]:
+            if x.name not in seen:
+                seen.add(x.name)
+                todo.append(x)
+    return seen
+forward = [o for o in reads if o.inputs[0].name in weights and o.name.startswith("plain_cnn")]  # the model's call
+ns["forward_after_counter"] = bool(forward) and all(counter_read.name in ancestors(o) for o in forward)
+keys = ("async_log", "staleness", "applied_updates", "moved_updates", "optimizer_count", "forward_after_counter")
+print("RESULT " + json.dumps({k: ns[k] for k in keys}))
 """
 
 
-@pytest.mark.parametrize("variant,match", [("as written", None), ("no update", "the optimizer counted 0")])
-def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant, match):
-    """Lesson 12's chief cells (strategy, dataset_fn, async_step, the scheduling loop) on an in-process
-    cluster of 2 workers and 1 parameter server. With `apply_gradients` deleted from `async_step` the
-    counter still counts one update per step; the proof must fail on the optimizer's count (0), and,
-    with that count taken from a correct run, on the loss, which no longer falls."""
+def _lesson_12_async(variant: str) -> dict:
     import json
     import subprocess
     import sys
@@ -3826,16 +4028,47 @@ def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant,
     done = subprocess.run([sys.executable, "-c", LESSON_12_ASYNC, variant], capture_output=True, text=True,
                           timeout=180, cwd=ROOT, env={**os.environ})
     assert done.returncode == 0, done.stderr[-3000:]
-    ran = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+
+
+@pytest.mark.parametrize("variant,ordered", [("as written", True), ("forward unordered", False)])
+def test_lesson_12_async_step_reads_the_weights_after_the_counter(variant, ordered):
+    """In the traced `async_step` every weight read of the forward pass waits for the step's read of the
+    counter (tf.control_dependencies; auto_control_deps orders only the ops on one variable): as written it
+    does; with only the timestamp under the control dependency, as the step once was, it does not."""
+    assert _lesson_12_async(variant)["forward_after_counter"] is ordered
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("no update", "not one update per step"),
+                                           ("every other", "not one update per step")])
+def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant, match):
+    """Lesson 12's chief cells (strategy, dataset_fn, async_step, the scheduling loop) on an in-process
+    cluster of 2 workers and 1 parameter server. With `apply_gradients` deleted from `async_step`, or skipped
+    under a `tf.cond` in every other step, the step counter still counts every step; the proof must fail on
+    the steps whose apply moved the weights, and (no update at all), with that count and the optimizer's
+    taken from a correct run, on the loss, which no longer falls."""
+    ran = _lesson_12_async(variant)
     spans = [(start, end) for *_, start, end in ran["async_log"]]
     losses = [loss for loss, *_ in ran["async_log"]]
     namespace = {**OK["12_strategy_tour.ipynb"], **ran, "first": np.mean(losses[:5]), "last": np.mean(losses[-5:]),
                  "overlapping": sum(1 for i, (s, e) in enumerate(spans) for s2, e2 in spans[i + 1:] if s2 < e and s < e2)}
     assert ran["applied_updates"] == len(losses) + 2  # the counter counts either way
+    print(variant, {k: ran[k] for k in ("applied_updates", "moved_updates", "optimizer_count")})
     _holds_unless(match, _run, "12_strategy_tour.ipynb", namespace)
-    if match is not None:
-        optimizer_count = OK["12_strategy_tour.ipynb"]["optimizer_count"]
-        _holds_unless("did not lower its loss", _run, "12_strategy_tour.ipynb", {**namespace, "optimizer_count": optimizer_count})
+    if variant == "no update":
+        correct = {k: OK["12_strategy_tour.ipynb"][k] for k in ("optimizer_count", "moved_updates")}
+        _holds_unless("did not lower its loss", _run, "12_strategy_tour.ipynb", {**namespace, **correct})
+
+
+@pytest.mark.parametrize("in_sync,local,match", [([4, 4], [2, 2], None), ([2, 2], [2, 2], "did not form one cluster"),
+                                                 ([2, 2], [1, 1], None), ([1, 1], [1, 1], "did not form one cluster")],
+                         ids=["2 GPUs each, one cluster", "2 GPUs each, each alone", "CPU, one cluster", "CPU, each alone"])
+def test_lesson_12_mwms_cluster_counts_every_device_of_every_worker(in_sync, local, match):
+    """MWMS with TF_CONFIG counts each worker's GPUs times the workers (collective_all_reduce_strategy.py,
+    _initialize_local_devices and _num_replicas_in_sync): on a 4-GPU node, two local engines with 2 GPUs each
+    count 4 replicas. The proof must pass there, and fail where each worker counted only its own devices."""
+    _holds_unless(match, _run, "12_strategy_tour.ipynb", {**OK["12_strategy_tour.ipynb"], "sync_in_sync": in_sync,
+                                                          "sync_locals": local})
 
 
 @pytest.mark.parametrize("variant,match", [("solution 2", None), ("solution 2, no aggregation", "aggregation")])
