@@ -1,4 +1,4 @@
-"""Lessons 03, 07 and 12 run whole in a learner's server job shaped like each class layout.
+"""Lessons 03, 07 and 12 (and 13 in the node layout) run whole in a learner's server job shaped like each class layout.
 
 On the local Slurm with simulated GPUs (tests/conftest.py `slurm`: node1 and node2 with 4 each). Each
 layout's server is the job the hub submits for it: `node`, a node per learner (`--nodes=1 --ntasks=4
@@ -37,6 +37,7 @@ FAKEBIN = ROOT / "tests" / "fakebin"
 RECORDER = ROOT / "tests" / "recorder"
 CLEARED = ("COURSE_ENGINES", "COURSE_GPU_MEMORY_MIB", "COURSE_KERNEL_GPU_MIB", "COURSE_CLASS_LAYOUT")  # defaults
 LESSONS = ["03_multiworker_ipyparallel", "07_scaling_performance", "12_strategy_tour"]
+LAYOUT_LESSONS = {"node": ["13_from_horovod"]}  # run in that layout only, after LESSONS
 LAYOUTS = {  # as the hub submits a learner's server in each layout (slurm/jupyterhub/jupyterhub_config.py)
     "node": ["--nodes=1", "--ntasks=4", "--gres=gpu:4", "--exclusive", "--nodelist=node1"],
     "gpu": ["--nodes=1", "--ntasks=2", "--gpus=1", "--nodelist=node2"],
@@ -93,7 +94,8 @@ def test_lessons_follow_the_class_layout_they_run_in(slurm, tmp_path, report):
             sent = subprocess.run(
                 ["sbatch", "--parsable", *options, "--time=40", f"--output={out}/server.log", f"--chdir={ROOT}",
                  "--wrap", f"unset SLURM_EXPORT_ENV; exec {sys.executable} -m helpers.tools.course_run "
-                           f"--out {out}/executed " + " ".join(f"notebooks/{n}.ipynb" for n in LESSONS)],
+                           f"--out {out}/executed "
+                           + " ".join(f"notebooks/{n}.ipynb" for n in LESSONS + LAYOUT_LESSONS.get(layout, []))],
                 env=job_env, capture_output=True, text=True, timeout=60)
             assert sent.returncode == 0, sent.stderr
             jobs[layout] = sent.stdout.strip()
@@ -122,7 +124,7 @@ def test_lessons_follow_the_class_layout_they_run_in(slurm, tmp_path, report):
     for layout in LAYOUTS:
         out = tmp_path / layout
         log = (out / "server.log").read_text() if (out / "server.log").exists() else "(no log)"
-        for lesson in LESSONS:  # every code cell ran, none ended in an error
+        for lesson in LESSONS + LAYOUT_LESSONS.get(layout, []):  # every code cell ran, none ended in an error
             executed = out / "executed" / "notebooks" / f"{lesson}.ipynb"
             assert executed.exists() and executed_whole(executed), f"{layout} layout, {lesson}:\n{log[-5000:]}"
         records = _records(out / "records")
@@ -156,7 +158,7 @@ def test_lessons_follow_the_class_layout_they_run_in(slurm, tmp_path, report):
                            env={**env, "TEST_RECORD_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert [r["implementation"] for r in nccl_choices(_records(tmp_path))] == ["NCCL", "NcclAllReduce"]
-    report("lessons 03, 07, 12 in a server job per class layout (local Slurm, simulated GPUs): "
+    report("lessons 03, 07, 12 (and 13 in the node layout) in a server job per class layout (local Slurm, simulated GPUs): "
            + "; ".join(f"{layout}: {n} processes started TensorFlow with CUDA_VISIBLE_DEVICES {seen}, "
                        f"engines' and workers' shares (MiB) {shares}, all-reduces asked {choices}"
                        for layout, (n, seen, choices, shares) in figures.items())
