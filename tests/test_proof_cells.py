@@ -90,7 +90,7 @@ OK: dict[str, dict] = {
         "val_losses": [[2.1, 1.9], [2.1, 1.9]], "settings": _Sizes(epochs=2), "found_at": [[0], [32]],
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
-        "prediction_digests": ["p", "p"], "train_losses": [[1.6, 0.6], [1.6, 0.6]],
+        "prediction_digests": ["p", "p"], "train_losses": [[1.6, 0.6], [1.6, 0.6]], "uneven_rows": [512, 512],
         # the padded evaluation as a run measured it: 480 test images in 512 rows, loss x 480/512
         "padding_checks": [{"real": 480, "padded": 512, "accuracy": 0.0895833, "plain accuracy": 0.0895833333,
                             "loss": 2.1799622, "plain loss": 2.3252931}] * 2},
@@ -478,7 +478,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"val_losses": [[2.1], [2.1]]}, "same all-reduced validation loss"),
     ("03_multiworker_ipyparallel.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
     ("03_multiworker_ipyparallel.ipynb", {"moved": [0.0, 0.0]}, "did not change the weights"),
-    ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different weights"),
+    ("03_multiworker_ipyparallel.ipynb", {"digests": ["d", "e"]}, "different trainable weights"),
     # the model built outside the scope (or no broadcast): each worker starts from its own seed's weights
     ("03_multiworker_ipyparallel.ipynb", {"initial_digests": ["a", "b"]}, "worker 0's own weights"),
     # a common start that is not worker 0's seed's: worker 1's broadcast, or a seed spelled apart from the model's
@@ -500,6 +500,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     # one seed on every worker: identical starts would follow without any broadcast
     ("03_multiworker_ipyparallel.ipynb", {"own_digests": ["a", "a"]}, "own seeds should give different"),
     ("03_multiworker_ipyparallel.ipynb", {"predicted_rows": [256, 256]}, "all workers' rows"),
+    # predict on the padded test set dropped the 32 rows of padding (at 2 or 4 workers the test set has none)
+    ("03_multiworker_ipyparallel.ipynb", {"uneven_rows": [480, 480]}, "should return the padding too"),
     # worker 1's temporary copy left on its node; the chief's file missing on the chief's node
     ("03_multiworker_ipyparallel.ipynb", {"kept": [True, True]}, "only the chief should keep"),
     ("03_multiworker_ipyparallel.ipynb", {"kept": [False, False]}, "only the chief should keep"),
@@ -3629,7 +3631,8 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "pass_shards": [[(0, 2)], [(1, 2)]], "kept": list(kept), "path": [chief_path, str(other_path)],
                "initial_digest": ["a", "a"], "own_digest": ["a", "b"],
                "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
-               "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64], **by_rank_changes}
+               "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
+               "uneven_rows": [512, 512], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": _PlantedEngines(pulled), "settings": _Sizes(epochs=2),
@@ -3762,17 +3765,52 @@ def test_lesson_03_solution_1_holds_the_rule_to_the_run(tmp_path, changes, match
     _holds_unless(match, lambda: _lesson_03_solution_1(tmp_path, **changes))
 
 
-@pytest.mark.parametrize("unsharded,match", [(False, None), (True, "")], ids=["sharded", "the exercise's dataset_fn"])
-def test_lesson_03_solution_2_fails_for_the_exercises_unsharded_dataset_fn(unsharded, match):
-    """Solution 2's check fed the exercise's own dataset_fn (no shard): both workers get all 12 numbers, it fails."""
+@pytest.mark.parametrize("replacement,match", [
+    (None, None),
+    ("", "disjoint shards that cover all 12"),  # the exercise's own dataset_fn: both workers get all 12 numbers
+    (".shard(3, context.input_pipeline_id)\n            ", "disjoint shards that cover all 12")],  # 2, 5, 8, 11 lost
+    ids=["sharded", "the exercise's dataset_fn", "disjoint but incomplete"])
+def test_lesson_03_solution_2_fails_for_the_exercises_unsharded_dataset_fn(replacement, match):
+    """Solution 2's check fed the exercise's own dataset_fn (no shard) fails on overlap; fed shards of 3
+    (disjoint, but a third of the numbers reach no worker) it fails on coverage, its second operand."""
     import tensorflow as tf
 
     source = _solution("03_multiworker_ipyparallel.ipynb", 2)
     shard = ".shard(context.num_input_pipelines, context.input_pipeline_id)\n            "
     assert source.count(shard) == 1
-    if unsharded:
-        source = source.replace(shard, "")
+    if replacement is not None:
+        source = source.replace(shard, replacement)
     _holds_unless(match, exec, compile(source, "03 solution 2", "exec"), {"tf": tf, "print": lambda *a, **k: None})
+
+
+class _SavingModel:
+    """The trained model as lesson 03's saving cell uses it; `saves` False: a chief whose save writes nothing."""
+
+    def __init__(self, saves: bool):
+        self.saves, self.trainable_weights = saves, [SimpleNamespace(numpy=lambda: np.zeros(2, np.float32))]
+
+    def evaluate(self, *args, **kwargs) -> dict:
+        return {"accuracy": 0.5}
+
+    def save(self, path) -> None:
+        if self.saves:
+            Path(path).write_bytes(b"model")
+
+
+@pytest.mark.parametrize("saves,kept", [(True, True), (False, False)], ids=["the chief saves", "the chief saves nothing"])
+def test_lesson_03_saving_cell_does_not_take_an_earlier_runs_file_for_this_runs(tmp_path, monkeypatch, saves, kept):
+    """Issue 54 (03, second review): `kept = path.exists()` held on a re-run whose chief saved nothing,
+    because the first run's file was still there: the cell removes it before saving."""
+    import hashlib
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "03_multiworker.keras").write_bytes(b"an earlier run's model")
+    namespace = {"model": _SavingModel(saves), "test_ds": None, "test_steps": 1, "hashlib": hashlib,
+                 "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None}
+    cell = _cell_defining("03_multiworker_ipyparallel.ipynb", "kept = path.exists()").replace("%%px\n", "")
+    exec(compile(cell, "03 saving cell", "exec"), namespace)
+    assert namespace["kept"] is kept
 
 
 def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1) -> dict:
@@ -3939,11 +3977,8 @@ def test_lesson_12_proof_fails_when_each_synchronous_worker_trains_alone():
 @pytest.mark.parametrize("variant,match", [("trains", None), ("rate 0", "did not train")])
 def test_lesson_12_proof_fails_when_a_one_process_run_does_not_train(variant, match):
     """Lesson 12's own `fit_under` under OneDeviceStrategy, 40 steps: with learning rate 0 (nothing learnt)
-    the loss after equals the loss before, and the proof must fail; as written it must pass. With nothing learnt
-    the two losses are equal to the last bit: `evaluate` saw the same batches before and after."""
+    the loss after equals the loss before, and the proof must fail; as written it must pass."""
     run = _lesson_12_real(variant)
-    if variant == "rate 0":
-        assert run["before"] == run["evaluated"], f"evaluated on other batches after training: {run}"
     ok = OK["12_strategy_tour.ipynb"]
     namespace = {**ok, "before": {**ok["before"], "OneDevice": run["before"]},
                  "evaluated": {**ok["evaluated"], "OneDevice": run["evaluated"]}}
