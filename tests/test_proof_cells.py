@@ -1753,7 +1753,7 @@ def test_lesson_13_strategy_on_a_gpu_node_makes_one_replica_per_engine():
 
     done = subprocess.run([sys.executable, "-c", LESSON_13_NODE_ENGINE], capture_output=True, text=True, timeout=300,
                           cwd=ROOT, env={k: v for k, v in os.environ.items()
-                                         if not k.startswith(("SLURM", "TF_CONFIG", "CUDA_VISIBLE", "COURSE_CLASS"))})
+                                         if not k.startswith(("SLURM", "TF_CONFIG", "CUDA_VISIBLE", "COURSE_CLASS_LAYOUT"))})
     assert done.returncode == 0, done.stderr[-3000:]
     visible, kind, devices = next(l for l in done.stdout.splitlines() if l.startswith("ENGINE ")).split(" ", 3)[1:]
     assert visible == "0,1", f"the engine's share of the node's GPUs: {visible}"  # the simulation's premise
