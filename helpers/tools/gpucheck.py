@@ -11,7 +11,7 @@ ten minutes on a 4-GPU node, that tries each GPU path once and records what happ
 - `allreduce-tasks`: the same between two processes, one GPU each (MultiWorkerMirroredStrategy);
 - `layout-gpu`: the GPU-per-learner layout (`COURSE_CLASS_LAYOUT=gpu`) on one GPU: a kernel and two
   worker processes share it, each with its memory cap (`gpus.plan_for_kernel`, `plan_for_local_worker`),
-  the workers' all-reduce with the collectives the course chooses there (RING: `strategy.communication_for`);
+  the workers' all-reduce with the collectives the course chooses there (RING: `strategy.collective_for_this_process`);
 - `allreduce-nodes`: NCCL between two nodes, one task and one GPU on each (`srun --nodes=2`, as the
   lesson jobs run), when the job was given two nodes (`sbatch --nodes=2 slurm/gpucheck.sbatch`);
 - `resnet50-mixed`: a few ResNet50 steps with the `mixed_float16` policy on one GPU, and its peak memory;
@@ -219,8 +219,8 @@ def _in_step_layout_worker() -> dict:
     """One of the gpu layout's workers: its environment's cap and growth, the collectives the course
     chooses for it, an all-reduce timed, and what TensorFlow made of its GPU."""
     from ..allreduce_probe import allreduce_seconds
-    from ..gpus import GPU_MEMORY_ENV, GROWTH_ENV, shares_gpu
-    from ..strategy import communication_for, make_strategy, worker_gpus
+    from ..gpus import GPU_MEMORY_ENV, GROWTH_ENV
+    from ..strategy import collective_for_this_process, make_strategy, worker_gpus
 
     strategy = make_strategy("multiworker", timeout_seconds=60)
     import tensorflow as tf
@@ -230,7 +230,7 @@ def _in_step_layout_worker() -> dict:
     seconds = allreduce_seconds(strategy, 1_000_000)
     return {"rank": int(strategy.cluster_resolver.task_id), "memory_mib": int(setting_text(GPU_MEMORY_ENV) or 0),
             "growth": os.environ.get(GROWTH_ENV), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "communication": communication_for(worker_gpus(strategy.cluster_resolver), shares_gpu()),
+            "communication": collective_for_this_process(gpus=worker_gpus(strategy.cluster_resolver)),
             "tensorflow_gpus_seen": len(gpus), "tensorflow_memory_limit_mib": getattr(limit, "memory_limit", None),
             "allreduce_4mb_s": seconds,
             "peak_gpu_mib": tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20 if gpus else None}
