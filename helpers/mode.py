@@ -7,7 +7,7 @@
 
 `COURSE_MODE` picks one; the default, `auto`, picks workshop where a GPU is visible and quick
 otherwise (full only when asked), so the same notebook runs unchanged on a laptop, in CI and on a
-GPU node. Notebooks read every size from `mode_settings()`; none branches on the mode.
+GPU node. Notebooks read every size from `mode_sizes()`; none branches on the mode.
 
 Two overrides a trainer sets once for a whole class (they reach the lessons and batch jobs):
 - `COURSE_EPOCHS=N`: the lessons' trainings run N epochs (lessons that need more to show their
@@ -33,7 +33,7 @@ MODES = ("quick", "workshop", "full")
 
 
 @dataclass(frozen=True)
-class Settings:
+class Sizes:
     """Sizes of one run; every notebook and batch script reads these instead of numbers of its own."""
 
     mode: str
@@ -67,15 +67,15 @@ class Settings:
 
 
 _SETTINGS = {
-    "quick": Settings("quick", train_examples=2048, test_examples=512, epochs=2, per_replica_batch=32,
+    "quick": Sizes("quick", train_examples=2048, test_examples=512, epochs=2, per_replica_batch=32,
                       max_steps=None, resnet_epochs=2, resnet_train_examples=64, resnet_test_examples=32,
                       resnet_per_replica_batch=8, fault_epochs=4, schedule_epochs=4, warmup_fraction=0.25,
                       tour_steps=40, job_model="cnn"),
-    "workshop": Settings("workshop", train_examples=None, test_examples=None, epochs=3, per_replica_batch=128,
+    "workshop": Sizes("workshop", train_examples=None, test_examples=None, epochs=3, per_replica_batch=128,
                          max_steps=None, resnet_epochs=2, resnet_train_examples=10_000, resnet_test_examples=2_000,
                          resnet_per_replica_batch=16, fault_epochs=4, schedule_epochs=6, warmup_fraction=0.2,
                          tour_steps=200, job_model="resnet50"),
-    "full": Settings("full", train_examples=None, test_examples=None, epochs=30, per_replica_batch=128,
+    "full": Sizes("full", train_examples=None, test_examples=None, epochs=30, per_replica_batch=128,
                      max_steps=None, resnet_epochs=30, resnet_train_examples=None, resnet_test_examples=None,
                      resnet_per_replica_batch=16, fault_epochs=30, schedule_epochs=30, warmup_fraction=0.1,
                      tour_steps=400, job_model="resnet50"),
@@ -103,7 +103,7 @@ def _positive(name: str) -> int | None:
     return int(text)
 
 
-def mode_settings(mode: str | None = None) -> Settings:
+def mode_sizes(mode: str | None = None) -> Sizes:
     """The sizes for `mode` (see `resolve_mode`), with the class's overrides applied."""
     chosen = _SETTINGS[resolve_mode(mode)]
     epochs, max_steps = _positive(EPOCHS_ENV), _positive(MAX_STEPS_ENV)

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 
 from .data import TRAIN_SIZE as FULL_TRAIN  # where a mode takes the whole split
-from .mode import Settings
+from .mode import Sizes
 
 # images/s of ResNet50 at 224x224 on one A100, NVIDIA (see above): (precision, XLA) -> images/s
 A100_RESNET50_224 = {("mixed", True): 2375.0, ("tf32", True): 909.0, ("tf32", False): 909.0 * 40 / 47}
@@ -76,17 +76,17 @@ class Work:
     per_replica_batch: int
 
 
-def _epoch(s: Settings, limit: int | None, global_batch: int) -> int:
+def _epoch(s: Sizes, limit: int | None, global_batch: int) -> int:
     """Images of one epoch: whole global batches of the split, capped by COURSE_MAX_STEPS."""
     return s.steps_per_epoch(limit or FULL_TRAIN, global_batch) * global_batch
 
 
-def lesson_work(lesson: str, s: Settings, replicas: int = 2) -> list[Work]:
+def lesson_work(lesson: str, s: Sizes, replicas: int = 2) -> list[Work]:
     """What lesson `lesson` ("00", "01", ...) trains in the sizes `s`, with `replicas` replicas in all."""
     return _course_work(s, replicas).get(lesson, [])
 
 
-def _course_work(s: Settings, replicas: int) -> dict[str, list[Work]]:
+def _course_work(s: Sizes, replicas: int) -> dict[str, list[Work]]:
     """Every lesson's work, by lesson number: the one list of the lessons that train."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
     epoch = _epoch(s, s.train_examples, b * replicas)
@@ -149,7 +149,7 @@ def training_gpus(lesson: str, kernel_gpus: int, nodes: int, per_task: int | Non
     return per_task * nodes
 
 
-def startup_seconds(lesson: str, s: Settings, gpus: int) -> float:
+def startup_seconds(lesson: str, s: Sizes, gpus: int) -> float:
     """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
     cluster of engines, run of local workers and job it starts, and each training's first step."""
     engines, workers, jobs, first_steps = LESSON_STARTS.get(lesson, (0, 0, 0, 0))
@@ -183,7 +183,7 @@ class Stopwatch:
         return took
 
 
-def time_lesson(lesson: str, s: Settings, replicas: int = 2) -> Stopwatch:
+def time_lesson(lesson: str, s: Sizes, replicas: int = 2) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch."""
     from .gpus import gpu_count_without_tf
 
@@ -229,9 +229,9 @@ def measure(steps: int = 12) -> dict[str, float]:
 def predicted_minutes(lesson: str, mode: str, gpus: int = 4, nodes: int = 2) -> tuple[float, float]:
     """(training, start-up) minutes of `lesson` in `mode` for a kernel on `gpus` GPUs; a job lesson
     trains on its job's GPUs, one on each of `nodes` nodes."""
-    from .mode import mode_settings
+    from .mode import mode_sizes
 
-    s = mode_settings(mode)
+    s = mode_sizes(mode)
     on = training_gpus(lesson, gpus, nodes, 1 if gpus else 0)
     replicas = (on if lesson in JOB_LESSONS else gpus) or 2  # on a CPU: the lessons' 2 logical replicas
     return seconds(lesson_work(lesson, s, replicas), on, replicas) / 60, startup_seconds(lesson, s, on) / 60
@@ -240,11 +240,11 @@ def predicted_minutes(lesson: str, mode: str, gpus: int = 4, nodes: int = 2) -> 
 def table(gpus: int = 4) -> str:
     """Markdown rows: each lesson's predicted training minutes in workshop and full mode on `gpus` GPUs
     (a job lesson on its job's, one GPU on each of 2 nodes), and its workshop start-up."""
-    from .mode import mode_settings
+    from .mode import mode_sizes
 
     rows = [f"| lesson | workshop, 1 node of {gpus} A100 (min) | start-up (min) | full, same node (min) |",
             "|---|---|---|---|"]
-    for n in sorted(_course_work(mode_settings("full"), gpus)):
+    for n in sorted(_course_work(mode_sizes("full"), gpus)):
         (w, up), (f, _) = predicted_minutes(n, "workshop", gpus), predicted_minutes(n, "full", gpus)
         rows.append(f"| {n} | {w:.1f} | {up:.1f} | {f:.1f} |")
     return "\n".join(rows)

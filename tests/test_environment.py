@@ -64,37 +64,37 @@ def test_gpu_count_honours_cuda_visible_devices(monkeypatch):
 
 def test_mode_switch(monkeypatch):
     monkeypatch.setenv(mode.MODE_ENV, "full")
-    assert mode.mode_settings().mode == "full"
-    assert mode.mode_settings("quick").quick
+    assert mode.mode_sizes().mode == "full"
+    assert mode.mode_sizes("quick").quick
     monkeypatch.setenv(mode.MODE_ENV, "fast")
     with pytest.raises(CourseError, match="not a mode"):
-        mode.mode_settings()
+        mode.mode_sizes()
     monkeypatch.setenv(mode.MODE_ENV, "auto")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert mode.mode_settings().mode == "quick"
+    assert mode.mode_sizes().mode == "quick"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a GPU: a class, not a research run
-    assert mode.mode_settings().mode == "workshop"
+    assert mode.mode_sizes().mode == "workshop"
 
 
 def test_the_class_overrides_reach_every_size(monkeypatch):
     monkeypatch.setenv(mode.EPOCHS_ENV, "1")
     monkeypatch.setenv(mode.MAX_STEPS_ENV, "5")
-    full = mode.mode_settings("full")
+    full = mode.mode_sizes("full")
     assert (full.epochs, full.resnet_epochs, full.schedule_epochs) == (1, 1, 1)
     assert full.fault_epochs == 2  # lesson 06 needs an epoch to keep and one to lose
     assert full.tour_steps == 40 and full.train_examples is None  # lesson 12's least; the data stays full size
     assert full.steps_per_epoch(50_000, 256) == 5
     monkeypatch.delenv(mode.MAX_STEPS_ENV)
-    assert mode.mode_settings("full").steps_per_epoch(50_000, 256) == 195
+    assert mode.mode_sizes("full").steps_per_epoch(50_000, 256) == 195
     for bad in ("0", "-2", "two", "1.5"):
         monkeypatch.setenv(mode.EPOCHS_ENV, bad)
         with pytest.raises(CourseError, match="COURSE_EPOCHS"):
-            mode.mode_settings("quick")
+            mode.mode_sizes("quick")
 
 
 def test_an_epoch_smaller_than_one_batch_is_a_clear_error():
     with pytest.raises(CourseError, match="do not fill one global batch of 256"):
-        mode.mode_settings("quick").steps_per_epoch(100, 256)
+        mode.mode_sizes("quick").steps_per_epoch(100, 256)
 
 
 def test_report_lists_versions():

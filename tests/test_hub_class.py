@@ -3,7 +3,7 @@
 Root and the local Slurm (CI requires them). The trainer starts the hub with the class-wide
 COURSE_* settings (helpers.class_settings) in its environment; a learner's server is a Slurm job
 in the GPU-per-learner layout (one simulated GPU, two tasks); a kernel of that server, run
-through the hub's proxy as JupyterLab runs one, reads its environment and `mode_settings()`.
+through the hub's proxy as JupyterLab runs one, reads its environment and `mode_sizes()`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ CLASS = {"COURSE_MODE": "workshop", "COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "3
 CELL = """
 import json, os
 from helpers.class_settings import CLASS_SETTINGS
-from helpers.mode import mode_settings
-s = mode_settings()
+from helpers.mode import mode_sizes
+s = mode_sizes()
 print("SEEN " + json.dumps({"env": {k: os.environ.get(k) for k in CLASS_SETTINGS}, "mode": s.mode, "epochs": s.epochs,
       "max_steps": s.max_steps, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "job": os.environ.get("SLURM_JOB_ID")}))
 """

@@ -59,7 +59,7 @@ class _Sizes:
 OK: dict[str, dict] = {
     "00_environment.ipynb": {
         "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="SYNTHETIC"),
-        "settings": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
+        "sizes": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
         "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
     "01_mirrored_strategy.ipynb": {
         "strategy": _strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07, "saved_is_replica_0": True,
@@ -87,7 +87,7 @@ OK: dict[str, dict] = {
     "03_multiworker_ipyparallel.ipynb": {
         "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]], "overlap": 0,
         "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512],
-        "val_losses": [[2.1, 1.9], [2.1, 1.9]], "settings": _Sizes(epochs=2), "found_at": [[0], [32]],
+        "val_losses": [[2.1, 1.9], [2.1, 1.9]], "sizes": _Sizes(epochs=2), "found_at": [[0], [32]],
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
         "prediction_digests": ["p", "p"], "train_losses": [[1.6, 0.6], [1.6, 0.6]], "uneven_rows": [512, 512],
@@ -334,11 +334,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=40, synthetic=True, label="x")}, "smaller than one batch"),
     ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=1024, synthetic=True, label="x")}, "fewer than the mode"),
     # workshop mode (every image, batch 128) on a split that does not fill one global batch of 2 replicas
-    ("00_environment.ipynb", {"settings": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
+    ("00_environment.ipynb", {"sizes": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
                                                           train_examples=None),
                               "dataset": SimpleNamespace(train_size=200, synthetic=False, label="x")}, "smaller than one batch"),
     # workshop mode pointed (COURSE_DATA_DIR) at the synthetic data
-    ("00_environment.ipynb", {"settings": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
+    ("00_environment.ipynb", {"sizes": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
                                                           train_examples=None),
                               "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="x")}, "needs real CIFAR-10"),
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
@@ -2433,14 +2433,14 @@ def test_lesson_04_evaluation_count_fails_when_the_remainder_is_dropped(dropping
 
     from helpers import lesson
     from helpers.data import ensure_data, load_split
-    from helpers.mode import mode_settings
+    from helpers.mode import mode_sizes
 
     def dropped(examples, global_batch, input_context=None):  # no padding: the remainder is dropped
         batch = input_context.get_per_replica_batch_size(global_batch) if input_context else global_batch
         return examples.map(lambda i, l: (*lesson.normalize(i, l), 1.0)).batch(batch, drop_remainder=True)
 
     strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0"])
-    ns = {"tf": tf, "keras": keras, "strategy": strategy, "settings": mode_settings("quick"), "ensure_data": ensure_data,
+    ns = {"tf": tf, "keras": keras, "strategy": strategy, "sizes": mode_sizes("quick"), "ensure_data": ensure_data,
           "load_split": load_split, "training_dataset": lesson.training_dataset, "print": lambda *a, **k: None,
           "evaluation_dataset": dropped if dropping else lesson.evaluation_dataset}
     code = _code_cells("04_custom_training_loop.ipynb")
@@ -2907,7 +2907,7 @@ def test_lesson_02_gathering_cell_takes_medians_of_the_passes_and_the_steps(monk
     monkeypatch.setitem(sys.modules, "helpers.lesson", models)
     ok = OK["02_input_pipelines.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("cached_rate", "training_rate")},
-           "settings": SimpleNamespace(per_replica_batch=4, max_steps=None),
+           "sizes": SimpleNamespace(per_replica_batch=4, max_steps=None),
            "strategy": SimpleNamespace(num_replicas_in_sync=2, scope=__import__("contextlib").nullcontext),
            "train_examples": "examples", "training_dataset": lambda examples, batch: _Batches(),
            "pass_rates": lambda ready, passes: [900.0] if passes == 1 else list(cached)}
@@ -3649,7 +3649,7 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "uneven_rows": [512, 512], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
-    return {"engines": _PlantedEngines(pulled), "settings": _Sizes(epochs=2),
+    return {"engines": _PlantedEngines(pulled), "sizes": _Sizes(epochs=2),
             "histories": [{"loss": [1.6, 0.6], "val_loss": list(v)} for v in val_losses[::-1]]}
 
 
@@ -3900,7 +3900,7 @@ def test_lesson_10_proof_fails_when_a_schedule_reaches_0_before_its_run_ends(dec
     source = _cell_defining("10_large_batches.ipynb", "def run_steps")
     assert "decay_steps=steps - warmup_steps," in source
     namespace = {"keras": keras, "SMALL": 32, "FACTOR": 16, "epochs": 6, "per_epoch": 2048, "base_lr": 0.025,
-                 "large": 512, "settings": SimpleNamespace(warmup_fraction=0.25), "print": lambda *a, **k: None}
+                 "large": 512, "sizes": SimpleNamespace(warmup_fraction=0.25), "print": lambda *a, **k: None}
     exec(compile(source.replace("decay_steps=steps - warmup_steps,", f"decay_steps={decay_steps},"), "10", "exec"),
          namespace)
     rate_log, last_rate, iterations = {}, {}, {}
@@ -3945,7 +3945,7 @@ if variant.startswith("solution 1"):
         print("RESULT " + json.dumps(str(exc)))
     sys.exit()
 rate = 0.0 if variant == "rate 0" else 0.05
-ns.update(dataset=ensure_data(True), settings=SimpleNamespace(train_examples=2048), STEPS=40, BATCH=64,
+ns.update(dataset=ensure_data(True), sizes=SimpleNamespace(train_examples=2048), STEPS=40, BATCH=64,
           LEARNING_RATE=rate)
 exec(_cell_defining(name, "def plain_cnn"), ns)
 exec(_cell_defining(name, "def fit_under"), ns)

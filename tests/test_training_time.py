@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.mode import mode_settings
+from helpers.mode import mode_sizes
 from helpers.training_time import lesson_work, seconds, time_lesson
 
 LESSONS = sorted(p.name[:2] for p in (Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -12,7 +12,7 @@ LESSONS = sorted(p.name[:2] for p in (Path(__file__).resolve().parents[1] / "not
 
 def test_workshop_mode_fits_a_hands_on_segment_on_one_gpu_node():
     """The workshop sizes: at most a few minutes of training per lesson on a node of 4 GPUs."""
-    workshop, full = mode_settings("workshop"), mode_settings("full")
+    workshop, full = mode_sizes("workshop"), mode_sizes("full")
     predicted = {n: seconds(lesson_work(n, workshop, 4), 4, 4) for n in LESSONS}
     assert max(predicted.values()) <= 5 * 60, predicted
     for n in ("01", "05", "08", "10", "11"):  # the lessons that train for real: full mode is the long one
@@ -20,16 +20,16 @@ def test_workshop_mode_fits_a_hands_on_segment_on_one_gpu_node():
 
 
 def test_the_class_overrides_shrink_the_prediction(monkeypatch):
-    before = seconds(lesson_work("05", mode_settings("full"), 2), 0, 2)
+    before = seconds(lesson_work("05", mode_sizes("full"), 2), 0, 2)
     monkeypatch.setenv("COURSE_EPOCHS", "1")
     monkeypatch.setenv("COURSE_MAX_STEPS", "4")
-    after = seconds(lesson_work("05", mode_settings("full"), 2), 0, 2)
+    after = seconds(lesson_work("05", mode_sizes("full"), 2), 0, 2)
     assert after < before / 100
 
 
 def test_the_first_cell_says_it_and_the_last_says_what_it_took(capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    clock = time_lesson("10", mode_settings("quick"), 2)
+    clock = time_lesson("10", mode_sizes("quick"), 2)
     said = capsys.readouterr().out
     assert said.startswith("quick mode: ") and "images through cnn" in said and "on this CPU" in said, said
     from helpers import training_time
@@ -45,7 +45,7 @@ def test_the_first_cell_says_it_and_the_last_says_what_it_took(capsys, monkeypat
 
 @pytest.mark.parametrize("lesson", ["00", "13"])
 def test_lessons_that_hardly_train_predict_seconds(lesson):
-    assert seconds(lesson_work(lesson, mode_settings("full"), 4), 4, 4) < 1
+    assert seconds(lesson_work(lesson, mode_sizes("full"), 4), 4, 4) < 1
 
 
 def test_every_lesson_has_a_line_in_the_prediction_table():
@@ -77,7 +77,7 @@ def test_a_job_lesson_trains_on_its_job_s_gpus_one_on_each_of_two_nodes():
     kernel's 4 GPUs: lesson 08's prediction is its work at 2 replicas on 2 GPUs."""
     from helpers.training_time import predicted_minutes, table, training_gpus
 
-    workshop = mode_settings("workshop")
+    workshop = mode_sizes("workshop")
     assert training_gpus("08", 4, 2, 1) == 2 and training_gpus("05", 4, 2, 1) == 4 and training_gpus("08", 0, 2, 0) == 0
     job = seconds(lesson_work("08", workshop, 2), 2, 2) / 60
     training, _ = predicted_minutes("08", "workshop", 4)
@@ -92,12 +92,12 @@ def test_start_up_is_its_own_column_tensorflow_engines_jobs_and_first_steps():
     from helpers.training_time import (ENGINES_START_S, FIRST_STEP_S, JOB_START_S, TF_START_S, predicted_minutes,
                                        startup_seconds, table)
 
-    quick = mode_settings("quick")
+    quick = mode_sizes("quick")
     # lesson 03: the kernel and one engine cluster import TensorFlow, the engines come up, two first steps
     assert startup_seconds("03", quick, 0) == pytest.approx(2 * TF_START_S + ENGINES_START_S + 2 * FIRST_STEP_S["cnn"])
     assert startup_seconds("03", quick, 0) == pytest.approx(26.5)
     # lesson 08 in workshop mode: its job (ResNet50) starts TensorFlow and traces ResNet50 once
-    assert startup_seconds("08", mode_settings("workshop"), 2) == pytest.approx(
+    assert startup_seconds("08", mode_sizes("workshop"), 2) == pytest.approx(
         2 * TF_START_S + JOB_START_S + FIRST_STEP_S["resnet50"])
     assert table().splitlines()[0].split("|")[3].strip() == "start-up (min)"
     _, up = predicted_minutes("05", "workshop")
@@ -106,6 +106,6 @@ def test_start_up_is_its_own_column_tensorflow_engines_jobs_and_first_steps():
 
 def test_the_first_cell_prints_training_and_start_up_apart(capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    clock = time_lesson("03", mode_settings("quick"), 2)
+    clock = time_lesson("03", mode_sizes("quick"), 2)
     said = capsys.readouterr().out
     assert "training " in said and "start-up 26 s" in said and clock.startup_s == pytest.approx(26.5), said

@@ -442,12 +442,12 @@ def step_lessons(results: dict, lessons: list[str], mode: str, out: Path, on_cpu
     if not gpus and not on_cpu:
         return {"status": "skipped", "reason": "TensorFlow sees no GPU: the lessons' workshop sizes are for GPUs "
                                                "(make course runs them in quick mode here)"}
-    from ..mode import mode_settings
+    from ..mode import mode_sizes
     from ..training_time import lesson_work, seconds, startup_seconds, training_gpus
     from .course_run import lessons as course_lessons, run_notebook
 
     os.environ["COURSE_MODE"] = mode
-    settings, rows, folder = mode_settings(mode), [], out / "notebooks"
+    sizes, rows, folder = mode_sizes(mode), [], out / "notebooks"
     folder.mkdir(parents=True, exist_ok=True)
     for number in lessons:
         path = next(p for p in course_lessons() if p.name.startswith(number + "_"))
@@ -457,8 +457,8 @@ def step_lessons(results: dict, lessons: list[str], mode: str, out: Path, on_cpu
         on = training_gpus(number, gpus, 2)  # a job lesson: its job's GPUs, one on each of 2 nodes
         replicas = max(on, 2)
         rows.append({"lesson": number, "status": status, "detail": detail, "minutes": took / 60,
-                     "predicted_training_minutes": seconds(lesson_work(number, settings, replicas), on, replicas) / 60,
-                     "predicted_startup_minutes": startup_seconds(number, settings, on) / 60,
+                     "predicted_training_minutes": seconds(lesson_work(number, sizes, replicas), on, replicas) / 60,
+                     "predicted_startup_minutes": startup_seconds(number, sizes, on) / 60,
                      "peak_gpu_mib_per_process": sorted(memory.peak_mib.values(), reverse=True)})
     failed = [r["lesson"] for r in rows if r["status"] != "ok"]
     return {"status": "failed" if failed else "ok", "reason": f"lesson(s) {', '.join(failed)} failed" if failed else "",

@@ -12,8 +12,12 @@ import math
 import platform
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import CourseError
+
+if TYPE_CHECKING:
+    from ..mode import Sizes
 
 LOOPS = ("fit", "custom")
 
@@ -76,7 +80,7 @@ def xla_refusal(xla: bool, loop: str, strategy: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class Sizes:
+class JobSizes:
     """What one run trains on, resolved once: the option when given, else the mode's size."""
 
     epochs: int
@@ -85,14 +89,14 @@ class Sizes:
     test_limit: int | None
 
 
-def resolve_sizes(config: TrainConfig, run_settings) -> Sizes:
+def job_sizes(config: TrainConfig, sizes: Sizes) -> JobSizes:
     resnet = config.model == "resnet50"
-    return Sizes(
-        epochs=config.epochs or (run_settings.resnet_epochs if resnet else run_settings.epochs),
-        per_replica_batch=config.per_replica_batch or run_settings.per_replica_batch,
-        train_limit=config.train_examples or (run_settings.resnet_train_examples if resnet
-                                              else run_settings.train_examples),
-        test_limit=run_settings.test_examples)
+    return JobSizes(
+        epochs=config.epochs or (sizes.resnet_epochs if resnet else sizes.epochs),
+        per_replica_batch=config.per_replica_batch or sizes.per_replica_batch,
+        train_limit=config.train_examples or (sizes.resnet_train_examples if resnet
+                                              else sizes.train_examples),
+        test_limit=sizes.test_examples)
 
 
 def run(config: TrainConfig) -> dict:
@@ -101,7 +105,7 @@ def run(config: TrainConfig) -> dict:
     from ..gpus import gpu_count_without_tf
     from ..host import import_tensorflow
     from ..data import ensure_data, load_split
-    from ..mode import mode_settings
+    from ..mode import mode_sizes
 
     if config.loop not in LOOPS:
         raise CourseError(f"unknown loop {config.loop!r}: use one of {', '.join(LOOPS)}")
@@ -112,8 +116,8 @@ def run(config: TrainConfig) -> dict:
         raise CourseError(refused)
     environment.remove_proxies()
     import_tensorflow()  # quietly, before the resolver imports it with its start-up lines
-    run_settings = mode_settings(config.mode)
-    sizes = resolve_sizes(config, run_settings)
+    sizes = mode_sizes(config.mode)
+    job = job_sizes(config, sizes)
     from ..resolver import cluster_resolver
 
     multi = cluster_resolver() is not None and config.strategy in ("auto", "multiworker")
@@ -131,18 +135,18 @@ def run(config: TrainConfig) -> dict:
 
     keras.utils.set_random_seed(config.seed)
     replicas = strategy.num_replicas_in_sync
-    global_batch = sizes.per_replica_batch * replicas
-    data = ensure_data(run_settings.quick, config.data_dir)
-    train_examples = load_split("train", data.data_dir, limit=sizes.train_limit, seed=config.seed)
-    test_examples = load_split("test", data.data_dir, limit=sizes.test_limit, seed=config.seed)
-    steps = config.steps_per_epoch or run_settings.steps_per_epoch(int(train_examples.cardinality()), global_batch)
+    global_batch = job.per_replica_batch * replicas
+    data = ensure_data(sizes.quick, config.data_dir)
+    train_examples = load_split("train", data.data_dir, limit=job.train_limit, seed=config.seed)
+    test_examples = load_split("test", data.data_dir, limit=job.test_limit, seed=config.seed)
+    steps = config.steps_per_epoch or sizes.steps_per_epoch(int(train_examples.cardinality()), global_batch)
     repeat = config.loop == "fit"  # fit counts epochs in steps: the data repeats, steps_per_epoch ends an epoch
     train_ds = strategy.distribute_datasets_from_function(
         lambda context: lesson.training_dataset(train_examples, global_batch, context, seed=config.seed).repeat(
             -1 if repeat else 1))
     test_ds = strategy.distribute_datasets_from_function(
         lambda context: lesson.evaluation_dataset(test_examples, global_batch, context))
-    epochs = sizes.epochs
+    epochs = job.epochs
 
     keras.mixed_precision.set_global_policy(config.precision)
     with strategy.scope():
@@ -171,7 +175,7 @@ def run(config: TrainConfig) -> dict:
         "model": config.model, "sync_bn": config.sync_bn, "loop": config.loop,
         "precision": config.precision, "xla": config.loop == "fit" and bool(model.jit_compile),  # as Keras ran it
         "strategy": about.name, "replicas": replicas, "workers": about.workers, "rank": about.rank,
-        "host": platform.node(), "mode": run_settings.mode, "data": data.label,
+        "host": platform.node(), "mode": sizes.mode, "data": data.label,
         "epochs": epochs, "train_loss": [float(v) for v in train_loss],
         "test_loss": None if loss is None else float(loss),
         "test_accuracy": None if accuracy is None else float(accuracy), "test_examples": examples,
