@@ -18,7 +18,7 @@ import pytest
 
 from helpers.class_settings import CLASS_SETTINGS, check_setting, class_settings
 from helpers.errors import CourseError
-from helpers.settings import SCOPES, SETTINGS, check_class_value, source, text, value
+from helpers.settings import SCOPES, SETTINGS, Setting, check_class_value, source, text, value
 from helpers.tools.settings_report import checker, markdown
 from tests.conftest import run_cli, run_python
 from tests.test_package_layout import code_cells
@@ -174,6 +174,15 @@ def test_each_declaration_is_complete_and_its_readers_are_real():
             named = setting.name in content or any(f in content for f in family) or any(
                 constant in content for constant, name in _constants().items() if name == setting.name)
             assert named, f"{setting.name}: {reader} does not read it"
+
+
+def test_the_table_names_scope_check_and_bad_value():
+    """Past the five fields every row has (name, what it takes, default, readers, help), a row names its
+    fields: a scope, check or bad value passed by position is refused, so no row can mix them up."""
+    row = (FAKE + "X", "a word", "none", ("helpers/settings.py",), "one line")
+    assert Setting(*row, scope="hub", check="m:f", bad="?").scope == "hub"
+    with pytest.raises(TypeError):
+        Setting(*row, "hub", "m:f", "?")
 
 
 @pytest.mark.parametrize("name", [n for n, s in SETTINGS.items() if s.check])
