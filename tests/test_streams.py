@@ -23,12 +23,11 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     args, markers = streams._split_markers(["tests", "-m", "not fullcheck", "-k", "x"])
     assert args == ["tests", "-k", "x"] and markers == "not fullcheck"
     commands = [streams._command(s, args, markers) for s in streams.SIDE_BY_SIDE]
-    assert [c[-1] for c in commands] == ["(machine_wide and not quiet) and (not fullcheck)",
-                                         "(not machine_wide and not quiet) and (not fullcheck)",
-                                         "(not machine_wide and not quiet) and (not fullcheck)"]
+    assert [c[-1] for c in commands] == ["(machine_wide) and (not fullcheck)", "(not machine_wide) and (not fullcheck)",
+                                         "(not machine_wide) and (not fullcheck)"]
     assert ["tests.shares" in c for c in commands] == [False, True, True]
     assert [c[:3] for c in commands[1:]] == [["nice", "-n", "10"]] * 2 and commands[0][0] == sys.executable
-    assert streams._command(streams.QUIET, args, markers)[-1] == "(quiet) and (not fullcheck)"
+    assert streams.SIDE_BY_SIDE == list(streams.SELECTIONS), "a stream that runs alone after the others"
     files = {}
     for name, tests in (("slurm", {"a": 5.0}), ("local", {"b": 7.0, "c": 1.0})):
         files[name] = tmp_path / f"{name}.json"
@@ -36,7 +35,7 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     run = streams._merge(files, wall_s=9.0)
     assert run["wall_s"] == 9.0 and run["tests_s"] == 13.0 and set(run["tests"]) == {"a", "b", "c"}
     assert run["outcomes"] == {"passed": 3} and run["streams"]["local"]["tests"] == 2
-    files["quiet"] = tmp_path / "quiet.json"  # a stream whose selection was empty writes no file
+    files["empty"] = tmp_path / "empty.json"  # a stream whose selection was empty writes no file
     assert set(streams._merge(files, wall_s=9.0)["streams"]) == {"slurm", "local"}
     for path in files.values():
         path.unlink(missing_ok=True)
