@@ -115,9 +115,9 @@ _ALL = (
        ("helpers/slurm/login_node.py", "tests/conftest.py"),
        "allow: local multi-worker TensorFlow on this machine (its only user's override; never on a login node)"),
     # -- engines and Slurm ------------------------------------------------------------------------------------------
-    _s("COURSE_ENGINES", "auto, local or slurm", "auto", ("helpers/engines/slurm.py",),
+    _s("COURSE_ENGINES", "auto, local or slurm", "auto", ("helpers/engines/on_slurm.py",),
        "where lessons start their engines: auto, the allocation's tasks when there are enough (2+), else local",
-       check="helpers.engines.slurm:want_slurm", bad="slrum"),
+       check="helpers.engines.on_slurm:want_slurm", bad="slrum"),
     _s("COURSE_CLUSTER", "a cluster id (course-...), a profile name or default", "unset: lessons start their own",
        ("helpers/engines/cluster.py",), "a running ipyparallel cluster every lesson attaches to"),
     _s("COURSE_CONTROLLER_IP", "an address of this host (never *, 0.0.0.0 or ::)", "this host's address on the route to the nodes",

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from helpers.engines.slurm import engines_job_name
+from helpers.engines.on_slurm import engines_job_name
 from tests.conftest import ROOT
 from tests.hub_support import new_hub, unix_learners, wait_server
 

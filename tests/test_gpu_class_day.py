@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from helpers.engines.slurm import is_engines_job_name
+from helpers.engines.on_slurm import is_engines_job_name
 from tests.conftest import ROOT, squeue_empty
 
 pytestmark = pytest.mark.slurm

@@ -23,8 +23,8 @@ ENGINES_API = {
     "helpers.engines": {"start_engines", "adopt_job", "failure_summary", "Engines", "cluster"},
     "helpers.engines.cluster": {"start_engines", "adopt_job", "stop_all", "stop_by_id", "Engines",
                                 "PROFILE"},  # the ipcluster profile a class starts its engines in
-    "helpers.engines.slurm": {"want_slurm",  # where lessons start their engines (COURSE_ENGINES)
-                              "is_engines_job_name"},  # `class end` stops learners' engines jobs by name
+    "helpers.engines.on_slurm": {"want_slurm",  # where lessons start their engines (COURSE_ENGINES)
+                                 "is_engines_job_name"},  # `class end` stops learners' engines jobs by name
     "helpers.engines.ipcluster_profile": {"write_profile"},  # the profile `ipcluster` starts engines from
 }
 
@@ -66,7 +66,7 @@ def engines_misuse(source: str, importer: str, is_package: bool = False) -> list
     for module, name in imports(ast.parse(source), importer, is_package):
         if module == "helpers" and name == "engines":
             found.append("from helpers import engines")
-        elif module == "helpers.engines" and name in {"slurm", "ownership", "on_engine", "ipcluster_profile"}:
+        elif module == "helpers.engines" and name in {"on_slurm", "ownership", "on_engine", "ipcluster_profile"}:
             found.append(f"from {module} import {name}")
         elif module.startswith("helpers.engines") and (name is None and module != "helpers.engines"
                                                        or name is not None and name not in ENGINES_API.get(module, set())):
@@ -104,8 +104,8 @@ def test_nothing_outside_the_engines_imports_them_but_to_start_attach_or_stop_en
 
 
 @pytest.mark.parametrize("source, importer", [
-    ("from helpers.engines.slurm import slurm_reachable\n", "notebook"),
-    ("def f():\n    from ..engines.slurm import SlurmRequest\n", "helpers.tools.bench"),
+    ("from helpers.engines.on_slurm import slurm_reachable\n", "notebook"),
+    ("def f():\n    from ..engines.on_slurm import SlurmRequest\n", "helpers.tools.bench"),
     ("from .engines import ownership\n", "helpers.doctor"),
     ("import helpers.engines.kernel_watch\n", "helpers.local_workers"),
 ])

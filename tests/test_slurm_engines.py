@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from helpers.errors import CourseError
-from helpers.engines.slurm import batch_template, want_slurm
+from helpers.engines.on_slurm import batch_template, want_slurm
 from helpers.slurm.queue import check_tasks_available
 from helpers.slurm.request import SlurmRequest
 from helpers.slurm.step import in_allocation
@@ -174,17 +174,17 @@ def _fake_squeue(tmp_path, monkeypatch, row: str) -> None:
 def test_one_rule_says_whether_an_engines_job_is_ours(tmp_path, monkeypatch, name, course, this_cluster):
     """`class end` (is_engines_job_name), adopting or cancelling a job by id (SlurmJob) and stopping a
     cluster from its file (prune_foreign through slurm.queue) answer alike for the same job."""
-    import helpers.engines.slurm as engines_slurm
+    import helpers.engines.on_slurm as on_slurm
     from helpers.engines.ownership import prune_foreign
 
     me = getpass.getuser()
-    assert engines_slurm.is_engines_job_name(name) is course
-    assert engines_slurm.is_engines_job_name(name, CLUSTER) is this_cluster
+    assert on_slurm.is_engines_job_name(name) is course
+    assert on_slurm.is_engines_job_name(name, CLUSTER) is this_cluster
     cancelled = []
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.setattr(engines_slurm, "job_record", lambda job: f"JobId={job} JobName={name} UserId={me}(0) GroupId=x(0)")
-    monkeypatch.setattr(engines_slurm, "cancel", lambda *ids, **_: cancelled.extend(ids))
-    engines_slurm.SlurmJob("42").cancel_if_ours()
+    monkeypatch.setattr(on_slurm, "job_record", lambda job: f"JobId={job} JobName={name} UserId={me}(0) GroupId=x(0)")
+    monkeypatch.setattr(on_slurm, "cancel", lambda *ids, **_: cancelled.extend(ids))
+    on_slurm.SlurmJob("42").cancel_if_ours()
     assert cancelled == (["42"] if course else []), f"{name!r}: {cancelled}"
     _fake_squeue(tmp_path, monkeypatch, f"{me} {name}")
     cluster = SimpleNamespace(cluster_id=CLUSTER, controller=None, engines={"slurm": SimpleNamespace(job_id="42")})
@@ -193,13 +193,13 @@ def test_one_rule_says_whether_an_engines_job_is_ours(tmp_path, monkeypatch, nam
 
 
 def test_another_users_job_with_the_courses_name_is_not_ours(tmp_path, monkeypatch):
-    import helpers.engines.slurm as engines_slurm
+    import helpers.engines.on_slurm as on_slurm
     from helpers.engines.ownership import prune_foreign
 
     cancelled = []
-    monkeypatch.setattr(engines_slurm, "job_record", lambda job: f"JobId={job} JobName=tf-course-engines UserId=someone(9)")
-    monkeypatch.setattr(engines_slurm, "cancel", lambda *ids, **_: cancelled.extend(ids))
-    engines_slurm.SlurmJob("42").cancel_if_ours()
+    monkeypatch.setattr(on_slurm, "job_record", lambda job: f"JobId={job} JobName=tf-course-engines UserId=someone(9)")
+    monkeypatch.setattr(on_slurm, "cancel", lambda *ids, **_: cancelled.extend(ids))
+    on_slurm.SlurmJob("42").cancel_if_ours()
     _fake_squeue(tmp_path, monkeypatch, f"someone tf-course-engines-{CLUSTER}")
     cluster = SimpleNamespace(cluster_id=CLUSTER, controller=None, engines={"slurm": SimpleNamespace(job_id="42")})
     assert not cancelled and prune_foreign(cluster) and not cluster.engines

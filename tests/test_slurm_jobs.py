@@ -149,7 +149,7 @@ def test_the_course_job_scripts_keep_other_users_off_their_nodes(script):
 
 @pytest.mark.parametrize("layout, line", [(None, True), ("node", True), ("gpu", False)])
 def test_the_engines_batch_template_follows_the_layout(monkeypatch, layout, line):
-    from helpers.engines.slurm import batch_template
+    from helpers.engines.on_slurm import batch_template
     from helpers.slurm.request import SlurmRequest
 
     if layout is None:

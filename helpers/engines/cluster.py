@@ -46,7 +46,7 @@ from ..slurm.nodes import controller_ip
 from ..slurm.request import SlurmRequest
 from ..slurm.step import allocation_tasks, in_allocation
 from . import on_engine, ownership
-from . import slurm as slurm_engines
+from . import on_slurm
 
 CLUSTER_PREFIX = "course-"
 PROFILE = "tf-course"  # the ipcluster profile `python -m helpers cluster profile` writes (engines.ipcluster_profile)
@@ -251,7 +251,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     from traitlets.config import Config
 
     asked = slurm
-    slurm = slurm_engines.want_slurm(slurm, n)
+    slurm = on_slurm.want_slurm(slurm, n)
     if not slurm:
         check_local_workers(f"{n} local engines")
     if asked is None and in_allocation():  # COURSE_ENGINES decided inside an allocation: say which
@@ -310,7 +310,7 @@ def _where_engines_run(n: int, slurm: bool) -> str:
     if slurm:
         return f"engines: {n} tasks of this allocation (Slurm job {job}, srun)"
     return (f"engines: {n} local processes on this node (Slurm job {job} has {tasks or 'no'} task(s) for them; "
-            f"{slurm_engines.ENGINES_ENV}={text(slurm_engines.ENGINES_ENV) or 'auto'})")
+            f"{on_slurm.ENGINES_ENV}={text(on_slurm.ENGINES_ENV) or 'auto'})")
 
 
 def _local_options(config) -> tuple:
@@ -338,13 +338,13 @@ def _slurm_options(n: int, request, config, cluster_id: str) -> tuple:
             config.SrunEngineSetLauncher.mpi_args = ["--overlap"]
         else:
             queue.check_cpus_free(n, request.cpus_per_task or 1)
-        options["engine_launcher_class"] = slurm_engines.SrunEngineSetLauncher
+        options["engine_launcher_class"] = on_slurm.SrunEngineSetLauncher
     else:
         request = request.spread(n)
-        config.SlurmEngineSetLauncher.batch_template = slurm_engines.batch_template(request)
+        config.SlurmEngineSetLauncher.batch_template = on_slurm.batch_template(request)
         # ipyparallel writes the batch script into the current directory (the notebooks'),
         # where it would be left behind: keep it with the cluster's logs instead
-        config.SlurmEngineSetLauncher.batch_file_name = str(slurm_engines.batch_file(cluster_id))
+        config.SlurmEngineSetLauncher.batch_file_name = str(on_slurm.batch_file(cluster_id))
         config.SlurmEngineSetLauncher.environment = dict(ENGINE_ENV)
         options["engine_launcher_class"] = "slurm"
     return config, options
@@ -432,7 +432,7 @@ def adopt_job(job_id: str | int, n: int | None = None, *, timeout: float = 300.0
     import ipyparallel as ipp
 
     started = time.perf_counter()
-    job = slurm_engines.SlurmJob(str(job_id))
+    job = on_slurm.SlurmJob(str(job_id))
     client = None
     try:
         n = n or job.wait_running(timeout)
@@ -452,7 +452,7 @@ def adopt_job(job_id: str | int, n: int | None = None, *, timeout: float = 300.0
     engines.assign_ranks()
     _running[engines.cluster_id] = engines
     atexit.register(engines.stop)
-    engines.release = kernel_watch.watch(job.job_id, slurm_engines.cancel_engines_job)  # even on SIGKILL
+    engines.release = kernel_watch.watch(job.job_id, on_slurm.cancel_engines_job)  # even on SIGKILL
     if activate:
         _activate(client)
     return engines
@@ -649,7 +649,7 @@ def _stop_cluster(cluster, client) -> None:
     except Exception:  # noqa: BLE001
         pass
     ownership.kill(tree + ownership.controllers_of(cluster.cluster_id))
-    if getattr(cluster, "profile_dir", None):  # an engines job (slurm_engines.SlurmJob) has no key of ours
+    if getattr(cluster, "profile_dir", None):  # an engines job (on_slurm.SlurmJob) has no key of ours
         _session_key_path(cluster).unlink(missing_ok=True)
 
 

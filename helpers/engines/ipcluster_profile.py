@@ -24,7 +24,7 @@ from ..slurm import slurm_reachable
 from ..slurm.nodes import controller_ip
 from ..slurm.request import SlurmRequest
 from . import cluster
-from . import slurm as slurm_engines
+from . import on_slurm
 
 
 # ------------------------------------------------------------------------------ profile
@@ -43,7 +43,7 @@ def write_profile(name: str = cluster.PROFILE, *, slurm: bool | None = None) -> 
         request = SlurmRequest.from_env()
         address = controller_ip(request.partition)
         request, extra = request.spread_any()
-        template = slurm_engines.batch_template(request, extra)
+        template = on_slurm.batch_template(request, extra)
         placement = " ".join([*request.sbatch_lines(), *extra]) or "Slurm's defaults"
     else:
         address, template, placement = "127.0.0.1", None, "no Slurm here: local engines only"

@@ -96,7 +96,7 @@ def prune_foreign(cluster) -> list[str]:
     """Drop from a cluster loaded from its file every process and job that is not provably its
     own, so that stopping it signals nothing else; returns what was left alone."""
     from ..slurm.queue import slurm_job_is_ours
-    from .slurm import is_engines_job_name
+    from .on_slurm import is_engines_job_name
 
     left = []
     process = getattr(getattr(cluster, "controller", None), "process", None)

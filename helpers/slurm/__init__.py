@@ -9,7 +9,7 @@
 - `login_node`: whether local multi-worker TensorFlow may run here (never on a login node).
 
 The engines' own Slurm side (batch template, `srun` launcher, engines job) stays in
-`helpers.engines.slurm`. Importing this package runs no Slurm command and imports no TensorFlow.
+`helpers.engines.on_slurm`. Importing this package runs no Slurm command and imports no TensorFlow.
 """
 
 from .commands import slurm_reachable

@@ -130,7 +130,7 @@ def cancel(*ids: str, signal: int | None = None, timeout: float = 30) -> None:
 
 def slurm_job_is_ours(job_id: str, is_our_name: Callable[[str], bool]) -> bool:
     """This user's Slurm job, with a name `is_our_name` accepts (a job that is gone is nobody's to
-    cancel). The caller brings the rule for names: the engines' is `helpers.engines.slurm`'s, which
+    cancel). The caller brings the rule for names: the engines' is `helpers.engines.on_slurm`'s, which
     this package may not import."""
     import getpass
 

@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from ..engines.slurm import is_engines_job_name
+from ..engines.on_slurm import is_engines_job_name
 from ..errors import CourseError
 from ..settings import value
 from ..slurm.nodes import reservation_users

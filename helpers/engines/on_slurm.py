@@ -106,7 +106,7 @@ class SrunEngineSetLauncher(MPILauncher, EngineLauncher):
 
     # the name ipyparallel records in the cluster file and imports back when a later process
     # (`cluster stop`, COURSE_CLUSTER) loads the cluster: its default, "module:Class", does not import
-    entrypoint_name = "helpers.engines.slurm.SrunEngineSetLauncher"
+    entrypoint_name = "helpers.engines.on_slurm.SrunEngineSetLauncher"
     mpi_cmd = List(["srun"], config=True, help="srun, and options for the engines' step")
 
     @property
