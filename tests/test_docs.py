@@ -114,8 +114,27 @@ def _tests_defined() -> dict[str, set[str]]:
 
 
 def named_tests(text: str) -> set[str]:
-    """Every `test_module` or `test_module::test_name` a page names (the course's names for tests)."""
-    return set(re.findall(r"\b(test_\w+(?:::(?:test_\w+|\*))?)", text))
+    """Every `test_module`, `test_module::test_name` or `test_module::test_name[id]` a page names (the
+    course's names for tests; an id is one parametrized case)."""
+    return set(re.findall(r"\b(test_\w+(?:::(?:test_\w+(?:\[[^\]\s`|]+\])?|\*))?)", text))
+
+
+def _missing_ids(named: set[str]) -> list[str]:
+    """The `module::function[id]` names among `named` that pytest does not collect: the ids come from
+    the parametrize lists, which only collection resolves (a case taken out of the list leaves the
+    function, and a guide's claim that this case is checked, behind)."""
+    import subprocess
+    import sys
+
+    with_ids = sorted(name for name in named if name.endswith("]"))
+    if not with_ids:
+        return []
+    functions = sorted({f"tests/{name.partition('::')[0]}.py::{name.partition('::')[2].split('[')[0]}"
+                        for name in with_ids})
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *functions],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    collected = {line.strip().removeprefix("tests/").replace(".py::", "::", 1) for line in done.stdout.splitlines()}
+    return [name for name in with_ids if name not in collected]
 
 
 GUIDES_NAMING_TESTS = ["troubleshooting.md", "security.md", "slurm.md", "offering.md", "measured.md"]
@@ -125,13 +144,14 @@ GUIDES_NAMING_TESTS = ["troubleshooting.md", "security.md", "slurm.md", "offerin
 def test_every_test_a_guide_names_exists(guide):
     """A guide that says "checked by test X" must name a test that is there: a removed or renamed test
     would otherwise leave a claim of proof behind."""
-    defined, missing = _tests_defined(), []
-    for name in sorted(named_tests((ROOT / "docs" / guide).read_text())):
-        module, _, function = name.partition("::")
+    defined, missing, named = _tests_defined(), [], named_tests((ROOT / "docs" / guide).read_text())
+    for name in sorted(named):
+        module, _, function = name.split("[")[0].partition("::")
         if module not in defined and not any(module in funcs for funcs in defined.values()):
             missing.append(name)
         elif function and function != "*" and function not in defined.get(module, set()):
             missing.append(name)
+    missing += _missing_ids({name for name in named if "::" in name and name not in missing})
     assert not missing, f"docs/{guide} names tests that do not exist: {missing}"
 
 
@@ -141,6 +161,9 @@ def test_the_check_of_named_tests_catches_a_test_that_is_not_there():
     assert named_tests("see `test_docs::test_no_such_test` and `test_nothing_here`") == \
         {"test_docs::test_no_such_test", "test_nothing_here"}
     assert "test_no_such_test" not in defined["test_docs"]
+    cases = named_tests("| `test_docs::test_every_test_a_guide_names_exists[slurm.md]` and "
+                        "`test_docs::test_every_test_a_guide_names_exists[no_such_guide.md]` |")
+    assert _missing_ids(cases) == ["test_docs::test_every_test_a_guide_names_exists[no_such_guide.md]"], cases
 
 
 def test_every_row_of_the_failure_table_names_its_test():
