@@ -51,6 +51,7 @@ def test_shares_are_whole_files_of_about_equal_recorded_time():
     assert shares.split(units, recorded, 1) == [["a", "b", "c", "d"]]
     assert shares.unit_of("notebooks/03_x.ipynb::Cell 4", False) == shares.unit_of("tests/test_site.py::t", True)
     assert shares.unit_of("tests/test_a.py::t[1]", False) == "tests/test_a.py"
+    assert {shares.unit_of(f"{path}::t", False) for path in shares.BEFORE_NOTEBOOKS} == {shares.NOTEBOOKS_UNIT}
     for bad in ("2", "0/2", "3/2", "a/b"):
         with pytest.raises(pytest.UsageError, match="COURSE_TEST_SHARE"):
             shares.parse_share(bad)
@@ -58,21 +59,26 @@ def test_shares_are_whole_files_of_about_equal_recorded_time():
 
 def test_the_two_shares_collect_every_test_once():
     """Collected for real, as the local streams are: share 1/2 and 2/2 of the same files are disjoint,
-    together the whole, and the site lands with the notebooks."""
+    together the whole, and the site lands with the notebooks; Horovod's build and Lmod's install land
+    there too, before the notebooks (lessons 13 and 17 use them), even when named after the notebooks."""
     files = ["tests/test_streams.py", "tests/test_settings.py", "tests/test_site.py", "tests/test_cli.py",
-             "notebooks/00_environment.ipynb", "notebooks/01_mirrored_strategy.ipynb"]
+             "notebooks/00_environment.ipynb", "notebooks/01_mirrored_strategy.ipynb", *shares.BEFORE_NOTEBOOKS]
 
     def collect(share: str) -> set[str]:
         listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.shares",
                                  "--nbval-lax", "--collect-only", "-q", *files],
                                 env={**os.environ, shares.SHARE_ENV: share}, capture_output=True, text=True,
                                 cwd=ROOT, timeout=300).stdout
-        return {line for line in listed.splitlines() if "::" in line}
+        return [line for line in listed.splitlines() if "::" in line]
 
     whole, first, second = collect(""), collect("1/2"), collect("2/2")
-    assert first and second and not first & second and first | second == whole, (len(first), len(second), len(whole))
+    assert first and second and not set(first) & set(second) and set(first + second) == set(whole), \
+        (len(first), len(second), len(whole))
     with_site = first if any("test_site.py" in t for t in first) else second
-    assert {t for t in whole if ".ipynb" in t} <= with_site
+    assert {t for t in whole if ".ipynb" in t} <= set(with_site)
+    needed = [i for i, t in enumerate(with_site) if t.split("::")[0] in shares.BEFORE_NOTEBOOKS]
+    assert {with_site[i].split("::")[0] for i in needed} == set(shares.BEFORE_NOTEBOOKS), with_site
+    assert max(needed) < min(i for i, t in enumerate(with_site) if ".ipynb" in t), with_site
 
 
 def test_every_test_of_the_local_slurm_or_a_second_user_is_in_the_slurm_stream():
