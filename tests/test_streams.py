@@ -64,7 +64,7 @@ def test_the_two_shares_collect_every_test_once():
     files = ["tests/test_streams.py", "tests/test_settings.py", "tests/test_site.py", "tests/test_cli.py",
              "notebooks/00_environment.ipynb", "notebooks/01_mirrored_strategy.ipynb", *shares.BEFORE_NOTEBOOKS]
 
-    def collect(share: str) -> set[str]:
+    def collect(share: str) -> list[str]:
         listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.shares",
                                  "--nbval-lax", "--collect-only", "-q", *files],
                                 env={**os.environ, shares.SHARE_ENV: share}, capture_output=True, text=True,
