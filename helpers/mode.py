@@ -15,7 +15,8 @@ Two overrides a trainer sets once for a whole class (they reach the lessons and 
   that time or trace a fixed number of steps, 07, 09, 14 and 17's checks, keep them);
 - `COURSE_MAX_STEPS=N`: no epoch of the lessons' trainings (nor their evaluations) takes more than N steps
   (the data stays full size: only how much of it an epoch reads shrinks; lesson 12 keeps at least 40, the
-  fixed-step lessons above keep theirs), a budget for slow hardware; the tests run
+  fixed-step lessons above keep theirs, lesson 10 caps its large batch's steps, at least 16 updates a run,
+  and its small batch takes 16x as many to see as many examples), a budget for slow hardware; the tests run
   workshop and full mode at 50,000 images on a CPU with it.
 """
 

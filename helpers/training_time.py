@@ -103,7 +103,8 @@ def _course_work(s: Sizes, replicas: int) -> dict[str, list[Work]]:
         "07": [cnn(31 * 8 * 64)],  # STEPS + 1 = 31 steps per configuration, whatever the mode
         "08": [Work(s.job_model, s.epochs * epoch, b)],
         "09": [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
-        "10": [Work("cnn", 5 * s.schedule_epochs * large, 32 // replicas)],
+        "10": [Work("cnn", s.schedule_epochs * large, 32 // replicas),  # the small batch, then 4 runs of the large
+               Work("cnn", 4 * s.schedule_epochs * large, 512 // replicas)],
         "11": [cnn(5 * s.epochs * epoch)],  # five runs of the whole plan
         "12": [Work("cnn", 6 * s.tour_steps * 64 * replicas, 64)],
         "13": [cnn(64)],
