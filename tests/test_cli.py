@@ -31,8 +31,13 @@ def test_bad_arguments_are_one_line_not_a_traceback(tmp_path):
         assert "Traceback" not in done.stderr
         lines = [l for l in done.stderr.splitlines() if l.startswith("error:")]
         assert len(lines) == 1, done.stderr
-    done = run_cli("train", "--epochs", "-3")
-    assert done.returncode == 2 and "must be at least 1" in done.stderr and "Traceback" not in done.stderr
+    # a bad option's value: argparse's one line, naming the option and the value (a bare "-3 must be at
+    # least 1", or the same words on a second line, leaves the user to guess which option was meant)
+    for option, bad in (("--epochs", "-3"), ("--steps-per-epoch", "0")):
+        done = run_cli("train", option, bad)
+        errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert errors == [f"python -m helpers train: error: argument {option}: {bad} must be at least 1"], done.stderr
 
 
 def test_synth_then_prepare_from_the_command_line(tmp_path):
