@@ -37,49 +37,63 @@ def test_lab_requires_its_token_and_listens_on_loopback(tmp_path):
         lab.stop()
 
 
-def test_tensorboard_opens_through_jupyterlab_with_its_token(tmp_path):
-    """Notebook 09's way to open TensorBoard: on 127.0.0.1 and a free port, reached as
-    <Jupyter URL>/proxy/<port>/ through jupyter-server-proxy, which asks for Jupyter's token
-    (JupyterHub's login, on a hub) like every other page of the server."""
+def _lesson_09_cell(marker: str) -> str:
+    """The source of lesson 09's code cell holding `marker`."""
+    import nbformat
+
+    cells = nbformat.read(ROOT / "notebooks" / "09_monitoring.ipynb", as_version=4).cells
+    return next(c.source for c in cells if c.cell_type == "code" and marker in c.source)
+
+
+def test_tensorboard_opens_through_jupyterlab_with_its_token(tmp_path, capsys):
+    """Notebook 09's way to open TensorBoard, run from its own cells: its start (127.0.0.1, a free port,
+    tied to the kernel), the link it prints (<Jupyter URL>/proxy/<port>/, through jupyter-server-proxy,
+    which asks for Jupyter's token, JupyterHub's login on a hub, like every other page of the server),
+    and its stop, after which no TensorBoard is left (nothing_left_behind)."""
     import json
-    import subprocess
-    import sys
+    import re
     import time
+    from types import SimpleNamespace
 
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    from helpers.resolver import free_port
 
     writer = EventFileWriter(str(tmp_path / "logs" / "run" / "train"))
     writer.add_event(event_pb2.Event(step=0, summary=summary_pb2.Summary(
         value=[summary_pb2.Summary.Value(tag="epoch_loss", simple_value=1.5)])))
     writer.close()
-    port = free_port()
-    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "logs"),
-                              "--host", "127.0.0.1", "--port", str(port)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lesson = {"logs": tmp_path / "logs", "stopwatch": SimpleNamespace(report=lambda: None)}
     lab = Lab(ROOT / "notebooks", tmp_path / "runtime")
+    started = False
     try:
+        exec(_lesson_09_cell("board = subprocess.Popen("), lesson)
+        started = True
+        exec(_lesson_09_cell("TENSORBOARD_PROXY_URL"), lesson)
+        link = re.search(r"open (/\S*proxy/\d+/) on your Jupyter server", capsys.readouterr().out).group(1)
+        assert link == f"/proxy/{lesson['port']}/", link
         deadline, runs = time.monotonic() + 60, None
         while runs is None:
             try:
-                runs = lab.api(f"/proxy/{port}/data/runs")
+                runs = lab.api(f"{link}data/runs")
             except (urllib.error.HTTPError, OSError, json.JSONDecodeError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
         assert runs == ["run/train"], runs
+        board = psutil.Process(lesson["board"].pid)  # serving now: its sockets are open
+        ips = {c.laddr.ip for p in (board, *board.children(recursive=True)) for c in _listening(p)}
+        assert ips and ips <= {"127.0.0.1", "::1"}, f"lesson 09's TensorBoard listens beyond this machine: {ips}"
         try:  # without the token: sent to Jupyter's login page (or refused), never TensorBoard's data
-            with lab.get(f"/proxy/{port}/data/runs", token=False) as answer:
+            with lab.get(f"{link}data/runs", token=False) as answer:
                 landed, body = answer.geturl(), answer.read()
             assert "/login" in landed and b"run/train" not in body, (landed, body[:200])
         except urllib.error.HTTPError as exc:
             assert exc.code == 403, exc.code
     finally:
         lab.stop()
-        board.kill()
-        board.wait(timeout=30)
+        if started:
+            exec(_lesson_09_cell("board.terminate()"), lesson)  # the lesson's own stop
+    assert lesson["board"].poll() is not None
 
 
 def test_make_kernel_puts_the_environments_commands_first_on_path(tmp_path):
