@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .errors import CourseError
 from .settings import value
+from .slurm.commands import WHERE_SLURM_ANSWERS, slurm_choice
 
 COURSE_DIR = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT = 120.0  # seconds for each srun the doctor starts (waiting for nodes included)
@@ -375,14 +376,16 @@ def link_speed(destination: str) -> str | None:
 
 
 # ------------------------------------------------------------------------- the block
-def run(slurm: bool | None = None, partition: str | None = None, bandwidth: bool = True) -> list[Check]:
-    """All checks; Slurm checks when Slurm is here (or `slurm=True`), skipped with `slurm=False`."""
+def run(slurm: bool | str = WHERE_SLURM_ANSWERS, partition: str | None = None, bandwidth: bool = True) -> list[Check]:
+    """All checks; Slurm's where Slurm's commands are here (the default), required with `slurm=True`
+    (none: no-go), skipped with `slurm=False`."""
+    slurm = slurm_choice(slurm)
     partition = partition or value("COURSE_SLURM_PARTITION") or None
     checks = [check_versions(), check_proxies(), check_ports()]
     if slurm is False:
         return [*checks, Check("slurm", "skip", "Slurm checks not asked for")]
     state, shape = slurm_state(partition)
-    if shape is None and slurm and state.level == "skip":
+    if shape is None and slurm is True and state.level == "skip":
         state = Check("slurm", "no-go", "Slurm asked for, but sinfo is not on PATH", "load the Slurm module")
     checks.append(state)
     if shape is not None:
@@ -404,12 +407,12 @@ def render(checks: list[Check]) -> str:
     return "\n".join([head, *(c.line() for c in checks), verdict])
 
 
-def report(slurm: bool | None = None, partition: str | None = None, bandwidth: bool = True) -> str:
+def report(slurm: bool | str = WHERE_SLURM_ANSWERS, partition: str | None = None, bandwidth: bool = True) -> str:
     """The doctor's block, as `python -m helpers doctor` prints it (notebook 00 shows it)."""
     return render(run(slurm, partition, bandwidth))
 
 
-def main(slurm: bool | None, partition: str | None, bandwidth: bool) -> int:
+def main(slurm: bool | str, partition: str | None, bandwidth: bool) -> int:
     checks = run(slurm, partition, bandwidth)
     print(render(checks), flush=True)
     return 1 if any(c.level == "no-go" for c in checks) else 0

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from helpers.scaling_model import Link, ring_allreduce_s
-from helpers.tools.bench_scaling import predict
+from helpers.tools.bench_scaling import predict, slurm_nodes_from_here
 from tests.conftest import run_python
 
 
@@ -16,6 +16,18 @@ def test_the_prediction_adds_the_ring_all_reduce_over_the_fitted_link():
     assert step["link"].bandwidth == pytest.approx(200e6, rel=1e-6)
     assert step["allreduce_s"] == pytest.approx(4 / 3 * 94e6 / 200e6 + 4 * 0.002, rel=1e-6)
     assert step["step_s"] == pytest.approx(0.5 + step["allreduce_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("reachable, job, expected", [(True, None, True), (True, "12", False), (False, None, False)])
+def test_the_bench_asks_for_two_slurm_nodes_where_slurm_answers_outside_a_job(monkeypatch, reachable, job, expected):
+    """Its own name for its own rule (not `slurm=None`, which in the course means COURSE_ENGINES decides)."""
+    import helpers.slurm
+
+    monkeypatch.setattr(helpers.slurm, "slurm_reachable", lambda: reachable)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    if job:
+        monkeypatch.setenv("SLURM_JOB_ID", job)
+    assert slurm_nodes_from_here() is expected
 
 
 def test_probe_over_two_logical_cpus_in_one_process(report):
@@ -48,7 +60,7 @@ def _check(row: dict, label: str, report) -> None:
 
 
 def test_two_local_workers_measured_next_to_the_model(prepared_dir, report):
-    rows = _rows(f"rows = scaling_rows('cnn', {str(prepared_dir)!r}, steps=16, workers=(2,), slurm=False)")
+    rows = _rows(f"rows = scaling_rows('cnn', {str(prepared_dir)!r}, steps=16, workers=(2,), two_slurm_nodes=False)")
     assert len(rows) == 1
     _check(rows[0], "2 local workers", report)
 
@@ -57,7 +69,7 @@ def test_two_local_workers_measured_next_to_the_model(prepared_dir, report):
 def test_two_workers_on_two_slurm_nodes_measured_next_to_the_model(slurm, prepared_dir, tmp_path, report):
     # an output directory that does not exist yet, as in a fresh clone with no build/
     fresh = tmp_path / "fresh-output"
-    rows = _rows(f"rows = scaling_rows('cnn', {str(prepared_dir)!r}, steps=16, workers=(), slurm=True)",
+    rows = _rows(f"rows = scaling_rows('cnn', {str(prepared_dir)!r}, steps=16, workers=(), two_slurm_nodes=True)",
                  env={**slurm["env"], "COURSE_OUTPUT_DIR": str(fresh)}, timeout=900)
     assert len(rows) == 1
     _check(rows[0], "2 Slurm nodes", report)

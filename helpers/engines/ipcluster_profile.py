@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..slurm import slurm_reachable
+from ..slurm.commands import WHERE_SLURM_ANSWERS, slurm_choice
 from ..slurm.nodes import controller_ip
 from ..slurm.request import SlurmRequest
 from . import cluster
@@ -28,8 +29,11 @@ from . import on_slurm
 
 
 # ------------------------------------------------------------------------------ profile
-def write_profile(name: str = cluster.PROFILE, *, slurm: bool | None = None) -> tuple[Path, list[str]]:
+def write_profile(name: str = cluster.PROFILE, *, slurm: bool | str = WHERE_SLURM_ANSWERS) -> tuple[Path, list[str]]:
     """Write the profile's `ipcluster_config.py`; returns its path and what was decided.
+
+    Its Slurm side (the controller on the nodes' network, the engines' batch template) where Slurm
+    answers here, or as `slurm` says: True writes it (Slurm must answer), False leaves local engines only.
 
     The values are written out (not computed when ipcluster starts), so the file says what
     ipcluster will do and a centre can edit it; run the command again after the site changes.
@@ -38,7 +42,7 @@ def write_profile(name: str = cluster.PROFILE, *, slurm: bool | None = None) -> 
     from IPython.paths import get_ipython_dir
 
     directory = Path(ProfileDir.create_profile_dir_by_name(get_ipython_dir(), name).location)
-    slurm = slurm_reachable() if slurm is None else slurm
+    slurm = slurm_reachable() if slurm_choice(slurm) == WHERE_SLURM_ANSWERS else slurm
     if slurm:
         request = SlurmRequest.from_env()
         address = controller_ip(request.partition)

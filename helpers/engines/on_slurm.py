@@ -55,7 +55,9 @@ def is_engines_job_name(name: str, cluster_id: str | None = None) -> bool:
 
 
 def want_slurm(slurm: bool | None = None, n: int = 2) -> bool:
-    """Whether `n` engines go through Slurm: the argument if given, else `COURSE_ENGINES`.
+    """Whether `n` engines go through Slurm: the argument if given, else `COURSE_ENGINES` (what
+    `slurm=None` means everywhere in the course; tools that may run without Slurm take
+    `helpers.slurm.commands.WHERE_SLURM_ANSWERS` instead).
 
     `auto` (the default) takes the allocation's tasks when this process runs in an allocation of
     two or more tasks that holds the `n` engines, outside any job step (a hub's server job, a batch

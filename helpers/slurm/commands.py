@@ -1,4 +1,6 @@
-"""Slurm's commands, run checked: one clear error when they are missing, hang or fail; whether Slurm answers; a step per node.
+"""Slurm's commands, run checked (one clear error when missing, hung or failed); whether Slurm answers; a step per node.
+
+`WHERE_SLURM_ANSWERS` is the `slurm=` choice of the tools that run with or without Slurm.
 
 Every `sinfo`, `scontrol` and `squeue` the course asks (outside the tools that talk to a whole
 class) goes through `run`, with a deadline: a slurmctld that does not answer is a one-line error,
@@ -45,6 +47,19 @@ def slurm_reachable() -> bool:
     except CourseError:
         return False
     return True
+
+
+WHERE_SLURM_ANSWERS = "where Slurm answers"  # a `slurm` argument's third value, beside True and False
+
+
+def slurm_choice(slurm: bool | str) -> bool | str:
+    """`slurm` as the tools that run with or without Slurm (`doctor`, the ipcluster profile) take it:
+    True (Slurm's side, required), False (none) or WHERE_SLURM_ANSWERS (Slurm's side where Slurm
+    answers here). Never None: in the course `slurm=None` means COURSE_ENGINES decides where engines
+    start (`helpers.engines.on_slurm.want_slurm`), and one word has one meaning."""
+    if slurm is True or slurm is False or slurm == WHERE_SLURM_ANSWERS:
+        return slurm
+    raise CourseError(f"slurm={slurm!r} is not understood: use True, False or {WHERE_SLURM_ANSWERS!r}")
 
 
 def checked_word(name: str, value: str) -> str:

@@ -409,11 +409,15 @@ def main(out: str | None = None, steps: int = 12, only: str | None = None, repea
             say(f"{model}: 1 process, MirroredStrategy, 2 workers; helpers and TF defaults, interleaved ...")
             rows += bench_distribution(model, data_dir, model_steps(model, steps), model_repeats(model, repeats))
     if "scaling" in wanted:
-        from .bench_scaling import scaling_rows
+        from .bench_scaling import scaling_rows, slurm_nodes_from_here
 
+        two_slurm_nodes = slurm_nodes_from_here()
+        if not two_slurm_nodes:
+            say("  2 workers on 2 Slurm nodes: skipped (no Slurm answers here, or this runs inside a job)")
         for model in ("resnet50", "cnn"):
             say(f"{model}: the step-time model against 2 and 3 local workers and 2 Slurm nodes, same run ...")
-            rows += scaling_rows(model, data_dir, model_steps(model, steps), max(1, repeats - 1))
+            rows += scaling_rows(model, data_dir, model_steps(model, steps), max(1, repeats - 1),
+                                 two_slurm_nodes=two_slurm_nodes)
     consumed = None
     if "overhead" in wanted:
         for model in ("resnet50", "cnn"):

@@ -89,17 +89,21 @@ def _slurm_point(model: str, data_dir: str, steps: int, nodes: int) -> tuple[dic
     return compute, chief[0], parse(probe_out)
 
 
-def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, workers: tuple[int, ...] = (2, 3),
-                 slurm: bool | None = None) -> list[Row]:
-    """Measured against predicted step time for each configuration (see the module docstring)."""
+def slurm_nodes_from_here() -> bool:
+    """Whether the bench can ask Slurm for 2 nodes of their own: Slurm answers here and this process
+    runs in no job (inside one, `srun --nodes=2` runs in that job's allocation, which may not hold two)."""
     from ..slurm import slurm_reachable
 
-    use_slurm = slurm_reachable() and "SLURM_JOB_ID" not in os.environ if slurm is None else slurm
+    return slurm_reachable() and "SLURM_JOB_ID" not in os.environ
+
+
+def scaling_rows(model: str, data_dir: str, steps: int, repeats: int = 1, workers: tuple[int, ...] = (2, 3), *,
+                 two_slurm_nodes: bool) -> list[Row]:
+    """Measured against predicted step time for each configuration (see the module docstring): `workers`
+    local workers each, and with `two_slurm_nodes` 2 workers on 2 Slurm nodes (the bench: `slurm_nodes_from_here`)."""
     configs = [(f"{n} local workers", n, "local") for n in workers]
-    if use_slurm:
+    if two_slurm_nodes:
         configs.append(("2 workers on 2 Slurm nodes", 2, "slurm"))
-    else:
-        say("  Slurm configuration skipped: no Slurm answers here (or this runs inside a job)")
     runs = {label: {"compute": [], "measured": [], "probe": []} for label, _, _ in configs}
     gradient_bytes = 0.0
     ran = {}  # compute runs (no strategy) and clusters (MWMS) alike: the same jit_compile, or no comparison

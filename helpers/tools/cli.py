@@ -12,6 +12,7 @@ import sys
 
 from ..errors import CourseError
 from ..settings import SCOPES, value as setting_value
+from ..slurm.commands import WHERE_SLURM_ANSWERS
 
 
 def _positive(text: str) -> int:
@@ -59,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="only these scopes (repeatable; default: all)")
     doctor = sub.add_parser("doctor", help="go/no-go pre-flight for a cluster: one block to paste into a ticket")
     doctor.add_argument("--partition", help="partition to check (default: COURSE_SLURM_PARTITION, else Slurm's default)")
-    doctor.add_argument("--no-slurm", action="store_false", dest="slurm", default=None,
-                        help="only the checks of this host")
+    doctor.add_argument("--slurm", action=argparse.BooleanOptionalAction, default=WHERE_SLURM_ANSWERS,
+                        help="--slurm: Slurm's checks required (no Slurm: no-go); --no-slurm: only this host's "
+                             "(default: Slurm's where its commands are here)")
     doctor.add_argument("--no-bandwidth", action="store_false", dest="bandwidth",
                         help="skip the 2-worker all-reduce (about 15 s)")
     doctor.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # what its srun runs
@@ -83,12 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     start = cluster_sub.add_parser("start", help="start a controller and engines, print the cluster id")
     start.add_argument("-n", type=_positive, default=2, help="number of engines")
-    start.add_argument("--slurm", action="store_true", default=None,
-                       help="start the engines through Slurm (default: COURSE_ENGINES, else local)")
+    start.add_argument("--slurm", action=argparse.BooleanOptionalAction, default=None,
+                       help="--slurm: engines through Slurm; --no-slurm: local engines "
+                            "(default: COURSE_ENGINES decides)")
     profile = cluster_sub.add_parser("profile", help="write an ipcluster profile with the course's settings")
     profile.add_argument("--name", default=None, help="profile name (default tf-course)")
-    profile.add_argument("--no-slurm", action="store_false", dest="slurm", default=None,
-                         help="local engines only, even where Slurm answers")
+    profile.add_argument("--slurm", action=argparse.BooleanOptionalAction, default=WHERE_SLURM_ANSWERS,
+                         help="--slurm: the Slurm side written (Slurm must answer); --no-slurm: local engines only "
+                              "(default: the Slurm side where Slurm answers)")
     stop = cluster_sub.add_parser("stop", help="stop a cluster, or every course cluster with --all")
     stop.add_argument("--cluster-id")
     stop.add_argument("--all", action="store_true",
