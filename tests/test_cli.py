@@ -11,6 +11,18 @@ def test_help_everywhere():
         assert done.returncode == 0 and "usage:" in done.stdout
 
 
+def test_the_readme_lists_every_command():
+    """README's "Command line:" names exactly the commands `python -m helpers` has."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = re.search(r"python -m helpers \{([a-z,-]+)\} --help", readme).group(1).split(",")
+    refused = run_cli("no-such-command").stderr  # argparse names the commands it has
+    commands = re.findall(r"'([a-z-]+)'", refused.split("choose from", 1)[1])
+    assert listed == commands, f"README.md lists {listed}, the command line has {commands}"
+
+
 def test_info_is_json():
     done = run_cli("info")
     assert done.returncode == 0
