@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -95,22 +97,66 @@ def _in_background(proc) -> bool:
         return False
 
 
+# Every process a test starts inherits its test's tag in this variable (a session nested in a test, a
+# pytest the test runs, appends its own after a "/"); nothing_left_behind looks for it in every
+# process of the machine, so a process that left pytest's tree (setsid, a double fork, a Slurm job's
+# step, a server in a session of its own) is found as surely as a child.
+TAG_ENV = "COURSE_TEST_TAG"
+_SESSION_TAG: list[str] = []  # this session's tag, under the one it inherited (set at its first test)
+_TESTS_TAGGED = itertools.count()
+
+
+def _session_tag() -> str:
+    if not _SESSION_TAG:
+        own = f"{os.getpid()}-{secrets.token_hex(3)}"
+        _SESSION_TAG.append(f"{os.environ[TAG_ENV]}/{own}" if os.environ.get(TAG_ENV) else own)
+    return _SESSION_TAG[0]
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """Every running process but this one whose environment carries `tag`, or a tag nested under it.
+    /proc/PID/environ is the environment a process was started with: what it inherited from the test.
+    (Another user's processes are read as root only: as root, they are searched too.)"""
+    needle = f"\0{TAG_ENV}={tag}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                block = b"\0" + environ.read()  # empty for a zombie
+        except OSError:  # gone, or another user's (not root)
+            continue
+        at = block.find(needle)
+        if at >= 0 and block[at + len(needle):at + len(needle) + 1] in (b"\0", b"/", b""):
+            try:
+                found.append(psutil.Process(int(entry.name)))
+            except psutil.Error:
+                continue
+    return found
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """After every test: no process this test started is still running (engines, controllers,
-    TF workers, srun). Daemons that detach (slurmctld, munged) are not our children."""
-    import psutil
-
+    """After every test: no process this test started is still running, wherever it went (engines,
+    controllers, TF workers, srun, a detached server, a Slurm job's processes): its children, and every
+    process of the machine that carries its tag (TAG_ENV). Processes the session's and modules' fixtures
+    start (the local Slurm's daemons) carry the session's tag between tests, not a test's."""
+    tag = f"{_session_tag()}:{next(_TESTS_TAGGED)}"
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    yield
+    os.environ[TAG_ENV] = tag
+    try:
+        yield
+    finally:
+        os.environ[TAG_ENV] = f"{_session_tag()}:between-tests"
     deadline = time.monotonic() + 10
     while True:
-        left = [p for p in psutil.Process().children(recursive=True)
-                if p.pid not in before and _running(p) and not _in_background(p)]
+        children = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        left = {p.pid: p for p in (*children, *tagged(tag)) if _running(p) and not _in_background(p)}
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    described = [f"{p.pid} {cmdline(p)[:100]}" for p in left if _running(p)]
+    described = [f"{p.pid} {cmdline(p)[:100]}" for p in left.values() if _running(p)]
     assert not described, "left running: " + "; ".join(described)
 
 
