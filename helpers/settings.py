@@ -254,7 +254,7 @@ _ALL = (
        "the simulated GPU device files a test job lists", scope="test"),
     _s("COURSE_TEST_SCRIPT", "a path", "set by the test", ("tests/test_slurm_gpus.py",),
        "the lesson's program a test job plans with", scope="test"),
-    _s("COURSE_TEST_UNSET_VARIABLE", "never set", "unset", ("tests/test_proof_cells.py",),
+    _s("COURSE_TEST_UNSET_VARIABLE", "never set", "unset", ("tests/support/proof_cases.py",),
        "a name no one sets, for a proof's broken variant", scope="test"),
 )
 

@@ -301,7 +301,8 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
     import keras
     import numpy as np
 
-    from tests.test_proof_cells import OK, _run
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import run_proof
 
     keras.utils.set_random_seed(0)
     keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]).export(str(tmp_path / "exported"), verbose=False)
@@ -342,9 +343,9 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
         namespace = {"math": math, **OK["15_models_you_keep.ipynb"], **reported}
         if match:
             with pytest.raises(AssertionError, match=match):
-                _run("15_models_you_keep.ipynb", namespace)
+                run_proof("15_models_you_keep.ipynb", namespace)
         else:
-            _run("15_models_you_keep.ipynb", namespace)
+            run_proof("15_models_you_keep.ipynb", namespace)
     plain = subprocess.run([sys.executable, "-c", "import sys, tensorflow; print(sys.modules.get('keras') is not None)"],
                            capture_output=True, text=True, timeout=300)
     assert plain.stdout.strip().splitlines()[-1] == "True", plain.stderr[-2000:]

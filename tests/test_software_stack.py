@@ -99,11 +99,11 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
 
 def _needs_module(log: str) -> bool:
     """The notebook's own reading of the job's UNLOADED line (its gathering cell's two assignments)."""
-    from tests.test_proof_cells import _assignment
+    from tests.support.proof_cells import assignment_source
 
     namespace = {"json": json, "stack_log": log}
     for target in ("unloaded", "needs_module"):
-        exec(_assignment("17_software_stack.ipynb", target), namespace)
+        exec(assignment_source("17_software_stack.ipynb", target), namespace)
     return namespace["needs_module"]
 
 

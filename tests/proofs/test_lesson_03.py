@@ -1,0 +1,217 @@
+"""Lesson 03's proof cell (notebooks/03_multiworker_ipyparallel.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+import collections
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import numpy as np
+import pytest
+
+from tests.support.proof_cases import OK, PlantedSizes
+from tests.support.proof_cells import (
+    NOTEBOOKS, PlantedEngines, cell_defining, gather_and_prove, holds_unless, proof_source, solution_source,
+)
+
+
+def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a", "b", "c", "d"),
+                      val_losses=([2.1, 1.9], [2.1, 1.9]), kept=(True, False), **by_rank_changes) -> dict:
+    """Lesson 03's raw results from 2 engines on node1 and node2, in engine order (rank 1's engine
+    first): the figures each computed on its own node, `kept` as each found its own model path, the
+    examples each pass delivered and the split's own count of each (`in_split`). The kernel's host
+    holds a file at rank 1's temporary path and nothing at the chief's: it must believe the engines,
+    not its own disk."""
+    chief_path, other_path = "/node1-only/models/03_multiworker.keras", tmp_path / "tmp-x" / "model.keras"
+    other_path.parent.mkdir()
+    other_path.write_bytes(b"a file on the kernel's host, not on node2")
+    by_rank = {"in_sync": [2, 2], "local_replicas": [1, 1], "task_id": [0, 1], "moved": [0.5, 0.5], "digest": ["d", "d"],
+               "examples_seen": [collections.Counter(s) for s in seen], "in_split": [collections.Counter(in_split)] * 2,
+               "predicted_rows": [512, 512], "test_steps * global_batch": [512, 512], "prediction_digest": ["p", "p"],
+               "found_at": [[0], [32]], "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]],
+               "pass_shards": [[(0, 2)], [(1, 2)]], "kept": list(kept), "path": [chief_path, str(other_path)],
+               "initial_digest": ["a", "a"], "own_digest": ["a", "b"],
+               "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
+               "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
+               "uneven_rows": [512, 512], **by_rank_changes}
+    pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
+    assert not Path(chief_path).exists() and other_path.exists()
+    return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
+            "histories": [{"loss": [1.6, 0.6], "val_loss": list(v)} for v in val_losses[::-1]]}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"seen": (["a", "b"], ["b", "c"])}, "shared examples"),  # example b reached both workers
+    # the split holds b twice (the same image and label): each worker got one copy, as sharding gives it
+    ({"seen": (["a", "b"], ["b", "c"]), "in_split": ("a", "b", "b", "c")}, None),
+    ({"seen": (["a", "b", "b"], ["b", "c"]), "in_split": ("a", "b", "b", "c")}, "shared examples"),  # 3 copies of 2
+    ({"val_losses": ([2.1, 1.9], [2.1, 1.8])}, "same all-reduced validation loss"),  # no all-reduce of the metric
+    ({"kept": (True, True)}, "only the chief should keep"),  # rank 1's temporary copy left on node2
+    ({"kept": (False, False)}, "only the chief should keep")],  # the chief's file missing on node1
+    ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
+         "rank 1 kept a copy", "chief kept nothing"])
+def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
+    """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
+    rank 1's temporary directory on node2) or their processes, only what they return. The cell
+    counts the examples delivered beyond the split's own copies and reads the validation losses
+    itself; whether a file was kept is what each engine found on its own disk, whatever this host
+    holds at those paths."""
+    holds_unless(match, gather_and_prove, "03_multiworker_ipyparallel.ipynb", _engines_on_nodes(tmp_path, **changes))
+
+
+class _ImageBatch:
+    """A batch of images (or labels) as a tf.Tensor answers `.numpy()` and `len()`."""
+
+    def __init__(self, images):
+        self.images = np.stack(images)
+
+    def numpy(self):
+        return self.images
+
+    def __len__(self):
+        return len(self.images)
+
+
+class _PipelineBatches(list):
+    """A finite dataset; `repeat()` here only marks it (fit's copy is never iterated)."""
+
+    def repeat(self):
+        return self
+
+
+def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
+    """Lesson 03's pipeline cell and fingerprint pass, as written, on one of 2 stand-in workers:
+    a strategy that hands the dataset function this worker's InputContext, and a `training_dataset`
+    that shards by the context it gets (none: the whole split), batching 2 distinct examples; the
+    split's last example is a copy of its first (image and label), which sharding gives to the other
+    worker. `ignore_context` makes fit's `worker_pipeline` read the whole split (a context of 1
+    pipeline): the pass must then see it too."""
+    import sys
+    from types import ModuleType
+
+    def training_dataset(examples, global_batch, context=None):
+        context = context or SimpleNamespace(input_pipeline_id=0, num_input_pipelines=1)
+        mine = examples[context.input_pipeline_id::context.num_input_pipelines]
+        return _PipelineBatches((_ImageBatch([image for image, _ in mine[i:i + 2]]),
+                                 _ImageBatch([label for _, label in mine[i:i + 2]])) for i in range(0, len(mine), 2))
+
+    lesson = ModuleType("helpers.lesson")
+    lesson.training_dataset, lesson.evaluation_dataset = training_dataset, lambda *args: None
+    monkeypatch.setitem(sys.modules, "helpers.lesson", lesson)
+    context = SimpleNamespace(input_pipeline_id=rank, num_input_pipelines=2)
+    strategy = SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(context),
+                               experimental_local_results=lambda value: [value])
+    examples = [(np.full((2, 2), i % 7, np.uint8), np.int32(i % 7)) for i in range(8)]  # example 7 is example 0
+    namespace = {"strategy": strategy, "train_examples": examples, "test_examples": None, "global_batch": 4,
+                 "steps_per_epoch": 2, "resolver": SimpleNamespace(task_id=rank), "print": lambda *a, **k: None}
+    pipeline = cell_defining("03_multiworker_ipyparallel.ipynb", "def worker_pipeline").replace("%%px\n", "")
+    if ignore_context:
+        body = "return training_dataset(train_examples, global_batch, context)"
+        assert body in pipeline
+        pipeline = pipeline.replace(body, body.replace("context)", "SimpleNamespace(input_pipeline_id=0, "
+                                                                   "num_input_pipelines=1))"))
+        namespace["SimpleNamespace"] = SimpleNamespace
+    fingerprint = cell_defining("03_multiworker_ipyparallel.ipynb", "def fingerprint").replace("%%px\n", "")
+    exec(compile(pipeline, "03 pipeline", "exec"), namespace)
+    exec(compile(fingerprint, "03 fingerprint pass", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("ignore_context,match", [(False, None), (True, "shared examples")],
+                         ids=["sharded", "fit's pipeline ignores the context"])
+def test_lesson_03_fingerprint_pass_reads_the_pipeline_fit_reads(tmp_path, monkeypatch, ignore_context, match):
+    """The pass goes through fit's own `worker_pipeline`: a pipeline that ignores its InputContext
+    (every worker reads every example) fails the proof, through the pass's own fingerprints and the
+    gathering cell; a split that holds one example twice, sharded, does not."""
+    workers = [_lesson_03_worker(rank, ignore_context, monkeypatch) for rank in (0, 1)]
+    assert all(w["fit_shards"] == w["pass_shards"] for w in workers)  # one function, one context, both times
+    assert workers[0]["in_split"] == workers[1]["in_split"] and sorted(workers[0]["in_split"].values()) == [1] * 6 + [2]
+    raw = _engines_on_nodes(tmp_path, seen=[w["examples_seen"] for w in workers], in_split=workers[0]["in_split"],
+                            fit_shards=[w["fit_shards"] for w in workers], pass_shards=[w["pass_shards"] for w in workers],
+                            replica_batches=[w["replica_batches"] for w in workers],
+                            step_examples=[w["step_examples"] for w in workers])
+    holds_unless(match, gather_and_prove, "03_multiworker_ipyparallel.ipynb", raw)
+
+
+def _lesson_03_solution_1(tmp_path, per_replica_batch=None, **changes) -> None:
+    """Lesson 03's solution 1 after its gathering cell, on 2 engines' raw figures (one replica each, global
+    batch 64); `per_replica_batch` replaces TensorFlow's InputContext.get_per_replica_batch_size."""
+    from unittest import mock
+
+    import tensorflow as tf
+
+    namespace = {"math": math, "np": np, "print": lambda *a, **k: None, **_engines_on_nodes(tmp_path, **changes)}
+    nb = nbformat.read(NOTEBOOKS / "03_multiworker_ipyparallel.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    exec(compile(code[code.index(proof_source("03_multiworker_ipyparallel.ipynb")) - 1], "03 gather", "exec"), namespace)
+    solution = compile(solution_source("03_multiworker_ipyparallel.ipynb", 1), "03 solution 1", "exec")
+    if per_replica_batch is None:
+        exec(solution, namespace)
+        return
+    with mock.patch.object(tf.distribute.InputContext, "get_per_replica_batch_size", per_replica_batch):
+        exec(solution, namespace)
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    # a dataset_fn that batched by the global batch: every replica got all 64
+    ({"replica_batches": [{64}, {64}], "step_examples": [{64}, {64}]}, "global batch over the replicas"),
+    ({"step_examples": [{64}, {64}]}, "global batch over the replicas"),  # two batches a step for one replica
+    ({"per_replica_batch": lambda self, global_batch: global_batch}, "^192$")],  # TensorFlow's answer not 32
+    ids=["as run", "replicas got the global batch", "two batches per replica", "another per-replica rule"])
+def test_lesson_03_solution_1_holds_the_rule_to_the_run(tmp_path, changes, match):
+    """Issue 54 (03, solution 1 asserted `3 * (2 * per_replica) == 192`, arithmetic on a constant): the
+    answer is TensorFlow's, and the rule is checked against each replica's batch the engines measured."""
+    holds_unless(match, lambda: _lesson_03_solution_1(tmp_path, **changes))
+
+
+@pytest.mark.parametrize("replacement,match", [
+    (None, None),
+    ("", "disjoint shards that cover all 12"),  # the exercise's own dataset_fn: both workers get all 12 numbers
+    (".shard(3, context.input_pipeline_id)\n            ", "disjoint shards that cover all 12")],  # 2, 5, 8, 11 lost
+    ids=["sharded", "the exercise's dataset_fn", "disjoint but incomplete"])
+def test_lesson_03_solution_2_fails_for_the_exercises_unsharded_dataset_fn(replacement, match):
+    """Solution 2's check fed the exercise's own dataset_fn (no shard) fails on overlap; fed shards of 3
+    (disjoint, but a third of the numbers reach no worker) it fails on coverage, its second operand."""
+    import tensorflow as tf
+
+    source = solution_source("03_multiworker_ipyparallel.ipynb", 2)
+    shard = ".shard(context.num_input_pipelines, context.input_pipeline_id)\n            "
+    assert source.count(shard) == 1
+    if replacement is not None:
+        source = source.replace(shard, replacement)
+    holds_unless(match, exec, compile(source, "03 solution 2", "exec"), {"tf": tf, "print": lambda *a, **k: None})
+
+
+class _SavingModel:
+    """The trained model as lesson 03's saving cell uses it; `saves` False: a chief whose save writes nothing."""
+
+    def __init__(self, saves: bool):
+        self.saves, self.trainable_weights = saves, [SimpleNamespace(numpy=lambda: np.zeros(2, np.float32))]
+
+    def evaluate(self, *args, **kwargs) -> dict:
+        return {"accuracy": 0.5}
+
+    def save(self, path) -> None:
+        if self.saves:
+            Path(path).write_bytes(b"model")
+
+
+@pytest.mark.parametrize("saves,kept", [(True, True), (False, False)], ids=["the chief saves", "the chief saves nothing"])
+def test_lesson_03_saving_cell_does_not_take_an_earlier_runs_file_for_this_runs(tmp_path, monkeypatch, saves, kept):
+    """Issue 54 (03, second review): `kept = path.exists()` held on a re-run whose chief saved nothing,
+    because the first run's file was still there: the cell removes it before saving."""
+    import hashlib
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "03_multiworker.keras").write_bytes(b"an earlier run's model")
+    namespace = {"model": _SavingModel(saves), "test_ds": None, "test_steps": 1, "hashlib": hashlib,
+                 "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None}
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", "kept = path.exists()").replace("%%px\n", "")
+    exec(compile(cell, "03 saving cell", "exec"), namespace)
+    assert namespace["kept"] is kept

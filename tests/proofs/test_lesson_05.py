@@ -1,0 +1,101 @@
+"""Lesson 05's proof cell (notebooks/05_sync_batch_norm.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.support.proof_cases import OK
+from tests.support.proof_cells import (
+    ONE_REPLICA_EACH, code_cells, gather_and_prove, holds_unless, planted_copies, run_edited_to_its_proof,
+)
+
+
+class _BN:
+    def __init__(self, *means):
+        self.moving_mean = planted_copies(*means)
+
+
+class _Model:
+    def __init__(self, *layers):
+        self.layers = layers
+
+    def _flatten_layers(self, include_self=True):
+        return iter(self.layers)
+
+
+@pytest.mark.parametrize("plain,synced,calls,match", [
+    (([0.1], [0.4]), ([0.2], [0.2]), 6, None),
+    (([0.1], [0.4]), ([0.2], [0.21]), 6, "identical statistics"),  # the synchronized layer kept its own
+    (([0.1], [0.1]), ([0.2], [0.2]), 6, "different statistics"),
+    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces"),  # one all-reduce on each replica
+    (([0.1], [0.4]), ([0.2], [0.2]), 7, "3 all-reduces"),  # review P1: one extra call, 7 // 2 == 3
+    (([0.1], [0.4]), ([0.0], [0.0]), 6, "never moved")],  # review P2: BN layers frozen (trainable=False)
+    ids=["as trained", "sync spread", "plain alike", "one all-reduce", "seven calls", "sync frozen at zero"])
+def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(plain, synced, calls, match):
+    ok = OK["05_sync_batch_norm.ipynb"]
+    raw = {"strategy": ONE_REPLICA_EACH, "gaps": ok["gaps"], "all_reduce_calls": list(range(calls)),
+           "keras": SimpleNamespace(layers=SimpleNamespace(BatchNormalization=_BN)),
+           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain)), "start": "s"},
+                    "synchronized BN": {"model": _Model(_BN(*synced), object()), "start": "s"}}}
+    raw["np"] = np  # the gathering cell's helper is the cell before it, defined on the same planted names
+    exec(next(c for c in code_cells("05_sync_batch_norm.ipynb") if c.startswith("def replica_spread")), raw)
+    holds_unless(match, gather_and_prove, "05_sync_batch_norm.ipynb", raw)
+
+
+LESSON_05_SOLUTION_1 = """
+import sys
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import keras, numpy as np, tensorflow as tf
+
+code = [c.source for c in nbformat.read("notebooks/05_sync_batch_norm.ipynb", as_version=4).cells if c.cell_type == "code"]
+ns = {"keras": keras, "np": np, "tf": tf, "print": lambda *a, **k: None,
+      "strategy": tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])}
+for start in ("rng = np.random.default_rng", "counted = tf.distribute"):  # the slices, the counting wrapper
+    exec(next(s for s in code if s.startswith(start)), ns)
+solution = next(s for s in code if s.startswith("# Solution 1"))
+if sys.argv[1] == "no input gradient":
+    assert "            tape.watch(x)\\n" in solution
+    solution = solution.replace("            tape.watch(x)\\n", "")
+exec(solution, ns)
+print("COUNTED", len(ns["all_reduce_calls"]), ns["strategy"].num_replicas_in_sync)
+"""
+
+
+@pytest.mark.parametrize("variant", ["as written", "no input gradient"])
+def test_lesson_05_solution_1_counts_the_backward_all_reduces(variant):
+    """Lesson 05's solution 1 on its own slices and counting wrapper, 2 replicas: 5 all-reduces per replica
+    (3 forward, 2 backward). Without `tape.watch(x)` no gradient reaches the layer's input, the backward
+    all-reduces are never traced, and its count (3 per replica) must fail it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_05_SOLUTION_1, variant], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    if variant == "as written":
+        assert done.returncode == 0 and "COUNTED 10 2" in done.stdout, (done.stdout, done.stderr[-2000:])
+    else:
+        # the solution's own assert, which prints the calls it counted: 6, the forward pass's only
+        assert done.returncode != 0 and "AssertionError: ['ReduceOp.SUM'" in done.stderr, (done.stdout, done.stderr[-2000:])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("old,new,match", [
+    ("        layer.synchronized = True\n", "        layer.synchronized = True\n        layer.trainable = False\n", "never moved"),
+    ("    keras.utils.set_random_seed(7)", "    pass", "same weights")],  # review P3: no shared seed
+    ids=["synced BN frozen", "no shared seed"])
+def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, monkeypatch, old, new, match):
+    """Lesson 05 run for real (up to its proof) with the synchronized model's BN layers frozen
+    (`trainable = False`: Keras then runs them in inference mode, batch_normalization.py:363, and their
+    moving means stay at their initial zeros; identical zeros used to pass "identical statistics",
+    review P2), or without the shared seed (the two ResNet50s start from different weights, review P3)."""
+    status, detail = run_edited_to_its_proof("05_sync_batch_norm.ipynb", old, new, "never moved", tmp_path,
+                                              monkeypatch, timeout=900)
+    assert status == "FAILED" and match in detail, (status, detail)

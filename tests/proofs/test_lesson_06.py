@@ -1,0 +1,36 @@
+"""Lesson 06's proof cell (notebooks/06_fault_tolerance.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+import pytest
+
+from tests.support.proof_cases import OK
+from tests.support.proof_cells import gather_and_prove, holds_unless
+
+
+def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1) -> dict:
+    """Lesson 06's raw reports of its two runs, in engine order (rank 1 first), wall clocks of the
+    workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came;
+    beside a peer 13 s late with no timeout (both entering at 200.0), what rank 0 got and when."""
+    ok = OK["06_fault_tolerance.ipynb"]
+    late = {"error": late_error, "value": None if late_error else 2.0}
+    return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "late_results", "late_waited_s")},
+            "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": 106.0},
+                          {"rank": 0, "entered": 100.0, "error": error, "value": None, "ended": failed}],
+            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": 2.0, "ended": 213.1},
+                          {"rank": 0, "entered": 200.0, **late, "ended": late_ended}]}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"error": "UnavailableError"}, "should time out"),  # the heartbeats' error: the peer counted as dead
+    ({"failed": 100.4}, "after about 3 s"),  # an error before the timeout could fire
+    ({"failed": 109.0}, "after about 3 s"),  # 9 s: not the timeout's doing
+    ({"late_error": "UnavailableError", "late_ended": 210.0}, "past the heartbeat timeout"),  # asleep = dead
+    ({"late_ended": 205.0}, "past the heartbeat timeout")],  # rank 0 done before the heartbeats could matter
+    ids=["timed out", "heartbeat error", "too soon", "too late", "late peer counted dead", "late peer not late"])
+def test_lesson_06_gathering_cell_times_the_wait_beside_a_hung_peer(changes, match):
+    """From the workers' reports: each wait is rank 0's own clock from entering the all-reduce to
+    its end (the engines' order does not matter); beside the late peer, what every worker got."""
+    holds_unless(match, gather_and_prove, "06_fault_tolerance.ipynb", _hung(**changes))

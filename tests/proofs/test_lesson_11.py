@@ -1,0 +1,75 @@
+"""Lesson 11's proof cell (notebooks/11_checkpoints_requeue.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+import pytest
+
+from tests.support.proof_cases import OK
+from tests.support.proof_cells import cell_defining, holds_unless, run_proof, solution_source
+
+
+def test_lesson_11_proof_on_slurm_passes_without_exit_statuses_but_not_without_the_logged_stops():
+    """On Slurm the notebook sees no task's exit status (srun returns the highest): the proof then holds
+    on the logged stops and ends, and still fails when a worker did not log its stop."""
+    name = "11_checkpoints_requeue.ipynb"
+    on_slurm = {run: {**summary, "exit statuses": None} if "exit statuses" in summary else summary
+                for run, summary in OK[name]["result"].items()}
+    run_proof(name, {"result": on_slurm, "use_slurm": True})
+    with pytest.raises(AssertionError, match="every worker should log its stop"):
+        run_proof(name, {"result": {**on_slurm, "custom, warned": {**on_slurm["custom, warned"], "stopped ranks": [0]}},
+                    "use_slurm": True})
+
+
+def _event(event: str, t: float, rank: int = 0, **fields) -> dict:
+    return {"event": event, "time": t, "rank": rank, **fields}
+
+
+def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
+    """The gathering cell itself, on planted job events: a fit of 2 epochs of 32 steps warned in
+    epoch 1, stopped at its checkpoint 16 steps in (optimizer step 48), resumed at epoch 1 with the
+    optimizer at step 48 (so 16 steps repeated: 80 in the end), both workers stopping and finishing together.
+    Worker 1 logs its stop before the chief logs its save: the chief's save is still the one before the stop."""
+    warned = [_event("start", 0, r, run=0, epoch=0, batch=0, weights="init", iterations=0) for r in (0, 1)]
+    # worker 1 logs its save and its stop before the chief logs its save (as seen on Slurm)
+    warned += [_event("saved", 1.8 if r == 0 else 1, r, epoch=1, batch=16, weights="s", iterations=48) for r in (0, 1)]
+    warned += [_event("stopped", 2 if r == 0 else 1.5, r, warnings=["SIGUSR1"], weights="s", iterations=48) for r in (0, 1)]
+    warned += [_event("start", 3, r, run=1, epoch=1, batch=0, weights="s", iterations=48) for r in (0, 1)]
+    warned += [_event("finished", 4, r, warnings=[], weights="f", iterations=80) for r in (0, 1)]
+    warned.sort(key=lambda e: e["time"])  # as the notebook orders them
+    never = [_event("start", 0, r, run=0, epoch=0, batch=0, weights="init", iterations=0) for r in (0, 1)]
+    never += [_event("finished", 4, r, warnings=[], weights="g", iterations=64) for r in (0, 1)]
+    plan = {"epochs": 2, "steps_per_epoch": 32}
+    namespace = {"events": {"fit, warned": warned, "fit, never warned": never}, "runs": {}, "print": lambda *a: None,
+                 "statuses": {"fit, warned": [[3, 3], [0, 0]]},
+                 "plans": {"fit, warned": plan, "fit, never warned": plan}}
+    exec(compile(cell_defining("11_checkpoints_requeue.ipynb", "def summary(name)"), "11", "exec"), namespace)
+    got = namespace["summary"]("fit, warned")
+    assert got["runs"] == [0, 1] and got["outcomes"] == ["stopped", "finished"], got
+    assert got["stopped at"] == ["s"] and got["saved before stop"] == "s" and got["resumed from"] == ["s"], got
+    assert got["stopped in"] == [1, 16] and got["resumed at epoch"] == [1] and got["final"] == ["f"], got
+    assert got["iterations at start"] == [0, 48] and got["iterations at stop"] == 48 and got["iterations at end"] == [80], got
+    reference = namespace["summary"]("fit, never warned")
+    assert reference["outcomes"] == ["finished"] and reference["stopped in"] is None and reference["final"] == ["g"]
+    # and the proof cell accepts exactly this
+    custom = {**got, "final": ["u"], "stopped in": [None, None], "resumed at epoch": [None]}
+    assert got["stop steps"] == [48] and got["stopped ranks"] == got["finished ranks"] == got["workers"] == [0, 1], got
+    assert got["exit statuses"] == [[3, 3], [0, 0]] and reference["exit statuses"] is None, (got, reference)
+    run_proof("11_checkpoints_requeue.ipynb", {"result": {
+        "custom, warned": custom, "handler, warned": custom,
+        "fit, warned": got, "custom, never warned": {**reference, "final": ["u"]}, "fit, never warned": reference},
+        "use_slurm": False})
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # a callback that never stops fit: the default deletes the backup at the end and False keeps it, as after a
+    # stop, so the backup alone cannot tell; the optimizer's 8 steps instead of 3 do
+    (("self.model.stop_training = batch >= 2", "self.model.stop_training = False"), "^$"),  # its one bare assert
+], ids=["as written", "never stopped"])
+def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
+    source = solution_source("11_checkpoints_requeue.ipynb", 1)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    holds_unless(match, exec, compile(source, "11 solution 1", "exec"), {"print": lambda *a, **k: None})

@@ -1,0 +1,257 @@
+"""Lesson 12's proof cell (notebooks/12_strategy_tour.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.support.proof_cases import OK
+from tests.support.proof_cells import gather_and_prove, holds_unless, run_proof
+
+
+def _ps_raw(spans, losses) -> dict:
+    """Lesson 12's raw results: step spans of the asynchronous workers and their losses, the synchronous logs."""
+    ok = OK["12_strategy_tour.ipynb"]
+    return {**{k: v for k, v in ok.items() if k not in ("overlapping", "first", "last", "sync_first", "sync_last",
+                                                        "copies", "evaluated")},
+            "async_spans": spans, "async_log": [(loss, 0, 1, 0.0, 0.1) for loss in losses],
+            "sync_logs": [[(0, 0, 2.3 - 0.1 * i) for i in range(10)]] * 2,
+            "one_process": {name: {"copies": copies, "evaluated": 0.5, "before": 2.34}
+                            for name, copies in {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}.items()}}
+
+
+@pytest.mark.parametrize("spans,losses,match", [
+    ([(i, i + 1.5) for i in range(40)], [2.3 - 0.03 * i for i in range(40)], None),
+    ([(i, i + 0.9) for i in range(40)], [2.3 - 0.03 * i for i in range(40)], "did not train asynchronously"),
+    ([(i, i + 1.5) for i in range(40)], [2.0 + 0.01 * i for i in range(40)], "did not lower its loss")],
+    ids=["asynchronous and learning", "steps one after another", "loss rising"])
+def test_lesson_12_gathering_cell_counts_overlaps_and_loss_from_the_raw_log(spans, losses, match):
+    """From the raw step spans and losses: steps that never overlap, or a loss that rises over the
+    run, must fail the proof through the gathering cell's counting and averaging."""
+    raw = _ps_raw(spans, losses)
+    holds_unless(match, gather_and_prove, "12_strategy_tour.ipynb", raw)
+
+
+LESSON_12_REAL = """
+import json, os, sys
+variant = sys.argv[1]
+if variant == "alone":  # lesson 12's MWMS line on an engine whose TF_CONFIG was never written
+    os.environ.pop("TF_CONFIG", None)
+    import tensorflow as tf
+    print("RESULT " + json.dumps(tf.distribute.MultiWorkerMirroredStrategy().num_replicas_in_sync))
+    sys.exit()
+from helpers import environment
+environment.local_replicas(2)
+import time, keras, numpy as np, tensorflow as tf
+from keras import layers
+from types import SimpleNamespace
+from helpers.data import ensure_data, load_split
+from helpers.lesson import normalize
+from tests.support.proof_cells import cell_defining, solution_source
+name = "12_strategy_tour.ipynb"
+devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+ns = {"tf": tf, "keras": keras, "layers": layers, "np": np, "time": time, "load_split": load_split,
+      "normalize": normalize, "devices": devices, "print": lambda *a, **k: None}
+if variant.startswith("solution 1"):
+    parameter = {} if variant == "solution 1" else {"parameter_device": devices[-1]}
+    ns["central"] = tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices, **parameter)
+    try:
+        exec(solution_source(name, 1), ns)
+        print("RESULT " + json.dumps(None))
+    except AssertionError as exc:
+        print("RESULT " + json.dumps(str(exc)))
+    sys.exit()
+rate = 0.0 if variant == "rate 0" else 0.05
+ns.update(dataset=ensure_data(True), sizes=SimpleNamespace(train_examples=2048), STEPS=40, BATCH=64,
+          LEARNING_RATE=rate)
+exec(cell_defining(name, "def plain_cnn"), ns)
+exec(cell_defining(name, "def fit_under"), ns)
+if variant.startswith("solution 2"):  # the statistics' aggregation set, or the line that sets it deleted
+    ns.update(math=__import__("math"), central=tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))
+    source = solution_source(name, 2)
+    if variant != "solution 2":
+        source = source.replace('kwargs["aggregation"] = "mean"', 'pass')
+    try:
+        exec(source, ns)
+        print("RESULT " + json.dumps(None))
+    except (AssertionError, ValueError) as exc:
+        print("RESULT " + json.dumps(type(exc).__name__ + ": " + str(exc)[:300]))
+    sys.exit()
+run = ns["fit_under"](tf.distribute.OneDeviceStrategy(devices[0]))
+print("RESULT " + json.dumps({"before": run["before"], "evaluated": run["evaluated"]}))
+"""
+
+
+def _lesson_12_real(variant: str):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_12_REAL, variant], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+
+
+def test_lesson_12_proof_fails_when_each_synchronous_worker_trains_alone():
+    """The MWMS line of lesson 12, run with no TF_CONFIG (the engines' variable removed): each worker is a
+    cluster of one replica. Same seeds and data still give equal digests and a falling loss; the proof must
+    fail on the replicas each strategy counted."""
+    alone = _lesson_12_real("alone")
+    assert alone == 1
+    with pytest.raises(AssertionError, match="did not form one cluster"):
+        run_proof("12_strategy_tour.ipynb", {**OK["12_strategy_tour.ipynb"], "sync_in_sync": [alone, alone]})
+
+
+@pytest.mark.parametrize("variant,match", [("trains", None), ("rate 0", "did not train")])
+def test_lesson_12_proof_fails_when_a_one_process_run_does_not_train(variant, match):
+    """Lesson 12's own `fit_under` under OneDeviceStrategy, 40 steps: with learning rate 0 (nothing learnt)
+    the loss after equals the loss before, and the proof must fail; as written it must pass. With nothing learnt
+    the two losses are equal to the last bit: `evaluate` saw the same batches before and after."""
+    run = _lesson_12_real(variant)
+    if variant == "rate 0":
+        assert run["before"] == run["evaluated"], f"evaluated on other batches after training: {run}"
+    ok = OK["12_strategy_tour.ipynb"]
+    namespace = {**ok, "before": {**ok["before"], "OneDevice": run["before"]},
+                 "evaluated": {**ok["evaluated"], "OneDevice": run["evaluated"]}}
+    holds_unless(match, run_proof, "12_strategy_tour.ipynb", namespace)
+
+
+@pytest.mark.parametrize("variant,match", [("solution 1", None), ("solution 1, last device", "should be on")])
+def test_lesson_12_solution_1_checks_the_device_of_the_single_copy(variant, match):
+    """Solution 1 with the lesson's CentralStorageStrategy (default parameter device) passes; with the
+    copy placed on the last logical device instead, it must fail on the device."""
+    failure = _lesson_12_real(variant)
+    if match is None:
+        assert failure is None
+    else:
+        assert failure and match in failure
+
+
+LESSON_12_ASYNC = """
+import json, sys
+import time, keras, numpy as np, tensorflow as tf
+from keras import layers
+import socket
+from helpers.data import ensure_data
+from tests.support.proof_cells import cell_defining
+name, variant = "12_strategy_tour.ipynb", sys.argv[1]
+ports = []
+for _ in range(3):  # free ports, held open until all are picked so that they differ
+    s = socket.socket(); s.bind(("localhost", 0)); ports.append(s)
+addresses = [f"localhost:{s.getsockname()[1]}" for s in ports]
+[s.close() for s in ports]
+spec = tf.train.ClusterSpec({"worker": addresses[:2], "ps": addresses[2:]})
+config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)  # fewer threads than workers + 1 can hang
+servers = [tf.distribute.Server(spec, job_name=job, task_index=i, protocol="grpc", config=config, start=True)
+           for job, i in (("worker", 0), ("worker", 1), ("ps", 0))]  # in this process, as the lesson's engines run them
+resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+ns = {"tf": tf, "keras": keras, "layers": layers, "resolver": resolver, "LEARNING_RATE": 0.05, "LIMIT": 2048,
+      "DATA_DIR": str(ensure_data(True).data_dir), "BATCH": 64, "STEPS": 40, "PS_WORKERS": 2, "print": lambda *a, **k: None}
+body = lambda marker: cell_defining(name, marker).split(chr(10), 1)[1]  # without its %%px_chief line
+exec(cell_defining(name, "def plain_cnn"), ns)
+exec(body("ParameterServerStrategy(resolver)"), ns)
+exec(body("def dataset_fn():"), ns)
+step = body("def async_step")
+apply = "        optimizer.apply_gradients(zip(grads, model.trainable_variables))" + chr(10)
+assert step.count(apply) == 1
+if variant == "no update":
+    step = step.replace(apply, "")
+if variant == "every other":  # every other step (by a ticket of its own) applies nothing: each variable's update under a tf.cond
+    step = step.replace(apply, "        SKIP.append(TICKETS.assign_add(1) % 2 == 0)" + chr(10) + apply)  # (around apply_gradients: merge_call refuses)
+    optimizer, update_step = ns["optimizer"], ns["optimizer"].update_step
+    with ns["strategy"].scope():
+        ns["SKIP"], ns["TICKETS"] = [], tf.Variable(0, dtype=tf.int64)
+    optimizer.update_step = lambda g, v, lr: tf.cond(ns["SKIP"][-1], lambda: tf.no_op(), lambda: update_step(g, v, lr) or tf.no_op())
+if variant == "forward unordered":  # as the step was: only the timestamp waits for the counter's read
+    step = step.replace("            started = tf.timestamp()" + chr(10), "            started = tf.timestamp()" + chr(10) + "        if True:" + chr(10))
+exec(step, ns)
+exec(body("coordinator.join()  # waits for every scheduled step"), ns)
+graph = ns["async_step"]._list_all_concrete_functions()[0].graph  # the traced step: do the weight reads wait?
+inside = {e.ref(): i.name for e, i in graph.captures}
+reads = [o for o in graph.get_operations() if o.type == "ReadVariableOp"]
+counter_read = next(o for o in reads if o.inputs[0].name == inside[ns["updates"].handle.ref()])  # the step's first op on it
+weights = {inside[v.value.handle.ref()] for v in ns["model"].trainable_variables}
+def ancestors(op):  # the names of every op `op` waits for, by data or by control
+    seen, todo = set(), [op]
+    while todo:
+        o = todo.pop()
+        for x in [*o.control_inputs, *(t.op for t in o.inputs)]:
+            if x.name not in seen:
+                seen.add(x.name)
+                todo.append(x)
+    return seen
+forward = [o for o in reads if o.inputs[0].name in weights and o.name.startswith("plain_cnn")]  # the model's call
+ns["forward_after_counter"] = bool(forward) and all(counter_read.name in ancestors(o) for o in forward)
+keys = ("async_log", "staleness", "applied_updates", "moved_updates", "optimizer_count", "forward_after_counter")
+print("RESULT " + json.dumps({k: ns[k] for k in keys}))
+"""
+
+
+def _lesson_12_async(variant: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_12_ASYNC, variant], capture_output=True, text=True,
+                          timeout=180, cwd=ROOT, env={**os.environ})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+
+
+@pytest.mark.parametrize("variant,ordered", [("as written", True), ("forward unordered", False)])
+def test_lesson_12_async_step_reads_the_weights_after_the_counter(variant, ordered):
+    """In the traced `async_step` every weight read of the forward pass waits for the step's read of the
+    counter (tf.control_dependencies; auto_control_deps orders only the ops on one variable): as written it
+    does; with only the timestamp under the control dependency, as the step once was, it does not."""
+    assert _lesson_12_async(variant)["forward_after_counter"] is ordered
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("no update", "not one update per step"),
+                                           ("every other", "not one update per step")])
+def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant, match):
+    """Lesson 12's chief cells (strategy, dataset_fn, async_step, the scheduling loop) on an in-process
+    cluster of 2 workers and 1 parameter server. With `apply_gradients` deleted from `async_step`, or skipped
+    under a `tf.cond` in every other step, the step counter still counts every step; the proof must fail on
+    the steps whose apply moved the weights, and (no update at all), with that count and the optimizer's
+    taken from a correct run, on the loss, which no longer falls."""
+    ran = _lesson_12_async(variant)
+    spans = [(start, end) for *_, start, end in ran["async_log"]]
+    losses = [loss for loss, *_ in ran["async_log"]]
+    namespace = {**OK["12_strategy_tour.ipynb"], **ran, "first": np.mean(losses[:5]), "last": np.mean(losses[-5:]),
+                 "overlapping": sum(1 for i, (s, e) in enumerate(spans) for s2, e2 in spans[i + 1:] if s2 < e and s < e2)}
+    assert ran["applied_updates"] == len(losses) + 2  # the counter counts either way
+    print(variant, {k: ran[k] for k in ("applied_updates", "moved_updates", "optimizer_count")})
+    holds_unless(match, run_proof, "12_strategy_tour.ipynb", namespace)
+    if variant == "no update":
+        correct = {k: OK["12_strategy_tour.ipynb"][k] for k in ("optimizer_count", "moved_updates")}
+        holds_unless("did not lower its loss", run_proof, "12_strategy_tour.ipynb", {**namespace, **correct})
+
+
+@pytest.mark.parametrize("in_sync,local,match", [([4, 4], [2, 2], None), ([2, 2], [2, 2], "did not form one cluster"),
+                                                 ([2, 2], [1, 1], None), ([1, 1], [1, 1], "did not form one cluster")],
+                         ids=["2 GPUs each, one cluster", "2 GPUs each, each alone", "CPU, one cluster", "CPU, each alone"])
+def test_lesson_12_mwms_cluster_counts_every_device_of_every_worker(in_sync, local, match):
+    """MWMS with TF_CONFIG counts each worker's GPUs times the workers (collective_all_reduce_strategy.py,
+    _initialize_local_devices and _num_replicas_in_sync): on a 4-GPU node, two local engines with 2 GPUs each
+    count 4 replicas. The proof must pass there, and fail where each worker counted only its own devices."""
+    holds_unless(match, run_proof, "12_strategy_tour.ipynb", {**OK["12_strategy_tour.ipynb"], "sync_in_sync": in_sync,
+                                                          "sync_locals": local})
+
+
+@pytest.mark.parametrize("variant,match", [("solution 2", None), ("solution 2, no aggregation", "aggregation")])
+def test_lesson_12_solution_2_fails_without_the_statistics_aggregation(variant, match):
+    """Solution 2 on 2 logical CPUs passes; with the line giving the moving statistics an aggregation
+    deleted, batch norm must fail under CentralStorageStrategy again, and the solution with it."""
+    failure = _lesson_12_real(variant)
+    if match is None:
+        assert failure is None
+    else:
+        assert failure and match in failure

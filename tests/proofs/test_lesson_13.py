@@ -1,0 +1,293 @@
+"""Lesson 13's proof cell (notebooks/13_from_horovod.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+import os
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from tests.support.proof_cases import OK
+from tests.support.proof_cells import (
+    NOTEBOOKS, PlantedEngines, gather_and_prove, holds_unless, run_proof, solution_source,
+)
+
+
+@pytest.mark.parametrize("require,match", [(None, None), ("1", "own run was not compared")], ids=["a laptop", "CI"])
+def test_lesson_13_proof_without_horovod_says_it_did_not_compare_and_fails_where_ci_builds_it(
+        require, match, monkeypatch, capsys):
+    """Issue 54: with no Horovod run (not built, or refused on a login node) the proof cannot compare with
+    Horovod's own step: it passes on what it could check and says so, and fails where COURSE_REQUIRE_HOROVOD=1
+    (CI, which builds Horovod before the lessons run)."""
+    if require:
+        monkeypatch.setenv("COURSE_REQUIRE_HOROVOD", require)
+    else:
+        monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    holds_unless(match, run_proof, "13_from_horovod.ipynb", {**OK["13_from_horovod.ipynb"], "horovod_gaps": None})
+    out = capsys.readouterr().out
+    assert ("NOT CHECKED (Horovod): Horovod's own run not compared" in out) == (match is None), out
+
+
+def _lesson_13_solution_1(count, sizes) -> None:
+    """Lesson 13's solution 1 on this lesson's measured run (2 engines: their sizes `sizes`), with TensorFlow's
+    count of MWMS's replicas, CollectiveAllReduceExtended._num_replicas_in_sync, replaced by `count` (None: as is)."""
+    from unittest import mock
+
+    import tensorflow as tf
+    from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
+
+    namespace = {"tf": tf, "ranks": [0, 1], "sizes": sizes, "BASE_LR": 0.05, "print": lambda *a, **k: None}
+    source = compile(solution_source("13_from_horovod.ipynb", 1), "13 solution 1", "exec")
+    if count is None:
+        exec(source, namespace)
+        return
+    with mock.patch.object(mwms.CollectiveAllReduceExtended, "_num_replicas_in_sync", property(count)):
+        exec(source, namespace)
+
+
+@pytest.mark.parametrize("count,sizes,match", [
+    (None, [2, 2], None),
+    (lambda self: self._num_workers, [2, 2], "^\\(2, 2\\)$"),  # one replica per worker, as Horovod's size per process
+    (lambda self: len(self.worker_devices), [2, 2], "TensorFlow's count"),  # the devices of one worker only
+    (None, [4, 4], "TensorFlow's count")],  # engines that measured 4 replicas: the stand-in is not their job
+    ids=["as TensorFlow counts", "workers only", "devices only", "other engines"])
+def test_lesson_13_solution_1_takes_its_count_from_tensorflow(count, sizes, match):
+    """Issue 54 (13 cell 53: the solution asserted its own arithmetic): the answer is TensorFlow's own count on
+    the job's shape, checked first against the engines' measured size, so a count other than
+    devices x workers fails it."""
+    holds_unless(match, _lesson_13_solution_1, count, sizes)
+
+
+LESSON_13_SOLUTION_2 = """
+import sys
+import nbformat
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * int(sys.argv[1]))
+import keras, numpy as np
+
+cells = [c.source for c in nbformat.read("notebooks/13_from_horovod.ipynb", as_version=4).cells if c.cell_type == "code"]
+ns = {"tf": tf, "keras": keras, "np": np, "print": print}
+exec(next(c for c in cells if c.startswith("%%writefile {model_file}")).split("\\n", 1)[1], ns)  # make_model
+rng = np.random.default_rng(0)
+ns.update(images=rng.uniform(size=(32, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=32).astype("int32"))
+try:
+    exec(next(c for c in cells if c.startswith("# Solution 2")), ns)
+except AssertionError as exc:
+    print("FAILED", exc)
+else:
+    print("PASSED")
+"""
+
+
+@pytest.mark.parametrize("devices,expected", [(2, "PASSED"), (1, "FAILED the check needs 2 replicas or more")],
+                         ids=["two replicas", "one device"])
+def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, expected):
+    """Issue 54 (13 cell 54): the solution once divided by len(x) * 2 whatever the replicas, so its ratio of 2 held
+    by construction, on one device too. Now it measures the step apply_gradients takes with each loss and needs it
+    num_replicas_in_sync times too large, on 2 replicas or more: on one device it must fail."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_13_SOLUTION_2, str(devices)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdict = [line for line in done.stdout.splitlines() if line.startswith(("PASSED", "FAILED"))]
+    assert verdict and verdict[-1].startswith(expected), done.stdout[-2000:]
+    if devices == 2:
+        assert "the step is 2.000 times too large" in done.stdout, done.stdout[-2000:]
+
+
+# rank 0 of lesson 13's two Slurm engines in a hub server job of the node layout (--ntasks=4 --gres=gpu:4): the
+# step's variables as srun sets them, and the node's 4 GPUs; TensorFlow taken for a GPU build (the CPU wheel here)
+LESSON_13_NODE_ENGINE = """
+import json, os
+os.environ.update({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+                   "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "localhost",
+                   "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NTASKS": "4", "SLURM_GPUS_ON_NODE": "4",
+                   "CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURMD_NODENAME": "localhost"})
+import helpers.gpus, helpers.resolver
+helpers.resolver.tensorflow_is_cpu_build = helpers.gpus.tensorflow_is_cpu_build = lambda: False
+from helpers.engines import on_engine
+os.environ["TF_CONFIG"] = json.dumps(on_engine.slurm_tf_config())  # what setup_multiworker writes there
+import nbformat
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
+
+cell = next(c.source for c in nbformat.read("notebooks/13_from_horovod.ipynb", as_version=4).cells
+            if "# Horovod: hvd.init()" in c.source)
+ns = {"tf": tf, "os": os, "cluster_resolver": helpers.resolver.cluster_resolver}  # whichever resolver the cell makes
+exec(next(line for line in cell.splitlines() if line.startswith("resolver = ")), ns)
+mwms.context.num_gpus = lambda: 1  # the one GPU the pinning cell leaves TensorFlow
+devices, _ = mwms.CollectiveAllReduceExtended._initialize_local_devices(None, ns["resolver"], "/job:worker/task:0")
+print("ENGINE", os.environ["CUDA_VISIBLE_DEVICES"], type(ns["resolver"]).__name__, json.dumps(list(devices)))
+"""
+
+
+def test_lesson_13_strategy_on_a_gpu_node_makes_one_replica_per_engine():
+    """Issue 54 (13 cells 18-21): on Slurm engines in the node layout each engine holds 2 of the node's 4 GPUs,
+    and the lesson pins TensorFlow to the first, one replica per worker as one Horovod process. The strategy
+    then counts GPUs as its resolver says: the course's Slurm resolver names the engine's 2 (MWMS listed GPU:0
+    and GPU:1, a replica on a GPU the pin hid), TFConfigClusterResolver makes MWMS count the GPUs TensorFlow sees.
+    Simulated (no GPU here): rank 0 of two engines, TensorFlow taken for a GPU build that sees one GPU."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_13_NODE_ENGINE], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={k: v for k, v in os.environ.items()
+                                         if not k.startswith(("SLURM", "TF_CONFIG", "CUDA_VISIBLE", "COURSE_CLASS_LAYOUT"))})
+    assert done.returncode == 0, done.stderr[-3000:]
+    visible, kind, devices = next(l for l in done.stdout.splitlines() if l.startswith("ENGINE ")).split(" ", 3)[1:]
+    assert visible == "0,1", f"the engine's share of the node's GPUs: {visible}"  # the simulation's premise
+    assert json.loads(devices) == ["/job:worker/task:0/device:GPU:0"], \
+        f"one replica per engine expected, on the GPU the pin left; {kind} gave MWMS {devices}"
+
+
+class _PlantedHorovod:
+    """helpers.horovod_env as lesson 13's Horovod cell uses it: built, allowed by `refusal`, and `run` recorded."""
+
+    def __init__(self):
+        self.runs = []
+
+    def site_dir(self):
+        return Path("/built")
+
+    def refusal(self, n):
+        return None
+
+    def run(self, *args, **kwargs):
+        self.runs.append(args)
+        raise RuntimeError("horovodrun started")
+
+
+@pytest.mark.parametrize("layout,ran", [(None, True), ("node", True), ("gpu", False)])
+def test_lesson_13_does_not_run_horovodrun_where_classmates_share_the_node(layout, ran, monkeypatch, capsys):
+    """Issue 54 (13 cell 38): horovodrun's rendezvous listens on every interface and its Gloo ports on loopback,
+    on ports no course firewall guards: in the GPU-per-learner layout (classmates' jobs on the node) the lesson
+    says why it does not run it and compares with the recipe by hand; elsewhere, where allowed, it runs."""
+    import sys
+
+    nb = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if c.source.startswith("from helpers import horovod_env"))
+    planted = _PlantedHorovod()
+    monkeypatch.setitem(sys.modules, "helpers.horovod_env", planted)
+    monkeypatch.setattr(__import__("helpers"), "horovod_env", planted, raising=False)
+    if layout is None:
+        monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
+    else:
+        monkeypatch.setenv("COURSE_CLASS_LAYOUT", layout)
+    namespace = {"N_ENGINES": 2, "work_dir": Path("/w"), "horovod_script": Path("/w/horovod_step.py"), "BASE_LR": 0.05}
+    if ran:
+        with pytest.raises(RuntimeError, match="horovodrun started"):
+            exec(compile(cell, "13 Horovod cell", "exec"), namespace)
+    else:
+        exec(compile(cell, "13 Horovod cell", "exec"), namespace)
+        assert namespace["horovod_result"] is None
+        assert "not run here: COURSE_CLASS_LAYOUT=gpu" in capsys.readouterr().out
+    assert len(planted.runs) == int(ran)
+
+
+def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",), rate=0.1,
+                 reports=None) -> dict:
+    """Lesson 13's raw results from 2 engines: the weights each started from, its averaged gradient
+    and updated weights (a step at `rate`), next to the recipe computed by hand at the same rate, and
+    each engine's checkpoint report (`reports`, else the chief's files kept and rank 1's deleted)."""
+    start = [np.ones((2, 2), "float32"), np.zeros(2, "float32")]
+    gradient = [np.full((2, 2), 0.5, "float32"), np.full(2, 0.25, "float32")]
+    update = [w - rate * g for w, g in zip(start, gradient)]
+    (tmp_path / "checkpoint").mkdir(exist_ok=True)
+    for name in checkpoint:
+        (tmp_path / "checkpoint" / name).write_bytes(b"")
+    if reports is None:
+        reports = [{"dir": str(tmp_path / "checkpoint"), "wrote": list(checkpoint), "left": True, "on_read": []},
+                   {"dir": str(tmp_path / "t1"), "wrote": ["step-1.index"], "left": False, "on_read": []}]
+    pulled = {"size": [2, 2], "rank": [0, 1], "initial_digest": ["i", "i"],
+              "initial_weights": [start, [start[0] + start_off, start[1]]],
+              "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
+              "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,
+              "checkpoint_report": reports}
+    return {"engines": PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
+            "work_dir": tmp_path, "horovod_result": None, "BASE_LR": 0.05}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"start_off": 0.5}, "rank 0's weights"),  # rank 1 kept its own initial weights: no broadcast
+    ({"gradient_off": 0.01}, "Horovod's average"),  # rank 1's gradient summed, not averaged, in one tensor
+    ({"checkpoint": ()}, "every worker should write"),  # the chief saved nothing
+    # the rate never scaled, in the engines and in the recipe by hand alike: the update gap is 0, the measured rate 0.05
+    ({"rate": 0.05}, "scale with the workers")],
+    ids=["as run", "no broadcast", "gradient off", "no checkpoint", "rate not scaled"])
+def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    holds_unless(match, gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
+
+
+def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=False) -> None:
+    """Lesson 13's checkpoint cell as each of 2 engines runs it (rank 0, then rank 1; temporary
+    directories under tmp_path), with `change` (old, new) made to its source, then the gathering
+    cell and the proof on what the two reported and on the files left in the work directory. Each
+    saves a small Keras model and its SGD optimizer; `on_read`: the model also holds a variable
+    synchronised on read, as a metric's total."""
+    import tempfile
+
+    import keras
+    import tensorflow as tf
+
+    nb = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if "# Horovod: if hvd.rank() == 0" in c.source)
+    source = source.removeprefix("%%px\n")
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    reports = []
+    for rank in (0, 1):
+        model, optimizer = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]), keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+        if on_read:
+            model.total = keras.Variable(0.0, synchronization="on_read", aggregation="sum", trainable=False, name="total")
+        namespace = {"tf": tf, "WORK_DIR": str(work), "rank": rank, "model": model, "optimizer": optimizer,
+                     "print": lambda *a, **k: None}
+        exec(compile(source, f"13 checkpoint cell, rank {rank}", "exec"), namespace)
+        reports.append(namespace["checkpoint_report"])
+    gather_and_prove("13_from_horovod.ipynb", _horovod_raw(work, checkpoint=(), reports=reports))
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    (('Path(WORK_DIR) / "checkpoint" if chief else Path(tempfile.mkdtemp())', 'Path(WORK_DIR) / "checkpoint"'),
+     "directory of its own"),  # every rank writes into the chief's directory (and rank 1 then deletes it)
+    (("if not chief:\n    shutil.rmtree", "if False:\n    shutil.rmtree"), "chief alone"),  # rank 1 keeps its copy
+    (("if not chief:\n    shutil.rmtree", "if True:\n    shutil.rmtree"), "chief alone"),  # the chief deletes its own
+    (("tf.train.Checkpoint(", "checkpoint_dir.mkdir(exist_ok=True)\nif chief:\n    tf.train.Checkpoint("),
+     "every worker should write")],  # Horovod's rank-0-only save
+    ids=["as written", "one shared directory", "rank 1 keeps its copy", "the chief deletes too", "only the chief writes"])
+def test_lesson_13_checkpoint_cell_keeps_the_chiefs_copy_alone(tmp_path, monkeypatch, change, match):
+    """Review item Q1: the checkpoint claim is checked on what each engine reports of its own directory,
+    so a cell that writes elsewhere, keeps a second copy or deletes the chief's fails the proof."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, "synchronised on read"),
+    (('if v.synchronization == "on_read"', 'if v.synchronization == "ON_READ"'), None)],  # never matches: lists none
+    ids=["as written", "the list never matches"])
+def test_lesson_13_checkpoint_cell_lists_a_variable_synchronised_on_read(tmp_path, monkeypatch, change, match):
+    """Issue 54 (13 cells 34/35): the lesson says this model saves no variable through a collective, as a
+    variable synchronised on read (a metric's total) would. A model holding one must fail the proof; a cell whose
+    list can never name one would let it through (the second case passes: the proof then cannot see it)."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change, True)

@@ -1,0 +1,165 @@
+"""Lesson 15's proof cell (notebooks/15_models_you_keep.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value.
+
+From the engines' answers on: a copy left on another node's disk is one this kernel cannot see, so
+only the worker's own answer can show it."""
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.support.proof_cases import LESSON_15_SAVED
+from tests.support.proof_cells import PlantedEngines, code_cells, gather_and_prove, holds_unless, solution_source
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    (("save_best_only=True", "save_best_only=False"), "the file should score the best"),  # it keeps the last epoch
+    (("0.05 * (-20 if epoch == 4 else 1)", "0.05"), "staged last epoch should be worse"),  # best = last proves nothing
+], ids=["as written", "save_best_only=False", "no staged last epoch"])
+def test_lesson_15_solution_1_fails_when_the_file_is_not_the_best_epoch(change, match):
+    """Solution 1's check on a run where the best val_accuracy is not the last: a checkpoint that
+    keeps every epoch (so the last) fails it, and so does a run with no worse last epoch."""
+    import keras
+
+    source = solution_source("15_models_you_keep.ipynb", 1)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"np": np, "keras": keras, "print": lambda *a, **k: None}
+    holds_unless(match, exec, compile(source, "15 solution 1", "exec"), namespace)
+
+
+def _engines_15(tmp_path: Path, out: Path, *, worker_1_keeps: bool, worker_1_dir: Path, extra_model: str = "") -> dict:
+    """Lesson 15's %%px cell that asks each worker what is left, run for the chief (its file in the
+    shared models/) and for worker 1 (its copy in `worker_1_dir`, standing for its own node's disk)."""
+    from helpers.environment import output_dir
+
+    source = next(s for s in code_cells("15_models_you_keep.ipynb") if s.startswith("%%px") and "left = " in s)
+    (out / "models").mkdir(parents=True)
+    (out / "models" / "15_best.keras").write_bytes(b"chief")
+    if extra_model:
+        (out / "models" / extra_model).write_bytes(b"another writer")
+    worker_1_dir.mkdir(parents=True)
+    paths = [out / "models" / "15_best.keras", worker_1_dir / "15_best.keras"]
+    if worker_1_keeps:
+        paths[1].write_bytes(b"worker 1")
+    answers = {}
+    for rank, best_path in enumerate(paths):
+        engine = {"best_path": best_path, "chief": rank == 0, "output_dir": output_dir, "print": lambda *a, **k: None}
+        exec(compile(source.split("\n", 1)[1], "15 engine", "exec"), engine)
+        for name in ("left", "under_output", "models_listed"):
+            answers.setdefault(name, []).append(engine[name])
+    answers["str(best_path)"] = [str(p) for p in paths]
+    return answers
+
+
+class _Tensor:
+    def __init__(self, value):
+        self.value = np.asarray(value, dtype="float32")
+
+    def numpy(self):
+        return self.value
+
+
+def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7) -> dict:
+    """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
+    copies reloaded here (a model with weights, predictions, losses), the serving program's answer."""
+    import hashlib
+
+    val_loss = [2.0, 1.8, 1.7, 3.5]
+    best = [1.0, 2.0]
+    digest = hashlib.sha256(np.asarray(best, "float32").tobytes()).hexdigest()[:16]  # helpers.lesson.weights_digest
+    trained = np.array([[2.0, -1.0, 0.5]], "float32")
+    pulled = {"history.history": [{"val_loss": val_loss}] * 2, "record.saved": [LESSON_15_SAVED] * 2,
+              "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
+              "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
+              "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [1.7, 1.7],
+              "strategy.num_replicas_in_sync": [2, 2], **answers}
+    model = SimpleNamespace(weights=[_Tensor(file_weights)])
+    reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False}
+                for k, name in enumerate(("no strategy", "OneDeviceStrategy", "MirroredStrategy, 3 replicas"))}
+    fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
+                                                     list_logical_devices=lambda kind: []))
+    return {"engines": PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
+            "served_status": 0, "served_loaded": [], "stored_jit": False, "mirrored_replicas": 3, "tf": fake_tf}
+
+
+def _gather_15(namespace: dict) -> None:
+    """Lesson 15 from the engines' answers: the cell that pulls them, then the gathering cell and the proof."""
+    pull = next(s for s in code_cells("15_models_you_keep.ipynb") if s.startswith("names = ("))
+    namespace = {"np": np, "print": lambda *a, **k: None, **namespace}
+    exec(compile(pull, "15 pull", "exec"), namespace)
+    gather_and_prove("15_models_you_keep.ipynb", namespace)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("removed on its node", None),
+    ("kept on its node only", "only the chief's file"),  # the old kernel-side exists() saw nothing there
+    ("removed, the kernel's disk has that path", None),  # this kernel's disk is not worker 1's
+    ("written under the output directory", "only the chief's file"),
+    ("a second file in models/", "only the chief's file")])
+def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_path, monkeypatch, case, match):
+    """Worker 1 runs on node2, its copy in node2's own temporary directory. A copy it left there must
+    fail the proof even though this kernel's disk has no such path (node2's directory is gone from
+    here before the kernel gathers); a file at that path on this kernel's disk must not count."""
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    node2 = out / "models" / "worker-1" if case == "written under the output directory" else tmp_path / "node2-tmp" / "tmpq1"
+    answers = _engines_15(tmp_path, out, worker_1_keeps=case == "kept on its node only", worker_1_dir=node2,
+                          extra_model="15_best_1.keras" if case == "a second file in models/" else "")
+    if case != "written under the output directory":
+        import shutil
+
+        shutil.rmtree(tmp_path / "node2-tmp")  # node2's disk: not this kernel's
+    if case == "removed, the kernel's disk has that path":
+        node2.mkdir(parents=True)
+        (node2 / "15_best.keras").write_bytes(b"this kernel's own file, not worker 1's")
+    holds_unless(match, _gather_15, _raw_15(answers))
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"file_weights": (1.0, 2.5)}, "weights of the best epoch"),  # the file holds another epoch's weights
+    ({"copy_gap": 1e-5}, "predicts differently"),  # a copy's logits 1e-5 off
+    ({"copy_gap": 1e-7}, "predicts differently"),  # 1e-7 off: on CPUs the copies must predict bit for bit
+    ({"loss_gap": 1e-4}, "best epoch's val_loss")])  # a copy scores 1.7001
+def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monkeypatch, changes, match):
+    """The copies' figures from their raw predictions, losses and weights: the gathering cell's
+    digest, differences and tolerances must turn each broken one into a failed proof."""
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
+    holds_unless(match, _gather_15, _raw_15(answers, **changes))
+
+
+def test_lesson_15_epoch_record_tells_a_rewritten_file_by_its_bytes_not_its_timestamp(tmp_path):
+    """Lesson 15's EpochRecord notes whether ModelCheckpoint wrote the file this epoch. A file
+    rewritten within one tick of a coarse clock (1 s on some NFS or Lustre mounts) keeps its
+    mtime: the record must still see the write (a digest of the bytes), and see none when the
+    file was left alone."""
+    import hashlib
+    import re
+
+    cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "class EpochRecord" in s)
+    source = re.search(r"^class EpochRecord.*?(?=^record = )", cell, re.S | re.M).group(0)
+    best_path = tmp_path / "15_best.keras"
+    namespace = {"keras": SimpleNamespace(callbacks=SimpleNamespace(Callback=object)), "hashlib": hashlib,
+                 "best_path": best_path, "weights_digest": lambda model, trainable_only: "w", "probe": None}
+    exec(compile(source, "15 EpochRecord", "exec"), namespace)
+    record = namespace["EpochRecord"]()
+    record.model = lambda images, training: _Tensor([0.0])
+    record.on_epoch_end(0)  # no file yet (no epoch improved)
+    best_path.write_bytes(b"epoch 1's weights")
+    os.utime(best_path, ns=(10**18, 10**18))
+    record.on_epoch_end(1)
+    best_path.write_bytes(b"epoch 2's weights")
+    os.utime(best_path, ns=(10**18, 10**18))  # the same timestamp: a coarse clock
+    record.on_epoch_end(2)
+    record.on_epoch_end(3)  # not written
+    assert record.saved == [False, True, True, False], record.saved

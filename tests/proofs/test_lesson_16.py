@@ -1,0 +1,297 @@
+"""Lesson 16's proof cell (notebooks/16_input_at_scale.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+import math
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from helpers.settings import value as settings_value
+
+from tests.support.proof_cases import OK
+from tests.support.proof_cells import (
+    assignment_source, cell_defining, function_source, gather_and_prove, holds_unless, solution_source,
+)
+
+
+def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
+    """zip would stop at the shorter pipeline and call a truncated one the same data: it must raise."""
+    line = assignment_source("16_input_at_scale.ipynb", "same_data")
+    batches = [(np.arange(4), np.arange(4)), (np.arange(4, 8), np.arange(4, 8))]
+    same = {"np": np, "one_pass": None,
+            "ways": {"map, then batch": lambda _: iter(batches), "batch, then map": lambda _: iter(batches)}}
+    exec(line, same)
+    assert same["same_data"] is True
+    truncated = {"np": np, "one_pass": None,
+                 "ways": {"map, then batch": lambda _: iter(batches), "batch, then map": lambda _: iter(batches[:1])}}
+    with pytest.raises(ValueError, match="shorter|longer"):
+        exec(line, truncated)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # both workers with one seed: the claim (differently seeded shuffles clash) would not be shown
+    (("files_of_worker(1, s + 1, True)", "files_of_worker(1, s, True)"), "should give some file to both"),
+    # the "fix" with differently seeded shuffles still clashes
+    (("files_of_worker(0, None, False) & files_of_worker(1, None, False)",
+      "files_of_worker(0, 1, True) & files_of_worker(1, 2, True)"), "should give each file to one worker"),
+    # "one seed everywhere" that is not one seed
+    (("files_of_worker(0, 7, True) & files_of_worker(1, 7, True)",
+      "files_of_worker(0, 7, True) & files_of_worker(1, 8, True)"), "one seed everywhere"),
+], ids=["as written", "one seed for both", "no fix", "one seed, not one"])
+def test_lesson_16_solution_2_fails_when_the_manual_shard_trap_is_not_shown(tmp_path, change, match):
+    """Solution 2 lists 8 file names, shuffles them per worker and shards by hand: it must show
+    two workers picking one file when their seeds differ, and none when the order is one."""
+    import tensorflow as tf
+
+    for k in range(8):
+        (tmp_path / f"part-{k:05d}.tfrecord").write_bytes(b"")
+    source = solution_source("16_input_at_scale.ipynb", 2)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"tf": tf, "shared": tmp_path, "print": lambda *a, **k: None}
+    holds_unless(match, exec, compile(source, "16 solution 2", "exec"), namespace)
+
+
+@pytest.mark.parametrize("reads", ["its copy", "the shared directory"])
+def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_path, reads):
+    """read_on hides the shared directory once the copy is made: a worker that reads it instead of
+    its copy finds nothing and writes no report, and read_on raises (as it does for any worker that
+    did not report: a cancelled job, say)."""
+    import json
+    import os
+    import shutil
+    import sys
+    import time
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for k in range(2):
+        (shared / f"part-{k}.tfrecord").write_bytes(b"x")
+
+    def run_local_workers(args, n, deadline_s):  # stand-in workers: report what they can list
+        files, out = args[args.index("--files") + 1], Path(args[args.index("--out") + 1])
+        where = str(shared) if reads == "the shared directory" else files
+        outcomes = []
+        for rank in range(n):
+            if os.path.isdir(where) and os.listdir(where):
+                out.mkdir(exist_ok=True)
+                (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank, "read_from": where}))
+            outcomes.append(SimpleNamespace(output=f"WORKER {rank} read {where}\n"))
+        return outcomes
+
+    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden", "hidden_first": {},
+                 "run_local_workers": run_local_workers, "shutil": shutil, "time": time, "json": json, "sys": sys}
+    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    if reads == "its copy":
+        assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
+        assert namespace["hidden_first"] == {2: True}
+    else:
+        with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
+            namespace["read_on"](2)
+    assert sorted(p.name for p in shared.iterdir()) == ["part-0.tfrecord", "part-1.tfrecord"], "shared restored"
+
+
+@pytest.mark.parametrize("seen", ["staged, no report yet", "gone before the kernel looked", "reports before STAGED"])
+def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_report(tmp_path, seen, monkeypatch):
+    """On Slurm the kernel hides the shared directory when the job's log says STAGED: only a job seen
+    in the queue with STAGED in its log and no worker report yet counts as hidden first; a job that
+    left the queue before the kernel looked, or whose workers reported first, must not. The wait is
+    the package's (`wait_for_job`), its squeue answered here."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from helpers.slurm import queue
+
+    shared, out = tmp_path / "shared", tmp_path / "run-2"
+    shared.mkdir()
+    out.mkdir()
+    log = tmp_path / "tf-shards-7.out"
+    log.write_text("STAGED 2 nodes 5 ms\n")
+    if seen == "reports before STAGED":
+        (out / "worker-0.json").write_text("{}")
+    polls = []
+
+    def run(argv, **kwargs):  # sbatch answers job 7; squeue shows it once (or never), then it is gone
+        if argv[0] == "squeue":
+            polls.append(shared.exists())
+            queued = seen != "gone before the kernel looked" and len(polls) == 1
+            return SimpleNamespace(stdout="7\n" if queued else "", stderr="", returncode=0)
+        return SimpleNamespace(stdout="7\n", stderr="", returncode=0)
+
+    monkeypatch.setattr(queue, "subprocess", SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
+    namespace = {"os": os, "sys": sys, "time": time, "subprocess": SimpleNamespace(run=run), "added": [], "NODES": 2,
+                 "job_environment": lambda extra: {}, "job_dir": tmp_path, "shared": shared,
+                 "hidden": tmp_path / "shared-hidden", "hidden_first": {2: False}, "course_setting": settings_value,
+                 "wait_for_job": queue.wait_for_job}
+    exec(function_source("16_input_at_scale.ipynb", "run_job"), namespace)
+    assert "STAGED" in namespace["run_job"](2, out)
+    assert namespace["hidden_first"] == {2: seen == "staged, no report yet"}, (seen, namespace["hidden_first"])
+
+
+@pytest.mark.parametrize("where,held", [("its copy", True), ("the shared directory", False),
+                                        ("a link to it", False), ("a bind mount of it", False)])
+def test_lesson_16_a_copy_is_told_from_the_shared_directory_by_path_and_by_inode(tmp_path, where, held):
+    """staged_everywhere compares the resolved path and the device and inode a worker reports with
+    the shared directory's: a link to it, or the same directory under another name (a bind mount,
+    here a report with another path and the shared directory's inode), is not a copy."""
+    import os
+
+    shared, copy = tmp_path / "shared", tmp_path / "copy"
+    shared.mkdir(), copy.mkdir()
+    (tmp_path / "link").symlink_to(shared)
+    path = {"its copy": copy, "the shared directory": shared, "a link to it": tmp_path / "link",
+            "a bind mount of it": copy}[where]
+    stat = os.stat(shared if where == "a bind mount of it" else path)
+    report = {"read_from": os.path.realpath(path), "read_from_id": [stat.st_dev, stat.st_ino], "files_there": ["a"] * 8}
+    namespace = {"os": os, "shared": shared, "SHARDS": 8, "reports": {2: [report]}}
+    exec(assignment_source("16_input_at_scale.ipynb", "shared_id"), namespace)
+    exec(assignment_source("16_input_at_scale.ipynb", "staged_everywhere"), namespace)
+    assert namespace["staged_everywhere"] == {2: held}
+
+
+def _lesson_16_shards(directory: Path, train_size: int, file_of) -> dict:
+    """`train_size` records as lesson 16 writes them, example i into file file_of(i) of 8; shards.py's names."""
+    import tensorflow as tf
+
+    from tests.test_notebook_programs import written_programs
+
+    directory.mkdir()
+    writers = [tf.io.TFRecordWriter(str(directory / f"cifar10-train-{k:05d}-of-00008.tfrecord")) for k in range(8)]
+    for i in range(train_size):
+        ints = {"label": 0, "index": i, "shard": file_of(i)}
+        feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=[v])) for name, v in ints.items()}
+        feature["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(32 * 32 * 3)]))
+        writers[file_of(i)].write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    for writer in writers:
+        writer.close()
+    shards = {}
+    exec(written_programs("16_input_at_scale.ipynb")['"shards.py"}'], shards)
+    return shards
+
+
+@pytest.mark.parametrize("layout,change,match", [
+    ("round-robin", None, None),
+    # the same counts per file (256 each), other examples: the count alone would not see it
+    ("contiguous blocks", None, "should hold the examples"),
+    # list_files' default shuffle: shard(3, 2) takes files of a random order
+    ("round-robin", ("shuffle=False)", "shuffle=True, seed=1)"), "should read the files"),
+], ids=["as written", "blocks", "shuffled list"])
+def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, change, match):
+    """Solution 1 names worker 2's files and reads the examples really in them: files written in
+    contiguous blocks (each file 256 of 2,048, like round-robin) or a shuffled file list must fail it."""
+    import tensorflow as tf
+
+    file_of = (lambda i: i % 8) if layout == "round-robin" else (lambda i: i // 256)
+    shards = _lesson_16_shards(tmp_path / "shared", 2048, file_of)
+    source = solution_source("16_input_at_scale.ipynb", 1)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    namespace = {"tf": tf, "shared": tmp_path / "shared", "SHARDS": 8, "train_size": 2048,
+                 "parse_batch": shards["parse_batch"], "print": lambda *a, **k: None}
+    holds_unless(match, exec, compile(source, "16 solution 1", "exec"), namespace)
+    if match is None:
+        assert len(namespace["indices"]) == 512
+
+
+def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
+                same_order=False, bind_mounted=False, files_there=8) -> list[dict]:
+    """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
+    the files r, r + W, ... (FILE sharding of 8 files), their examples (i in file i % 8), the order
+    of its files on two passes, the node-local copy it read (its path, device and inode)."""
+    reports = []
+    for rank in range(workers):
+        mine = shards_of(rank) if shards_of else [k for k in range(8) if k % workers == rank]
+        copy = tmp_path / f"node{rank + 1}-local" / f"shards-7.{workers}"
+        copy.mkdir(parents=True)
+        where = os.stat(tmp_path / "shared" if bind_mounted and rank == 0 else copy)  # a bind mount: the shared inode
+        indices = [i for i in range(train_size) if i % 8 in mine]
+        reports.append({"rank": rank, "host": f"node{rank + 1}", "shards": mine, "read_from": str(copy.resolve()),
+                        "read_from_id": [where.st_dev, where.st_ino], "files_there": [f"f{k}" for k in range(files_there)],
+                        "indices": indices + indices[:1] * (repeat_first and rank == 0),
+                        "orders": [mine, mine if same_order else mine[::-1]]})
+    return reports
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"workers_3": 2}, "not every worker reported"),  # a worker of the second run wrote no report
+    # shuffled lists sharded by hand with two seeds: file 4 to both workers, file 1 to none
+    ({"shards_of": lambda r: [[0, 2, 4, 6], [3, 4, 5, 7], [1]][r]}, "FILE sharding should give"),
+    ({"repeat_first": True}, "disjoint and cover"),  # one example read twice, from the right files
+    ({"same_order": True}, "should be shuffled"),  # every worker's files in one order on both passes
+    ({"bind_mounted": True}, "complete node-local copy"),  # another path, the shared directory's inode
+    ({"files_there": 7}, "complete node-local copy"),  # a copy that misses a file
+    # the second staged epoch read half its batches from the shared files (counted per pass)
+    ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staging should read the shared file system once"),
+    # this kernel's staged copy: half the files copied, or a file whose bytes differ from the shared one's
+    ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
+    ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short",
+         "staged epoch reads shared", "half copied", "copy altered"])
+def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
+    """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
+    the simulated reads' counts per pass: the files, the examples, the orders and the copies each
+    worker read, and where each pass's batches came from, must fail the proof through the cells'
+    own counting when one of them is broken."""
+    (tmp_path / "shared").mkdir()
+    changes = dict(changes)
+    workers_3 = changes.pop("workers_3", 3)
+    copied, altered = changes.pop("copied", 8), changes.pop("altered", False)
+    staged = tmp_path / "node-local" / "staged"
+    staged.mkdir(parents=True)
+    for k in range(8):
+        name = f"cifar10-train-{k:05d}-of-00008.tfrecord"
+        (tmp_path / "shared" / name).write_bytes(bytes([k]) * 100)
+        if k < copied:
+            (staged / name).write_bytes(bytes([k]) * (99 if altered and k == 3 else 100))
+    staged_reads = changes.pop("staged_reads", [(128, 0), (0, 64), (0, 64), (0, 64)])
+    reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
+    ok = OK["16_input_at_scale.ipynb"]
+    raw = {**{k: v for k, v in ok.items() if k not in ("files_of", "expected", "counts", "covered", "staged_everywhere",
+                                                        "reshuffled", "read_from", "copy_complete", "staged_files",
+                                                        "shared_files")},
+           "reports": reports, "SHARDS": 8, "train_size": 64, "shared": tmp_path / "shared", "staged": staged, "os": os,
+           "staging_s": 0.03, "print": lambda *a, **k: None,
+           "reads": {name: [{"shared": shared, "node-local": local} for shared, local in passes] for name, passes in
+                     {"shared every epoch": [(64, 0)] * 3, "cache(filename=...)": [(64, 0), (0, 0), (0, 0)],
+                      "staged": staged_reads}.items()}}  # fs.timed_pass's counts, pass by pass
+    exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
+    holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
+
+
+@pytest.mark.parametrize("shards", [8, 4, 16])
+def test_lesson_16_workers_make_enough_passes_that_one_order_by_chance_stays_below_one_in_a_million(shards):
+    """read_shards.py's passes: for every NODES the lesson allows (SHARDS >= NODES + 1), the chance that
+    every worker's shuffled file list came in one order on all its passes, on both runs, is below 1e-6
+    (7 workers on 8 files: one worker has two files, 21 passes, 2**-20); two passes, the old count, are
+    not enough there."""
+    import re
+
+    from tests.test_notebook_programs import written_programs
+
+    program = written_programs("16_input_at_scale.ipynb")['"read_shards.py"}']
+    lines = [line.strip() for line in program.splitlines() if re.match(r"\s+(arrangements|passes) = ", line)]
+    assert len(lines) == 2, lines
+
+    def same_every_pass(workers: int) -> tuple[float, int]:
+        spec = {"math": math, "files": shards, "workers": workers}
+        exec("\n".join(line.split("  #")[0] for line in lines), spec)
+        return 1 / spec["arrangements"] ** (spec["passes"] - 1), spec["passes"]
+
+    for nodes in range(1, shards):
+        (first, passes), (second, _) = same_every_pass(nodes), same_every_pass(nodes + 1)
+        assert first * second < 1e-6, (nodes, first, second)
+        k = [len(range(w, shards, nodes)) for w in range(nodes)]
+        assert first * second == pytest.approx(math.prod(1 / math.factorial(n) ** (passes - 1) for n in k) * second)
+    if shards == 8:
+        assert same_every_pass(7) == (2.0**-20, 21)
+        assert 1 / 2 ** (2 - 1) > 1e-6  # two passes at 7 workers on 8 files: one chance in 2

@@ -1,0 +1,203 @@
+"""Lesson 17's proof cell (notebooks/17_software_stack.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+
+from tests.support.proof_cells import NOTEBOOKS, assignment_source, function_source, gather_and_prove, holds_unless
+
+
+@pytest.mark.parametrize("log,expected", [
+    ('UNLOADED {"tensorflow": false, "EBPYTHONPREFIXES": ""}\n', True),
+    ('UNLOADED {"tensorflow": true, "EBPYTHONPREFIXES": ""}\n', False),  # found without the module: not through it
+    ("", False),  # the job never got that far
+], ids=["not found", "found anyway", "no line"])
+def test_lesson_17_needs_module_reads_the_unloaded_line(log, expected):
+    """TensorFlow came through the module only if the venv finds none after `module unload`."""
+    namespace = {"json": __import__("json"), "stack_log": log}
+    for target in ("unloaded", "needs_module"):
+        exec(assignment_source("17_software_stack.ipynb", target), namespace)
+    assert namespace["needs_module"] is expected
+
+
+def test_lesson_17_loaded_needs_the_module_list_line_not_any_mention():
+    """Lmod names a module it cannot find too: only `module list`'s `1) NAME` line proves it loaded."""
+    line = assignment_source("17_software_stack.ipynb", "loaded")
+    listed = "\nCurrently Loaded Modules:\n  1) tf-hpc-course/2026.11\n\n"
+    unknown = 'Lmod has detected the following error:  The following module(s) are unknown: "tf-hpc-course/2026.11"\n'
+    assert eval(line.split("=", 1)[1], {"stack_log": listed}) is True
+    assert eval(line.split("=", 1)[1], {"stack_log": unknown}) is False
+
+
+_STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n", "pythonpath": "",
+             "sys_path": ["/usr/lib/python3.11", "/j/venv/lib/python3.11/site-packages", "/m/lib/python3.11/site-packages",
+                          "/usr/lib/python3/dist-packages"]}
+
+
+@pytest.mark.parametrize("change,match", [
+    ({}, None),
+    ({"pythonpath": "/m/lib/python3.11/site-packages",  # a module on PYTHONPATH: its packages ahead
+      "sys_path": ["/m/lib/python3.11/site-packages", "/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]},
+     "recommended"),
+    ({"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = false\n"}, "recommended"),  # not the route 17:5 gives
+    ({"sys_path": ["/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]}, "recommended"),  # no .pth reader
+], ids=["as the job reports", "PYTHONPATH", "no --system-site-packages", "module not read"])
+def test_lesson_17_recommended_route_needs_system_site_packages_the_pth_and_no_pythonpath(change, match):
+    """The gathering of `recommended_route` on the job's report: the venv made with
+    --system-site-packages, no PYTHONPATH, its own site-packages first and the module's right after."""
+    nb = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if "recommended_route = " in c.source and "assert" not in c.source)
+    lines = cell.splitlines()
+    first = next(i for i, l in enumerate(lines) if l.startswith("module_site = "))
+    last = next(i for i, l in enumerate(lines) if l.startswith("recommended_route = "))
+    source = "\n".join(lines[first:last + 2])
+    namespace = {"sysconfig": SimpleNamespace(get_paths=lambda: {"purelib": "/m/lib/python3.11/site-packages"}),
+                 "sys": SimpleNamespace(prefix="/m"), "Path": Path, "job_dir": Path("/j"), "stack": {**_STACK_17, **change}}
+    exec(source, namespace)
+
+    def prove():
+        assert namespace["recommended_route"], "the venv should take the recommended route"
+
+    holds_unless(match, prove)
+
+
+class _Ran:
+    """subprocess for lesson 17's solution 1: each program's Keras, as `keras_of` runs it."""
+
+    def __init__(self, from_import: str):
+        self.from_import = from_import
+
+    def run(self, command, **kwargs):
+        program = command[-1]
+        if "from tensorflow.keras import" in program:
+            keras = self.from_import
+        else:  # each attribute (tf.keras, tf.optimizers) follows the value at its own first use
+            attribute = "tf.optimizers" if "tf.optimizers" in program else "tf.keras"
+            keras = "keras" if program.index(attribute) < program.index("TF_USE_LEGACY_KERAS") else "tf_keras"
+        return SimpleNamespace(stdout=f"{keras}.src.models.sequential\n", returncode=0)
+
+
+@pytest.mark.parametrize("from_import,match", [("keras", None), ("tf_keras", "from tensorflow.keras import the import")],
+                         ids=["import-time value", "follows the first use"])
+def test_lesson_17_solution_1_sees_the_import_path(from_import, match):
+    """Solution 1 checks `from tensorflow.keras import` apart from the attribute tf.keras: were the
+    import to follow the value at first use (tf_keras), as the attribute does, it must fail."""
+    source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                  if c.source.startswith("# Solution 1"))
+    namespace = {"subprocess": _Ran(from_import), "sys": SimpleNamespace(executable="python"),
+                 "os": SimpleNamespace(environ={"TF_USE_LEGACY_KERAS": "1"}), "print": lambda *a, **k: None}
+    holds_unless(match, exec, compile(source, "17 solution 1", "exec"), namespace)
+
+
+class _Shell:
+    """subprocess for lesson 17's solution 2: PATH before, with and after the module; the venv's einops
+    in a job after another Python module, without and with `module purge`."""
+
+    def __init__(self, no_purge: str, purge: str):
+        self.no_purge, self.purge = no_purge, purge
+
+    def run(self, command, **kwargs):
+        if "echo $PATH" in command[-1]:
+            return SimpleNamespace(stdout="/usr/bin:/bin\n/m/bin:/usr/bin:/bin\n/usr/bin:/bin\n")
+        return SimpleNamespace(stdout=(self.purge if "module purge" in command[-1] else self.no_purge) + "\n")
+
+
+@pytest.mark.parametrize("no_purge,purge,match", [
+    ("0.1-other", "99.0", None),
+    ("99.0", "99.0", "without module purge"),  # the other module's PYTHONPATH never got ahead: nothing shown
+    ("0.1-other", "0.1-other", "without module purge"),  # module purge did not help
+], ids=["as run", "no shadowing shown", "purge did not help"])
+def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_purge, purge, match):
+    """Solution 2's answer to "what can go wrong": the venv takes another Python module's einops
+    without `module purge`, and its own with it; both must be seen, or the solution fails."""
+    source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                  if c.source.startswith("# Solution 2"))
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    (tmp_path / "modulefiles").mkdir()
+    namespace = {"subprocess": _Shell(no_purge, purge), "sys": SimpleNamespace(prefix="/m"), "os": os,
+                 "lmod_here": True, "job_dir": tmp_path, "modulefiles": tmp_path / "modulefiles", "print": lambda *a, **k: None}
+    holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
+
+
+def _keras_runs_17(**changes) -> dict:
+    """Lesson 17's KERAS report lines, by variant: 2 workers each; `changes` maps a variant to
+    per-worker changes (a list of 2 dicts), or to None for a run whose workers never reported."""
+    good = {"Keras 3": {"fit": "ValueError: Attempt to convert a value (PerReplica:{...})", "module": "keras",
+                        "keras": "3.15.1", "imported": "keras"},
+            "Keras 3 + fix": {"fit": "ok", "weights": "a1", "module": "keras", "keras": "3.15.1", "imported": "keras"},
+            "Keras 2 (tf_keras)": {"fit": "ok", "weights": "b2", "module": "tf_keras", "keras": "2.21.0",
+                                   "imported": "tf_keras"}}
+    out = {}
+    for name, report in good.items():
+        per_worker = changes.get(name, [{}, {}])
+        out[name] = [] if per_worker is None else [{"rank": r, **report, **c} for r, c in enumerate(per_worker)]
+    return out
+
+
+def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="") -> dict:
+    """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's)."""
+    import sys
+    import sysconfig
+
+    module_site = sysconfig.get_paths()["purelib"]
+    venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
+    sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
+    return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"),
+            "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
+            "keras": "3.15.1", "keras_from": f"{module_site}/keras/__init__.py",
+            "myextras_from": f"{venv_site}/myextras/__init__.py",
+            "einops": "0.8.2" if einops_from_module else "99.0",
+            "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
+            "pythonpath": module_site if pythonpath else "", "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
+            "sys_path": ["/usr/lib/python311.zip", *sites, "/usr/lib/python3/dist-packages"]}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    ({"stack": None}, "should load the module"),  # the job's venv never reported
+    ({"module_line": "Lmod has detected the following error: unknown module tf-hpc-course/2026.11"}, "should load the module"),
+    ({"tensorflow_from": "/home/learner/.local/lib/python3.11/site-packages/tensorflow/__init__.py"},
+     "from the module's environment"),  # a pip --user TensorFlow in the way
+    ({"einops_from_module": True}, "own einops should win"),  # the venv's own einops shadowed
+    ({"other": {"tensorflow": True, "keras": True, "einops": False}}, "should not be handed"),  # PYTHONPATH leaks
+    ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
+    ({"unloaded": {"tensorflow": True, "EBPYTHONPREFIXES": ""}}, "after module unload"),  # not through the module
+    ({"runs": {"Keras 3": [{}, {"fit": "ok", "weights": "c"}]}}, "should fail without the fix"),  # one worker fitted
+    ({"runs": {"Keras 3 + fix": [{}, {"weights": "a2"}]}}, "identical weights"),
+    ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
+    ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant")],  # one worker's report lost
+    ids=["as run", "no stack", "module unknown", "user-site tensorflow", "einops shadowed", "other python handed",
+         "pythonpath", "found after unload", "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing"])
+def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
+    """From the job's raw log (module list, STACK and OTHER lines) and the workers' KERAS reports:
+    each broken raw line must fail the proof through the gathering cell."""
+    import json
+
+    job_dir = tmp_path / "software_stack"
+    stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module",
+                                                                             "tensorflow_from")})
+    stack = changes.get("stack", stack)
+    other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
+    unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
+    stack_log = (f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
+                 + (f"STACK {json.dumps(stack)}\n" if stack else "") + f"OTHER {json.dumps(other)}\n"
+                 + f"UNLOADED {json.dumps(unloaded)}\n")
+    lines = [f"KERAS {json.dumps({**r, 'asked': '2' if 'tf_keras' in name else '3', 'fix': 'fix' in name})}"
+             for name, reports in _keras_runs_17(**changes.get("runs", {})).items() for r in reports]
+    keras_log = "\n".join(["I0000 00:00 some TensorFlow start-up line", *lines, ""])  # the job's log, as written
+    keras_runs = {"keras_log": keras_log, "json": json}
+    for name in ("variants", "runs", "by_variant"):  # the KERAS lines parsed as lesson 17 parses them
+        exec(assignment_source("17_software_stack.ipynb", name), keras_runs)
+    namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": keras_runs["by_variant"],
+                 "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_slurm_gave": 0, "gpus_tf_sees": 0,
+                 "where": "Slurm job 7", "lmod_here": True, "use_slurm": True, "NODES": 2,
+                 **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
+    exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)
+    holds_unless(match, gather_and_prove, "17_software_stack.ipynb", namespace)

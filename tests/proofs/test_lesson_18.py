@@ -1,0 +1,219 @@
+"""Lesson 18's proof cell (notebooks/18_your_own_script.ipynb) beyond its cases in tests/support/proof_cases.py:
+its gathering cells and solutions on planted raw data (what a run measures, what engines and jobs
+return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
+not a planted final value."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.support.proof_cells import gather_and_prove, holds_unless, solution_source
+
+
+def _check_18(*lines: str, workers: int = 2) -> str:
+    """What `check-script` prints: its header, the runs, a section of PASS / FAIL / NOT SEEN lines."""
+    runs = "1 worker: 7 s on vm" + (f"; {workers} workers: 12 s on vm" if workers > 1 else "")
+    section = f"{workers} workers:" if workers > 1 else "1 worker (the reference):"
+    failed = any(line.startswith("FAIL") for line in lines)
+    return "\n".join(["check-script train.py: global batch 12, --batch-size (global), local processes; script options: "
+                      "--data data.npz --out run", "  " + runs, section, *("  " + line for line in lines),
+                      f"{'FAILED' if failed else 'passed'} in 20 s (what the command cannot see: docs/check-your-script.md)"])
+
+
+_PASS_18 = {"strategy.scope()": "PASS     strategy.scope(): model(s) sequential built (and compiled) in the scope",
+            "batch per replica": "PASS     batch per replica: each of the 2 workers' steps held 6 examples",
+            "input sharding": "PASS     input sharding: in each of 8 steps the 2 workers read, together, exactly ...",
+            "same weights as one worker": "PASS     same weights as one worker: after 8 steps ... 2.3e-07 of the update",
+            "identical weights on every worker": "PASS     identical weights on every worker: equal bit for bit",
+            "who writes": "PASS     who writes: no file is written by two workers; the chief wrote 1 path(s) (run/ckpt), "
+                          "the others only paths of their own (run/workertemp_1/ckpt)"}
+_FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batch is the global batch 12: the global "
+                                  "batch of a step is 24, 2 times one worker's",
+            "input sharding": "FAIL     input sharding: the workers' shards overlap: 7 examples were read by two ...",
+            "who writes": "FAIL     who writes: workers 0, 1 all write /x/run/ckpt (tf.train.Checkpoint): they overwrite ..."}
+_MARKS_18 = ("1795937582.700 script starting\n1795937583.112 distribute_datasets_from_function at train.py:51\n"
+             "1795937583.988 script raised AssertionError\n1795937584.010 report written\n")  # as kept, the first check
+_STEPS_18 = "".join(f"1795937600.{k} step {k} of strategy.run(step) in the script: 12 examples\n" for k in range(1, 9))
+_FIX_18 = "           fix: what to change"
+
+
+_RAISED_18 = "tensorflow/python/distribute/mirrored_strategy.py:806, in _update: assert isinstance(var, values.DistributedVariable)"
+
+
+def _as_written_18(workers: int = 1, error: str = "AssertionError", raised: str = _RAISED_18) -> str:
+    return _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built outside "
+                     "strategy.scope(): its variables are not mirrored", _FIX_18,
+                     f"FAIL     the run with 1 worker: worker 0 failed at train.py:53 (loss = train_step(batch)): {error} "
+                     f"(raised at {raised})", workers=workers)
+
+
+def _checks_18(**changes) -> dict:
+    """The five checks lesson 18 runs, as the command printed them (each key of `changes` replaces one)."""
+    def report(failing: dict, seen: dict) -> str:
+        return _check_18(*[failing.get(n) or seen.get(n) or _PASS_18[n] for n in _PASS_18], _FIX_18)
+
+    not_seen = {"input sharding": "NOT SEEN input sharding: not checked: see batch per replica above",
+                "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."}
+    checks = {
+        "as written": (1, _as_written_18()),
+        # both workers wrote run/ckpt, each in a working directory of its own (no race): every check ran
+        "scope fixed": (1, report({"batch per replica": _FAIL_18["batch per replica"],
+                                   "who writes": _FAIL_18["who writes"]}, not_seen)),
+        "checkpoint fixed": (1, report({"batch per replica": _FAIL_18["batch per replica"]}, not_seen)),
+        "batch fixed": (1, report({"input sharding": _FAIL_18["input sharding"]},
+                                  {"same weights as one worker": not_seen["same weights as one worker"]})),
+        "seed fixed": (0, report({}, {}))}
+    return {**checks, **changes}
+
+
+@pytest.mark.parametrize("changes,script,match", [
+    ({}, "import tensorflow as tf\nimport keras\n", None),
+    # the check called the planted shuffle NOT SEEN instead of naming it
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
+                                   "NOT SEEN input sharding: the workers' steps held other examples"))},
+     "import tensorflow as tf\n", "name each planted mistake"),
+    # the scope line of the first check said compiled, not built, outside the scope: not the planted mistake
+    ({"as written": (1, _check_18("FAIL     strategy.scope(): model 'sequential' was compiled outside strategy.scope()",
+                                  workers=1))}, "import tensorflow as tf\n", "name each planted mistake"),
+    # the fixed script: its six checks pass, but a batch-norm layer per replica fails
+    ({"seed fixed": (1, _check_18(*_PASS_18.values(), "FAIL     batch norm: layers batch_normalization "
+                                        "compute their statistics over each replica's batch alone"))},
+     "import tensorflow as tf\n", "should pass every check"),
+    # the fixed script: who writes not seen (no file observed) is no pass
+    ({"seed fixed": (0, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "who writes"],
+                                        "NOT SEEN who writes: the script wrote no file the command observes"))},
+     "import tensorflow as tf\n", "should pass every check"),
+    # the checkpoint fix: its next check did not look at the writes (NOT SEEN) and is no PASS
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        "NOT SEEN input sharding: not checked", "NOT SEEN same weights as one worker: ...",
+                                        _PASS_18["identical weights on every worker"],
+                                        "NOT SEEN who writes: not every worker wrote its report"))},
+     "import tensorflow as tf\n", "turn its FAIL line to PASS"),
+    # the fixed script passed, but its 2-worker run never ran (only the reference run's lines)
+    ({"seed fixed": (0, _check_18(*_PASS_18.values(), workers=1))}, "import tensorflow as tf\n",
+     "run 2 workers"),
+    ({}, "import tensorflow as tf\nfrom helpers.lesson import build_model\n", "import nothing from the course"),
+    # only a log file was shared before the checkpoint fix: not the planted checkpoint path
+    ({"scope fixed": (1, _check_18(_PASS_18["strategy.scope()"], "FAIL     who writes: workers 0, 1 all write "
+                                   "/x/run/log.txt (open): they overwrite each other's files", _FIX_18))},
+     "import tensorflow as tf\n", "name each planted mistake"),
+    # the script as written went on to a 2-worker run, or stopped with another error
+    ({"as written": (1, _as_written_18(workers=2))}, "import tensorflow as tf\n", "stopped at the one-worker run"),
+    ({"as written": (1, _as_written_18(error="TypeError: unsupported operand"))}, "import tensorflow as tf\n",
+     "stopped at the one-worker run"),
+    # run alone, the fixed script wrote no checkpoint (its chief test False without TF_CONFIG), or failed
+    ({"alone files": []}, "import tensorflow as tf\n", "run alone"),
+    ({"alone code": 1}, "import tensorflow as tf\n", "run alone"),
+    # issue 54: cell 19 with `chief = ... task_id == 1`: worker 1 wrote run/ckpt, the chief a temporary path; and
+    # the line as it was, base names only ("(ckpt)"), which could not tell the two apart
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        "NOT SEEN input sharding: not checked", "NOT SEEN same weights as one worker: ...",
+                                        _PASS_18["identical weights on every worker"],
+                                        "PASS     who writes: no file is written by two workers; the chief wrote 1 "
+                                        "path(s) (run/workertemp_0/ckpt), the others only paths of their own (run/ckpt)",
+                                        _FIX_18))}, "import tensorflow as tf\n", "turn its FAIL line to PASS"),
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        "NOT SEEN input sharding: not checked", "NOT SEEN same weights as one worker: ...",
+                                        _PASS_18["identical weights on every worker"],
+                                        "PASS     who writes: no file is written by two workers; the chief wrote 1 "
+                                        "path(s) (ckpt), the others only paths of their own", _FIX_18))},
+     "import tensorflow as tf\n", "turn its FAIL line to PASS"),
+    # the first failure named by Keras's optimizer (TensorFlow's traceback filter on), not the assert that raised
+    ({"as written": (1, _as_written_18(raised="keras/src/backend/tensorflow/optimizer.py:134, in "
+                                              "_distributed_tf_update_step"))}, "import tensorflow as tf\n",
+     "stopped at the one-worker run"),
+    # the one worker ran its 8 steps before it raised (at the checkpoint, say)
+    ({"marks": _MARKS_18.replace("1795937583.988 script raised", _STEPS_18 + "1795937583.988 script raised")},
+     "import tensorflow as tf\n", "before any step of strategy.run began"),
+    # with only the batch and the shuffle mistakes left: a worker ended without its weights, or a run failed
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n not in ("input sharding", "identical weights "
+                                                                                   "on every worker")],
+                                   _FAIL_18["input sharding"], "NOT SEEN identical weights on every worker: not every "
+                                   "worker wrote its weights"))}, "import tensorflow as tf\n", "train to the end"),
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"], _FAIL_18["input sharding"],
+                                   "FAIL     the run with 2 workers: worker 1 failed at train.py:58"))},
+     "import tensorflow as tf\n", "train to the end"),
+    # the batch line said something else than the step of 24 the lesson reads from it
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], "FAIL     batch per replica: each worker's batch "
+                                        "is the global batch 12: ...", _PASS_18["who writes"]))},
+     "import tensorflow as tf\n", "name each planted mistake"),
+    # imports the old regex did not see: a second name on one line, importlib, __import__
+    ({}, "import os, helpers\n", "import nothing from the course"),
+    ({}, "import importlib\nlesson = importlib.import_module('helpers.lesson')\n", "import nothing from the course"),
+    ({}, "lesson = __import__('helpers')\n", "import nothing from the course"),
+    # run alone, it printed a task_id of 0 (a TF_CONFIG left in its environment)
+    ({"alone stdout": "worker 0, epoch 0: loss 1.3427\n"}, "import tensorflow as tf\n", "task_id should be None")],
+    ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
+         "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
+         "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
+         "named by keras", "a step ran first", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
+         "importlib", "__import__", "alone had a task"])
+def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
+    """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
+    line with the planted cause, that check PASS at the next run (the chief's checkpoint at run/ckpt),
+    every check PASS at the end; the first stop from its line and the worker's kept marks; the script's
+    imports with ast; the run alone's task_id from what it printed, its checkpoint from its directory."""
+    import ast
+    import re
+
+    changes = dict(changes)
+    files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
+    alone_code = changes.pop("alone code", 0)
+    alone_stdout = changes.pop("alone stdout", "worker None, epoch 0: loss 1.3427\nworker None, epoch 1: loss 1.0213\n")
+    marks = changes.pop("marks", _MARKS_18)
+    (tmp_path / "alone").mkdir()
+    for name in files:
+        (tmp_path / "alone" / name).write_text("")
+    (tmp_path / "train.py").write_text(script)
+    holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
+                  {"re": re, "ast": ast, "work_dir": tmp_path, "checks": _checks_18(**changes), "first_marks": marks,
+                   "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
+
+
+def _solution_18(number: int, outputs: list[tuple[int, str]], tmp_path: Path) -> None:
+    """Lesson 18's solution `number` with `check` answering `outputs` in turn (what the command printed)."""
+    import re
+
+    (tmp_path / "train.py").write_text("loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)\n"
+                                       '    keras.layers.Dense(32, activation="relu"),\n')
+    answers = iter(outputs)
+    namespace = {"re": re, "work_dir": tmp_path, "check": lambda script="train.py": next(answers),
+                 "fix": lambda *a, **k: None}
+    exec(compile(solution_source("18_your_own_script.ipynb", number), f"18 solution {number}", "exec"), namespace)
+
+
+_MEAN_18 = ("FAIL     same weights as one worker: the 2 workers moved the weights {far} times as far as one worker over "
+            "the same 8 steps: the loss is averaged over each replica's batch")
+
+
+@pytest.mark.parametrize("far,match", [("1.70", None), ("2.05", "times as far"), ("1.20", "times as far")],
+                         ids=["as measured", "2 or more", "not about twice"])
+def test_lesson_18_solution_1_holds_the_ratio_under_two(tmp_path, far, match):
+    """Solution 1's comment says the 2 workers move the weights less than twice as far over 8 steps."""
+    out = _check_18(_MEAN_18.format(far=far))
+    holds_unless(match, _solution_18, 1, [(1, out)], tmp_path)
+
+
+_BN_18 = ("NOT SEEN same weights as one worker: not exact: batch-norm layers batch_normalization normalise each "
+          "replica's examples alone; difference {drift} of the update after 8 steps (tolerance 5.7e-04)")
+
+
+_MOVING_18 = ("FAIL     identical weights on every worker: worker 1's non-trainable weights (e.g. batch norm's moving "
+              "statistics) differ from worker 0's by up to 2.49e-02")
+
+
+@pytest.mark.parametrize("drift,identical,match", [("4.4e-01", _MOVING_18, None),
+                                                   ("1.0e-03", _MOVING_18, "NOT SEEN same weights"),
+                                                   ("4.4e-01", _PASS_18["identical weights on every worker"],
+                                                    "PASS     identical weights")],
+                         ids=["as measured", "within float32 noise", "moving means alike"])
+def test_lesson_18_solution_2_holds_the_drift_far_above_the_tolerance(tmp_path, drift, identical, match):
+    """Solution 2: per-replica batch norm fails its own line, the weights' drift it causes is far
+    (over 100x) above the check's tolerance, not a rounding difference, and the workers' moving
+    statistics differ."""
+    kept = [_PASS_18[n] for n in _PASS_18 if n != "identical weights on every worker"]
+    plain = _check_18(*kept, identical, _BN_18.format(drift=drift), "FAIL     batch norm: layers batch_normalization "
+                      "compute their statistics over each replica's batch alone")
+    synced = _check_18(*_PASS_18.values(), "PASS     batch norm: 1 BatchNormalization layer(s), synchronized")
+    holds_unless(match, _solution_18, 2, [(1, plain), (0, synced)], tmp_path)
