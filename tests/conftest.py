@@ -240,9 +240,9 @@ class Lab:
 
 # ------------------------------------------------------------------ a real local Slurm
 def _slurm_unavailable(reason: str):
-    if os.environ.get("COURSE_REQUIRE_SLURM") == "1":
-        pytest.fail(f"Slurm tests are required here (COURSE_REQUIRE_SLURM=1) but cannot run: {reason}")
-    pytest.skip(f"real Slurm not available: {reason}")
+    from tests.required import unavailable
+
+    unavailable(f"real Slurm not available: {reason}", "COURSE_REQUIRE_SLURM")
 
 
 # the suite's own Slurm: not under pytest's private tmp, since other users (the JupyterHub test's)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.required import unavailable
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,7 +30,7 @@ def test_batch_script_refuses_a_python_it_cannot_trust(tmp_path, script, how):
     checkout, marker = _planted_checkout(tmp_path)
     if how == "another user's":
         if os.geteuid() != 0:
-            pytest.skip("giving files to another user needs root")
+            unavailable("giving files to another user needs root", "COURSE_REQUIRE_SLURM")
         for path in (checkout, checkout / ".venv", checkout / ".venv" / "bin", checkout / ".venv" / "bin" / "python"):
             os.chown(path, 65534, 65534)
     else:

@@ -1,8 +1,9 @@
 """Horovod 0.28.1 against TensorFlow 2.21: the course's build recipe, and what it runs.
 
 The build takes minutes; it needs two Debian header packages, which root installs with apt-get
-(CI runs as root, so there it always runs). Its result stays in build/horovod, where lesson 13
-finds it when nbval runs the notebooks after these tests.
+(CI runs as root, so there it always runs; where it cannot, COURSE_REQUIRE_HOROVOD=1, as .ci/run sets
+it, fails the test instead of skipping it). Its result stays in build/horovod, where lesson 13 finds it
+when nbval runs the notebooks after these tests.
 """
 
 import os
@@ -15,6 +16,7 @@ import pytest
 from helpers import horovod_env
 from helpers.errors import CourseError
 from helpers.tools.horovod_build import HEADERS, XLA_LINE, leave_out_xla_ops
+from tests.required import unavailable
 
 
 def test_the_xla_ops_are_left_out_once(tmp_path):
@@ -61,6 +63,33 @@ def _can_build() -> str | None:
     return None
 
 
+def _buildable() -> None:
+    """Go on where the build can run; else skip with the reason, or fail where COURSE_REQUIRE_HOROVOD=1
+    (CI as root: lesson 13 compares with Horovod's own run only when this build ran)."""
+    why_not = _can_build()
+    if why_not:
+        unavailable(why_not, "COURSE_REQUIRE_HOROVOD")
+
+
+def test_a_build_that_cannot_run_fails_where_horovod_is_required(monkeypatch):
+    monkeypatch.setitem(HEADERS, "no-such-course-header.h", "libno-such-course-dev")  # missing here
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # not root: no apt-get for it
+    outcomes = []
+    for required in (None, "1"):
+        if required:
+            monkeypatch.setenv("COURSE_REQUIRE_HOROVOD", required)
+        else:
+            monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+        try:  # caught here, both: a skip raised out of this test would skip the test itself
+            _buildable()
+            outcomes.append(("went on", ""))
+        except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+            outcomes.append((type(exc).__name__, str(exc)))
+    reason = "the build needs libno-such-course-dev and this user cannot apt-get them"
+    assert outcomes == [("Skipped", reason), ("Failed", f"required here (COURSE_REQUIRE_HOROVOD=1) but cannot run: {reason}")], \
+        outcomes
+
+
 STEP = textwrap.dedent("""
     import sys
     import numpy as np
@@ -89,9 +118,7 @@ STEP = textwrap.dedent("""
 
 @pytest.mark.timeout(2400)
 def test_horovod_builds_and_averages_gradients_over_two_processes(tmp_path, report):
-    why_not = _can_build()
-    if why_not:
-        pytest.skip(why_not)
+    _buildable()
     import time
 
     from helpers.tools.horovod_build import build

@@ -33,6 +33,7 @@ import yaml
 from helpers.slurm.nodes import node_address
 from helpers.tools.course_run import lessons
 from helpers.tools.apt import apt_install
+from tests.required import unavailable
 from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import git, git_repository, served_course, unix_learners
 from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
@@ -161,7 +162,7 @@ def _before(ruby: str, tmp_path: Path, python: Path) -> subprocess.CompletedProc
 
 def test_the_course_python_its_site_packages_and_its_checkout_must_be_yours_or_roots(tmp_path, report):
     if not Path("/usr/bin/python3").exists():
-        pytest.skip("needs Debian's /usr/bin/python3 for a stand-in venv")
+        unavailable("needs Debian's /usr/bin/python3 for a stand-in venv", "COURSE_REQUIRE_SLURM")
     ruby = ensure_ruby()
     venv, checkout = tmp_path / "venv", tmp_path / "checkout"
     python = _fake_venv(venv, checkout)

@@ -19,6 +19,7 @@ from helpers.results import parse_result_lines
 from tests.conftest import leftovers as _leftovers
 from tests.conftest import squeue_empty as _squeue_empty
 from tests.conftest import workers_visible_devices
+from tests.required import unavailable
 from tests.test_engines import check_tutorial_findings, tutorial_on_engines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -330,7 +331,7 @@ def test_local_slurm_scripts_refuse_a_planted_state_directory(tmp_path, plant):
     import shutil
 
     if os.geteuid() != 0:
-        pytest.skip("needs root (the scripts run as root)")
+        unavailable("needs root (the scripts run as root)", "COURSE_REQUIRE_SLURM")
     target = tmp_path / "victim"
     target.mkdir()
     (target / "keep").write_text("not Slurm's")

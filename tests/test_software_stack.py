@@ -21,6 +21,7 @@ import nbformat
 import pytest
 
 from helpers.tools.apt import apt_install
+from tests.required import unavailable
 from tests.test_notebook_programs import written_programs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_software_stack.ipynb"
@@ -37,9 +38,15 @@ def _lmod() -> None:
     if LMOD.exists():
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("Lmod is not installed and cannot be installed here (needs root and apt-get)")
+        unavailable("Lmod is not installed and cannot be installed here (needs root and apt-get)", "COURSE_REQUIRE_SLURM")
     done = apt_install("lmod", timeout=600)
     assert done.returncode == 0 and LMOD.exists(), done.stderr[-2000:]
+
+
+def _system_python(why: str) -> None:
+    """Debian's /usr/bin/python3 (CI as root has it: .ci/run makes the venv with it)."""
+    if not os.access("/usr/bin/python3", os.X_OK):
+        unavailable(f"no /usr/bin/python3: {why}", "COURSE_REQUIRE_SLURM")
 
 
 READER_LOOP = """for prefix in os.environ.get("EBPYTHONPREFIXES", "").split(os.pathsep):
@@ -82,8 +89,7 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     (b) the system's Python in the same job finds none of the module's packages, (c) the venv's
     Python finds TensorFlow and Keras in the module, after its own site-packages."""
     _lmod()
-    if not os.access("/usr/bin/python3", os.X_OK):
-        pytest.skip("no /usr/bin/python3: no other Python to check (b) with")
+    _system_python("no other Python to check (b) with")
     stack, other, log = _run_stack(tmp_path, "EBPYTHONPREFIXES")
     venv = str(tmp_path / "venv")
     assert stack["einops"] == "99.0" and stack["einops_from"].startswith(venv), stack  # (a)
@@ -123,8 +129,7 @@ def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_pa
     module's einops shadows the venv's own, and the system's Python is handed TensorFlow: what
     EBPYTHONPREFIXES avoids."""
     _lmod()
-    if not os.access("/usr/bin/python3", os.X_OK):
-        pytest.skip("no /usr/bin/python3: no other Python to check with")
+    _system_python("no other Python to check with")
     stack, other, log = _run_stack(tmp_path, "PYTHONPATH")
     assert stack["pythonpath"] and stack["einops"] != "99.0" and stack["einops_from"].startswith(sys.prefix), stack
     assert other is not None and other["tensorflow"] is True, log[-2000:]
