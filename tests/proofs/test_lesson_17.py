@@ -45,7 +45,7 @@ _STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true
     ({"pythonpath": "/m/lib/python3.11/site-packages",  # a module on PYTHONPATH: its packages ahead
       "sys_path": ["/m/lib/python3.11/site-packages", "/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]},
      "recommended"),
-    ({"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = false\n"}, "recommended"),  # not the route 17:5 gives
+    ({"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = false\n"}, "recommended"),  # not the route 17's "A venv on top of a module" gives
     ({"sys_path": ["/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]}, "recommended"),  # no .pth reader
 ], ids=["as the job reports", "PYTHONPATH", "no --system-site-packages", "module not read"])
 def test_lesson_17_recommended_route_needs_system_site_packages_the_pth_and_no_pythonpath(change, match):
