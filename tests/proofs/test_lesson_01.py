@@ -58,7 +58,7 @@ def test_lesson_01_gathering_cell_measures_the_copies_of_each_variable(tmp_path,
     model.save = saved.saver(model)
     ok = OK["01_mirrored_strategy.ipynb"]
     holds_unless(match, gather_and_prove, "01_mirrored_strategy.ipynb", {
-        "strategy": ONE_REPLICA_EACH, "model": model, "keras": SimpleNamespace(models=saved),
+        "strategy": ONE_REPLICA_EACH, "model": model, "update_ratio": 1.0, "update_gap": 0.0, "keras": SimpleNamespace(models=saved),
         "initial_weights": [np.asarray([0.5, 2.0], dtype="float32")],
         "environment": SimpleNamespace(output_dir=lambda: tmp_path),
         "partial_splits": ok["partial_splits"], "expected_splits": ok["expected_splits"]})

@@ -115,9 +115,10 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
         pipeline = pipeline.replace(body, body.replace("context)", "SimpleNamespace(input_pipeline_id=0, "
                                                                    "num_input_pipelines=1))"))
         namespace["SimpleNamespace"] = SimpleNamespace
-    fingerprint = cell_defining("03_multiworker_ipyparallel.ipynb", "def fingerprint").replace("%%px\n", "")
     exec(compile(pipeline, "03 pipeline", "exec"), namespace)
-    exec(compile(fingerprint, "03 fingerprint pass", "exec"), namespace)
+    for marker in ("def fingerprint", "pass_shards = []", "in_split = collections.Counter("):  # the pass's three cells
+        cell = cell_defining("03_multiworker_ipyparallel.ipynb", marker).replace("%%px\n", "")
+        exec(compile(cell, f"03 {marker}", "exec"), namespace)
     return namespace
 
 
