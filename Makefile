@@ -94,11 +94,13 @@ durations-record:
 # epoch of at most FULLCHECK_STEPS steps, and again with other replica and worker counts: the
 # modes a GPU class runs, checked on a CPU (about an hour here; figures in build/fullcheck/);
 # then the tests marked fullcheck (lesson 10 in full mode, uncut, at one and two epochs; lessons 15-17 in
-# their GPU modes with the lines each must print: about 17 minutes more).
+# their GPU modes with the lines each must print: about 17 minutes more). A pass is recorded, with its date
+# and commit, in docs/bench/fullcheck-last.json (helpers/tools/fullcheck_record.py): commit it.
 FULLCHECK_STEPS ?= 4
 fullcheck: install
 	$(PY) -m helpers.tools.fullcheck --out build/fullcheck --max-steps $(FULLCHECK_STEPS) $(FULLCHECK_ARGS)
-	$(PY) -m pytest -p no:cacheprovider -m fullcheck tests
+	$(PY) -m pytest -p no:cacheprovider -m fullcheck tests --junitxml=build/fullcheck/tests.xml
+	$(PY) -m helpers.tools.fullcheck_record build/fullcheck docs/bench/fullcheck-last.json
 
 # A class of 30 learners logging in at once on a hub and the local Slurm (root; about 10 min):
 # login-to-server and engines-ready p50/p95, failures, peak memory, and nothing left afterwards.
