@@ -21,7 +21,7 @@ from helpers.environment import PROXY_VARIABLES
 from helpers.gpus import plan_for_task
 from helpers.slurm.step import expand_hostlist, expand_tasks_per_node, hosts_by_rank
 from helpers.take_home import copy_beside, mwms_slurm
-from tests.test_notebook_programs import written_program
+from tests.support.notebooks import written_program
 
 SCRIPT = written_program("08_batch_job.ipynb", "{script}")
 SBATCH = written_program("08_batch_job.ipynb", "{sbatch_file}")

@@ -30,7 +30,7 @@ from helpers.tools import check_inputs as ci
 from helpers.tools import check_launch as cl
 from helpers.tools import check_options as co
 from tests.conftest import ROOT, run_cli, squeue_empty
-from tests.test_notebook_programs import written_program
+from tests.support.notebooks import written_program
 
 SCRIPTS = Path(__file__).parent / "scripts"
 TUTORIAL = (SCRIPTS / "keras_tutorial.py").read_text()

@@ -13,12 +13,7 @@ import pytest
 
 from tests import durations
 from tests.conftest import ROOT
-
-
-def recorded_run(wall_s: float, tests: dict[str, float] | None = None) -> dict:
-    """A durations file's content with these figures (the streams' tests use it too)."""
-    return {"schema": durations.SCHEMA, "wall_s": wall_s, "tests_s": wall_s, "commit": "abc", "date": "d",
-            "tests": tests or {"a": wall_s}}
+from tests.support.recorded_run import recorded_run
 
 
 def test_the_budget_warns_above_25_and_fails_above_40_minutes():

@@ -29,7 +29,7 @@ import pytest
 
 from tests.conftest import ROOT, leftovers, squeue
 from tests.hub_support import hub_log_in, new_hub, run_in_kernel, unix_learners, wait_server
-from tests.test_browser import chromium_page, ensure_chromium
+from tests.support.browser import chromium_page, ensure_chromium
 
 pytestmark = pytest.mark.slurm
 LEARNERS = int(os.environ.get("COURSE_CLASS_LEARNERS", "6"))

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ROOT, leftovers, squeue, squeue_empty
 from tests.hub_support import hub_log_in, new_hub, wait_for_page
-from tests.test_browser import SCREENSHOTS, chromium_page, ensure_chromium, wait_kernel_idle
+from tests.support.browser import SCREENSHOTS, chromium_page, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
 PROOF = "trained on disjoint data, and hold identical weights"

@@ -28,8 +28,8 @@ from helpers.tools.pull_link import pull_link
 from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import git, git_repository, hub_log_in, new_hub, run_in_kernel, served_course, \
     unix_learners, wait_for_page
-from tests.test_course_server import terminal_token
-from tests.test_browser import SCREENSHOTS, chromium_page, ensure_chromium
+from tests.support.terminals import terminal_token
+from tests.support.browser import SCREENSHOTS, chromium_page, ensure_chromium
 
 pytestmark = pytest.mark.slurm
 LESSON = "03_multiworker_ipyparallel.ipynb"

@@ -7,31 +7,7 @@ import nbformat
 import pytest
 
 from helpers.take_home import MODULE, copy_beside
-
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-
-
-def written_programs(notebook: str) -> dict[str, str]:
-    """The files a notebook writes with `%%writefile NAME` and appends to with `%%writefile -a
-    NAME`, assembled in cell order as the notebook writes them (NAME as the magic line spells it)."""
-    files: dict[str, str] = {}
-    for cell in nbformat.read(NOTEBOOKS / notebook, as_version=4).cells:
-        if cell.cell_type != "code" or not cell.source.startswith("%%writefile"):
-            continue
-        magic, _, body = cell.source.partition("\n")
-        words = magic.split()
-        name = words[-1]
-        files[name] = (files.get(name, "") if "-a" in words else "") + body + "\n"
-    return files
-
-
-def written_program(notebook: str, name: str | None = None) -> str:
-    """The one program a notebook writes (or the one called `name`), without the magic lines."""
-    files = written_programs(notebook)
-    if name is None:
-        assert len(files) == 1, f"{notebook}: expected one written file, found {sorted(files)}"
-        return next(iter(files.values()))
-    return files[name]
+from tests.support.notebooks import NOTEBOOKS, written_program, written_programs
 
 
 def _backup(root: Path, worker: int, epoch: int, weights: str) -> None:

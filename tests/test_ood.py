@@ -36,7 +36,7 @@ from helpers.tools.apt import apt_install
 from tests.required import unavailable
 from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import git, git_repository, served_course, unix_learners
-from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
+from tests.support.browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
 APP = ROOT / "slurm" / "ood" / "tf-hpc-course"

@@ -8,11 +8,12 @@ an import happens to pull in.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 
 import pytest
+
+from tests.support.notebooks import notebook_python
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "helpers"
@@ -27,9 +28,6 @@ ENGINES_API = {
                                  "is_engines_job_name"},  # `class end` stops learners' engines jobs by name
     "helpers.engines.ipcluster_profile": {"write_profile"},  # the profile `ipcluster` starts engines from
 }
-
-
-PYTHON_CELL_MAGICS = ("%%px", "%%time", "%%capture", "%%timeit")
 
 
 def module_name(path: Path) -> str:
@@ -74,19 +72,6 @@ def engines_misuse(source: str, importer: str, is_package: bool = False) -> list
     return found
 
 
-def code_cells(notebook: Path) -> str:
-    """A notebook's Python: code cells without their magics and shell lines; cells that are not
-    Python (`%%writefile`, `%%bash`: files and shell) are left out."""
-    python = []
-    for cell in json.loads(notebook.read_text())["cells"]:
-        source = "".join(cell["source"])
-        first = source.lstrip().split(None, 1)[0] if source.strip() else ""
-        if cell["cell_type"] != "code" or (first.startswith("%%") and first not in PYTHON_CELL_MAGICS):
-            continue
-        python += [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
-    return "\n".join(python)
-
-
 def sources_outside_engines():
     for path in sorted(HELPERS.rglob("*.py")):
         if "engines" not in path.relative_to(HELPERS).parts:
@@ -94,7 +79,7 @@ def sources_outside_engines():
     for path in sorted((ROOT / "slurm").rglob("*.py")):
         yield str(path.relative_to(ROOT)), path.read_text(), "slurm." + path.stem, False
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        yield str(path.relative_to(ROOT)), code_cells(path), "notebook", False
+        yield str(path.relative_to(ROOT)), notebook_python(path), "notebook", False
 
 
 def test_nothing_outside_the_engines_imports_them_but_to_start_attach_or_stop_engines():
@@ -204,6 +189,35 @@ def test_the_hub_plugin_stays_out_of_the_learners_import_path():
 
 def test_every_test_file_says_what_it_tests():
     """A module docstring in every test file: its name and first line tell a newcomer what it checks."""
-    bare = [path.name for path in sorted((ROOT / "tests").glob("test_*.py"))
+    bare = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "tests").rglob("test_*.py"))
             if not ast.get_docstring(ast.parse(path.read_text()))]
     assert not bare, bare
+
+
+# `from tests.test_x import ...`, `from tests import test_x`, `import test_x`: at a line's start, so that the
+# programs a test writes or runs (a string holding an import) count as well
+TEST_MODULE_IMPORT = re.compile(r"^[ \t]*(?:from|import)[ \t]+(?:tests\.(?:\w+\.)*)?test_\w+"
+                                r"|^[ \t]*from[ \t]+tests(?:\.\w+)*[ \t]+import[ \t]+[^\n]*\btest_\w+", re.M)
+
+
+def imports_of_test_modules(text: str) -> list[str]:
+    """The lines of `text` that import a test module."""
+    return [match.group(0).strip() for match in TEST_MODULE_IMPORT.finditer(text)]
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/support/ (or conftest.py, a fixture): a test module another imports
+    is a library a newcomer cannot tell from a test, and its tests' module code runs for the importer too."""
+    found = {str(path.relative_to(ROOT)): lines for path in sorted((ROOT / "tests").rglob("*.py"))
+             if (lines := imports_of_test_modules(path.read_text()))}
+    assert not found, found
+
+
+def test_the_check_finds_each_way_to_import_a_test_module():
+    source = ("from tests.test_browser import ensure_chromium\n    import tests.proofs.test_lesson_01\n"
+              "from tests import durations, test_engines\nimport test_hub\nprogram = '''\nfrom tests.test_x import y\n'''\n"
+              "from tests.support.browser import ensure_chromium\nfrom tests import durations\n"
+              "from tests.conftest import ROOT\n# the tests of test_x\n")
+    assert imports_of_test_modules(source) == [
+        "from tests.test_browser", "import tests.proofs.test_lesson_01", "from tests import durations, test_engines",
+        "import test_hub", "from tests.test_x"]

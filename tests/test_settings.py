@@ -21,7 +21,7 @@ from helpers.errors import CourseError
 from helpers.settings import SCOPES, SETTINGS, Setting, check_class_value, source, text, value
 from helpers.tools.settings_report import checker, markdown
 from tests.conftest import run_cli, run_python
-from tests.test_package_layout import code_cells
+from tests.support.notebooks import notebook_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("helpers", "course_server", "course_hub", "slurm", "notebooks", "tests", "Makefile", ".ci", "conftest.py", "pyproject.toml")
@@ -131,7 +131,7 @@ def test_the_notebook_scan_sees_kernel_cells_and_leaves_take_home_programs(tmp_p
              {"cell_type": "markdown", "source": ["os.environ['@C']"]}]
     path = tmp_path / "lesson.ipynb"
     path.write_text(json.dumps({"cells": cells}).replace("@", FAKE))
-    found = [name for _, name in direct_reads(code_cells(path), {})]
+    found = [name for _, name in direct_reads(notebook_python(path), {})]
     assert found == [FAKE + "A"], found
 
 
@@ -155,7 +155,7 @@ def test_every_read_in_python_goes_through_the_table(capsys):
             reason = next((r for prefix, r in NOT_ROUTED.items() if where.startswith(prefix)), None)
             (allowed if reason else around)[where] = reads
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        reads = direct_reads(code_cells(path), constants)  # the kernel's Python, %%writefile programs left out
+        reads = direct_reads(notebook_python(path), constants)  # the kernel's Python, %%writefile programs left out
         if reads:
             around[str(path.relative_to(ROOT))] = reads
     assert not around, f"COURSE_* read around helpers.settings (use settings.value/text): {around}"

@@ -26,7 +26,7 @@ import pytest
 from helpers.tools.course_run import executed_whole, lessons
 from helpers.tools.site import build, lesson_notebooks
 from tests.conftest import ROOT
-from tests.test_browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
+from tests.support.browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
 
 pytestmark = pytest.mark.after_notebooks
 LESSONS = [p.name for p in lessons()]

@@ -20,7 +20,7 @@ from tests.conftest import leftovers as _leftovers
 from tests.conftest import squeue_empty as _squeue_empty
 from tests.conftest import workers_visible_devices
 from tests.required import unavailable
-from tests.test_engines import check_tutorial_findings, tutorial_on_engines
+from tests.support.engines_tutorial import check_tutorial_findings, tutorial_on_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slurm

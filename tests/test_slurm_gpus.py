@@ -149,7 +149,7 @@ def test_layout_through_sbatch(slurm, tmp_path):
 def batch_job(tmp_path_factory) -> Path:
     """Notebook 08's script, mwms_slurm.py and the sbatch file, as the notebook writes them, in a directory of their own."""
     from helpers.take_home import copy_beside
-    from tests.test_notebook_programs import written_program
+    from tests.support.notebooks import written_program
 
     directory = tmp_path_factory.mktemp("batch_job")
     (directory / "train_mwms.py").write_text(written_program("08_batch_job.ipynb", "{script}"))

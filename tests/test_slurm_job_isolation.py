@@ -19,7 +19,7 @@ import pytest
 
 from helpers.slurm.submit import job_environment, job_options
 from tests.conftest import squeue_empty
-from tests.test_notebook_programs import written_programs
+from tests.support.notebooks import written_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slurm

@@ -99,7 +99,7 @@ def _lesson_job_scripts() -> dict[str, str]:
     """Every job script the lessons write (%%writefile cells with #SBATCH lines), by notebook and name."""
     from pathlib import Path
 
-    from tests.test_notebook_programs import written_programs
+    from tests.support.notebooks import written_programs
 
     found = {}
     for notebook in sorted(p.name for p in (Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb")):

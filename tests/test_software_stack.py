@@ -22,7 +22,7 @@ import pytest
 
 from helpers.tools.apt import apt_install
 from tests.required import unavailable
-from tests.test_notebook_programs import written_programs
+from tests.support.notebooks import written_programs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_software_stack.ipynb"
 LMOD = Path("/usr/share/lmod/lmod/init/bash")

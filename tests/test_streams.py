@@ -14,7 +14,7 @@ import pytest
 from tests import shares, streams
 from helpers.tools.apt import APT_LOCK, apt_install, lock_dir
 from tests.conftest import ROOT
-from tests.test_ci_budget import recorded_run
+from tests.support.recorded_run import recorded_run
 
 
 def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):

@@ -162,7 +162,7 @@ def _lesson_16_shards(directory: Path, train_size: int, file_of) -> dict:
     """`train_size` records as lesson 16 writes them, example i into file file_of(i) of 8; shards.py's names."""
     import tensorflow as tf
 
-    from tests.test_notebook_programs import written_programs
+    from tests.support.notebooks import written_programs
 
     directory.mkdir()
     writers = [tf.io.TFRecordWriter(str(directory / f"cifar10-train-{k:05d}-of-00008.tfrecord")) for k in range(8)]
@@ -276,7 +276,7 @@ def test_lesson_16_workers_make_enough_passes_that_one_order_by_chance_stays_bel
     not enough there."""
     import re
 
-    from tests.test_notebook_programs import written_programs
+    from tests.support.notebooks import written_programs
 
     program = written_programs("16_input_at_scale.ipynb")['"read_shards.py"}']
     lines = [line.strip() for line in program.splitlines() if re.match(r"\s+(arrangements|passes) = ", line)]
