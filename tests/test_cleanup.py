@@ -149,6 +149,42 @@ def test_engines_end_with_a_sigkilled_jupyter_kernel(tmp_path, report):
             proc.kill()
 
 
+def test_in_jupyterlab_a_failed_cell_keeps_the_engines_and_shutting_the_kernel_down_stops_them(tmp_path):
+    """docs/troubleshooting.md's row "a notebook cell fails, or the kernel exits", the way JupyterLab runs a
+    notebook: a failed cell stops nothing (the kernel lives on, its engines with it, for the next cell);
+    shutting the kernel down (JupyterLab's Shut Down Kernel: a shutdown request, not a kill) stops them.
+    (nbval and `make course` end the kernel after a failed cell: test_engines's nbclient test.)"""
+    from jupyter_client.manager import start_new_kernel
+
+    os.environ["IPYTHONDIR"] = str(tmp_path)  # the kernel inherits it
+    try:
+        km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT))
+    finally:
+        del os.environ["IPYTHONDIR"]
+    cluster_id, shut_down = "", False
+    try:
+        outputs = []
+        kc.execute_interactive("from helpers.engines import cluster\nengines = cluster.start_engines(2, activate=False)\n"
+                               "print('CLUSTER', engines.cluster_id)", timeout=120,
+                               output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
+        cluster_id = next(t.split()[1] for t in "".join(outputs).splitlines() if t.startswith("CLUSTER"))
+        ours = _of_cluster(cluster_id)
+        failed = kc.execute_interactive("raise RuntimeError('a lesson cell fails')", timeout=60)
+        assert failed["content"]["status"] == "error", failed["content"]
+        time.sleep(2)
+        assert len(ours) >= 3 and all(p.is_running() for p in ours), "a failed cell stopped the engines"
+        assert km.is_alive(), "a failed cell ended the kernel"
+        km.shutdown_kernel(now=False)  # what JupyterLab's Shut Down Kernel asks the server for
+        shut_down = True
+        assert not _wait_gone(ours, within=20), "the shut-down kernel's engines are still running"
+    finally:
+        kc.stop_channels()
+        if not shut_down:
+            km.shutdown_kernel(now=True)
+        for proc in _of_cluster(cluster_id) if cluster_id else []:
+            proc.kill()
+
+
 def test_stop_all_force_stops_a_running_kernels_cluster(tmp_path):
     env = {**os.environ, "IPYTHONDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     kernel = subprocess.Popen([sys.executable, "-c", OWNER], env=env, stdout=subprocess.PIPE, text=True, cwd=ROOT)
