@@ -5,12 +5,13 @@ not a planted final value."""
 
 from types import SimpleNamespace
 
+import nbformat
 import numpy as np
 import pytest
 
 from tests.support.proof_cases import OK
 from tests.support.proof_cells import (
-    ONE_REPLICA_EACH, code_cells, gather_and_prove, holds_unless, planted_copies, run_edited_to_its_proof,
+    NOTEBOOKS, ONE_REPLICA_EACH, code_cells, gather_and_prove, holds_unless, planted_copies,
 )
 
 
@@ -86,16 +87,65 @@ def test_lesson_05_solution_1_counts_the_backward_all_reduces(variant):
         assert done.returncode != 0 and "AssertionError: ['ReduceOp.SUM'" in done.stderr, (done.stdout, done.stderr[-2000:])
 
 
+FROZEN = ("        layer.synchronized = True\n", "        layer.synchronized = True\n        layer.trainable = False\n")
+ONLY_SYNCED = ("for synchronized in (False, True):", "for synchronized in (True,):")  # the ordinary run shows nothing
+NO_SEED = ("    keras.utils.set_random_seed(7)", "    pass")
+NO_FIT = ("    timer = StepTimer(global_batch)\n", '    runs[name] = {"start": start}\n    continue  # the starts are compared: no fit\n')
+
+
+def _run_05_to_where_it_shows(tmp_path, monkeypatch, edits: list[tuple[str, str]], figure: str) -> tuple[str, str]:
+    """(status, detail) of lesson 05 run for real with each (old, new) of `edits` made in its code, up to
+    its ResNet50 runs (nothing after them: no curves, no step times), then one cell: the figures cell's
+    statement that computes `figure` and the proof cell's asserts on it, word for word."""
+    import ast
+
+    from helpers.tools.course_run import run_notebook
+
+    nb = nbformat.read(NOTEBOOKS / "05_sync_batch_norm.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for old, new in edits:
+        cell = next(c for c in code if old in c.source)
+        assert cell.source.count(old) == 1, old
+        cell.source = cell.source.replace(old, new)
+
+    def statements(marker: str, keep) -> list[str]:
+        source = next(c.source for c in code if marker in c.source)
+        return [ast.get_source_segment(source, node) for node in ast.parse(source).body if keep(node)]
+
+    def names(node) -> set[str]:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+    check = [*statements("def replica_spread", lambda node: True),
+             *statements("same_start =", lambda node: isinstance(node, ast.Assign) and figure in names(node.targets[0])),
+             *statements("never moved", lambda node: isinstance(node, ast.Assert) and figure in names(node.test))]
+    assert len(check) >= 3, check  # the spread helper, the figure, at least one assert on it
+    runs = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "model.fit(" in c.source)
+    nb.cells = nb.cells[:runs + 1] + [nbformat.v4.new_code_cell("\n".join(check))]
+    for name in ("COURSE_OUTPUT_DIR", "COURSE_FIGURES_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    variant = tmp_path / "nb" / "05_sync_batch_norm.ipynb"
+    variant.parent.mkdir()
+    nbformat.write(nb, variant)
+    (tmp_path / "out").mkdir()
+    status, _, detail = run_notebook(variant, tmp_path / "out", timeout=900)
+    return status, detail
+
+
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("old,new,match", [
-    ("        layer.synchronized = True\n", "        layer.synchronized = True\n        layer.trainable = False\n", "never moved"),
-    ("    keras.utils.set_random_seed(7)", "    pass", "same weights")],  # review P3: no shared seed
+@pytest.mark.parametrize("edits,figure,match", [
+    ([FROZEN, ONLY_SYNCED], "moved_sync", "never moved"),  # review P2
+    ([NO_SEED, NO_FIT], "same_start", "same weights")],  # review P3
     ids=["synced BN frozen", "no shared seed"])
-def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, monkeypatch, old, new, match):
-    """Lesson 05 run for real (up to its proof) with the synchronized model's BN layers frozen
-    (`trainable = False`: Keras then runs them in inference mode, batch_normalization.py:363, and their
-    moving means stay at their initial zeros; identical zeros used to pass "identical statistics",
-    review P2), or without the shared seed (the two ResNet50s start from different weights, review P3)."""
-    status, detail = run_edited_to_its_proof("05_sync_batch_norm.ipynb", old, new, "never moved", tmp_path,
-                                              monkeypatch, timeout=900)
+def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, monkeypatch, edits, figure, match):
+    """Lesson 05 run for real with a claim broken, stopped where the failure shows, and the proof's own
+    asserts on the figure that shows it. The synchronized model's BN layers frozen (`trainable = False`:
+    Keras then runs them in inference mode, batch_normalization.py:363, and their moving means stay at
+    their initial zeros at every step; identical zeros used to pass "identical statistics", review P2):
+    the synchronized run alone, one step of one epoch. Without the shared seed (the two ResNet50s start
+    from different weights, review P3): both models built, their starts compared, neither trained. The
+    whole lesson, its proof passing, runs in the nbval pass."""
+    if figure == "moved_sync":
+        monkeypatch.setenv("COURSE_EPOCHS", "1")
+        monkeypatch.setenv("COURSE_MAX_STEPS", "1")
+    status, detail = _run_05_to_where_it_shows(tmp_path, monkeypatch, edits, figure)
     assert status == "FAILED" and match in detail, (status, detail)
