@@ -42,13 +42,15 @@ sys.stdout.write("PRECISION " + json.dumps(ns["precision"]) + "\\n")
 """
 
 
-@pytest.mark.parametrize("variant,match", [("as written", None), ("unscaled", "about as far"),
+@pytest.mark.parametrize("variant,match", [("unscaled", "about as far"),
                                            ("through the inner optimizer", "unscaled one step")])
 def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(variant, match):
     """Notebook 04's own step and mixed-precision cells, run; then its proof on what they measured. The
     step with `to_differentiate = loss` (the loss not scaled, the gradients still divided) must fail, and
     so must the step that also applies through `optimizer.inner_optimizer` (nothing scaled, nothing divided
-    back: its step is as long as float32's and the scale still reads 32768, but the optimizer unscaled nothing)."""
+    back: its step is as long as float32's and the scale still reads 32768, but the optimizer unscaled nothing).
+    As written these cells are the nbval pass's, on the same 16 images and 2 replicas, and its proof passes
+    there: no control run here (it was one, 17 s)."""
     import json
     import subprocess
     import sys
