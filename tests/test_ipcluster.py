@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.conftest import squeue_empty as _squeue_empty
+from tests.lesson_probe import read_probe, write_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 IPCLUSTER = str(Path(sys.executable).parent / "ipcluster")
@@ -182,8 +183,9 @@ def test_cluster_command_on_slurm_keeps_its_job_until_stopped(slurm, tmp_path, r
 
 @pytest.mark.slurm
 def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tmp_path, report):
-    """The trainer's way: profile, `ipcluster start --engines=slurm`, then a lesson run by nbval
-    against those engines; the engines' job is the same before and after, and still runs."""
+    """The trainer's way: profile, `ipcluster start --engines=slurm`, then lesson 03's start-up (its cells
+    up to the strategy and an all-reduce, tests/lesson_probe.py) run by nbval against those engines: the
+    engines' job is the same before and after, and still runs; then lesson 04, whole."""
     import ipyparallel as ipp
 
     # the engines' job inherits COURSE_OUTPUT_DIR from ipcluster's environment: the chief saves there
@@ -199,14 +201,17 @@ def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tm
         client.close()
         assert hosts == ["node3", "node4"], f"the profile should spread 2 engines over the 2 CPU nodes: {hosts}"
         job_before = _squeue(slurm["env"])
+        probe, probed = write_probe(tmp_path)
         lesson = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
-             "--nbval-cell-timeout=600", "notebooks/03_multiworker_ipyparallel.ipynb"],
-            env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick", "COURSE_ENGINES": "slurm",
-                 "COURSE_NBVAL_SLURM": "visible"},  # engines restarted through Slurm: see root conftest.py
+             "--nbval-cell-timeout=600", str(probe)],
+            env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick", "COURSE_ENGINES": "slurm"},
             capture_output=True, text=True, timeout=900, cwd=ROOT)
         assert lesson.returncode == 0, lesson.stdout[-4000:]
-        assert (tmp_path / "out" / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
+        engines = read_probe(probed)
+        assert sorted(e["host"] for e in engines) == hosts, f"the lesson should get the job's engines: {engines}"
+        # where the chief saves (lesson 03's model, output_dir()): the engines' job got ipcluster's environment
+        assert {e["output_dir"] for e in engines} == {str(tmp_path / "out")}, engines
         assert _squeue(slurm["env"]) == job_before, "the lesson should use the running job, not start its own"
         # the next lesson finds engines that ran TensorFlow: they are restarted through the
         # profile's launcher (a new engines job, spread the same way), and it passes too
@@ -223,7 +228,7 @@ def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tm
         client.close()
         assert hosts_after == ["node3", "node4"], hosts_after
         report(f"ipcluster --engines=slurm with the course profile (cpu partition): engines on {hosts}; "
-               f"notebook 03 by nbval attached to them, job unchanged: {job_before.strip()}; notebook 04 next: "
+               f"notebook 03's start-up by nbval attached to them, job unchanged: {job_before.strip()}; notebook 04 next: "
                f"engines restarted as {job_after.strip()} on {hosts_after}")
     assert cluster.stopped.returncode == 0, cluster.stopped.stderr[-2000:]
     assert _squeue_empty(slurm["env"]), _squeue(slurm["env"])

@@ -1,6 +1,7 @@
 """Engines someone else started: CSCS's ipcmagic (`%ipcluster start -n 2` inside an allocation,
 engines as an srun step, a controller in the default profile and no ipyparallel cluster file),
-and lesson 03 run by nbval against them with COURSE_CLUSTER=default. Root only; CI requires it."""
+and lesson 03's start-up (tests/lesson_probe.py: its cells up to the strategy, then an all-reduce) run
+by nbval against them with COURSE_CLUSTER=default. Root only; CI requires it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, squeue_empty
+from tests.lesson_probe import read_probe, write_probe
 
 pytestmark = pytest.mark.slurm
 
@@ -23,7 +25,7 @@ began = time.monotonic()
 %ipcluster start -n 2
 print(f"IPCMAGIC_STARTED {time.monotonic() - began:.2f}", flush=True)
 done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
-                       "notebooks/03_multiworker_ipyparallel.ipynb", "-q"], env={**os.environ, "COURSE_CLUSTER": "default", "COURSE_NBVAL_SLURM": "visible"},
+                       os.environ["PROBE_NOTEBOOK"], "-q"], env={**os.environ, "COURSE_CLUSTER": "default"},
                       capture_output=True, text=True)
 open(os.environ.get("NBVAL_LOG", "/dev/null"), "w").write(done.stdout + done.stderr)
 print(done.stdout[-3000:], done.stderr[-2000:])
@@ -43,19 +45,23 @@ def test_lesson_03_runs_on_engines_ipcmagic_started(slurm, tmp_path, report):
     assert importlib.util.find_spec("ipcmagic"), "ipcmagic-cscs is in the test extra: run make install"
     script = tmp_path / "session.ipy"
     script.write_text(SESSION)
+    probe, probed = write_probe(tmp_path)
     venv_bin = str(Path(sys.executable).parent)
     env = {**slurm["env"], "IPYTHONDIR": str(tmp_path / "ipython"), "PATH": f"{venv_bin}:{os.environ['PATH']}",
-           "COURSE_MODE": "quick", "NBVAL_LOG": str(tmp_path / "nbval.log")}
+           "COURSE_MODE": "quick", "NBVAL_LOG": str(tmp_path / "nbval.log"), "PROBE_NOTEBOOK": str(probe)}
     began = time.monotonic()
     done = subprocess.run(["salloc", "-N", "2", "-n", "2", "--time=10", str(Path(venv_bin) / "ipython"), str(script)],
                           env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     took = time.monotonic() - began
     out = done.stdout
+    engines = read_probe(probed)
     report(f"{Path(__file__).stem}: ipcmagic's %ipcluster start -n 2 in "
            f"{next((l.split()[1] for l in out.splitlines() if l.startswith('IPCMAGIC_STARTED')), '?')} s; "
-           f"lesson 03 against its engines and stop: {took:.0f} s in all")
+           f"lesson 03's start-up against its engines ({[(e['rank'], e['host']) for e in engines]}) and stop: "
+           f"{took:.0f} s in all")
     assert "IPCMAGIC_STARTED" in out, out[-3000:] + done.stderr[-3000:]
     assert "NBVAL 0" in out, out[-5000:]
+    assert sorted(e["host"] for e in engines) == ["node1", "node2"], f"one engine on each node of the allocation: {engines}"
     again = next((l for l in out.splitlines() if l.startswith("AGAIN")), "")
     assert "already ran TensorFlow" in again and "%ipcluster stop" in again, again  # used engines: one line, the fix
     assert "STOPPED" in out, out[-2000:] + done.stderr[-2000:]

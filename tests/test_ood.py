@@ -7,7 +7,8 @@ the script is submitted to the local Slurm as a learner, with the options Open O
 adapter adds (`--export`, `--output`, `--chdir`, `--time`); the job pulls the course from its
 repository, starts JupyterLab and writes connection.yml; the view Open OnDemand would show is
 rendered from it, and Chromium follows its button into JupyterLab, where the lesson is open and
-its `%%px` cells run on engines that are a step of the same job on two nodes.
+its start-up (its cells up to the strategy, tests/lesson_probe.py) runs on engines that are a step of the
+same job on two nodes: the two workers form one cluster. The lesson runs whole on Slurm engines in test_hub.
 What does not: Open OnDemand's dashboard, its reverse proxy (`/node/HOST/PORT/`: the browser goes
 to the node directly, at the base URL the proxy would forward) and its login.
 """
@@ -36,13 +37,14 @@ from helpers.tools.apt import apt_install
 from tests.required import unavailable
 from tests.conftest import ROOT, squeue_empty
 from tests.hub_support import git, git_repository, served_course, unix_learners
+from tests.lesson_probe import startup_end
 from tests.support.browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm
 APP = ROOT / "slurm" / "ood" / "tf-hpc-course"
 RENDER = ROOT / "tests" / "ood" / "render.rb"
 LESSON = "03_multiworker_ipyparallel.ipynb"
-PROOF = "trained on disjoint data, and hold identical weights"
+IN_SYNC = "2 replicas in sync"  # what each worker's strategy prints, the last cell of the lesson's start-up
 
 
 def ensure_ruby() -> str:
@@ -285,20 +287,23 @@ def test_the_app_starts_jupyterlab_as_a_slurm_job_and_runs_a_lesson_on_its_engin
                 in_urls = [u for u in urls if token in u]
                 timings["the view's button to the lesson open"] = time.monotonic() - t
                 t = time.monotonic()
+                page.locator(".jp-Notebook .jp-Cell").nth(startup_end()).click()  # the first cell after it
                 page.click("text=Run", timeout=10_000)
-                page.click("text=Run All Cells", timeout=10_000)
+                page.click("text=Run All Above Selected Cell", timeout=10_000)
                 try:
-                    page.wait_for_selector(f".jp-OutputArea-output:has-text('{PROOF}')", timeout=int(os.environ.get("OOD_PROOF_MS", "300000")))
+                    page.wait_for_selector(f".jp-OutputArea-output:has-text('{IN_SYNC}')", timeout=int(os.environ.get("OOD_PROOF_MS", "300000")))
+                    wait_kernel_idle(page, base, 60, token)  # the other engine's line too
                 except Exception:
                     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(SCREENSHOTS / "ood-app-lesson-03-failed.png"))
                     page.keyboard.press("Control+s")  # the notebook on disk has every cell's output
                     page.wait_for_timeout(2000)
-                    raise AssertionError("lesson 03 did not reach its proof; its outputs:\n"
+                    raise AssertionError("lesson 03's start-up did not make its strategy; its outputs:\n"
                                          + _outputs(home / "tf-hpc-course" / "notebooks" / LESSON)) from None
-                timings["lesson 03 run, engines a step of the job"] = time.monotonic() - t
+                timings["lesson 03's start-up (to its strategy), engines a step of the job"] = time.monotonic() - t
+                outputs = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
                 hosts = page.locator(".jp-OutputArea-output", has_text="'host': 'node2'").count()
-                page.locator(".jp-OutputArea-output", has_text=PROOF).first.scroll_into_view_if_needed()
+                page.locator(".jp-OutputArea-output", has_text=IN_SYNC).first.scroll_into_view_if_needed()
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 shot = SCREENSHOTS / "ood-app-lesson-03.png"
                 page.screenshot(path=str(shot))
@@ -315,6 +320,7 @@ def test_the_app_starts_jupyterlab_as_a_slurm_job_and_runs_a_lesson_on_its_engin
            + f"; the token posted, in {len(in_urls)} of {len(urls)} request URLs; screenshot {shot}")
     assert cloned == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")), cloned
     assert hosts >= 1, "an engine should have run on node2"
+    assert outputs.count(IN_SYNC) == 2, f"both workers' strategies should count 2 replicas in sync:\n{outputs[-3000:]}"
     assert urls and not in_urls, f"the session's token was in a URL: {in_urls[:3]}"
     assert mode & 0o077 == 0, f"the JupyterLab config holds the token and is readable by others: {oct(mode)}"
     assert re.search(r"c\.ServerApp\.ip = '10\.77\.0\.\d+'", config), "JupyterLab must listen on the node's address only"
