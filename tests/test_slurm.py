@@ -130,9 +130,9 @@ def _nbval(notebook: str, env: dict, cell_timeout: int = 600) -> None:
 def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
     """The same notebook as the local run, starting its own engines as Slurm tasks on both nodes;
     06 kills one of them mid-training and resumes on fresh engines; 15 keeps the chief's file only,
-    each engine checking its own path (ranks from SLURM_PROCID, not engine ids). (03 and 04 run on
-    Slurm engines in test_ipcluster, attached to a cluster as a class would; 03 again in test_hub
-    and test_ipcmagic: one Slurm run per path is enough, and saves 46 s of CI.)"""
+    each engine checking its own path (ranks from SLURM_PROCID, not engine ids). (03 runs whole on
+    Slurm engines in test_hub, its start-up in test_ipcluster, test_ipcmagic and test_ood; 04 whole in
+    test_ipcluster, attached to a cluster as a class would: one Slurm run per path is enough.)"""
     env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
            "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
