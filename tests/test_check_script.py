@@ -201,6 +201,34 @@ def test_a_failure_line_names_where_the_exception_was_raised():
                               "values.DistributedVariable))"), finding
 
 
+def test_a_failure_in_a_traced_function_names_the_traced_frame(tmp_path, monkeypatch):
+    """Lesson 18's review: autograph re-raises an error from a tf.function's traced Python with the
+    traced frames as its message ('in user code:', then `File ...` lines, then 'Type: message';
+    ErrorMetadataBase.get_message), so the failure line read `AssertionError: File ".../train.py",
+    line 47, in train_step  *`. The worker keeps the script's innermost traced frame and the original
+    message; the line names them."""
+    from helpers.tools import check_record, check_worker
+
+    script = tmp_path / "train.py"
+    monkeypatch.setitem(check_record.WHERE, "script", str(script))
+    frames = (f'in user code:\n\n    File "{script}", line 47, in train_step  *\n        return strategy.reduce("SUM", '
+              'strategy.run(step, args=batch), axis=None)\n    File "/x/site-packages/keras/src/optimizer.py", line 134, '
+              'in _distributed_tf_update_step  **\n        distribution.extended.update(\n\n')
+    for cause, message in [("    AssertionError: \n", ""), ("    ValueError: shapes (6, 3) and (6,) are incompatible\n",
+                                                              "shapes (6, 3) and (6,) are incompatible")]:
+        kind = cause.split(":")[0].strip()
+        found = check_worker._exception(type(kind, (Exception,), {})(frames + cause))
+        assert (found["traced"], found["message"]) == ("train_step at train.py:47", message), found
+    run = cl.Run(workers=1)
+    run.reports[0] = {"exception": {"type": "AssertionError", "message": "", "traced": "train_step at train.py:47",
+                                    "line": "train.py:53", "code": "loss = train_step(batch)"}}
+    finding, = ca.crash_findings(run, "1 worker")
+    assert finding.detail == ("worker 0 failed at train.py:53 (loss = train_step(batch)): AssertionError, in the traced "
+                              "train_step at train.py:47"), finding
+    plain = check_worker._exception(ValueError("in user code: not autograph's"))  # no frame: the message as it is
+    assert (plain["traced"], plain["message"]) == (None, "in user code: not autograph's"), plain
+
+
 def test_the_worker_records_the_innermost_frame_of_an_exception(tmp_path, monkeypatch):
     from helpers.tools import check_record, check_worker
 
@@ -336,6 +364,7 @@ PLANTED = {
                                               "if True:\n    model = keras.Sequential([")],
                                   [], FAILED, ["FAIL     strategy.scope(): model 'sequential' (made at train.py:",
                                                "FAIL     the run with 1 worker: worker 0 failed at train.py:",
+                                               "AssertionError, in the traced train_step at train.py:",
                                                "(raised at tensorflow/python/distribute/mirrored_strategy.py:",
                                                ", in _update: assert isinstance(var, values.DistributedVariable))"]),
     "outside_scope": ("tutorial", [("with strategy.scope():\n    # Model building/compiling need to be within "

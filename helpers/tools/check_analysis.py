@@ -54,9 +54,10 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
                 "run every training step, evaluate and reduce on every worker; only file writing may depend on the "
                 "chief"))
         else:
+            traced = f", in the traced {exc['traced']}" if exc.get("traced") else ""  # a tf.function's Python
             raised = f" (raised at {exc['raised_at']})" if exc.get("raised_at") else ""
             findings.append(Finding("FAIL", f"the run with {label}", f"{who} failed{where}: "
-                                    f"{exc['type']}" + (f": {message}" if message else "") + raised,
+                                    f"{exc['type']}" + (f": {message}" if message else "") + traced + raised,
                                     "fix the error above (the run with one worker "
                                     "is the reference)" if run.workers > 1 else "the script must run alone first"))
     return findings

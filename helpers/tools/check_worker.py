@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from .check_record import SEED, STATE, WHERE, audit, mark, start
 from . import check_watch
 
 _INITIAL: dict = {}
+_FRAME = re.compile(r'^ +File "(.+)", line (\d+), in (\S+)')  # a frame of autograph's "in user code:" message
 
 
 def rank_from_environment() -> int:
@@ -188,12 +190,30 @@ def _exception(exc: BaseException) -> dict:
     every = traceback.extract_tb(exc.__traceback__)
     frames = [f for f in every if os.path.abspath(f.filename) == script]
     innermost = every[-1] if every else None  # where it was raised: a bare exception is named by its place
-    return {"type": type(exc).__name__, "message": str(exc)[:2000],
+    traced, message = _traced(str(exc), script, type(exc).__name__)
+    return {"type": type(exc).__name__, "message": message[:2000], "traced": traced,
             "line": f"{os.path.basename(script)}:{frames[-1].lineno}" if frames else None,
             "code": frames[-1].line if frames else None,
             "raised_at": (f"{_short_path(innermost.filename)}:{innermost.lineno}, in {innermost.name}"
                           + (f": {innermost.line.strip()[:160]}" if innermost.line else "")
                           if innermost and innermost not in frames[-1:] else None)}
+
+
+def _traced(message: str, script: str, kind: str) -> tuple[str | None, str]:
+    """(the script's innermost frame in a traced function, as 'train_step at train.py:47', the
+    original message) of an error autograph re-raised, else (None, the message). An error raised
+    while a tf.function's Python is traced comes back with the traced frames as its message: 'in
+    user code:', a `File "...", line N, in NAME` line and a code line per frame, outermost first,
+    then the original 'Type: message' (ErrorMetadataBase.get_message in
+    tensorflow/python/autograph/pyct/error_utils.py); its first line alone would name no frame."""
+    lines = message.splitlines()
+    files = [(i, m) for i, m in ((i, _FRAME.match(line)) for i, line in enumerate(lines)) if m]
+    if not message.startswith("in user code:") or not files:
+        return None, message
+    ours = [m for _, m in files if os.path.abspath(m[1]) == script]
+    traced = f"{ours[-1][3]} at {os.path.basename(script)}:{ours[-1][2]}" if ours else None
+    cause = "\n".join(line.strip() for line in lines[files[-1][0] + 2:] if line.strip())
+    return traced, cause.removeprefix(f"{kind}:").strip()
 
 
 def _short_path(path: str) -> str:
