@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.proof_cells import gather_and_prove, holds_unless, solution_source
+from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless, solution_source
 
 
 def _check_18(*lines: str, workers: int = 2) -> str:
@@ -35,21 +35,26 @@ _FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batc
 _MARKS_18 = ("1795937582.700 script starting\n1795937583.112 distribute_datasets_from_function at train.py:51\n"
              "1795937583.988 script raised AssertionError\n1795937584.010 report written\n")  # as kept, the first check
 _STEPS_18 = "".join(f"1795937600.{k} step {k} of strategy.run(step) in the script: 12 examples\n" for k in range(1, 9))
+_RAN_18 = "1795937590.100 script starting\n" + _STEPS_18 + "1795937601.000 script ended\n1795937601.010 report written\n"
+_WORKERS_18 = ["1-worker/marks-0.txt", "2-workers/marks-0.txt", "2-workers/marks-1.txt"]
 _FIX_18 = "           fix: what to change"
 
 
 _RAISED_18 = "tensorflow/python/distribute/mirrored_strategy.py:806, in _update: assert isinstance(var, values.DistributedVariable)"
 
 
-def _as_written_18(workers: int = 1, error: str = "AssertionError", raised: str = _RAISED_18) -> str:
+def _as_written_18(workers: int = 1, error: str = "AssertionError", raised: str = _RAISED_18,
+                   at: str = "train.py:53 (loss = train_step(batch))") -> str:
     return _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built outside "
                      "strategy.scope(): its variables are not mirrored", _FIX_18,
-                     f"FAIL     the run with 1 worker: worker 0 failed at train.py:53 (loss = train_step(batch)): {error} "
-                     f"(raised at {raised})", workers=workers)
+                     f"FAIL     the run with 1 worker: worker 0 failed at {at}: {error}, in the traced train_step at "
+                     f"train.py:47 (raised at {raised})", workers=workers)
 
 
 def _checks_18(**changes) -> dict:
-    """The five checks lesson 18 runs, as the command printed them (each key of `changes` replaces one)."""
+    """The five checks lesson 18 runs, as `check` returned them: (exit status, what the command printed, each
+    worker's kept marks by run). Each key of `changes` replaces one; a replacement without marks gets the
+    check's usual ones (the first check's one worker raised before any step, every later worker ran to the end)."""
     def report(failing: dict, seen: dict) -> str:
         return _check_18(*[failing.get(n) or seen.get(n) or _PASS_18[n] for n in _PASS_18], _FIX_18)
 
@@ -64,7 +69,10 @@ def _checks_18(**changes) -> dict:
         "batch fixed": (1, report({"input sharding": _FAIL_18["input sharding"]},
                                   {"same weights as one worker": not_seen["same weights as one worker"]})),
         "seed fixed": (0, report({}, {}))}
-    return {**checks, **changes}
+    checks = {**checks, **changes}
+    return {label: value if len(value) == 3 else (*value, {"1-worker/marks-0.txt": _MARKS_18} if label == "as written"
+                                                   else dict.fromkeys(_WORKERS_18, _RAN_18))
+            for label, value in checks.items()}
 
 
 @pytest.mark.parametrize("changes,script,match", [
@@ -126,6 +134,20 @@ def _checks_18(**changes) -> dict:
     # the one worker ran its 8 steps before it raised (at the checkpoint, say)
     ({"marks": _MARKS_18.replace("1795937583.988 script raised", _STEPS_18 + "1795937583.988 script raised")},
      "import tensorflow as tf\n", "before any step of strategy.run began"),
+    # second review, finding 6: the one worker ran to the end of the script, no step marked (no AssertionError raised)
+    ({"marks": _MARKS_18.replace("script raised AssertionError", "script ended")}, "import tensorflow as tf\n",
+     "before any step of strategy.run began"),
+    # second review, finding 4: the check's step mark renamed (or no longer written): no check marks any step, so the
+    # first check's absence of one proves nothing
+    ({"step mark": "batch"}, "import tensorflow as tf\n", "mark each step of strategy.run"),
+    # second review, finding 5: the same AssertionError from mirrored_strategy.py, at the checkpoint, not the first step
+    ({"as written": (1, _as_written_18(at='train.py:58 (checkpoint.write(os.path.join(args.out, "ckpt")))'))},
+     "import tensorflow as tf\n", "stopped at the one-worker run"),
+    # second review, finding 9: with only the batch and the shuffle mistakes left, a worker's script stopped early
+    # (sys.exit(0) after its first epoch: no exception, no failure line), or a worker left no marks
+    ({"kept": {"batch fixed": {"2-workers/marks-1.txt": _RAN_18.replace("script ended", "script exited with status 0")}}},
+     "import tensorflow as tf\n", "train to the end"),
+    ({"kept": {"checkpoint fixed": {"2-workers/marks-1.txt": None}}}, "import tensorflow as tf\n", "train to the end"),
     # with only the batch and the shuffle mistakes left: a worker ended without its weights, or a run failed
     ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n not in ("input sharding", "identical weights "
                                                                                    "on every worker")],
@@ -147,7 +169,8 @@ def _checks_18(**changes) -> dict:
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
          "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
-         "named by keras", "a step ran first", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
+         "named by keras", "a step ran first", "no step, no raise", "step mark renamed", "raised at the checkpoint",
+         "a worker exited early", "a worker left no marks", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
          "importlib", "__import__", "alone had a task"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
@@ -161,13 +184,22 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
     alone_code = changes.pop("alone code", 0)
     alone_stdout = changes.pop("alone stdout", "worker None, epoch 0: loss 1.3427\nworker None, epoch 1: loss 1.0213\n")
-    marks = changes.pop("marks", _MARKS_18)
+    first = changes.pop("marks", None)  # the first check's one worker's marks
+    kept = changes.pop("kept", {})  # {label: {marks file: its text, or None: the worker left none}}
+    renamed = changes.pop("step mark", None)  # what the check's step mark says instead of "step"
     (tmp_path / "alone").mkdir()
     for name in files:
         (tmp_path / "alone" / name).write_text("")
     (tmp_path / "train.py").write_text(script)
+    checks = _checks_18(**changes)
+    for label, files in {**kept, **({"as written": {"1-worker/marks-0.txt": first}} if first else {})}.items():
+        code, out, marks = checks[label]
+        checks[label] = (code, out, {k: v for k, v in {**marks, **files}.items() if v is not None})
+    if renamed:
+        checks = {label: (code, out, {k: v.replace(" step ", f" {renamed} ") for k, v in marks.items()})
+                  for label, (code, out, marks) in checks.items()}
     holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
-                  {"re": re, "ast": ast, "work_dir": tmp_path, "checks": _checks_18(**changes), "first_marks": marks,
+                  {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks,
                    "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
 
 
@@ -178,7 +210,7 @@ def _solution_18(number: int, outputs: list[tuple[int, str]], tmp_path: Path) ->
     (tmp_path / "train.py").write_text("loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)\n"
                                        '    keras.layers.Dense(32, activation="relu"),\n')
     answers = iter(outputs)
-    namespace = {"re": re, "work_dir": tmp_path, "check": lambda script="train.py": next(answers),
+    namespace = {"re": re, "work_dir": tmp_path, "check": lambda script="train.py": (*next(answers), {}),
                  "fix": lambda *a, **k: None}
     exec(compile(solution_source("18_your_own_script.ipynb", number), f"18 solution {number}", "exec"), namespace)
 
@@ -187,11 +219,14 @@ _MEAN_18 = ("FAIL     same weights as one worker: the 2 workers moved the weight
             "the same 8 steps: the loss is averaged over each replica's batch")
 
 
-@pytest.mark.parametrize("far,match", [("1.70", None), ("2.05", "times as far"), ("1.20", "times as far")],
-                         ids=["as measured", "2 or more", "not about twice"])
+@pytest.mark.parametrize("far,match", [("1.70", None), ("2.05", "times as far"), ("1.20", "times as far"),
+                                       (None, "PASS     same weights")],
+                         ids=["as measured", "2 or more", "not about twice", "no FAIL line"])
 def test_lesson_18_solution_1_holds_the_ratio_under_two(tmp_path, far, match):
-    """Solution 1's comment says the 2 workers move the weights less than twice as far over 8 steps."""
-    out = _check_18(_MEAN_18.format(far=far))
+    """Solution 1's comment says the 2 workers move the weights less than twice as far over 8 steps;
+    without the FAIL line its ratio comes from, it fails its assert (second review, finding 8: a
+    TypeError from indexing no match before)."""
+    out = _check_18(_MEAN_18.format(far=far) if far else _PASS_18["same weights as one worker"])
     holds_unless(match, _solution_18, 1, [(1, out)], tmp_path)
 
 
@@ -203,17 +238,42 @@ _MOVING_18 = ("FAIL     identical weights on every worker: worker 1's non-traina
               "statistics) differ from worker 0's by up to 2.49e-02")
 
 
-@pytest.mark.parametrize("drift,identical,match", [("4.4e-01", _MOVING_18, None),
-                                                   ("1.0e-03", _MOVING_18, "NOT SEEN same weights"),
-                                                   ("4.4e-01", _PASS_18["identical weights on every worker"],
-                                                    "PASS     identical weights")],
-                         ids=["as measured", "within float32 noise", "moving means alike"])
-def test_lesson_18_solution_2_holds_the_drift_far_above_the_tolerance(tmp_path, drift, identical, match):
+_SYNCED_18 = "PASS     batch norm: 1 BatchNormalization layer(s), synchronized"
+
+
+@pytest.mark.parametrize("drift,identical,synced,match", [
+    ("4.4e-01", _MOVING_18, (0, _SYNCED_18), None),
+    ("1.0e-03", _MOVING_18, (0, _SYNCED_18), "NOT SEEN same weights"),
+    ("4.4e-01", _PASS_18["identical weights on every worker"], (0, _SYNCED_18), "PASS     identical weights"),
+    # second review, finding 7: the synchronized copy still fails its batch-norm line, or its weights are not compared
+    ("4.4e-01", _MOVING_18, (1, "FAIL     batch norm: layers batch_normalization compute their statistics over each "
+                                "replica's batch alone"), "FAIL     batch norm: layers"),
+    ("4.4e-01", _MOVING_18, (3, _SYNCED_18, "NOT SEEN same weights as one worker: not compared: ..."),
+     "NOT SEEN same weights as one worker: not compared")],
+    ids=["as measured", "within float32 noise", "moving means alike", "synced still fails", "synced not compared"])
+def test_lesson_18_solution_2_holds_the_drift_far_above_the_tolerance(tmp_path, drift, identical, synced, match):
     """Solution 2: per-replica batch norm fails its own line, the weights' drift it causes is far
     (over 100x) above the check's tolerance, not a rounding difference, and the workers' moving
     statistics differ."""
     kept = [_PASS_18[n] for n in _PASS_18 if n != "identical weights on every worker"]
     plain = _check_18(*kept, identical, _BN_18.format(drift=drift), "FAIL     batch norm: layers batch_normalization "
                       "compute their statistics over each replica's batch alone")
-    synced = _check_18(*_PASS_18.values(), "PASS     batch norm: 1 BatchNormalization layer(s), synchronized")
-    holds_unless(match, _solution_18, 2, [(1, plain), (0, synced)], tmp_path)
+    code, *lines = synced
+    same = [n for n in _PASS_18 if not any(line.split(":")[0].endswith(n) for line in lines)]
+    holds_unless(match, _solution_18, 2, [(1, plain), (code, _check_18(*[_PASS_18[n] for n in same], *lines))], tmp_path)
+
+
+def test_lesson_18_check_stops_at_a_refusal_with_its_one_line(tmp_path):
+    """Second review: on a login node the command refuses (exit status 2, one `error:` line) and runs
+    nothing; the lesson's `check` stopped only at the next line, with a FileNotFoundError for the
+    marks. It raises the command's own line instead."""
+    import shutil
+    import sys
+
+    refusal = "error: 2 local workers would run multi-worker TensorFlow here, on a machine Slurm schedules from\n"
+    run = lambda *a, **k: SimpleNamespace(returncode=2, stdout="", stderr=refusal)  # noqa: E731 - what it printed
+    namespace = {"work_dir": tmp_path, "shutil": shutil, "sys": sys, "GLOBAL_BATCH": 12,
+                 "subprocess": SimpleNamespace(run=run)}
+    exec(compile(cell_defining("18_your_own_script.ipynb", "def check("), "18 check", "exec"), namespace)
+    with pytest.raises(RuntimeError, match="^error: 2 local workers would run multi-worker TensorFlow here"):
+        namespace["check"]()

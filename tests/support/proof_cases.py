@@ -291,6 +291,7 @@ OK["18_your_own_script.ipynb"] = {
     "stopped_alone": True, "first_stop": "FAIL     the run with 1 worker: ...: AssertionError", "wrote_alone": True,
     "alone_code": 0, "alone_files": ["ckpt.data-00000-of-00001", "ckpt.index"],
     "no_step_ran": True, "first_marks": "1.0 distribute_datasets_from_function at train.py:51\n1.9 script raised AssertionError",
+    "steps_marked": True,
     "to_the_end": {"checkpoint fixed": True, "batch fixed": True}, "alone_task_none": True,
     "alone": SimpleNamespace(stdout="worker None, epoch 0: loss 1.3427\n")}
 
@@ -1171,6 +1172,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("18_your_own_script.ipynb", {"stopped_alone": False}, "stopped at the one-worker run"),
     # the one worker's marks: a step of strategy.run began (or it ended otherwise) before it raised
     ("18_your_own_script.ipynb", {"no_step_ran": False}, "before any step of strategy.run began"),
+    # the next check's one worker, whose steps ran, has no step mark: the mark was renamed or no longer written
+    ("18_your_own_script.ipynb", {"steps_marked": False}, "mark each step of strategy.run"),
     # with only the batch and the shuffle mistakes left, a run failed or a worker ended without its weights
     ("18_your_own_script.ipynb", {"to_the_end": {"checkpoint fixed": True, "batch fixed": False}}, "train to the end"),
     # run alone, the script printed a task_id (TF_CONFIG leaked into the run alone)
