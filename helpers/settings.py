@@ -68,7 +68,7 @@ _ALL = (
        "epochs of the lessons' trainings (06 keeps >= 2, 15 >= 3; fixed-step lessons keep theirs)",
        scope="class", check="helpers.mode:mode_sizes", bad="0", number=True),
     _s("COURSE_MAX_STEPS", "a whole number >= 1", "no cap", ("helpers/mode.py",),
-       "steps per epoch at most, trainings and evaluations (12 keeps >= 40, 10's small batch 16x; fixed-step lessons keep theirs)",
+       "steps per epoch at most, trainings and evaluations (12 keeps >= 40, 10's small batch 16x; fixed-step ones keep theirs)",
        scope="class", check="helpers.mode:mode_sizes", bad="0", number=True),
     _s("COURSE_CLASS_LAYOUT", "node or gpu", "node", ("helpers/slurm/submit.py", "slurm/jupyterhub/jupyterhub_config.py"),
        "node: a node per learner, jobs --exclusive=user; gpu: a GPU per learner, learners share nodes",
