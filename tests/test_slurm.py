@@ -61,6 +61,24 @@ def _engines_report(stdout: str) -> dict:
     return json.loads(line[len("ENGINES "):])
 
 
+def _secrets_outside_the_connection_file(engines, env: dict) -> list[str]:
+    """Where the engines' connection secrets (the HMAC key, any CurveZMQ secret key of the controller's
+    engine connection file) show up besides that file: an engine's environment, `scontrol show job -dd`,
+    the job's stored batch script. Empty when nowhere."""
+    security = Path(engines.cluster.profile_dir) / "security"
+    info = json.loads(next(security.glob(f"ipcontroller-{engines.cluster_id}-engine.json")).read_text())
+    hidden = [value for name, value in info.items() if (name == "key" or "secret" in name) and value]
+    assert info.get("key"), sorted(info)
+    engines.view.execute("import os; env_text = chr(10).join(f'{k}={v}' for k, v in os.environ.items())", block=True)
+    job = next(es.job_id for es in engines.cluster.engines.values() if getattr(es, "job_id", None))
+    shown = {f"engine {i} environment": text for i, text in enumerate(engines.view.pull("env_text", block=True))}
+    for what in (["scontrol", "show", "job", "-dd", str(job)], ["scontrol", "write", "batch_script", str(job), "-"]):
+        done = subprocess.run(what, env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        shown[" ".join(what[:3])] = done.stdout
+    return sorted(where for where, text in shown.items() for secret in hidden if secret in text)
+
+
 def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch, tmp_path):
     """From outside an allocation: one sbatch job whose srun starts one engine per task; TensorFlow's
     tutorial code (the no-argument strategy) then forms one cluster of them."""
@@ -75,10 +93,9 @@ def test_engines_by_sbatch_land_on_both_nodes(slurm, monkeypatch, tmp_path):
         assert all(i["slurm_step"] for i in found)
         assert engines.ranks == {i["engine_id"]: i["procid"] for i in found}
         # the key reaches the engines through the owner-only connection file, never the job's
-        # environment (which Slurm may store in its accounting, readable by others)
-        engines.view.execute("import os; keys = [k for k in os.environ if k.startswith('IPP_CONN')]", block=True)
-        in_env = engines.view.pull("keys", block=True)
-        assert in_env == [[], []], f"the connection info is in the engines' job environment: {in_env}"
+        # environment (which Slurm may store in its accounting, readable by others): its value, under
+        # any name, is in no engine's environment, and neither in what Slurm shows of the job
+        assert _secrets_outside_the_connection_file(engines, slurm["env"]) == []
         workers = engines.setup_multiworker()
         assert [w["address"].split(":")[0] for w in workers] == ["node1", "node2"]
         # issue 44: TensorFlow's custom-loop tutorial, `MultiWorkerMirroredStrategy()` with no arguments,
@@ -241,8 +258,14 @@ def test_scaling_sweep(slurm, prepared_dir, tmp_path):
     assert _squeue_empty(slurm["env"])
 
 
-def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
-    """A job Slurm refuses, and a job that stays pending: one line each, and nothing left queued."""
+REFUSED = ("`sbatch` refused the engines' job (exit status 1; its message is printed above): check "
+           "COURSE_SLURM_PARTITION, _ACCOUNT, _TIME and what the partition allows (`sinfo`)")
+
+
+def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch, capfd):
+    """A job Slurm refuses, and a job that stays pending: one line each, and nothing left queued.
+    docs/troubleshooting.md's row "Slurm refuses the engines' job" on the real Slurm: the whole line
+    with its hint, and Slurm's own reason printed above it (what "its message is printed above" says)."""
     from helpers.engines import start_engines
     from helpers.errors import CourseError
     from helpers.slurm.request import SlurmRequest
@@ -250,8 +273,14 @@ def test_engines_that_cannot_start_are_a_clear_error(slurm, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(CourseError, match="no nodes in partition nosuch: check COURSE_SLURM_PARTITION"):
         start_engines(2, slurm=True, request=SlurmRequest(partition="nosuch"), activate=False)
-    with pytest.raises(CourseError, match="`sbatch` refused the engines' job"):  # nodes have 4 GPUs each
-        start_engines(2, slurm=True, request=SlurmRequest(gpus_per_task=5), activate=False)
+    # more GPUs than a node has (4), and a GPU from the partition whose nodes have none
+    for request in (SlurmRequest(gpus_per_task=5), SlurmRequest(partition="cpu", gpus_per_task=1)):
+        capfd.readouterr()
+        with pytest.raises(CourseError) as refused:
+            start_engines(2, slurm=True, request=request, activate=False)
+        printed = capfd.readouterr().err
+        assert str(refused.value) == REFUSED, (request, str(refused.value))
+        assert re.search(r"^sbatch: error: .*(not available|Invalid generic resource)", printed, re.M), (request, printed[-2000:])
     hold = subprocess.run(["sbatch", "--parsable", "-N", "2", "--exclusive", "--time=5", "--output=/dev/null",
                            "--wrap", "sleep 300"], env=slurm["env"], capture_output=True, text=True, timeout=60)
     assert hold.returncode == 0, hold.stderr
