@@ -129,11 +129,23 @@ def main(argv: list[str]) -> int:
             print(f"{name} stream: {part['wall_s'] / 60:.1f} min wall, {part['tests']} tests")
         for line in durations.summary(run, before):
             print(line)
-    # pytest's 5 (no tests collected) is not a failure of a stream a -k selection emptied
+    # pytest's 5 (no tests collected) is not a failure of a stream the caller's selection emptied (-k, a
+    # test's id); in a whole run a stream that collected nothing lost its tests: a failure, said so
+    empty = [stream for stream, code in codes.items() if code == 5]
+    if empty and not narrowed(args, markers):
+        print(f"==== FAILED: stream(s) {', '.join(empty)} collected no test in a run that selects every test")
+        return 5
     failed = [code for code in codes.values() if code not in (0, 5)]
     if failed:
         return failed[0]
     return 0 if any(code == 0 for code in codes.values()) else 5
+
+
+def narrowed(args: list[str], markers: str = "") -> bool:
+    """Whether the caller selects part of the suite (-k, --deselect, --lf, a test's id, a marker expression
+    other than make test's own "not fullcheck"), so that a stream may be left empty."""
+    return markers not in ("", "not fullcheck") or any(
+        arg.startswith(("-k", "--deselect", "--lf", "--last-failed")) or "::" in arg for arg in args)
 
 
 if __name__ == "__main__":

@@ -119,3 +119,15 @@ def test_an_apt_get_of_one_stream_waits_for_the_other_streams(tmp_path, monkeypa
     assert min(calls) - began >= 1.2, f"apt-get ran {min(calls) - began:.1f} s after the call, inside the other's lock"
     assert APT_LOCK in (ROOT / "slurm/local/up").read_text(), "slurm/local/up runs apt-get without the lock"
     assert "apt_install(" in (ROOT / "helpers/tools/horovod_build.py").read_text(), "horovod_build goes around the lock"
+
+
+@pytest.mark.parametrize("args, expected", [(["tests", "notebooks"], 5), (["tests", "-k", "atomic"], 0),
+                                            (["tests/test_atomic.py::test_x"], 0), (["tests", "-m", "slurm"], 0)])
+def test_a_stream_that_collects_nothing_fails_a_whole_run(tmp_path, monkeypatch, capsys, args, expected):
+    """Exit 5 (nothing collected) from one stream: accepted when the caller's selection emptied it, a
+    failure naming the stream when the run selects every test (its tests were lost, not deselected)."""
+    monkeypatch.setenv("COURSE_DURATIONS", str(tmp_path / "durations.json"))
+    monkeypatch.setattr(streams, "_run", lambda names, *rest: {name: 5 if name == "slurm" else 0 for name in names})
+    assert streams.main(["-m", "not fullcheck", *args]) == expected  # make test: its -m, then PYTEST_ARGS
+    said = "collected no test in a run that selects every test" in capsys.readouterr().out
+    assert said == (expected == 5)
