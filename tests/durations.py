@@ -5,7 +5,8 @@ prints the total, the ten slowest and the change against the run before.
 `COURSE_DURATIONS_BEFORE` (default: the one recorded in the repository,
 `docs/bench/test-durations.json`, which `make durations-record` replaces after a full run here).
 The budget (warn above 25 minutes, fail above 40) is checked on the recorded run by
-`tests/test_ci_budget.py`, so a slow suite is seen in review, not only in CI's log.
+`tests/test_ci_budget.py`, so a slow suite is seen in review, not only in CI's log, and on each whole
+`make test` run as it ends (tests/streams.py: a run over the limit fails).
 """
 
 from __future__ import annotations

@@ -129,6 +129,10 @@ def main(argv: list[str]) -> int:
             print(f"{name} stream: {part['wall_s'] / 60:.1f} min wall, {part['tests']} tests")
         for line in durations.summary(run, before):
             print(line)
+        verdict, why = durations.budget(run)
+        if verdict == "fail" and not narrowed(args, markers):  # the run itself, not only the recorded one
+            print(f"==== FAILED: this run's wall time, {why}")
+            return 1
     # pytest's 5 (no tests collected) is not a failure of a stream the caller's selection emptied (-k, a
     # test's id); in a whole run a stream that collected nothing lost its tests: a failure, said so
     empty = [stream for stream, code in codes.items() if code == 5]

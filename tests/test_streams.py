@@ -131,3 +131,15 @@ def test_a_stream_that_collects_nothing_fails_a_whole_run(tmp_path, monkeypatch,
     assert streams.main(["-m", "not fullcheck", *args]) == expected  # make test: its -m, then PYTEST_ARGS
     said = "collected no test in a run that selects every test" in capsys.readouterr().out
     assert said == (expected == 5)
+
+
+def test_a_whole_run_over_the_time_limit_fails_itself(tmp_path, monkeypatch, capsys):
+    """The budget is checked on the run as it ends, not only on the recorded one (test_ci_budget)."""
+    monkeypatch.setenv("COURSE_DURATIONS", str(tmp_path / "durations.json"))
+    monkeypatch.setenv("COURSE_DURATIONS_BEFORE", os.devnull)
+    monkeypatch.setattr(streams, "_run", lambda names, *rest: {name: 0 for name in names})
+    for minutes, expected in ((41, 1), (24, 0)):
+        monkeypatch.setattr(streams, "_merge", lambda files, wall: {**recorded_run(minutes * 60), "streams": {}})
+        assert streams.main(["-m", "not fullcheck", "tests"]) == expected
+        assert ("FAILED: this run's wall time, 41.0 min is over the 40-minute limit" in capsys.readouterr().out) \
+            == (expected == 1)
