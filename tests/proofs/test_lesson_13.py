@@ -39,7 +39,7 @@ def _lesson_13_solution_1(count, sizes) -> None:
     import tensorflow as tf
     from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
 
-    namespace = {"tf": tf, "ranks": [0, 1], "sizes": sizes, "BASE_LR": 0.05, "print": lambda *a, **k: None}
+    namespace = {"tf": tf, "ranks": [0, 1], "world_sizes": sizes, "BASE_LR": 0.05, "print": lambda *a, **k: None}
     source = compile(solution_source("13_from_horovod.ipynb", 1), "13 solution 1", "exec")
     if count is None:
         exec(source, namespace)

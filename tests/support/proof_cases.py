@@ -202,7 +202,7 @@ OK["12_strategy_tour.ipynb"] = {
                               "create_per_worker_dataset."}}
 _STEP_1 = ["step-1.data-00000-of-00001", "step-1.index"]  # what tf.train.Checkpoint.write leaves
 OK["13_from_horovod.ipynb"] = {
-    "ranks": [0, 1], "sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
+    "ranks": [0, 1], "world_sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
     "gradient_size": 0.1, "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05,
     "collective": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,  # mean, gather, broadcast from the last rank
     "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": []},
@@ -914,9 +914,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("12_strategy_tour.ipynb", {"evaluated": {"OneDevice": 0.4, "Mirrored": 0.5, "CentralStorage": 2.0}},
      "did not train"),
     ("13_from_horovod.ipynb", {"ranks": [0, 0]}, "not one job"),
-    ("13_from_horovod.ipynb", {"sizes": [1, 1]}, "not one job"),
+    ("13_from_horovod.ipynb", {"world_sizes": [1, 1]}, "not one job"),
     # one worker alone (N_ENGINES = 1): a job of 1 is consistent with itself, yet proves nothing about averaging
-    ("13_from_horovod.ipynb", {"ranks": [0], "sizes": [1], "initial_digests": ["i"], "rates": [0.05],
+    ("13_from_horovod.ipynb", {"ranks": [0], "world_sizes": [1], "initial_digests": ["i"], "rates": [0.05],
                                "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": []}],
                                "collective": [[[10.0], [10.0], [10.0, -10.0]]]}, "at least 2 workers"),
     ("13_from_horovod.ipynb", {"initial_digests": ["i", "j"]}, "rank 0's weights"),  # the gap measured on one layer only
