@@ -229,6 +229,39 @@ def test_a_failure_in_a_traced_function_names_the_traced_frame(tmp_path, monkeyp
     assert (plain["traced"], plain["message"]) == (None, "in user code: not autograph's"), plain
 
 
+def _sleeper(seconds: float, code: int):
+    def child() -> int:
+        os.setsid()  # a session of its own, as a worker's: the wait kills its group
+        time.sleep(seconds)
+        return code
+    return child
+
+
+def test_the_wait_ends_as_the_workers_do_and_kills_the_rest():
+    """The forked workers' wait (issue 53, lesson 18's time): it wakes as a worker exits (a pidfd,
+    not a poll), kills the others as soon as one fails, and at the deadline; timing-free, as the
+    machine is shared."""
+    pids = [cl._fork(_sleeper(0.1, 0)), cl._fork(_sleeper(0.2, 3)), cl._fork(_sleeper(60, 0))]
+    began = time.monotonic()
+    assert cl._wait(pids, deadline_s=120) == {2: "rank 1 failed"}
+    assert time.monotonic() - began < 30  # not the sleeping worker's 60 s
+    pids = [cl._fork(_sleeper(60, 0))]
+    assert cl._wait(pids, deadline_s=0.5) == {0: "deadline"}
+    notices = cl._exit_notices([os.getpid()])
+    assert len(notices) == 1, notices  # this Linux has pidfds: the wait does not poll
+    os.close(notices[0])
+
+
+def test_prepare_freezes_what_the_tensorflow_import_made():
+    """The command imports TensorFlow once a check with the collector off, then freezes what the
+    import made (issue 53, lesson 18's time): the import's collections took a third of it, and those
+    at the command's exit most of a second. The collector is on again for the script."""
+    code = ("import gc\nfrom helpers.tools import check_worker\ncheck_worker.prepare()\n"
+            "print(gc.isenabled(), gc.get_freeze_count() > 100_000, 'tensorflow' in __import__('sys').modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.stdout.split() == ["True", "True", "True"], (done.stdout, done.stderr[-2000:])
+
+
 def test_the_worker_records_the_innermost_frame_of_an_exception(tmp_path, monkeypatch):
     from helpers.tools import check_record, check_worker
 

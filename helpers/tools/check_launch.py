@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -188,23 +189,52 @@ def _wait(pids: list[int], deadline_s: float) -> dict[int, str]:
     end = time.monotonic() + deadline_s
     status: dict[int, int] = {}
     killed: dict[int, str] = {}
-    while len(status) + len(killed) < len(pids):
-        for rank, pid in enumerate(pids):
-            if rank in status or rank in killed:
-                continue
-            done, code = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status[rank] = os.waitstatus_to_exitcode(code)
-        failed = next((r for r, code in status.items() if code != 0), None)
-        if failed is not None or time.monotonic() > end:
-            why = "deadline" if failed is None else f"rank {failed} failed"
+    exits = _exit_notices(pids)
+    try:
+        while len(status) + len(killed) < len(pids):
             for rank, pid in enumerate(pids):
-                if rank not in status and rank not in killed:
-                    kill_group(pid)
-                    os.waitpid(pid, 0)
-                    killed[rank] = why
-        time.sleep(0.05)
+                if rank in status or rank in killed:
+                    continue
+                done, code = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status[rank] = os.waitstatus_to_exitcode(code)
+            failed = next((r for r, code in status.items() if code != 0), None)
+            if failed is not None or time.monotonic() > end:
+                why = "deadline" if failed is None else f"rank {failed} failed"
+                for rank, pid in enumerate(pids):
+                    if rank not in status and rank not in killed:
+                        kill_group(pid)
+                        os.waitpid(pid, 0)
+                        killed[rank] = why
+            if len(status) + len(killed) < len(pids):
+                _until_one_exits([fd for r, fd in exits.items() if r not in status and r not in killed], end)
+    finally:
+        for fd in exits.values():
+            os.close(fd)
     return killed
+
+
+def _until_one_exits(notices: list[int], end: float) -> None:
+    """Sleep until a running worker exits (its pidfd turns readable), the deadline, or at most 1 s;
+    without pidfds, one poll interval."""
+    if notices:
+        select.select(notices, [], [], max(0.0, min(end - time.monotonic(), 1.0)))
+    else:
+        time.sleep(0.05)
+
+
+def _exit_notices(pids: list[int]) -> dict[int, int]:
+    """{rank: a pidfd readable once that worker exits} (Linux 5.3+), so the wait ends as a worker
+    does instead of at the next poll; {} where the system has none (the wait then polls)."""
+    fds: dict[int, int] = {}
+    for rank, pid in enumerate(pids):
+        try:
+            fds[rank] = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            for fd in fds.values():
+                os.close(fd)
+            return {}
+    return fds
 
 
 # ------------------------------------------------------------------ Slurm: the tasks of a step
