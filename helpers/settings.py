@@ -232,7 +232,7 @@ _ALL = (
     _s("COURSE_FIREWALL_STATE", "a directory", "/run/course-firewall", ("slurm/firewall/rules.sh",),
        "where the centre's firewall prolog keeps its per-job records (slurm/firewall, docs/security.md)", scope="script"),
     # -- tests -----------------------------------------------------------------------------------------------------
-    _s("COURSE_REQUIRE_SLURM", "1", "unset: such tests skip, their reason printed", ("tests/conftest.py", "tests/required.py", ".ci/run"),
+    _s("COURSE_REQUIRE_SLURM", "1", "unset: such tests skip, their reason printed", ("tests/conftest.py", "tests/support/required.py", ".ci/run"),
        "1: a test that needs what CI as root has (the local Slurm, root, apt-get, /usr/bin/python3) fails, not skips", scope="test"),
     _s("COURSE_REQUIRE_BROWSER", "1", "unset", ("tests/test_browser.py", ".ci/run"),
        "1: a browser test that cannot run fails instead of skipping", scope="test"),

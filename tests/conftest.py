@@ -240,7 +240,7 @@ class Lab:
 
 # ------------------------------------------------------------------ a real local Slurm
 def _slurm_unavailable(reason: str):
-    from tests.required import unavailable
+    from tests.support.required import unavailable
 
     unavailable(f"real Slurm not available: {reason}", "COURSE_REQUIRE_SLURM")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.required import unavailable
+from tests.support.required import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 

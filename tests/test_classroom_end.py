@@ -18,7 +18,7 @@ import pytest
 
 from helpers.engines.on_slurm import engines_job_name
 from tests.conftest import ROOT
-from tests.hub_support import new_hub, unix_learners, wait_server
+from tests.support.hub import new_hub, unix_learners, wait_server
 
 pytestmark = pytest.mark.slurm
 CLASS_SCOPES = ["read:groups", "list:users", "read:servers", "delete:servers"]

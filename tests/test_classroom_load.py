@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, leftovers, squeue
-from tests.hub_support import hub_log_in, new_hub, run_in_kernel, unix_learners, wait_server
+from tests.support.hub import hub_log_in, new_hub, run_in_kernel, unix_learners, wait_server
 from tests.support.browser import chromium_page, ensure_chromium
 
 pytestmark = pytest.mark.slurm

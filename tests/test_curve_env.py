@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.launchers import checkout_with_venv, launch
+from tests.support.launchers import checkout_with_venv, launch
 
 
 @pytest.mark.parametrize("launcher", ["hub server", "open ondemand"])

@@ -5,7 +5,7 @@ import pytest
 from helpers import environment, gpus, mode
 from helpers.errors import CourseError
 from helpers.slurm.step import slurm_info
-from tests.required import unavailable
+from tests.support.required import unavailable
 
 
 GRPC_READS = {"grpc_proxy", "https_proxy", "http_proxy"}  # gRPC C core, doc/environment_variables.md

@@ -26,7 +26,7 @@ from helpers.slurm.nodes import node_address
 from helpers.slurm.step import STEPS_PER_JOB, StepLayout, port_base
 from helpers.tools.apt import apt_install
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import unix_learners
+from tests.support.hub import unix_learners
 
 FIREWALL = ROOT / "slurm" / "firewall"
 NODES = ("node3", "node4")  # the local Slurm's partition cpu

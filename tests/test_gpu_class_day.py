@@ -139,7 +139,7 @@ def test_four_learners_through_the_hub_a_gpu_each(slurm, tmp_path, report):
     four engine steps on node1."""
     import threading
 
-    from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
+    from tests.support.hub import new_hub, run_in_kernel, unix_learners, wait_server
 
     with unix_learners(LEARNERS, prefix="gd") as learners:
         hub, token = new_hub(tmp_path, slurm, {l["name"]: l["password"] for l in learners},

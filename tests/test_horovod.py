@@ -16,7 +16,7 @@ import pytest
 from helpers import horovod_env
 from helpers.errors import CourseError
 from helpers.tools.horovod_build import HEADERS, XLA_LINE, leave_out_xla_ops
-from tests.required import unavailable
+from tests.support.required import unavailable
 
 
 def test_the_xla_ops_are_left_out_once(tmp_path):

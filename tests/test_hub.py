@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, leftovers, squeue, squeue_empty
-from tests.hub_support import hub_log_in, new_hub, wait_for_page
+from tests.support.hub import hub_log_in, new_hub, wait_for_page
 from tests.support.browser import SCREENSHOTS, chromium_page, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm

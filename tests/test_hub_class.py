@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tests.conftest import squeue_empty
-from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
+from tests.support.hub import new_hub, run_in_kernel, unix_learners, wait_server
 
 pytestmark = pytest.mark.slurm
 CLASS = {"COURSE_MODE": "workshop", "COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "3", "COURSE_CLASS_LAYOUT": "gpu",

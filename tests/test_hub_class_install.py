@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
+from tests.support.hub import new_hub, run_in_kernel, unix_learners, wait_server
 
 CONFIG = ROOT / "slurm" / "jupyterhub" / "jupyterhub_config.py"
 # the test hub sets its own req_options after loading the shipped config: put the shipped value back,

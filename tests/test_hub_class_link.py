@@ -26,7 +26,7 @@ import pytest
 
 from helpers.tools.pull_link import pull_link
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import git, git_repository, hub_log_in, new_hub, run_in_kernel, served_course, \
+from tests.support.hub import git, git_repository, hub_log_in, new_hub, run_in_kernel, served_course, \
     unix_learners, wait_for_page
 from tests.support.terminals import terminal_token
 from tests.support.browser import SCREENSHOTS, chromium_page, ensure_chromium

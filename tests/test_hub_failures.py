@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import squeue, squeue_empty
-from tests.hub_support import new_hub, run_in_kernel, spawn_failure, unix_learners, wait_server
+from tests.support.hub import new_hub, run_in_kernel, spawn_failure, unix_learners, wait_server
 
 pytestmark = pytest.mark.slurm
 

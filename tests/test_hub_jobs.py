@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, squeue_empty, workers_visible_devices
-from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
+from tests.support.hub import new_hub, run_in_kernel, unix_learners, wait_server
 
 pytestmark = pytest.mark.slurm
 SERVER_OPTIONS = "--nodes=1 --ntasks=2 --gpus-per-task=1"

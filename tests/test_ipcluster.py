@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.conftest import squeue_empty as _squeue_empty
-from tests.lesson_probe import read_probe, write_probe
+from tests.support.lesson_probe import read_probe, write_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 IPCLUSTER = str(Path(sys.executable).parent / "ipcluster")
@@ -184,7 +184,7 @@ def test_cluster_command_on_slurm_keeps_its_job_until_stopped(slurm, tmp_path, r
 @pytest.mark.slurm
 def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tmp_path, report):
     """The trainer's way: profile, `ipcluster start --engines=slurm`, then lesson 03's start-up (its cells
-    up to the strategy and an all-reduce, tests/lesson_probe.py) run by nbval against those engines: the
+    up to the strategy and an all-reduce, tests/support/lesson_probe.py) run by nbval against those engines: the
     engines' job is the same before and after, and still runs; then lesson 04, whole."""
     import ipyparallel as ipp
 

@@ -1,6 +1,6 @@
 """Engines someone else started: CSCS's ipcmagic (`%ipcluster start -n 2` inside an allocation,
 engines as an srun step, a controller in the default profile and no ipyparallel cluster file),
-and lesson 03's start-up (tests/lesson_probe.py: its cells up to the strategy, then an all-reduce) run
+and lesson 03's start-up (tests/support/lesson_probe.py: its cells up to the strategy, then an all-reduce) run
 by nbval against them with COURSE_CLUSTER=default. Root only; CI requires it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, squeue_empty
-from tests.lesson_probe import read_probe, write_probe
+from tests.support.lesson_probe import read_probe, write_probe
 
 pytestmark = pytest.mark.slurm
 

@@ -7,7 +7,7 @@ the script is submitted to the local Slurm as a learner, with the options Open O
 adapter adds (`--export`, `--output`, `--chdir`, `--time`); the job pulls the course from its
 repository, starts JupyterLab and writes connection.yml; the view Open OnDemand would show is
 rendered from it, and Chromium follows its button into JupyterLab, where the lesson is open and
-its start-up (its cells up to the strategy, tests/lesson_probe.py) runs on engines that are a step of the
+its start-up (its cells up to the strategy, tests/support/lesson_probe.py) runs on engines that are a step of the
 same job on two nodes: the two workers form one cluster. The lesson runs whole on Slurm engines in test_hub.
 What does not: Open OnDemand's dashboard, its reverse proxy (`/node/HOST/PORT/`: the browser goes
 to the node directly, at the base URL the proxy would forward) and its login.
@@ -34,10 +34,10 @@ import yaml
 from helpers.slurm.nodes import node_address
 from helpers.tools.course_run import lessons
 from helpers.tools.apt import apt_install
-from tests.required import unavailable
+from tests.support.required import unavailable
 from tests.conftest import ROOT, squeue_empty
-from tests.hub_support import git, git_repository, served_course, unix_learners
-from tests.lesson_probe import startup_end
+from tests.support.hub import git, git_repository, served_course, unix_learners
+from tests.support.lesson_probe import startup_end
 from tests.support.browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium, wait_kernel_idle
 
 pytestmark = pytest.mark.slurm

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from tests.conftest import ROOT
-from tests.launchers import CHECK, LAUNCHERS, checkout_with_venv, launch
+from tests.support.launchers import CHECK, LAUNCHERS, checkout_with_venv, launch
 
 PLANTS = {  # where another user could write, and how
     "pyvenv.cfg writable by everyone": (".venv/pyvenv.cfg", lambda p: p.chmod(0o666)),

@@ -16,7 +16,7 @@ import pytest
 
 from course_hub.spawner import BATCHSPAWNER_API, ServerPortHandler, close_batchspawner_api, command
 from tests.conftest import squeue_empty
-from tests.hub_support import new_hub, run_in_kernel, unix_learners, wait_server
+from tests.support.hub import new_hub, run_in_kernel, unix_learners, wait_server
 
 HUB_SECRET = "JUPYTERHUB_CRYPT_KEY"
 

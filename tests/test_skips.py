@@ -1,5 +1,5 @@
 """No skip in CI without its reason in the summary, and none where CI must run the test: a test that
-cannot run goes through tests/required.py, which fails it under the COURSE_REQUIRE_* setting .ci/run
+cannot run goes through tests/support/required.py, which fails it under the COURSE_REQUIRE_* setting .ci/run
 sets as root, and pytest's `-ra` (pyproject) prints every skip's reason at the end of each stream."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.required import REQUIREMENTS, unavailable
+from tests.support.required import REQUIREMENTS, unavailable
 
 _CANNOT_RUN = """
-from tests.required import unavailable
+from tests.support.required import unavailable
 
 
 def test_cannot_run_here():

@@ -19,7 +19,7 @@ from helpers.results import parse_result_lines
 from tests.conftest import leftovers as _leftovers
 from tests.conftest import squeue_empty as _squeue_empty
 from tests.conftest import workers_visible_devices
-from tests.required import unavailable
+from tests.support.required import unavailable
 from tests.support.engines_tutorial import check_tutorial_findings, tutorial_on_engines
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from helpers.tools.apt import apt_install
-from tests.required import unavailable
+from tests.support.required import unavailable
 from tests.support.notebooks import written_programs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_software_stack.ipynb"
