@@ -10,10 +10,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
-
 from helpers.tools.apt import apt_install
 from tests.conftest import ROOT
+from tests.support.required import unavailable
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -21,24 +20,21 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 
-def _unavailable(reason: str):
-    if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"browser tests are required here (COURSE_REQUIRE_BROWSER=1) but cannot run: {reason}")
-    pytest.skip(f"browser test not possible: {reason}")
-
-
 def ensure_chromium() -> str:
     """Debian's Chromium, installed with apt when missing and we are root."""
     if not os.path.exists(CHROMIUM):
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            _unavailable(f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get)")
+            unavailable(f"browser test not possible: {CHROMIUM} is missing and cannot be installed here "
+                        "(needs root and apt-get)", "COURSE_REQUIRE_BROWSER")
         done = apt_install("chromium")
         if done.returncode != 0 or not os.path.exists(CHROMIUM):
-            _unavailable(f"apt-get install chromium failed: {done.stderr[-500:]}")
+            unavailable(f"browser test not possible: apt-get install chromium failed: {done.stderr[-500:]}",
+                        "COURSE_REQUIRE_BROWSER")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        _unavailable("the playwright package is not installed (pip install -e '.[test]')")
+        unavailable("browser test not possible: the playwright package is not installed (pip install -e '.[test]')",
+                    "COURSE_REQUIRE_BROWSER")
     return CHROMIUM
 
 
