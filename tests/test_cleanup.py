@@ -115,23 +115,33 @@ def test_stop_all_spares_a_running_kernel_and_cleans_a_crashed_one(tmp_path, rep
             proc.kill()
 
 
+def _jupyter_kernel(ipython_dir: Path):
+    """A Jupyter kernel as JupyterLab starts one, its IPython directory `ipython_dir`: (manager, client)."""
+    from jupyter_client.manager import start_new_kernel
+
+    os.environ["IPYTHONDIR"] = str(ipython_dir)  # the kernel inherits it
+    try:
+        return start_new_kernel(kernel_name="python3", cwd=str(ROOT))
+    finally:
+        del os.environ["IPYTHONDIR"]
+
+
+def _start_two_engines(kc) -> str:
+    """In the kernel, what a lesson's first cells do: 2 local engines; their cluster's id."""
+    outputs = []
+    kc.execute_interactive("from helpers.engines import cluster\nengines = cluster.start_engines(2, activate=False)\n"
+                           "print('CLUSTER', engines.cluster_id)", timeout=120,
+                           output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
+    return next(t.split()[1] for t in "".join(outputs).splitlines() if t.startswith("CLUSTER"))
+
+
 def test_engines_end_with_a_sigkilled_jupyter_kernel(tmp_path, report):
     """A real Jupyter kernel starts engines and is SIGKILLed (as the OOM killer does): its engines
     and controller end by themselves, with no command, and their files are removed."""
-    from jupyter_client.manager import start_new_kernel
-
-    os.environ["IPYTHONDIR"] = str(tmp_path)  # the kernel inherits it
-    try:
-        km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT))
-    finally:
-        del os.environ["IPYTHONDIR"]
+    km, kc = _jupyter_kernel(tmp_path)
     cluster_id = ""
     try:
-        outputs = []
-        kc.execute_interactive("from helpers.engines import cluster\nengines = cluster.start_engines(2, activate=False)\n"
-                               "print('CLUSTER', engines.cluster_id)", timeout=120,
-                               output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
-        cluster_id = next(t.split()[1] for t in "".join(outputs).splitlines() if t.startswith("CLUSTER"))
+        cluster_id = _start_two_engines(kc)
         ours = _of_cluster(cluster_id)
         assert len(ours) >= 3 and _watchers(cluster_id), "controller, 2 engines and the watcher should run"
         killed = time.perf_counter()
@@ -154,20 +164,10 @@ def test_in_jupyterlab_a_failed_cell_keeps_the_engines_and_shutting_the_kernel_d
     notebook: a failed cell stops nothing (the kernel lives on, its engines with it, for the next cell);
     shutting the kernel down (JupyterLab's Shut Down Kernel: a shutdown request, not a kill) stops them.
     (nbval and `make course` end the kernel after a failed cell: test_engines's nbclient test.)"""
-    from jupyter_client.manager import start_new_kernel
-
-    os.environ["IPYTHONDIR"] = str(tmp_path)  # the kernel inherits it
-    try:
-        km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT))
-    finally:
-        del os.environ["IPYTHONDIR"]
+    km, kc = _jupyter_kernel(tmp_path)
     cluster_id, shut_down = "", False
     try:
-        outputs = []
-        kc.execute_interactive("from helpers.engines import cluster\nengines = cluster.start_engines(2, activate=False)\n"
-                               "print('CLUSTER', engines.cluster_id)", timeout=120,
-                               output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
-        cluster_id = next(t.split()[1] for t in "".join(outputs).splitlines() if t.startswith("CLUSTER"))
+        cluster_id = _start_two_engines(kc)
         ours = _of_cluster(cluster_id)
         failed = kc.execute_interactive("raise RuntimeError('a lesson cell fails')", timeout=60)
         assert failed["content"]["status"] == "error", failed["content"]
