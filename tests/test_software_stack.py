@@ -99,18 +99,25 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     sites = [p for p in stack["sys_path"] if p.endswith("-packages")]
     assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
     assert _needs_module(log), log[-2000:]  # (d) after module unload the venv finds no TensorFlow
+    assert _gathered(log, "ebonly", "through_variable"), log[-2000:]  # (e) ... and finds it with only EBPYTHONPREFIXES
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
 
 
-def _needs_module(log: str) -> bool:
-    """The notebook's own reading of the job's UNLOADED line (its gathering cell's two assignments)."""
+def _gathered(log: str, *targets: str):
+    """The notebook's own reading of the job's log: its gathering cell's assignments to `targets`, in
+    order; the value of the last."""
     from tests.support.proof_cells import assignment_source
 
     namespace = {"json": json, "stack_log": log}
-    for target in ("unloaded", "needs_module"):
+    for target in targets:
         exec(assignment_source("17_software_stack.ipynb", target), namespace)
-    return namespace["needs_module"]
+    return namespace[targets[-1]]
+
+
+def _needs_module(log: str) -> bool:
+    """The notebook's reading of the job's UNLOADED line."""
+    return _gathered(log, "unloaded", "needs_module")
 
 
 def test_a_pth_reader_that_names_the_course_itself_is_caught_after_module_unload(tmp_path):
@@ -122,6 +129,24 @@ def test_a_pth_reader_that_names_the_course_itself_is_caught_after_module_unload
     stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", reader=hard_coded)
     assert stack["tensorflow_from"].startswith(sys.prefix), stack
     assert not _needs_module(log), log[-2000:]
+
+
+def test_a_pth_reader_of_another_variable_is_caught_with_ebpythonprefixes_alone(tmp_path, report):
+    """Broken (lesson 17's first review, finding 3): a .pth reader that reads the module's
+    COURSE_MODULE_ROOT instead of EBPYTHONPREFIXES. With the module loaded the venv finds TensorFlow, and
+    after `module unload` none (the unload check alone holds); with only EBPYTHONPREFIXES set by hand it
+    finds none either: the notebook's `through_variable` must be False."""
+    _lmod()
+    reader = ('root = os.environ.get("COURSE_MODULE_ROOT", "")  # broken: not EBPYTHONPREFIXES\n'
+              'if root:\n'
+              '    site.addsitedir(os.path.join(root, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))\n')
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", reader=reader)
+    assert stack["tensorflow_from"].startswith(sys.prefix), stack
+    assert _needs_module(log), log[-2000:]
+    ebonly = _gathered(log, "ebonly")
+    report(f"lesson 17, a .pth reader of COURSE_MODULE_ROOT: TensorFlow from {stack['tensorflow_from']} with the module, "
+           f"none after the unload, with only EBPYTHONPREFIXES: {ebonly}")
+    assert _gathered(log, "ebonly", "through_variable") is False, log[-2000:]
 
 
 def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_path):
@@ -151,7 +176,8 @@ def _solution_2_shells(job_dir: Path) -> list[str]:
     python.parent.mkdir(parents=True)
     python.write_text('#!/bin/sh\nprintf "python [%s]\\n" "$0" >> "$RECORD"\n')
     python.chmod(0o755)
-    answers, shells = iter([f"/usr/bin\n{sys.prefix}/bin:/usr/bin\n/usr/bin", "0.1-other", "99.0"]), []
+    variables = f"/usr/bin||\n{sys.prefix}/bin:/usr/bin|{sys.prefix}|{sys.prefix}\n/usr/bin||"  # PATH|EBPYTHONPREFIXES|...ROOT
+    answers, shells = iter([variables, "0.1-other", "99.0"]), []
 
     def run(args, **_):
         assert args[:2] == ["bash", "-lc"], args
@@ -182,3 +208,24 @@ def test_solution_2_keeps_a_job_directory_with_a_space_and_a_semicolon_one_argum
     assert len(shells) == 3 and uses == [f"module [use] [{job_dir / 'modulefiles'}]"] * 4, calls
     assert calls.count(f"python [{job_dir / 'venv' / 'bin' / 'python'}]") == 2, calls
     assert not touches and not list(cwd.iterdir()), calls
+
+
+def test_keras_3_fit_on_one_worker_needs_no_fix(tmp_path, report):
+    """Lesson 17 runs its Keras variants on 2 workers or more because Keras 3 `fit` under MWMS fails only
+    then (keras-team/keras#20585): its own program, Keras 3 without the fix, fits alone (no TF_CONFIG)
+    and as the one worker of a TF_CONFIG cluster."""
+    from helpers.local_workers import run_local_workers
+    from helpers.take_home import copy_beside
+
+    copy_beside(tmp_path)  # mwms_slurm.py, as the lesson puts it beside the program
+    program = tmp_path / "keras_versions.py"
+    program.write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
+                            if name.endswith('"keras_versions.py"}')))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
+    alone = subprocess.run([sys.executable, str(program), "--keras", "3"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300, env=env)
+    one = run_local_workers([str(program), "--keras", "3"], n=1, deadline_s=300, env=env, ok_statuses=(0, 3))
+    logs = {"alone": alone.stdout + alone.stderr, "one-worker TF_CONFIG": one[0].output}
+    fits = {how: [json.loads(l[6:])["fit"] for l in log.splitlines() if l.startswith("KERAS ")] for how, log in logs.items()}
+    report(f"lesson 17's keras_versions.py --keras 3 (no fix) on one worker: {fits}")
+    assert fits == {"alone": ["ok"], "one-worker TF_CONFIG": ["ok"]}, {how: log[-2000:] for how, log in logs.items()}

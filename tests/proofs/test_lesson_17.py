@@ -68,60 +68,78 @@ def test_lesson_17_recommended_route_needs_system_site_packages_the_pth_and_no_p
 
 
 class _Ran:
-    """subprocess for lesson 17's solution 1: each program's Keras, as `keras_of` runs it."""
+    """subprocess for lesson 17's solution 1: each program's Keras, as `keras_of` runs it. `rebinds`:
+    `from tensorflow.keras import` binds what it found to tf.keras (Python's import does; TensorFlow 2.21)."""
 
-    def __init__(self, from_import: str):
-        self.from_import = from_import
+    def __init__(self, from_import: str, rebinds: bool = True):
+        self.from_import, self.rebinds = from_import, rebinds
 
     def run(self, command, **kwargs):
         program = command[-1]
-        if "from tensorflow.keras import" in program:
+        found = next(line for line in program.splitlines() if "found" in line and "print" not in line)
+        if "from tensorflow.keras import" in found:
             keras = self.from_import
+        elif self.rebinds and "tf.keras" in found and "from tensorflow.keras import" in program:
+            keras = self.from_import  # the attribute, rebound by the import before it
         else:  # each attribute (tf.keras, tf.optimizers) follows the value at its own first use
-            attribute = "tf.optimizers" if "tf.optimizers" in program else "tf.keras"
+            attribute = "tf.optimizers" if "tf.optimizers" in found else "tf.keras"
             keras = "keras" if program.index(attribute) < program.index("TF_USE_LEGACY_KERAS") else "tf_keras"
         return SimpleNamespace(stdout=f"{keras}.src.models.sequential\n", returncode=0)
 
 
-@pytest.mark.parametrize("from_import,match", [("keras", None), ("tf_keras", "from tensorflow.keras import the import")],
-                         ids=["import-time value", "follows the first use"])
-def test_lesson_17_solution_1_sees_the_import_path(from_import, match):
+@pytest.mark.parametrize("from_import,rebinds,match", [
+    ("keras", True, None), ("tf_keras", True, "from tensorflow.keras import the import"),
+    ("keras", False, "rebind tf.keras")],  # tf.keras kept its first-use Keras after the from-import
+    ids=["import-time value", "follows the first use", "attribute not rebound"])
+def test_lesson_17_solution_1_sees_the_import_path(from_import, rebinds, match):
     """Solution 1 checks `from tensorflow.keras import` apart from the attribute tf.keras: were the
-    import to follow the value at first use (tf_keras), as the attribute does, it must fail."""
+    import to follow the value at first use (tf_keras), as the attribute does, it must fail; and were
+    tf.keras to keep its first-use Keras after that import (no rebinding), too."""
     source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
                   if c.source.startswith("# Solution 1"))
-    namespace = {"subprocess": _Ran(from_import), "sys": SimpleNamespace(executable="python"),
+    namespace = {"subprocess": _Ran(from_import, rebinds), "sys": SimpleNamespace(executable="python"),
                  "os": SimpleNamespace(environ={"TF_USE_LEGACY_KERAS": "1"}), "print": lambda *a, **k: None}
     holds_unless(match, exec, compile(source, "17 solution 1", "exec"), namespace)
 
 
-class _Shell:
-    """subprocess for lesson 17's solution 2: PATH before, with and after the module; the venv's einops
-    in a job after another Python module, without and with `module purge`."""
+_VARIABLES_17 = "/usr/bin:/bin||\n/m/bin:/usr/bin:/bin|/m|/m\n/usr/bin:/bin||\n"  # PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT
 
-    def __init__(self, no_purge: str, purge: str):
-        self.no_purge, self.purge = no_purge, purge
+
+class _Shell:
+    """subprocess for lesson 17's solution 2: the module's three variables before, with and after it
+    (`variables`, as the shell prints them); the venv's einops in a job after another Python module,
+    without and with `module purge`."""
+
+    def __init__(self, no_purge: str, purge: str, variables: str = _VARIABLES_17):
+        self.no_purge, self.purge, self.variables = no_purge, purge, variables
 
     def run(self, command, **kwargs):
-        if "echo $PATH" in command[-1]:
-            return SimpleNamespace(stdout="/usr/bin:/bin\n/m/bin:/usr/bin:/bin\n/usr/bin:/bin\n")
+        if "module unload" in command[-1]:
+            return SimpleNamespace(stdout=self.variables)
         return SimpleNamespace(stdout=(self.purge if "module purge" in command[-1] else self.no_purge) + "\n")
 
 
-@pytest.mark.parametrize("no_purge,purge,match", [
-    ("0.1-other", "99.0", None),
-    ("99.0", "99.0", "without module purge"),  # the other module's PYTHONPATH never got ahead: nothing shown
-    ("0.1-other", "0.1-other", "without module purge"),  # module purge did not help
-], ids=["as run", "no shadowing shown", "purge did not help"])
-def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_purge, purge, match):
-    """Solution 2's answer to "what can go wrong": the venv takes another Python module's einops
-    without `module purge`, and its own with it; both must be seen, or the solution fails."""
+@pytest.mark.parametrize("no_purge,purge,variables,match", [
+    ("0.1-other", "99.0", _VARIABLES_17, None),
+    ("99.0", "99.0", _VARIABLES_17, "without module purge"),  # the other module's PYTHONPATH never got ahead: nothing shown
+    ("0.1-other", "0.1-other", _VARIABLES_17, "without module purge"),  # module purge did not help
+    ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "||/m"), "should set"),  # no EBPYTHONPREFIXES from the module
+    ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "|/m|"), "should set"),  # no COURSE_MODULE_ROOT
+    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "|/m|\n", "give all three back"),  # EBPYTHONPREFIXES left after unload
+    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "||/m\n", "give all three back"),  # COURSE_MODULE_ROOT left
+    ("0.1-other", "99.0", _VARIABLES_17[:-16] + "/m/bin:/usr/bin:/bin||\n", "give all three back"),  # PATH keeps bin/
+], ids=["as run", "no shadowing shown", "purge did not help", "no EBPYTHONPREFIXES", "no COURSE_MODULE_ROOT",
+        "EBPYTHONPREFIXES left", "COURSE_MODULE_ROOT left", "PATH left"])
+def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_purge, purge, variables, match):
+    """Solution 2's answers: the module's three variables set and given back by `module unload`; and
+    "what can go wrong": the venv takes another Python module's einops without `module purge`, and its
+    own with it; each must be seen, or the solution fails."""
     source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
                   if c.source.startswith("# Solution 2"))
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").touch()
     (tmp_path / "modulefiles").mkdir()
-    namespace = {"subprocess": _Shell(no_purge, purge), "sys": SimpleNamespace(prefix="/m"), "os": os,
+    namespace = {"subprocess": _Shell(no_purge, purge, variables), "sys": SimpleNamespace(prefix="/m"), "os": os,
                  "lmod_here": True, "job_dir": tmp_path, "modulefiles": tmp_path / "modulefiles", "print": lambda *a, **k: None}
     holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
 
@@ -141,7 +159,8 @@ def _keras_runs_17(**changes) -> dict:
     return out
 
 
-def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="") -> dict:
+def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="",
+              setuptools_from_module=False) -> dict:
     """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's)."""
     import sys
     import sysconfig
@@ -153,6 +172,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
             "keras": "3.15.1", "keras_from": f"{module_site}/keras/__init__.py",
             "myextras_from": f"{venv_site}/myextras/__init__.py",
+            "setuptools_from": f"{module_site if setuptools_from_module else venv_site}/setuptools/__init__.py",
             "einops": "0.8.2" if einops_from_module else "99.0",
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
             "pythonpath": module_site if pythonpath else "", "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
@@ -169,12 +189,18 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"other": {"tensorflow": True, "keras": True, "einops": False}}, "should not be handed"),  # PYTHONPATH leaks
     ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
     ({"unloaded": {"tensorflow": True, "EBPYTHONPREFIXES": ""}}, "after module unload"),  # not through the module
+    ({"ebonly": {"tensorflow": False}}, "only EBPYTHONPREFIXES"),  # a .pth reader of another variable
+    ({"ebonly": None}, "only EBPYTHONPREFIXES"),  # the job never printed that line
+    ({"setuptools_from_module": True}, "setuptools"),  # on Python 3.11 the build took the module's: not as said
     ({"runs": {"Keras 3": [{}, {"fit": "ok", "weights": "c"}]}}, "should fail without the fix"),  # one worker fitted
     ({"runs": {"Keras 3 + fix": [{}, {"weights": "a2"}]}}, "identical weights"),
     ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
-    ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant")],  # one worker's report lost
+    ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant"),  # one worker's report lost
+    ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs")],  # the pre-flight's parse counts Slurm's NoDevFiles
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "einops shadowed", "other python handed",
-         "pythonpath", "found after unload", "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing"])
+         "pythonpath", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
+         "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing",
+         "NoDevFiles counted"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
     """From the job's raw log (module list, STACK and OTHER lines) and the workers' KERAS reports:
     each broken raw line must fail the proof through the gathering cell."""
@@ -182,13 +208,14 @@ def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_pat
 
     job_dir = tmp_path / "software_stack"
     stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module",
-                                                                             "tensorflow_from")})
+                                                                             "tensorflow_from", "setuptools_from_module")})
     stack = changes.get("stack", stack)
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
+    ebonly = changes.get("ebonly", {"tensorflow": True})
     stack_log = (f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
                  + (f"STACK {json.dumps(stack)}\n" if stack else "") + f"OTHER {json.dumps(other)}\n"
-                 + f"UNLOADED {json.dumps(unloaded)}\n")
+                 + f"UNLOADED {json.dumps(unloaded)}\n" + (f"EBONLY {json.dumps(ebonly)}\n" if ebonly else ""))
     lines = [f"KERAS {json.dumps({**r, 'asked': '2' if 'tf_keras' in name else '3', 'fix': 'fix' in name})}"
              for name, reports in _keras_runs_17(**changes.get("runs", {})).items() for r in reports]
     keras_log = "\n".join(["I0000 00:00 some TensorFlow start-up line", *lines, ""])  # the job's log, as written
@@ -200,4 +227,5 @@ def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_pat
                  "where": "Slurm job 7", "lmod_here": True, "use_slurm": True, "NODES": 2,
                  **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)
+    exec(function_source("17_software_stack.ipynb", "gpus_given").replace(*changes.get("gpus_given", ("", ""))), namespace)
     holds_unless(match, gather_and_prove, "17_software_stack.ipynb", namespace)
