@@ -191,7 +191,20 @@ LOOSENED = [
     ("14_predicting_scaling.ipynb", "ratio < 2.0", "ratio < 20.0"),
     ("14_predicting_scaling.ipynb", "(measured_s - compute_s) / 4", "(measured_s - compute_s) / 40"),
     ("14_predicting_scaling.ipynb", "/ 4 > 0", "/ 4 >= 0"),
-    ("14_predicting_scaling.ipynb", ">= 0.9 > max(alone)", ">= 0.8 > max(alone)")]
+    ("14_predicting_scaling.ipynb", ">= 0.9 > max(alone)", ">= 0.8 > max(alone)"),
+    # lesson 12: "a fifth" to "any fall", fit's history's fifth 10x, a count or a zero to its nearest looser form.
+    # The Mean's 1e-6 is a bound of float32 rounding (5/3 holds to 2**-23 relative), loosened as the review did:
+    # the Mean off by 1e-3 gets through
+    ("12_strategy_tour.ipynb", "last < 0.8 * first", "last < first"),
+    ("12_strategy_tour.ipynb", "sync_last < 0.8 * sync_first", "sync_last < sync_first"),
+    ("12_strategy_tour.ipynb", "evaluated[n] < 0.8 * before[n]", "evaluated[n] < before[n]"),
+    ("12_strategy_tour.ipynb", '< 0.8 * before["CentralStorage"]', '< 0.08 * before["CentralStorage"]'),
+    ("12_strategy_tour.ipynb", "0 < optimizer_count", "0 <= optimizer_count"),
+    ("12_strategy_tour.ipynb", "optimizer_count <= applied_updates", "optimizer_count <= applied_updates + 1"),
+    ("12_strategy_tour.ipynb", "overlapping > 0", "overlapping >= 0"),
+    ("12_strategy_tour.ipynb", "max(staleness) > 0", "max(staleness) >= 0"),
+    ("12_strategy_tour.ipynb", "(replicas + 1)) < 1e-6", "(replicas + 1)) < 1e-1"),  # the review's
+    ("12_strategy_tour.ipynb", "replicas >= 2:", "replicas >= 3:")]  # the if-guard
 
 
 def loosened_catchers(name: str, old: str, new: str) -> list[str]:
@@ -229,7 +242,7 @@ def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, 
 
 # lessons whose one-replica branch prints a line starting NOT CHECKED (the nbval pass, on 2 replicas, must not)
 SAYS_NOT_CHECKED = {"01_mirrored_strategy.ipynb", "02_input_pipelines.ipynb", "04_custom_training_loop.ipynb",
-                    "05_sync_batch_norm.ipynb"}
+                    "05_sync_batch_norm.ipynb", "12_strategy_tour.ipynb"}
 
 
 def test_the_mutants_drop_each_operand_each_link_and_each_raise():

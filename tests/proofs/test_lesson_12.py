@@ -9,18 +9,19 @@ import numpy as np
 import pytest
 
 from tests.support.proof_cases import OK
-from tests.support.proof_cells import gather_and_prove, holds_unless, run_proof
+from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless, run_proof
 
 
 def _ps_raw(spans, losses) -> dict:
     """Lesson 12's raw results: step spans of the asynchronous workers and their losses, the synchronous logs."""
     ok = OK["12_strategy_tour.ipynb"]
     return {**{k: v for k, v in ok.items() if k not in ("overlapping", "first", "last", "sync_first", "sync_last",
-                                                        "copies", "evaluated")},
+                                                        "copies", "evaluated", "fit_loss")},
             "async_spans": spans, "async_log": [(loss, 0, 1, 0.0, 0.1) for loss in losses],
             "sync_logs": [[(0, 0, 2.3 - 0.1 * i) for i in range(10)]] * 2,
-            "one_process": {name: {"copies": copies, "evaluated": 0.5, "before": 2.34}
-                            for name, copies in {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}.items()}}
+            "one_process": {name: {"copies": copies, "evaluated": 0.5, "before": 2.34, "fit_loss": fit_loss}
+                            for name, copies, fit_loss in (("OneDevice", 1, 0.78), ("Mirrored", 2, 0.78),
+                                                           ("CentralStorage", 1, 2.33))}}
 
 
 @pytest.mark.parametrize("spans,losses,match", [
@@ -69,16 +70,29 @@ ns.update(dataset=ensure_data(True), sizes=SimpleNamespace(train_examples=2048),
           LEARNING_RATE=rate)
 exec(cell_defining(name, "def plain_cnn"), ns)
 exec(cell_defining(name, "def fit_under"), ns)
-if variant.startswith("solution 2"):  # the statistics' aggregation set, or the line that sets it deleted
-    ns.update(math=__import__("math"), central=tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))
-    source = solution_source(name, 2)
-    if variant != "solution 2":
-        source = source.replace('kwargs["aggregation"] = "mean"', 'pass')
+if variant.startswith("solution 2"):  # the statistics' aggregation as written, deleted, or another one
+    ns.update(central=tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))
+    source, aggregation = solution_source(name, 2), 'kwargs["aggregation"] = "mean"'
+    assert source.count(aggregation) == 1
+    source = source.replace(aggregation, {"solution 2": aggregation, "solution 2, no aggregation": "pass",
+                                          "solution 2, first replica": aggregation.replace("mean", "only_first_replica"),
+                                          "solution 2, sum": aggregation.replace("mean", "sum")}[variant])
     try:
         exec(source, ns)
         print("RESULT " + json.dumps(None))
     except (AssertionError, ValueError) as exc:
         print("RESULT " + json.dumps(type(exc).__name__ + ": " + str(exc)[:300]))
+    sys.exit()
+if variant.startswith("central"):  # CentralStorageStrategy, fit's loss tracker as Keras makes it or aggregated by mean
+    class MeanByMean(keras.metrics.Mean):
+        def add_variable(self, shape, initializer, dtype=None, aggregation="sum", name=None):
+            return super().add_variable(shape, initializer, dtype=dtype, aggregation="mean", name=name)
+    if variant == "central, mean tracker":  # the Mean compile makes its loss tracker of (trainer.py, compile)
+        from keras.src import metrics as metrics_module
+        metrics_module.Mean = MeanByMean
+    run = ns["fit_under"](tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))
+    aggregations = [str(v.aggregation) for v in run["model"]._loss_tracker.variables]
+    print("RESULT " + json.dumps({k: run[k] for k in ("before", "evaluated", "fit_loss")} | {"aggregations": aggregations}))
     sys.exit()
 run = ns["fit_under"](tf.distribute.OneDeviceStrategy(devices[0]))
 print("RESULT " + json.dumps({"before": run["before"], "evaluated": run["evaluated"]}))
@@ -119,6 +133,21 @@ def test_lesson_12_proof_fails_when_a_one_process_run_does_not_train(variant, ma
     ok = OK["12_strategy_tour.ipynb"]
     namespace = {**ok, "before": {**ok["before"], "OneDevice": run["before"]},
                  "evaluated": {**ok["evaluated"], "OneDevice": run["evaluated"]}}
+    holds_unless(match, run_proof, "12_strategy_tour.ipynb", namespace)
+
+
+@pytest.mark.parametrize("variant,match", [("central", None), ("central, mean tracker", "should not show the fall")])
+def test_lesson_12_proof_fails_when_fit_s_history_is_right_under_central_storage(variant, match):
+    """Lesson 12's own `fit_under` under CentralStorageStrategy on 2 logical CPUs, 40 steps. As written, fit's
+    loss tracker sums what the replicas assign, its history stays near the first steps' loss, and the proof
+    passes; with the tracker's variables aggregated by their mean (a Keras that did it right) the history
+    shows the fall `evaluate` measured, and the proof must fail on fit's history, not elsewhere."""
+    run = _lesson_12_real(variant)
+    print(variant, run)
+    assert run["evaluated"] < 0.8 * run["before"], run  # trained either way: only fit's figure differs
+    assert run["aggregations"] == ["mean" if "mean" in variant else "sum"] * 2, run  # total and count, as asked
+    ok = OK["12_strategy_tour.ipynb"]
+    namespace = {**ok, **{k: {**ok[k], "CentralStorage": round(run[k], 3)} for k in ("before", "evaluated", "fit_loss")}}
     holds_unless(match, run_proof, "12_strategy_tour.ipynb", namespace)
 
 
@@ -246,12 +275,58 @@ def test_lesson_12_mwms_cluster_counts_every_device_of_every_worker(in_sync, loc
                                                           "sync_locals": local})
 
 
-@pytest.mark.parametrize("variant,match", [("solution 2", None), ("solution 2, no aggregation", "aggregation")])
+@pytest.mark.parametrize("variant,match", [("solution 2", None), ("solution 2, no aggregation", "aggregation"),
+                                           ("solution 2, first replica", "not the mean of the replicas"),
+                                           ("solution 2, sum", "AssertionError")])
 def test_lesson_12_solution_2_fails_without_the_statistics_aggregation(variant, match):
     """Solution 2 on 2 logical CPUs passes; with the line giving the moving statistics an aggregation
-    deleted, batch norm must fail under CentralStorageStrategy again, and the solution with it."""
+    deleted, batch norm must fail under CentralStorageStrategy again, and the solution with it. With the
+    statistics aggregated from the first replica only, the model still trains: the solution must fail on
+    its moving mean, which is then replica 0's, not the replicas' mean; with "sum", it fails (either check)."""
     failure = _lesson_12_real(variant)
     if match is None:
         assert failure is None
     else:
         assert failure and match in failure
+
+
+_CHIEF_SERVES = '''if resolver.task_type == "chief":  # the chief serves every worker's and parameter server's address itself
+    servers = [tf.distribute.Server(resolver.cluster_spec(), job_name=job, task_index=i, protocol="grpc", start=True)
+               for job in ("worker", "ps") for i in range(resolver.cluster_spec().num_tasks(job))]
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("variant,match", [("as written", None), ("the chief serves every role", "serve its own address")])
+def test_lesson_12_proof_fails_when_the_chief_serves_every_role(variant, match):
+    """Lesson 12's cells that start the parameter-server cluster (engines, TF_CONFIG per role, each role's
+    server), run on 4 local engines. As written each worker and the parameter server records the address its
+    server bound, and the proof passes; with the chief starting all three servers in its own process and the
+    others none (as LESSON_12_ASYNC's one-process cluster does), the roles are still read back from TF_CONFIG
+    by 4 separate processes, which the old check took for separate roles: the proof must fail on the
+    addresses served. In that variant a worker then cannot start its own server: a port binds once."""
+    from types import SimpleNamespace
+
+    from helpers.engines import start_engines
+
+    serving = cell_defining("12_strategy_tour.ipynb", "tf.distribute.Server(").split("\n", 1)[1]  # without %%px
+    started = serving.split("served = None")[1].split("role = (")[0].split("\n", 1)[1]  # the `if` that starts it
+    assert started.startswith("if resolver.task_type in") and "served = server.target" in started, started
+    ns = {"start_engines": start_engines, "SLURM": False, "PS_WORKERS": 2, "plain_cnn": None, "STEPS": 40, "BATCH": 64,
+          "LEARNING_RATE": 0.05, "dataset": SimpleNamespace(data_dir="unused"), "sizes": SimpleNamespace(train_examples=1),
+          "print": lambda *a, **k: None}
+    exec(cell_defining("12_strategy_tour.ipynb", "ranked = engines.setup_multiworker"), ns)
+    engines = ns["engines"]
+    try:
+        exec(cell_defining("12_strategy_tour.ipynb", "tf_config = {\"cluster\": cluster"), ns)
+        engines.view.execute(serving if variant == "as written" else serving.replace(started, _CHIEF_SERVES), block=True)
+        roles = [tuple(r) for r in engines.view.pull("role", block=True)]
+        print(variant, roles, ns["cluster"])
+        if variant != "as written":  # a worker's own server on the address the chief bound: refused
+            worker = engines.client[ns["ranked"][1]["engine"]]
+            with pytest.raises(Exception, match="Could not start gRPC server"):
+                worker.execute(started.replace("served = server.target", "pass"), block=True)
+        holds_unless(match, run_proof, "12_strategy_tour.ipynb",
+                     {**OK["12_strategy_tour.ipynb"], "roles": roles, "cluster": ns["cluster"]})
+    finally:
+        engines.finish()
