@@ -36,7 +36,7 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "initial_digest": ["a", "a"], "own_digest": ["a", "b"],
                "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
-               "uneven_rows": [512, 512], **by_rank_changes}
+               "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),

@@ -57,6 +57,7 @@ OK: dict[str, dict] = {
         "val_losses": [[2.1, 1.9], [2.1, 1.9]], "sizes": PlantedSizes(epochs=2), "found_at": [[0], [32]],
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
+        "wrote": [True, True], "stats_digests": ["s0", "s1"],
         "prediction_digests": ["p", "p"], "train_losses": [[1.6, 0.6], [1.6, 0.6]], "uneven_rows": [512, 512],
         # the padded evaluation as a run measured it: 480 test images in 512 rows, loss x 480/512
         "padding_checks": [{"real": 480, "padded": 512, "accuracy": 0.0895833, "plain accuracy": 0.0895833333,
@@ -492,6 +493,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     # worker 1's temporary copy left on its node; the chief's file missing on the chief's node
     ("03_multiworker_ipyparallel.ipynb", {"kept": [True, True]}, "only the chief should keep"),
     ("03_multiworker_ipyparallel.ipynb", {"kept": [False, False]}, "only the chief should keep"),
+    # the save on the chief only (`if chief: model.save(path)`): the clean-up check alone passed it
+    ("03_multiworker_ipyparallel.ipynb", {"wrote": [True, False]}, "every worker should save"),
+    # synchronized batch normalization (small_cnn(synchronized=True)): the statistics alike on every worker,
+    # measured as one digest on both (the old proof passed it and printed them 'each worker's own')
+    ("03_multiworker_ipyparallel.ipynb", {"stats_digests": ["s", "s"]}, "batch-norm moving statistics"),
+    # three of 480 images counted differently: more than the two near-ties a GPU's kernels may flip
+    ("03_multiworker_ipyparallel.ipynb", {"padding_checks": [{**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0],
+                                                             "accuracy": 0.0895833333 + 3 / 480}] * 2}, "count for nothing"),
     ("04_custom_training_loop.ipynb", {"in_sync": [1, 1]}, "not one cluster"),
     ("04_custom_training_loop.ipynb", {"in_sync": [1]}, "not one cluster"),  # one worker alone: a cluster of 1
     ("04_custom_training_loop.ipynb", {"in_sync": [2, 3]}, "not one cluster"),  # workers in different clusters
