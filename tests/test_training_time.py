@@ -109,3 +109,11 @@ def test_the_first_cell_prints_training_and_start_up_apart(capsys, monkeypatch):
     clock = time_lesson("03", mode_sizes("quick"), 2)
     said = capsys.readouterr().out
     assert "training " in said and "start-up 26 s" in said and clock.startup_s == pytest.approx(26.5), said
+
+
+def test_lesson_14_counts_the_steps_its_engines_time():
+    """Lesson 14 times 20 rounds of steps of its own per-replica batch, 32, on each of its workers (and the first
+    worker's step alone): its work grows with the workers and keeps batch 32 whatever the mode's batch."""
+    work = {(mode, workers): lesson_work("14", mode_sizes(mode), workers) for mode in ("quick", "full") for workers in (2, 4)}
+    assert {w.per_replica_batch for ws in work.values() for w in ws} == {32}
+    assert work["quick", 2][0].images == 32 * (20 * 7 + 6) and work["full", 4][0].images > work["full", 2][0].images
