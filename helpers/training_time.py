@@ -86,6 +86,11 @@ def lesson_work(lesson: str, s: Sizes, replicas: int = 2) -> list[Work]:
     return _course_work(s, replicas).get(lesson, [])
 
 
+def _counts(replicas: int) -> list[int]:
+    """Lesson 07's replica counts: 1, 2, 4 and 8, up to `replicas`."""
+    return [n for n in (1, 2, 4, 8) if n <= max(1, replicas)]
+
+
 def _course_work(s: Sizes, replicas: int) -> dict[str, list[Work]]:
     """Every lesson's work, by lesson number: the one list of the lessons that train."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
@@ -100,7 +105,9 @@ def _course_work(s: Sizes, replicas: int) -> dict[str, list[Work]]:
         "04": [cnn(2 * s.epochs * epoch)],  # one process, then the engines
         "05": [Work("resnet50", 2 * s.resnet_epochs * resnet_epoch, s.resnet_per_replica_batch)],
         "06": [cnn(int((s.fault_epochs + 0.5) * epoch))],  # to the crash in mid-run, then the rest
-        "07": [cnn(31 * 8 * 64)],  # STEPS + 1 = 31 steps per configuration, whatever the mode
+        # STEPS + 1 = 31 steps (the notebook's STEPS = 30, MODEL = "cnn") of each replica count 1, 2, 4, 8 up to
+        # `replicas` under MirroredStrategy, each above 1 again as workers, then solution 1's two at twice the batch
+        "07": [cnn(31 * b * (2 * sum(_counts(replicas)) - 1 + 2 * (_counts(replicas)[-1] + 1)))],
         "08": [Work(s.job_model, s.epochs * epoch, b)],
         "09": [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
         "10": [Work("cnn", s.schedule_epochs * large, 32 // replicas),  # the small batch, then 4 runs of the large

@@ -117,3 +117,11 @@ def test_lesson_14_counts_the_steps_its_engines_time():
     work = {(mode, workers): lesson_work("14", mode_sizes(mode), workers) for mode in ("quick", "full") for workers in (2, 4)}
     assert {w.per_replica_batch for ws in work.values() for w in ws} == {32}
     assert work["quick", 2][0].images == 32 * (20 * 7 + 6) and work["full", 4][0].images > work["full", 2][0].images
+
+
+@pytest.mark.parametrize("mode,replicas,images", [("quick", 2, 10_912), ("workshop", 2, 43_648), ("full", 2, 43_648),
+                                                 ("workshop", 4, 91_264)])
+def test_lesson_07_counts_the_images_its_cells_train(mode, replicas, images):
+    """31 steps of the per-replica batch for each MirroredStrategy count, each multi-worker count, and solution
+    1's pair at twice the batch (the review's counts: before, 15,872 in every mode)."""
+    assert [w.images for w in lesson_work("07", mode_sizes(mode), replicas)] == [images]
