@@ -87,7 +87,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
     fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
                                                      list_logical_devices=lambda kind: []))
     return {"engines": PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
-            "served_status": 0, "served_loaded": [], "stored_jit": False, "mirrored_replicas": 3, "tf": fake_tf}
+            "served_status": 0, "served_asked": [], "stored_jit": False, "mirrored_replicas": 3, "tf": fake_tf}
 
 
 def _gather_15(namespace: dict) -> None:
