@@ -44,6 +44,7 @@ nb = nbformat.read("notebooks/07_scaling_performance.ipynb", as_version=4)
 program = next(c.source for c in nb.cells if c.source.startswith("%%writefile")).split("\\n", 1)[1]
 ns = {"__name__": "measure_07"}
 exec(compile(program, "07_measure", "exec"), ns)
+import numpy as np
 import tensorflow as tf
 
 
@@ -55,33 +56,49 @@ class BetweenSteps(ns["StepTimes"]):  # the program's own timer, then work no ti
         time.sleep(self.sleep)
 
 
+def slow(seconds):
+    time.sleep(seconds)
+    return np.float32(0.0)
+
+
+def slow_batches(examples, global_batch, context, batches=4):  # the program's batches, each read late
+    kept = in_memory_batches(examples, global_batch, context, batches)
+    late = lambda images, labels: (images + tf.reshape(tf.numpy_function(lambda: slow(input_s), [], tf.float32), []),
+                                   labels)
+    return kept.map(late) if input_s else kept
+
+
 ns["StepTimes"] = BetweenSteps
+in_memory_batches, ns["in_memory_batches"] = ns["in_memory_batches"], slow_batches
 examples = load_split("train", ensure_data(True).data_dir, limit=512)
-for sleep in sys.argv[1:]:  # one process, one TensorFlow start, a measurement for each
-    BetweenSteps.sleep = float(sleep)
+for variant in sys.argv[1:]:  # one process, one TensorFlow start, a measurement for each
+    sleep, input_s = map(float, variant.split(":"))
+    BetweenSteps.sleep = sleep
     print("POINT " + json.dumps(ns["measure"](tf.distribute.get_strategy(), examples, "cnn", 32, 10)))
 """
 
 
-def test_lesson_07_proof_fails_when_time_passes_between_timed_steps():
+def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_input():
     """The real measurement with a callback that sleeps 0.3 s after each step's end: the timed steps no
-    longer account for the span, and the proof must say so; with the same callback sleeping 0 s, measured
-    in the same process first, it passes (the callback alone changes nothing)."""
+    longer account for the span, and the proof must say so; with an input stage of 0.1 s a batch, the
+    steps account for the span but the input alone is a large share of a step, and the proof must say
+    that; with the same callback sleeping 0 s and no input stage, measured in the same process first,
+    it passes (the replacements alone change nothing)."""
     import json
     import subprocess
     import sys
 
     from tests.conftest import ROOT
 
-    done = subprocess.run([sys.executable, "-c", LESSON_07_SLEEPY, "0.0", "0.3"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", LESSON_07_SLEEPY, "0:0", "0.3:0", "0:0.1"], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**__import__("os").environ, "COURSE_MODE": "quick"})
     assert done.returncode == 0, done.stderr[-3000:]
     measured = [json.loads(l[6:]) for l in done.stdout.splitlines() if l.startswith("POINT ")]
-    assert len(measured) == 2, done.stdout[-3000:]
-    for point, match in zip(measured, (None, "inside timed steps")):
+    assert len(measured) == 3, done.stdout[-3000:]
+    for point, match in zip(measured, (None, "inside timed steps", "reading the input alone")):
         points = [{**point, "label": "MirroredStrategy"},
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
         for p in points[1:]:
-            p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18)
+            p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"])
         raw = {"points": points, "per_replica": 32, "STEPS": 10}
         holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
