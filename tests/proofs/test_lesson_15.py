@@ -67,9 +67,11 @@ class _Tensor:
         return self.value
 
 
-def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7) -> dict:
+def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7, kernel_replicas=3, mirrored=3,
+            mirrored_copy=None, gpus=(False, False)) -> dict:
     """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
-    copies reloaded here (a model with weights, predictions, losses), the serving program's answer."""
+    copies reloaded here (a model with weights, predictions, losses, replicas), the serving program's
+    answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on."""
     import hashlib
 
     val_loss = [2.0, 1.8, 1.7, 3.5]
@@ -80,14 +82,16 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [1.7, 1.7],
-              "strategy.num_replicas_in_sync": [2, 2], **answers}
+              "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [22, 22], **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
-    reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False}
-                for k, name in enumerate(("no strategy", "OneDeviceStrategy", "MirroredStrategy, 3 replicas"))}
+    replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
+    reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False,
+                       "replicas": replicas[name]} for k, name in enumerate(replicas)}
     fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
                                                      list_logical_devices=lambda kind: []))
     return {"engines": PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
-            "served_status": 0, "served_asked": [], "stored_jit": False, "mirrored_replicas": 3, "tf": fake_tf}
+            "served_status": 0, "served_asked": [], "stored_jit": False, "mirrored_replicas": mirrored,
+            "kernel_replicas": kernel_replicas, "file_arrays": 22, "tf": fake_tf}
 
 
 def _gather_15(namespace: dict) -> None:
@@ -128,7 +132,12 @@ def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_p
     ({"file_weights": (1.0, 2.5)}, "weights of the best epoch"),  # the file holds another epoch's weights
     ({"copy_gap": 1e-5}, "predicts differently"),  # a copy's logits 1e-5 off
     ({"copy_gap": 1e-7}, "predicts differently"),  # 1e-7 off: on CPUs the copies must predict bit for bit
-    ({"loss_gap": 1e-4}, "best epoch's val_loss")])  # a copy scores 1.7001
+    ({"loss_gap": 1e-4}, "best epoch's val_loss"),  # a copy scores 1.7001
+    ({"mirrored_copy": 1}, "another replica count"),  # the Mirrored copy loaded outside strategy.scope()
+    # CPU_REPLICAS=2 beside 2 workers: the Mirrored copy runs on 1 replica, the copy without a strategy evaluates
+    # batches of 64; a copy 1.2e-5 off 1.7 is inside 2 (64 + 12 + 2 + 3) u of it, outside the bound with n = 32
+    ({"kernel_replicas": 2, "mirrored": 1, "loss_gap": 6e-6}, None),
+    ({"gpus": (True, False), "copy_gap": 4e-5}, None)])  # the workers on GPUs, this kernel on a CPU: the 1e-4 allowance
 def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monkeypatch, changes, match):
     """The copies' figures from their raw predictions, losses and weights: the gathering cell's
     digest, differences and tolerances must turn each broken one into a failed proof."""
@@ -163,3 +172,30 @@ def test_lesson_15_epoch_record_tells_a_rewritten_file_by_its_bytes_not_its_time
     record.on_epoch_end(2)
     record.on_epoch_end(3)  # not written
     assert record.saved == [False, True, True, False], record.saved
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    (('    rebuilt.load_weights(f"{root}/best.weights.h5")\n', ""), "predict as the saved one"),  # the code alone
+], ids=["as written", "without load_weights"])
+def test_lesson_15_solution_2_fails_when_the_weights_are_not_loaded(change, match):
+    """Solution 2 rebuilds the model from the code and loads the weights file into it. Without the
+    load_weights it holds a fresh model's weights (small_cnn's seeded ones), not the trained model's:
+    its check must fail then."""
+    import tempfile
+
+    import keras
+
+    from helpers.lesson import small_cnn
+
+    source = solution_source("15_models_you_keep.ipynb", 2)
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    rng = np.random.default_rng(0)
+    original = small_cnn(synchronized=True)
+    original.set_weights([w + np.abs(rng.normal(0, 0.05, w.shape)).astype(w.dtype) for w in original.get_weights()])  # "trained"
+    probe = rng.normal(size=(4, 32, 32, 3)).astype("float32")
+    namespace = {"np": np, "keras": keras, "tempfile": tempfile, "probe": probe, "print": lambda *a, **k: None,
+                 "reloaded": {"no strategy": {"model": original}}}
+    holds_unless(match, exec, compile(source, "15 solution 2", "exec"), namespace)
