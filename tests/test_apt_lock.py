@@ -5,6 +5,7 @@ without following a link, and a lock held too long is a one-line error, never a 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_a_link_at_the_lock_itself_is_refused(tmp_path, fake_apt_get, monkeypatc
 
 def test_a_lock_held_too_long_is_a_one_line_error(fake_apt_get, report):
     apt.lock_dir()
-    holder = subprocess.Popen(["flock", apt.APT_LOCK, "sleep", "30"])
+    holder = subprocess.Popen(["flock", apt.APT_LOCK, "sleep", "30"], start_new_session=True)
     try:
         time.sleep(0.5)  # the holder has the lock
         began = time.monotonic()
@@ -74,7 +75,7 @@ def test_a_lock_held_too_long_is_a_one_line_error(fake_apt_get, report):
             apt.apt_install("nothing-real", lock_timeout=1)
         waited = time.monotonic() - began
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # flock and its sleep: killing flock alone left the sleep running
         holder.wait()
     said = str(caught.value)
     assert f"another apt-get of the course's has held {apt.APT_LOCK} for 1 s" in said and "\n" not in said, said
