@@ -79,5 +79,32 @@ def test_lesson_10_proof_fails_when_a_schedule_reaches_0_before_its_run_ends(dec
     namespace.update(rate_log=rate_log, last_rate=last_rate, iterations=iterations)
     for marker in ("def ramp_of", "halfway = {}"):  # the rates cell, then the halfway cell
         exec(compile(cell_defining("10_large_batches.ipynb", marker), f"10 {marker}", "exec"), namespace)
-    measured = {k: namespace[k] for k in ("first_rate", "peak_rate", "halfway", "last_rate", "iterations", "warmup_steps")}
+    measured = {k: namespace[k] for k in ("first_rate", "peak_rate", "halfway", "last_rate", "iterations", "warmup_steps",
+                                          "shape_gap")}
     holds_unless(match, run_proof, "10_large_batches.ipynb", {**OK["10_large_batches.ipynb"], **measured})
+
+
+def test_lesson_10_proof_fails_on_a_linear_decay():
+    """Review 2: a linear decay is at half its peak halfway and 0 at the end, so the halfway check alone
+    passed it; the curve cell compares every step's rate with a linear warm-up then a cosine."""
+    import keras
+
+    namespace = {"keras": keras, "SMALL": 32, "FACTOR": 16, "epochs": 6, "per_epoch": 2048, "base_lr": 0.025,
+                 "large": 512, "sizes": SimpleNamespace(warmup_fraction=0.25), "print": lambda *a, **k: None}
+    source = cell_defining("10_large_batches.ipynb", "def run_steps") + "\n" + cell_defining("10_large_batches.ipynb", "runs = {")
+    exec(compile(source, "10", "exec"), namespace)
+    rate_log, last_rate, iterations = {}, {}, {}
+    for name, (batch, rule, warmup) in namespace["runs"].items():
+        cosine, steps = namespace["schedule"](batch, rule, warmup), namespace["run_steps"](batch)
+        ramp = namespace["warmup_steps_of"](batch) if warmup else 0
+        peak = float(cosine(ramp))
+        rate_log[name] = [float(cosine(s)) if s < ramp else peak * (1 - (s - ramp) / (steps - ramp)) for s in range(steps)]
+        last_rate[name], iterations[name] = 0.0, steps
+    namespace.update(rate_log=rate_log, last_rate=last_rate, iterations=iterations)
+    for marker in ("def ramp_of", "halfway = {}"):
+        exec(compile(cell_defining("10_large_batches.ipynb", marker), f"10 {marker}", "exec"), namespace)
+    measured = {k: namespace[k] for k in ("first_rate", "peak_rate", "halfway", "last_rate", "iterations", "warmup_steps",
+                                          "shape_gap")}
+    assert all(abs(h - 1) < 1e-4 for h in measured["halfway"].values())  # what the halfway check saw
+    holds_unless("linear warm-up, then a cosine", run_proof, "10_large_batches.ipynb",
+                 {**OK["10_large_batches.ipynb"], **measured})
