@@ -98,6 +98,9 @@ def test_slurm_resolver_counts_only_gpus_tensorflow_can_use(monkeypatch, cpu_bui
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     monkeypatch.setenv("SLURM_GPUS_ON_NODE", "4")
     monkeypatch.setattr(resolver, "tensorflow_is_cpu_build", lambda: cpu_build)
+    # the plan, not this process's state: an earlier test in the same pytest process may have started
+    # TensorFlow, and gpus.apply then refuses to change CUDA_VISIBLE_DEVICES (CI's stream did)
+    monkeypatch.setattr("helpers.host.tensorflow_initialised", lambda: False)
     _step_range(monkeypatch)
     res = resolver.slurm_resolver()
     assert res.gpu_plan.replicas == 2 and res.num_accelerators() == {"GPU": expected}
