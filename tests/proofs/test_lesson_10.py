@@ -64,7 +64,7 @@ def test_lesson_10_proof_fails_when_a_schedule_reaches_0_before_its_run_ends(dec
     all the same: the rate halfway through the decay must tell it."""
     import keras
 
-    source = cell_defining("10_large_batches.ipynb", "def run_steps") + "\n" + cell_defining("10_large_batches.ipynb", "runs = {")
+    source = "\n".join(cell_defining("10_large_batches.ipynb", m) for m in ("def run_steps", "def schedule(", "runs = {"))
     assert "decay_steps=steps - warmup_steps," in source
     namespace = {"keras": keras, "SMALL": 32, "FACTOR": 16, "epochs": 6, "per_epoch": 2048, "base_lr": 0.025,
                  "large": 512, "sizes": SimpleNamespace(warmup_fraction=0.25), "print": lambda *a, **k: None}
@@ -77,7 +77,7 @@ def test_lesson_10_proof_fails_when_a_schedule_reaches_0_before_its_run_ends(dec
         last_rate[name], iterations[name] = float(schedule(steps)), steps
     assert max(last_rate.values()) < 1e-6  # every variant ends at 0
     namespace.update(rate_log=rate_log, last_rate=last_rate, iterations=iterations)
-    for marker in ("def ramp_of", "halfway = {}"):  # the rates cell, then the halfway cell
+    for marker in ("def ramp_of", "halfway = {}", "def curve("):  # the rates cell, then the halfway cell
         exec(compile(cell_defining("10_large_batches.ipynb", marker), f"10 {marker}", "exec"), namespace)
     measured = {k: namespace[k] for k in ("first_rate", "peak_rate", "halfway", "last_rate", "iterations", "warmup_steps",
                                           "shape_gap")}
@@ -91,7 +91,7 @@ def test_lesson_10_proof_fails_on_a_linear_decay():
 
     namespace = {"keras": keras, "SMALL": 32, "FACTOR": 16, "epochs": 6, "per_epoch": 2048, "base_lr": 0.025,
                  "large": 512, "sizes": SimpleNamespace(warmup_fraction=0.25), "print": lambda *a, **k: None}
-    source = cell_defining("10_large_batches.ipynb", "def run_steps") + "\n" + cell_defining("10_large_batches.ipynb", "runs = {")
+    source = "\n".join(cell_defining("10_large_batches.ipynb", m) for m in ("def run_steps", "def schedule(", "runs = {"))
     exec(compile(source, "10", "exec"), namespace)
     rate_log, last_rate, iterations = {}, {}, {}
     for name, (batch, rule, warmup) in namespace["runs"].items():
@@ -101,7 +101,7 @@ def test_lesson_10_proof_fails_on_a_linear_decay():
         rate_log[name] = [float(cosine(s)) if s < ramp else peak * (1 - (s - ramp) / (steps - ramp)) for s in range(steps)]
         last_rate[name], iterations[name] = 0.0, steps
     namespace.update(rate_log=rate_log, last_rate=last_rate, iterations=iterations)
-    for marker in ("def ramp_of", "halfway = {}"):
+    for marker in ("def ramp_of", "halfway = {}", "def curve("):
         exec(compile(cell_defining("10_large_batches.ipynb", marker), f"10 {marker}", "exec"), namespace)
     measured = {k: namespace[k] for k in ("first_rate", "peak_rate", "halfway", "last_rate", "iterations", "warmup_steps",
                                           "shape_gap")}
