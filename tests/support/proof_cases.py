@@ -521,9 +521,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     # synchronized batch normalization (small_cnn(synchronized=True)): the statistics alike on every worker,
     # measured as one digest on both (the old proof passed it and printed them 'each worker's own')
     ("03_multiworker_ipyparallel.ipynb", {"stats_digests": ["s", "s"]}, "batch-norm moving statistics"),
-    # three of 480 images counted differently: more than the two near-ties a GPU's kernels may flip
+    # accuracy compiled as `metrics=` instead of `weighted_metrics=`: the padding counted, as a real run measured it
+    # (review 4: within the two-image tolerance it then had, the proof passed it)
     ("03_multiworker_ipyparallel.ipynb", {"padding_checks": [{**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0],
-                                                             "accuracy": 0.0895833333 + 3 / 480}] * 2}, "count for nothing"),
+                                                             "accuracy": 0.091796875}] * 2}, "count for nothing"),
     ("04_custom_training_loop.ipynb", {"in_sync": [1, 1]}, "not one cluster"),
     ("04_custom_training_loop.ipynb", {"in_sync": [1]}, "not one cluster"),  # one worker alone: a cluster of 1
     ("04_custom_training_loop.ipynb", {"in_sync": [2, 3]}, "not one cluster"),  # workers in different clusters
