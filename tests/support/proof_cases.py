@@ -730,6 +730,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     # an input stage of 100 ms per batch beside a 120 ms step: inside the timed steps, but not training
     ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
                                                       ("MirroredStrategy", 2): 0.8}}, "reading the input alone"),
+    # the input a third of a step: more than the quarter the proof allows (2-16 % measured, the most under load)
+    ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
+                                                      ("MirroredStrategy", 2): 0.3}}, "reading the input alone"),
     # workers that each trained alone (their TF_CONFIG said 2 workers, the all-reduce crossed none)
     ("07_scaling_performance.ipynb", {"summed": {**OK["07_scaling_performance.ipynb"]["summed"],
                                                  ("MultiWorkerMirroredStrategy", 2): 1.0}}, "summed to 1.0"),
