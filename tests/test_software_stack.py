@@ -55,9 +55,11 @@ READER_LOOP = """for prefix in os.environ.get("EBPYTHONPREFIXES", "").split(os.p
 """
 
 
-def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None) -> tuple[dict, dict | None, str]:
+def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None, edits: tuple = (),
+               extra_env: dict | None = None) -> tuple[dict, dict | None, str]:
     """The notebook's modulefile (or one on PYTHONPATH), its extras and stack.sbatch (its .pth reader's loop
-    replaced by `reader` if given), run in a login shell."""
+    replaced by `reader` if given, each (old, new) of `edits` replaced), run in a login shell started with
+    `extra_env` on top of this environment."""
     namespace = {"job_dir": job_dir, "sys": sys, "print": lambda *a: None}
     exec(_cell('modulefiles = job_dir / "modulefiles"'), namespace)
     modulefile: Path = namespace["modulefile"]
@@ -73,10 +75,13 @@ def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None) -> 
     if reader is not None:
         assert READER_LOOP in script.read_text(), "the job script's .pth reader changed"
         script.write_text(script.read_text().replace(READER_LOOP, reader))
+    for old, new in edits:
+        assert old in script.read_text(), f"the job script no longer holds {old!r}"
+        script.write_text(script.read_text().replace(old, new))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EBPYTHONPREFIXES", "VIRTUAL_ENV")}
     done = subprocess.run(["bash", "-l", str(script)], cwd=job_dir, capture_output=True, text=True, timeout=600,
                           env={**env, "MODULES": str(job_dir / "modulefiles"), "VENV": str(job_dir / "venv"),
-                               "EXTRAS": str(job_dir / "extras"), "TF_CPP_MIN_LOG_LEVEL": "3"})
+                               "EXTRAS": str(job_dir / "extras"), "TF_CPP_MIN_LOG_LEVEL": "3", **(extra_env or {})})
     log = done.stdout + done.stderr
     stack = next((json.loads(l[6:]) for l in log.splitlines() if l.startswith("STACK ")), None)
     other = next((json.loads(l[6:]) for l in log.splitlines() if l.startswith("OTHER ")), None)
@@ -104,12 +109,12 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
 
 
-def _gathered(log: str, *targets: str):
+def _gathered(log: str, *targets: str, **names):
     """The notebook's own reading of the job's log: its gathering cell's assignments to `targets`, in
-    order; the value of the last."""
+    order (with `names` defined); the value of the last."""
     from tests.support.proof_cells import assignment_source
 
-    namespace = {"json": json, "stack_log": log}
+    namespace = {"json": json, "stack_log": log, **names}
     for target in targets:
         exec(assignment_source("17_software_stack.ipynb", target), namespace)
     return namespace[targets[-1]]
@@ -147,6 +152,32 @@ def test_a_pth_reader_of_another_variable_is_caught_with_ebpythonprefixes_alone(
     report(f"lesson 17, a .pth reader of COURSE_MODULE_ROOT: TensorFlow from {stack['tensorflow_from']} with the module, "
            f"none after the unload, with only EBPYTHONPREFIXES: {ebonly}")
     assert _gathered(log, "ebonly", "through_variable") is False, log[-2000:]
+
+
+def test_the_job_drops_an_inherited_pythonpath_and_the_user_site(tmp_path, report):
+    """Lesson 17, second review, finding 2: `module purge` takes back only what modules set. The job is
+    started with a PYTHONPATH of the learner's own (another einops in it) and a user site-packages holding a
+    package: the job script's `unset PYTHONPATH` and `export PYTHONNOUSERSITE=1` must keep the venv's own
+    einops and leave the user site off the path, and the notebook's reading of the STACK line must agree."""
+    _lmod()
+    inherited = tmp_path / "inherited" / "einops"
+    inherited.mkdir(parents=True)
+    (inherited / "__init__.py").write_text('__version__ = "0.1-inherited"\n')
+    user_base = tmp_path / "userbase"
+    user_site = user_base / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    user_site.mkdir(parents=True)
+    job_dir = tmp_path / "job"
+    stack, _, log = _run_stack(job_dir, "EBPYTHONPREFIXES",
+                               extra_env={"PYTHONPATH": str(inherited.parent), "PYTHONUSERBASE": str(user_base)})
+    read = _gathered(log, "stack", "module_site", "venv_site", "sites", "recommended_route", "user_site_off",
+                     sysconfig=sysconfig, sys=sys, Path=Path, job_dir=job_dir)
+    report(f"lesson 17's job started with PYTHONPATH={inherited.parent.name}/ and a user site: PYTHONPATH in the job "
+           f"{stack['pythonpath']!r}, einops {stack['einops']}, user site read {stack['user_site']}, "
+           f"user site on sys.path {str(user_site) in stack['sys_path']}; the notebook's user_site_off {read}")
+    assert stack["pythonpath"] == "" and stack["einops"] == "99.0", stack
+    assert stack["user_site"] is False and str(user_site) not in stack["sys_path"], stack
+    assert read is True and _gathered(log, "stack", "module_site", "venv_site", "sites", "recommended_route",
+                                      sysconfig=sysconfig, sys=sys, Path=Path, job_dir=job_dir) is True, log[-2000:]
 
 
 def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_path):

@@ -160,7 +160,7 @@ def _keras_runs_17(**changes) -> dict:
 
 
 def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="",
-              setuptools_from_module=False) -> dict:
+              setuptools_from_module=False, user_site=False) -> dict:
     """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's)."""
     import sys
     import sysconfig
@@ -175,7 +175,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "setuptools_from": f"{module_site if setuptools_from_module else venv_site}/setuptools/__init__.py",
             "einops": "0.8.2" if einops_from_module else "99.0",
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
-            "pythonpath": module_site if pythonpath else "", "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
+            "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
             "sys_path": ["/usr/lib/python311.zip", *sites, "/usr/lib/python3/dist-packages"]}
 
 
@@ -188,6 +188,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"einops_from_module": True}, "own einops should win"),  # the venv's own einops shadowed
     ({"other": {"tensorflow": True, "keras": True, "einops": False}}, "should not be handed"),  # PYTHONPATH leaks
     ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
+    ({"user_site": True}, "no user site-packages"),  # the job read ~/.local (no PYTHONNOUSERSITE=1)
     ({"unloaded": {"tensorflow": True, "EBPYTHONPREFIXES": ""}}, "after module unload"),  # not through the module
     ({"ebonly": {"tensorflow": False}}, "only EBPYTHONPREFIXES"),  # a .pth reader of another variable
     ({"ebonly": None}, "only EBPYTHONPREFIXES"),  # the job never printed that line
@@ -198,7 +199,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant"),  # one worker's report lost
     ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs")],  # the pre-flight's parse counts Slurm's NoDevFiles
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "einops shadowed", "other python handed",
-         "pythonpath", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
+         "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing",
          "NoDevFiles counted"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
@@ -207,8 +208,8 @@ def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_pat
     import json
 
     job_dir = tmp_path / "software_stack"
-    stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module",
-                                                                             "tensorflow_from", "setuptools_from_module")})
+    stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module", "tensorflow_from",
+                                                                             "setuptools_from_module", "user_site")})
     stack = changes.get("stack", stack)
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
