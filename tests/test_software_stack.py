@@ -105,6 +105,8 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
     assert _needs_module(log), log[-2000:]  # (d) after module unload the venv finds no TensorFlow
     assert _gathered(log, "ebonly", "through_variable"), log[-2000:]  # (e) ... and finds it with only EBPYTHONPREFIXES
+    assert _gathered(log, "stack", "built_with", "setuptools_from", "setuptools_as_said", sys=sys,  # (f) the build's setuptools
+                     job_dir=tmp_path) is True, stack["setuptools_built_with"]
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
 
@@ -178,6 +180,25 @@ def test_the_job_drops_an_inherited_pythonpath_and_the_user_site(tmp_path, repor
     assert stack["user_site"] is False and str(user_site) not in stack["sys_path"], stack
     assert read is True and _gathered(log, "stack", "module_site", "venv_site", "sites", "recommended_route",
                                       sysconfig=sysconfig, sys=sys, Path=Path, job_dir=job_dir) is True, log[-2000:]
+
+
+def test_the_setuptools_that_built_myextras_is_read_from_the_build(tmp_path, report):
+    """Lesson 17, second review, finding 4: which setuptools built the venv's packages is what `myextras`'s
+    setup.py recorded during the build, not which one the venv imports afterwards. Broken: the job's pip install
+    run with the module's site-packages first on PYTHONPATH, so the module's setuptools builds; afterwards the
+    venv still imports its own. The notebook's `setuptools_as_said` must be False (on Python 3.11)."""
+    _lmod()
+    module_site = sysconfig.get_paths()["purelib"]
+    pip = '"$VENV/bin/python" -m pip install'
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", edits=((pip, f"PYTHONPATH={module_site} {pip}"),))
+    imported = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", "import setuptools; print(setuptools.__file__)"],
+                              capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]}).stdout.strip()
+    as_said = _gathered(log, "stack", "built_with", "setuptools_from", "setuptools_as_said", sys=sys, job_dir=tmp_path)
+    report(f"lesson 17, pip install with the module's site-packages on PYTHONPATH: myextras built with "
+           f"{stack['setuptools_built_with']}, the venv imports {imported} afterwards; setuptools_as_said {as_said}")
+    assert imported.startswith(str(tmp_path / "venv")), imported  # what the proof read before the review
+    assert stack["setuptools_built_with"].startswith(module_site), stack
+    assert as_said is (sys.version_info >= (3, 12)), log[-2000:]
 
 
 def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_path):

@@ -172,7 +172,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
             "keras": "3.15.1", "keras_from": f"{module_site}/keras/__init__.py",
             "myextras_from": f"{venv_site}/myextras/__init__.py",
-            "setuptools_from": f"{module_site if setuptools_from_module else venv_site}/setuptools/__init__.py",
+            "setuptools_built_with": f"{module_site if setuptools_from_module else venv_site}/setuptools/__init__.py",
             "einops": "0.8.2" if einops_from_module else "99.0",
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
             "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
