@@ -144,6 +144,29 @@ def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_pur
     holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
 
 
+@pytest.mark.parametrize("edit,match", [
+    (None, None),
+    (("setenv(\"COURSE_MODULE_ROOT\", root)\n", "setenv(\"COURSE_MODULE_ROOT\", root)\n"
+      "prepend_path(\"PYTHONPATH\", pathJoin(root, \"lib\"))\n"), "should put"),  # hands its packages out on PYTHONPATH too
+    (("prepend_path(\"EBPYTHONPREFIXES\", root)", "prepend_path(\"EBPYTHONPREFIXES\", \"/elsewhere\")"), "should put"),
+    (("pathJoin(root, \"bin\")", "root"), "should put"),  # PATH gets the prefix, not its bin/
+], ids=["as written", "also PYTHONPATH", "another prefix", "PATH without bin"])
+def test_lesson_17_solution_2_without_lmod_reads_what_the_modulefile_sets(tmp_path, edit, match):
+    """Without Lmod, solution 2 reads the modulefile: the three variables, each set as the lesson says
+    (bin/ first on PATH, the prefix in EBPYTHONPREFIXES, COURSE_MODULE_ROOT), and no PYTHONPATH (lesson 17's
+    second review, finding 6: three lines of any content passed before)."""
+    cells = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+    namespace = {"job_dir": tmp_path, "print": lambda *a, **k: None}
+    exec(next(c.source for c in cells if c.source.startswith("import sys\n\nmodulefiles = ")), namespace)
+    if edit is not None:
+        text = namespace["modulefile"].read_text()
+        assert edit[0] in text, edit
+        namespace["modulefile"].write_text(text.replace(*edit))
+    namespace.update({"lmod_here": False, "os": os, "subprocess": None})
+    source = next(c.source for c in cells if c.source.startswith("# Solution 2"))
+    holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
+
+
 def _keras_runs_17(**changes) -> dict:
     """Lesson 17's KERAS report lines, by variant: 2 workers each; `changes` maps a variant to
     per-worker changes (a list of 2 dicts), or to None for a run whose workers never reported."""
