@@ -281,3 +281,26 @@ def test_keras_3_fit_on_one_worker_needs_no_fix(tmp_path, report):
     fits = {how: [json.loads(l[6:])["fit"] for l in log.splitlines() if l.startswith("KERAS ")] for how, log in logs.items()}
     report(f"lesson 17's keras_versions.py --keras 3 (no fix) on one worker: {fits}")
     assert fits == {"alone": ["ok"], "one-worker TF_CONFIG": ["ok"]}, {how: log[-2000:] for how, log in logs.items()}
+
+
+def test_the_lessons_apptainer_build_command_runs_from_the_checkout():
+    """Lesson 17, second review, finding 3: the build command as the lesson prints it, run from the course's
+    checkout as it says: the definition is at the path it names, every `%files` source (Apptainer resolves a
+    relative one against the directory the build runs in) exists there, and BASE_DIGEST is the part after
+    `sha256:` (the definition writes `@sha256:{{ BASE_DIGEST }}`). The old command named `tf-hpc-course.def`."""
+    import re
+
+    root = NOTEBOOK.parents[1]
+    prose = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                 if c.cell_type == "markdown" and "apptainer build" in c.source)
+    command = re.search(r"`apptainer build ([^`]*)`", prose)
+    assert command and "from the course's checkout" in prose, prose
+    words = command.group(1).split()
+    assert words[:2] == ["--build-arg", "BASE_DIGEST=<the"] and "after sha256:>" in command.group(1), words
+    image, definition = words[-2:]
+    assert image.endswith(".sif") and (root / definition).is_file(), (definition, root)
+    text = (root / definition).read_text()
+    assert "@sha256:{{ BASE_DIGEST }}" in text, text[:2000]
+    section = text.split("%files", 1)[1].split("\n%", 1)[0]
+    sources = [line.split()[0] for line in section.splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert sources and all((root / source).exists() for source in sources), [s for s in sources if not (root / s).exists()]
