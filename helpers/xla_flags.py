@@ -1,0 +1,80 @@
+"""Whether XLA's auto-clustering compiles a process's steps, read from TF_XLA_FLAGS and `set_jit` as TensorFlow 2.21 does.
+
+Auto-clustering compiles parts of any graph TensorFlow runs, a `jit_compile=False` step included, so
+lessons that compare steps without XLA (07, 14) record what each process had. TensorFlow 2.21 decides
+it from two settings (TensorFlow's source tree, not installed: tensorflow/compiler/jit/flags.cc,
+`GetXlaGlobalJitLevel` in jit/xla_cluster_util.cc, `GetCompilationDevice` in tf2xla/xla_op_registry.cc):
+
+- a global level: `--tf_xla_auto_jit=N` in `TF_XLA_FLAGS` (the last one given wins) when N is not 0,
+  else the session's, which `tf.config.optimizer.set_jit("autoclustering")` sets (read back by
+  `tf.config.optimizer.get_jit()`). -1 is off whatever `set_jit` says, 0 defers to `set_jit`, any
+  other number and `fusible` are on; `single-gpu(N)` sets N for graphs on exactly one GPU only;
+- on a GPU that level applies; on a CPU only with `--tf_xla_cpu_global_jit` (or `=true`/`=1`; `=false`
+  or `=0` takes it back) in `TF_XLA_FLAGS`, else nothing is compiled however high the level.
+
+Measured on this course's CPU (tests/test_xla_flags.py runs a `jit_compile=False` step and looks for
+TensorFlow's "Compiled cluster using XLA!" line): `--tf_xla_auto_jit=2` alone and `set_jit` alone
+compile nothing; either with `--tf_xla_cpu_global_jit` compiles; `=0` with it compiles only with
+`set_jit`; `=-1` with it and `set_jit` compiles nothing. The GPU rule is from the sources only.
+"""
+
+from __future__ import annotations
+
+AUTO_JIT = "--tf_xla_auto_jit="
+CPU_GLOBAL_JIT = "--tf_xla_cpu_global_jit"
+
+
+def _level(value: str | None, optimizer_jit: str, on_gpu: bool) -> bool:
+    """Whether the global level from `--tf_xla_auto_jit=value` (None: not given) and `set_jit` is on."""
+    asked = optimizer_jit == "autoclustering"
+    if value is None:
+        return asked
+    if value == "fusible":
+        return True
+    if value.startswith("single-gpu(") and value.endswith(")"):  # N for one-GPU graphs, the rest as set_jit
+        return asked or (on_gpu and value[len("single-gpu("):-1] not in ("0", "-1"))
+    try:
+        number = int(value)
+    except ValueError:  # TensorFlow refuses to start with it: counted as on, never passed as off
+        return True
+    return asked if number == 0 else number != -1
+
+
+def _cpu_global_jit(tokens: list[str]) -> bool:
+    """Whether the last `--tf_xla_cpu_global_jit[=...]` among `tokens` turns it on."""
+    found = False
+    for token in tokens:
+        if token == CPU_GLOBAL_JIT:
+            found = True
+        elif token.startswith(CPU_GLOBAL_JIT + "="):
+            found = token.split("=", 1)[1].lower() not in ("false", "0")
+    return found
+
+
+def auto_clustering(xla_flags: str, optimizer_jit: str, on_gpu: bool) -> str:
+    """What of auto-clustering applies to the steps of a process, "" when none does.
+
+    `xla_flags`: its `TF_XLA_FLAGS`; `optimizer_jit`: its `tf.config.optimizer.get_jit()`
+    ("autoclustering" or ""); `on_gpu`: its steps run on a GPU. Not empty, the settings that turn it on,
+    for a message. A `single-gpu(N)` level is counted wherever the process has a GPU, though TensorFlow
+    applies it to one-GPU graphs only: a report of on where it may not be, never the other way.
+    """
+    tokens = xla_flags.split()
+    levels = [t[len(AUTO_JIT):] for t in tokens if t.startswith(AUTO_JIT)]
+    if not _level(levels[-1] if levels else None, optimizer_jit, on_gpu):
+        return ""
+    if not (on_gpu or _cpu_global_jit(tokens)):
+        return ""
+    said = [f"TF_XLA_FLAGS={xla_flags.strip()!r}"] if xla_flags.strip() else []
+    return "; ".join(said + ([f"set_jit: {optimizer_jit}"] if optimizer_jit else [])) + (" on a GPU" if on_gpu else "")
+
+
+def auto_clustering_here() -> str:
+    """`auto_clustering` of this process: its TF_XLA_FLAGS, `get_jit()`, and whether it sees a GPU."""
+    import os
+
+    from .host import import_tensorflow
+
+    tf = import_tensorflow()
+    return auto_clustering(os.environ.get("TF_XLA_FLAGS", ""), tf.config.optimizer.get_jit(),
+                           bool(tf.config.list_logical_devices("GPU")))

@@ -1,0 +1,83 @@
+"""helpers.xla_flags: whether XLA's auto-clustering compiles a process's steps, from TF_XLA_FLAGS and set_jit:
+the rules on planted settings, and on this CPU against what TensorFlow 2.21 really compiles."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.xla_flags import auto_clustering
+
+ON, OFF = True, False
+
+
+@pytest.mark.parametrize("flags,optimizer_jit,on_gpu,expected", [
+    ("", "", OFF, OFF),
+    ("", "", ON, OFF),
+    ("--tf_xla_auto_jit=2", "", OFF, OFF),  # a CPU compiles nothing without --tf_xla_cpu_global_jit
+    ("--tf_xla_auto_jit=2", "", ON, ON),
+    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", "", OFF, ON),
+    ("--tf_xla_auto_jit=1 --tf_xla_cpu_global_jit=true", "", OFF, ON),
+    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit=0", "", OFF, OFF),
+    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_cpu_global_jit=false", "", OFF, OFF),  # the last wins
+    ("", "autoclustering", OFF, OFF),
+    ("", "autoclustering", ON, ON),
+    ("--tf_xla_cpu_global_jit", "autoclustering", OFF, ON),
+    ("--tf_xla_auto_jit=0", "", ON, OFF),  # 0 defers to set_jit: not on by itself
+    ("--tf_xla_auto_jit=0", "autoclustering", ON, ON),
+    ("--tf_xla_auto_jit=-1", "autoclustering", ON, OFF),  # -1 is off whatever set_jit says
+    ("--tf_xla_auto_jit=2 --tf_xla_auto_jit=-1", "", ON, OFF),  # the last one given wins
+    ("--tf_xla_auto_jit=-1 --tf_xla_auto_jit=2", "", ON, ON),
+    ("--tf_xla_auto_jit=fusible", "", ON, ON),
+    ("--tf_xla_auto_jit=single-gpu(2)", "", ON, ON),  # on where the process has a GPU (one-GPU graphs)
+    ("--tf_xla_auto_jit=single-gpu(2) --tf_xla_cpu_global_jit", "", OFF, OFF),  # on a CPU: set_jit's, off
+    ("--tf_xla_auto_jit=single-gpu(2) --tf_xla_cpu_global_jit", "autoclustering", OFF, ON),
+    ("--tf_xla_auto_jit=abc", "", ON, ON),  # TensorFlow refuses to start: never passed as off
+    ("--tf_xla_enable_lazy_compilation=false", "", ON, OFF)])  # other XLA flags: nothing about the level
+def test_the_level_and_the_cpu_flag_as_tensorflow_resolves_them(flags, optimizer_jit, on_gpu, expected):
+    said = auto_clustering(flags, optimizer_jit, on_gpu)
+    assert bool(said) == expected, (flags, optimizer_jit, on_gpu, said)
+    if said:  # the settings that turned it on, for a message
+        assert (flags.strip() in said if flags.strip() else True) and optimizer_jit in said
+
+
+PROBE = """
+import sys
+import tensorflow as tf
+from helpers.xla_flags import auto_clustering_here
+if sys.argv[1]:
+    tf.config.optimizer.set_jit(sys.argv[1])
+w = tf.Variable(tf.random.normal([64, 64]))
+
+@tf.function(jit_compile=False)
+def step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.nn.relu(x @ w) ** 2)
+    w.assign_sub(0.01 * tape.gradient(loss, w))
+    return loss
+
+for _ in range(3):
+    step(tf.random.normal([32, 64]))
+print("SAID " + repr(auto_clustering_here()))
+"""
+
+
+@pytest.mark.parametrize("flags,optimizer_jit", [
+    ("--tf_xla_auto_jit=2", ""), ("", "autoclustering"), ("--tf_xla_auto_jit=0 --tf_xla_cpu_global_jit", ""),
+    ("--tf_xla_auto_jit=-1 --tf_xla_cpu_global_jit", "autoclustering"), ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit=0", ""),
+    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", ""), ("--tf_xla_cpu_global_jit", "autoclustering")])
+def test_what_it_says_is_what_tensorflow_compiles_on_this_cpu(flags, optimizer_jit):
+    """A jit_compile=False step in a process of its own (TensorFlow reads TF_XLA_FLAGS once, at start):
+    TensorFlow logs "Compiled cluster using XLA!" (at INFO, once a process) exactly when XLA compiled part of
+    it, and auto_clustering_here must say on exactly then. The first five compile nothing; the old
+    substring reading (`"auto_jit" in TF_XLA_FLAGS`, or set_jit) called all five on."""
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "TF_XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "0"}
+    done = subprocess.run([sys.executable, "-c", PROBE, optimizer_jit], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = next(line[5:] for line in done.stdout.splitlines() if line.startswith("SAID "))
+    compiled = "Compiled cluster using XLA!" in done.stderr
+    assert (said != "''") == compiled, f"TF_XLA_FLAGS={flags!r}, set_jit {optimizer_jit!r}: compiled {compiled}, said {said}"
