@@ -1235,7 +1235,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("14_predicting_scaling.ipynb", {"packs": [_PACKS_14, {**_PACKS_14, "packed": [_GRADIENTS_14, 1]}]}, "4 MiB packs"),
     ("14_predicting_scaling.ipynb", {"packs": [{**_PACKS_14, "packed": [_CONV_14, _GRADIENTS_14 - _CONV_14, 1]}] * 2},
      "4 MiB packs"),
-    # the local step made in the strategy's scope: its apply_gradients all-reduces
+    # the local step run through strategy.run on the scope's model and optimizer: Keras's apply_gradients all-reduces
+    # its gradients, one pack (made in the scope but called outside strategy.run, it all-reduces nothing: [] in a real run)
     ("14_predicting_scaling.ipynb", {"packs": [{**_PACKS_14, "local step": [_GRADIENTS_14]}] * 2}, "all-reduce nothing"),
     ("14_predicting_scaling.ipynb", {"projection": {(64, "a"): {1: 0.9, 2: 0.8}}}, "by definition"),
     ("14_predicting_scaling.ipynb", {"monotone": {(64, "a"): False}}, "must fall"),
@@ -1251,7 +1252,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("14_predicting_scaling.ipynb", {"xla": {**LESSON_14_XLA, "engine 0, local step": None}}, "without XLA"),
     # the all-reduce probe left at @tf.function under TF_FUNCTION_JIT_COMPILE_DEFAULT=true: compiled by XLA
     ("14_predicting_scaling.ipynb", {"xla": {**LESSON_14_XLA, "engine 0, all-reduce probe": True}}, "without XLA"),
-    # every step reads jit_compile=False, but one engine ran with TF_XLA_FLAGS=--tf_xla_auto_jit=2: XLA compiled it anyway
+    # every step reads jit_compile=False, but one engine ran with TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+    # (auto-clustering, on a CPU too): XLA compiled parts of it anyway
     ("14_predicting_scaling.ipynb", {"clustering": {"engine 0": "", "engine 1": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}},
      "auto-clustering"),
     # a ring formula that ignored N (message_bytes / bandwidth): equal at N=2, where it was fitted and measured
