@@ -22,11 +22,17 @@ class PlantedSizes:
         self.__dict__.update(sizes)
 
 
+# lesson 00's sizes in workshop and full mode, as helpers.mode gives them (the fields its proof reads)
+LESSON_00_SIZES = {"workshop": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop", train_examples=None,
+                                         resnet_train_examples=10_000),
+             "full": SimpleNamespace(per_replica_batch=128, quick=False, mode="full", train_examples=None,
+                                     resnet_train_examples=None)}
 OK: dict[str, dict] = {
     "00_environment.ipynb": {
-        "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="SYNTHETIC"),
-        "sizes": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048),
-        "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40},
+        "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="SYNTHETIC CIFAR-10-format data"),
+        "sizes": SimpleNamespace(per_replica_batch=32, quick=True, mode="quick", train_examples=2048, resnet_train_examples=64),
+        "data": SimpleNamespace(DATA_DIR_ENV="COURSE_TEST_UNSET_VARIABLE"), "labels": list(range(10)) * 40,
+        "fig": SimpleNamespace(get_suptitle=lambda: "SYNTHETIC CIFAR-10-format data (the class names are CIFAR-10's; ...)")},
     "01_mirrored_strategy.ipynb": {
         "strategy": planted_strategy(2), "copies": {2}, "updated_gap": 0.0, "moving_gap": 0.07, "saved_is_replica_0": True,
         "slot_shapes": _CNN_SHAPES, "weight_shapes": _CNN_SHAPES, "moved": 0.05, "slot_size": 0.01,
@@ -332,19 +338,26 @@ def _levers(**changes) -> dict:
 
 BROKEN: list[tuple[str, dict, str]] = [
     ("00_environment.ipynb", {"labels": [1, 2, 3]}, "all ten classes"),
-    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=16, synthetic=True, label="x")}, "smaller than one batch"),
-    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=False, label="x")}, "synthetic"),
-    # 40 images: more than one per-replica batch, less than the mode's 2048 it would train on
-    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=40, synthetic=True, label="x")}, "smaller than one batch"),
-    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=1024, synthetic=True, label="x")}, "fewer than the mode"),
-    # workshop mode (every image, batch 128) on a split that does not fill one global batch of 2 replicas
-    ("00_environment.ipynb", {"sizes": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
-                                                          train_examples=None),
-                              "dataset": SimpleNamespace(train_size=200, synthetic=False, label="x")}, "smaller than one batch"),
-    # workshop mode pointed (COURSE_DATA_DIR) at the synthetic data
-    ("00_environment.ipynb", {"sizes": SimpleNamespace(per_replica_batch=128, quick=False, mode="workshop",
-                                                          train_examples=None),
-                              "dataset": SimpleNamespace(train_size=2048, synthetic=True, label="x")}, "needs real CIFAR-10"),
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=16, synthetic=True, label="SYNTHETIC CIFAR-10-format data")},
+     "smaller than one batch"),
+    # quick mode without COURSE_DATA_DIR on real-marked data, labelled and titled as such
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=False, label="CIFAR-10"),
+                              "fig": SimpleNamespace(get_suptitle=lambda: "CIFAR-10")}, "must use the synthetic data"),
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=1024, synthetic=True, label="SYNTHETIC CIFAR-10-format data")},
+     "fewer than the 2048"),
+    # full mode (every image, batch 128) on a split that does not fill one global batch of 2 replicas
+    ("00_environment.ipynb", {"sizes": LESSON_00_SIZES["full"], "dataset": SimpleNamespace(train_size=200, synthetic=False, label="CIFAR-10"),
+                              "fig": SimpleNamespace(get_suptitle=lambda: "CIFAR-10")}, "smaller than one batch"),
+    # workshop mode on 5,000 real-marked images: lesson 05's ResNet50 reads 10,000 (review r00-1, finding 12)
+    ("00_environment.ipynb", {"sizes": LESSON_00_SIZES["workshop"], "dataset": SimpleNamespace(train_size=5000, synthetic=False, label="CIFAR-10"),
+                              "fig": SimpleNamespace(get_suptitle=lambda: "CIFAR-10")}, "fewer than the 10000"),
+    # synthetic data under a figure titled CIFAR-10 (finding 13), or a label without SYNTHETIC
+    ("00_environment.ipynb", {"fig": SimpleNamespace(get_suptitle=lambda: "CIFAR-10")}, "SYNTHETIC exactly when"),
+    ("00_environment.ipynb", {"dataset": SimpleNamespace(train_size=2048, synthetic=True, label="CIFAR-10")}, "SYNTHETIC exactly when"),
+    # real data in workshop mode labelled SYNTHETIC
+    ("00_environment.ipynb", {"sizes": LESSON_00_SIZES["workshop"], "dataset": SimpleNamespace(train_size=50_000, synthetic=False,
+                                                                                        label="SYNTHETIC CIFAR-10-format data"),
+                              "fig": SimpleNamespace(get_suptitle=lambda: "CIFAR-10")}, "SYNTHETIC exactly when"),
     ("01_mirrored_strategy.ipynb", {"copies": {1}}, "one copy per replica"),
     # a metric whose totals were made outside the scope, or synchronized on write: each replica's count not summed
     ("01_mirrored_strategy.ipynb", {"metric_kinds": {"ResourceVariable"}}, "synchronized on read"),
