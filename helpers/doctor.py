@@ -304,7 +304,8 @@ def _files_check(tasks: list[dict]) -> Check:
     data = {t["data"] for t in tasks}
     if data == {None}:
         return Check("shared files", "warn", "course and home visible on every node; COURSE_DATA_DIR unset: "
-                     "full mode has no CIFAR-10", "python -m helpers data prepare ..., then export COURSE_DATA_DIR")
+                     "workshop and full mode have no CIFAR-10",
+                     "python -m helpers data prepare ..., then export COURSE_DATA_DIR")
     if False in data:
         where = sorted({t["host"] for t in tasks if t["data"] is False})
         return Check("shared files", "no-go", f"COURSE_DATA_DIR={value('COURSE_DATA_DIR')} has no prepared "
