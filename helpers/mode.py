@@ -10,14 +10,11 @@ otherwise (full only when asked), so the same notebook runs unchanged on a lapto
 GPU node. Notebooks read every size from `mode_sizes()`; none branches on the mode.
 
 Two overrides a trainer sets once for a whole class (they reach the lessons and batch jobs):
-- `COURSE_EPOCHS=N`: the lessons' trainings run N epochs (lessons that need more to show their
-  point say so: lesson 06 keeps one epoch to lose after one to keep, lesson 15 at least 3; lessons
-  that time or trace a fixed number of steps, 07, 09, 14 and 17's checks, keep them);
-- `COURSE_MAX_STEPS=N`: no epoch of the lessons' trainings (nor their evaluations) takes more than N steps
-  (the data stays full size: only how much of it an epoch reads shrinks; lesson 12 keeps at least 40, the
-  fixed-step lessons above keep theirs, lesson 10 caps its large batch's steps, at least 16 updates a run,
-  and its small batch takes 16x as many to see as many examples), a budget for slow hardware; the tests run
-  workshop and full mode at 50,000 images on a CPU with it.
+`COURSE_EPOCHS=N`, the epochs of most lessons' trainings, and `COURSE_MAX_STEPS=N`, at most N steps
+an epoch in most lessons (the data stays full size: only how much of it an epoch reads shrinks), a
+budget for slow hardware; the tests run workshop and full mode at 50,000 images on a CPU with it.
+Lessons that need more keep their least, and lessons with fixed steps of their own keep them:
+docs/modes-and-data.md ("Class overrides") lists what each lesson does with both.
 """
 
 from __future__ import annotations
