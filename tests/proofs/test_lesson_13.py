@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.proof_cases import OK
 from tests.support.proof_cells import (
-    NOTEBOOKS, PlantedEngines, gather_and_prove, holds_unless, run_proof, solution_source,
+    NOTEBOOKS, PlantedEngines, gather_and_prove, holds_unless, run_edited_to_its_proof, run_proof, solution_source,
 )
 
 
@@ -31,34 +31,38 @@ def test_lesson_13_proof_without_horovod_says_it_did_not_compare_and_fails_where
     assert ("NOT CHECKED (Horovod): Horovod's own run not compared" in out) == (match is None), out
 
 
-def _lesson_13_solution_1(count, sizes) -> None:
-    """Lesson 13's solution 1 on this lesson's measured run (2 engines: their sizes `sizes`), with TensorFlow's
-    count of MWMS's replicas, CollectiveAllReduceExtended._num_replicas_in_sync, replaced by `count` (None: as is)."""
+def _lesson_13_solution_1(sizes, devices, count=None) -> None:
+    """Lesson 13's solution 1 on a run of 2 engines that measured `sizes` replicas in sync and `devices` devices each,
+    with TensorFlow's count of a 4-GPU task's replicas (MultiWorkerMirroredStrategy's num_replicas_in_sync) replaced
+    by `count` (None: TensorFlow's own)."""
+    from types import SimpleNamespace
     from unittest import mock
 
     import tensorflow as tf
-    from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
 
-    namespace = {"tf": tf, "ranks": [0, 1], "world_sizes": sizes, "BASE_LR": 0.05, "print": lambda *a, **k: None}
+    namespace = {"tf": tf, "ranks": [0, 1], "world_sizes": sizes, "engine_devices": devices, "BASE_LR": 0.05,
+                 "print": lambda *a, **k: None}
     source = compile(solution_source("13_from_horovod.ipynb", 1), "13 solution 1", "exec")
     if count is None:
         exec(source, namespace)
         return
-    with mock.patch.object(mwms.CollectiveAllReduceExtended, "_num_replicas_in_sync", property(count)):
+    with mock.patch.object(tf.distribute, "MultiWorkerMirroredStrategy",
+                           lambda cluster_resolver: SimpleNamespace(num_replicas_in_sync=count)):
         exec(source, namespace)
 
 
-@pytest.mark.parametrize("count,sizes,match", [
-    (None, [2, 2], None),
-    (lambda self: self._num_workers, [2, 2], "^\\(2, 2\\)$"),  # one replica per worker, as Horovod's size per process
-    (lambda self: len(self.worker_devices), [2, 2], "TensorFlow's count"),  # the devices of one worker only
-    (None, [4, 4], "TensorFlow's count")],  # engines that measured 4 replicas: the stand-in is not their job
-    ids=["as TensorFlow counts", "workers only", "devices only", "other engines"])
-def test_lesson_13_solution_1_takes_its_count_from_tensorflow(count, sizes, match):
-    """Issue 54 (13 cell 53: the solution asserted its own arithmetic): the answer is TensorFlow's own count on
-    the job's shape, checked first against the engines' measured size, so a count other than
-    devices x workers fails it."""
-    holds_unless(match, _lesson_13_solution_1, count, sizes)
+@pytest.mark.parametrize("sizes,devices,count,match", [
+    ([2, 2], [1, 1], None, None),
+    ([2, 2], [1, 1], 1, "^\\(2, 2\\)$"),  # a count that ignores the task's GPUs: one replica per worker, as Horovod's size
+    ([2, 2], [2, 2], None, "add up the workers' devices"),  # engines of 2 devices each, yet 2 replicas in all
+    ([4, 4], [1, 1], None, "add up the workers' devices")],  # engines that counted 4 replicas from a device each
+    ids=["as TensorFlow counts", "GPUs not counted", "devices not added up", "other engines"])
+def test_lesson_13_solution_1_takes_its_count_from_tensorflow(sizes, devices, count, match):
+    """Issue 54 (13 cell 53: the solution asserted its own arithmetic; review 2: then it called TensorFlow's private
+    CollectiveAllReduceExtended). Now through the public API: TensorFlow's own count of a task told of 4 GPUs (a
+    MultiWorkerMirroredStrategy built, never run), and the rule that num_replicas_in_sync adds up every worker's
+    devices, checked on the engines' measured sizes and devices; a count or a rule other than TensorFlow's fails it."""
+    holds_unless(match, _lesson_13_solution_1, sizes, devices, count)
 
 
 LESSON_13_SOLUTION_2 = """
@@ -195,8 +199,12 @@ def test_lesson_13_does_not_run_horovodrun_where_classmates_share_the_node(layou
     assert len(planted.runs) == int(ran)
 
 
+STRIDED_LOSSES = [2.2774, 2.2972]  # the recipe's ranks' mean losses, 2 workers (measured): examples r, r + 2, ...
+CONTIGUOUS_LOSSES = [2.2699, 2.3047]  # the same batch split into its halves (measured)
+
+
 def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",), rate=0.1,
-                 reports=None) -> dict:
+                 reports=None, own_losses=STRIDED_LOSSES, own_digests=("i", "o1")) -> dict:
     """Lesson 13's raw results from 2 engines: the weights each started from, its averaged gradient
     and updated weights (a step at `rate`), next to the recipe computed by hand at the same rate, and
     each engine's checkpoint report (`reports`, else the chief's files kept and rank 1's deleted)."""
@@ -213,9 +221,10 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
               "initial_weights": [start, [start[0] + start_off, start[1]]],
               "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
               "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,
-              "checkpoint_report": reports}
+              "checkpoint_report": reports, "own_digest": list(own_digests),
+              "own_loss": [loss / 2 for loss in own_losses], "devices": [1, 1]}  # a share's sum / the global batch
     return {"engines": PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
-            "work_dir": tmp_path, "horovod_result": None, "BASE_LR": 0.05}
+            "work_dir": tmp_path, "horovod_result": None, "BASE_LR": 0.05, "per_rank_loss": STRIDED_LOSSES}
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -224,8 +233,13 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     ({"gradient_off": 0.01}, "Horovod's average"),  # rank 1's gradient summed, not averaged, in one tensor
     ({"checkpoint": ()}, "every worker should write"),  # the chief saved nothing
     # the rate never scaled, in the engines and in the recipe by hand alike: the update gap is 0, the measured rate 0.05
-    ({"rate": 0.05}, "scale with the workers")],
-    ids=["as run", "no broadcast", "gradient off", "no checkpoint", "rate not scaled"])
+    ({"rate": 0.05}, "scale with the workers"),
+    # review 2: the batch split into halves, not as shard and the recipe split it: the same averaged gradient
+    ({"own_losses": CONTIGUOUS_LOSSES}, "Horovod's rank's on the same share"),
+    ({"own_losses": STRIDED_LOSSES[::-1]}, "Horovod's rank's on the same share"),  # rank 0 trained on rank 1's share
+    ({"own_digests": ("i", "i")}, "own seed")],  # one seed everywhere: the same start without any broadcast
+    ids=["as run", "no broadcast", "gradient off", "no checkpoint", "rate not scaled", "contiguous split",
+         "shares swapped", "one seed"])
 def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     holds_unless(match, gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
@@ -291,3 +305,16 @@ def test_lesson_13_checkpoint_cell_lists_a_variable_synchronised_on_read(tmp_pat
     list can never name one would let it through (the second case passes: the proof then cannot see it)."""
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change, True)
+
+
+@pytest.mark.multiprocess
+def test_lesson_13_run_for_real_on_a_contiguous_split_fails_the_proof(tmp_path, monkeypatch):
+    """Review 2 (13, finding 1): the batch split into halves (worker 0 examples 0-15, worker 1 16-31) instead of
+    `shard`'s r, r + n, ... gives the same averaged gradient, so the gradient, update and rate checks all pass it
+    (they did before this check); run for real, each worker's own loss is not the recipe's rank's and the proof fails."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    status, detail = run_edited_to_its_proof(
+        "13_from_horovod.ipynb", "examples.shard(context.num_input_pipelines, context.input_pipeline_id)",
+        "examples.skip(context.input_pipeline_id * BATCH).take(BATCH)", "reproduces Horovod's recipe", tmp_path,
+        monkeypatch, timeout=600)
+    assert status == "FAILED" and "Horovod's rank's on the same share" in detail, (status, detail)
