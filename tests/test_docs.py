@@ -61,6 +61,22 @@ def test_the_instructor_kit_covers_every_lesson_with_the_measured_and_predicted_
         assert re.search(rf"^### {lesson} ", kit, re.M), f"lesson {lesson} has no section"
 
 
+def test_the_modes_tables_predictions_are_what_training_time_predicts():
+    """The predicted rows of docs/modes-and-data.md are `python -m helpers.training_time --table`'s figures
+    (a change to a lesson's sizes or to the model must reach the page the trainer plans from)."""
+    from helpers.training_time import table
+
+    modes = (ROOT / "docs" / "modes-and-data.md").read_text()
+    lessons = _table_row(modes, "lesson")
+    predicted = {cells[0]: cells[1:] for cells in
+                 ([c.strip() for c in line.strip("|").split("|")] for line in table().splitlines()[2:])}
+    assert sorted(predicted) == lessons
+    for column, label in enumerate(("workshop, 4 A100, predicted training (min)", "workshop, 4 A100, predicted start-up (min)",
+                                    "full, 4 A100, predicted training (min)")):
+        documented = [float(x) for x in _table_row(modes, label)]
+        assert documented == [float(predicted[n][column]) for n in lessons], f"{label}: run helpers.training_time --table"
+
+
 def test_the_readme_lessons_table_links_every_lesson_with_the_modes_tables_times():
     readme = (ROOT / "README.md").read_text()
     modes = (ROOT / "docs" / "modes-and-data.md").read_text()
