@@ -36,7 +36,8 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "initial_digest": ["a", "a"], "own_digest": ["a", "b"],
                "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
-               "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"], **by_rank_changes}
+               "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
+               "file_stats": ["s0", None], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -51,9 +52,11 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
     ({"seen": (["a", "b", "b"], ["b", "c"]), "in_split": ("a", "b", "b", "c")}, "shared examples"),  # 3 copies of 2
     ({"val_losses": ([2.1, 1.9], [2.1, 1.8])}, "same all-reduced validation loss"),  # no all-reduce of the metric
     ({"kept": (True, True)}, "only the chief should keep"),  # rank 1's temporary copy left on node2
-    ({"kept": (False, False)}, "only the chief should keep")],  # the chief's file missing on node1
+    ({"kept": (False, False)}, "only the chief should keep"),  # the chief's file missing on node1
+    # review 4: the chief's file read back holds rank 1's statistics, not its own first replica's
+    ({"file_stats": ["s1", None]}, "first replica's batch-norm statistics")],
     ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
-         "rank 1 kept a copy", "chief kept nothing"])
+         "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics"])
 def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
     """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
     rank 1's temporary directory on node2) or their processes, only what they return. The cell
@@ -216,3 +219,40 @@ def test_lesson_03_saving_cell_does_not_take_an_earlier_runs_file_for_this_runs(
     cell = cell_defining("03_multiworker_ipyparallel.ipynb", "kept = path.exists()").replace("%%px\n", "")
     exec(compile(cell, "03 saving cell", "exec"), namespace)
     assert namespace["kept"] is kept
+
+
+class _TestSplit:
+    """A test split as lesson 03's uneven-set cell uses it: its size, and `take` (negative: everything, as tf.data)."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def cardinality(self) -> int:
+        return self.count
+
+    def take(self, n: int) -> "_TestSplit":
+        return _TestSplit(self.count if n < 0 else min(n, self.count))
+
+
+@pytest.mark.parametrize("cut,unpadded", [(None, False), ("count", True)], ids=["as written", "no cut when it divides"])
+def test_lesson_03_uneven_test_set_needs_padding_in_every_mode(cut, unpadded):
+    """Review 4 (03, finding 3): predict's padding is shown on the uneven test set in every mode, not only where the
+    test split happens to need padding. The cell that builds it, at each mode's split (quick: 512 images, per-replica
+    batch 32; workshop and full: 10,000, 128), 1 to 8 replicas in all and COURSE_MAX_STEPS unset, 1 or 3, always
+    leaves a last batch to pad; without its cut to half a global batch short, quick mode at 2 workers pads nothing."""
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", "padded_rows = -(-real // global_batch)").replace("%%px\n", "")
+    if cut is not None:
+        assert cell.count("count - global_batch // 2") == 1
+        cell = cell.replace("count - global_batch // 2", cut)
+    cases = [(images, per_replica * replicas, max_steps) for images, per_replica in ((512, 32), (10_000, 128))
+             for replicas in (1, 2, 3, 4, 8) for max_steps in (None, 1, 3)]
+    without = []
+    for images, global_batch, max_steps in cases:
+        namespace = {"test_examples": _TestSplit(images), "global_batch": global_batch,
+                     "sizes": SimpleNamespace(max_steps=max_steps)}
+        exec(compile(cell, "03 uneven test set", "exec"), namespace)
+        if not namespace["padded_rows"] > namespace["real"] > 0:
+            without.append((images, global_batch, max_steps))
+    assert bool(without) == unpadded, without
+    if unpadded:
+        assert (512, 64, None) in without, without
