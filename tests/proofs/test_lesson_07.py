@@ -3,10 +3,12 @@ its gathering cells and solutions on planted raw data (what a run measures, what
 return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
 not a planted final value."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from tests.support.proof_cases import lesson_07_point
-from tests.support.proof_cells import gather_and_prove, holds_unless
+from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless
 
 
 def _timed(label, replicas, inside=0.95):
@@ -23,16 +25,91 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
-@pytest.mark.parametrize("baseline_jit,auto_jit,match", [(False, "", None), (True, "", "without XLA"),
-                                                         (False, "--tf_xla_auto_jit=2", "auto-clustering")])
-def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, auto_jit, match):
-    """From the runs' own results: a 1-replica baseline that Keras ran with XLA, or one whose process
-    had XLA's auto-clustering on (jit_compile=False then compiles anyway), must fail the proof
-    through the gathering cell."""
-    raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit, "auto_jit": auto_jit},
+@pytest.mark.parametrize("baseline_jit,flags,optimizer_jit,device,match", [
+    (False, "", "", "CPU", None), (True, "", "", "CPU", "without XLA"),
+    (False, "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", "", "CPU", "auto-clustering"),
+    (False, "--tf_xla_cpu_global_jit", "autoclustering", "CPU", "auto-clustering"),
+    (False, "--tf_xla_auto_jit=2", "", "GPU", "auto-clustering"),
+    # compiled nothing (tests/test_xla_flags.py), and the old substring reading failed each: a CPU without
+    # --tf_xla_cpu_global_jit, a level of 0 (it defers to set_jit), -1 (off whatever set_jit says)
+    (False, "--tf_xla_auto_jit=2", "", "CPU", None), (False, "--tf_xla_auto_jit=0", "", "GPU", None),
+    (False, "--tf_xla_auto_jit=-1 --tf_xla_cpu_global_jit", "autoclustering", "CPU", None)])
+def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, flags, optimizer_jit, device, match):
+    """From the runs' own results: a 1-replica baseline that Keras ran with XLA, or one whose process's
+    settings turn XLA's auto-clustering on where it ran (jit_compile=False then compiles anyway), must fail
+    the proof through the gathering cell; settings that compile nothing there must not."""
+    raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit, "xla_flags": flags,
+                       "optimizer_jit": optimizer_jit, "device": device, "planned": device},
                       _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
            "per_replica": 32, "STEPS": 10}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+@pytest.mark.parametrize("ran,match", [("CPU", None), ("GPU", "another kind of device")])
+def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match):
+    """A worker planned on CPU (a node with fewer GPUs than workers) that ran on a GPU, from the runs' own
+    results: the proof must fail through the gathering cell."""
+    raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2),
+                      {**_timed("MultiWorkerMirroredStrategy", 2), "device": ran}], "per_replica": 32, "STEPS": 10}
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+def _fake_tf(physical_gpus: int):
+    devices = [SimpleNamespace(name=f"/physical_device:GPU:{i}") for i in range(physical_gpus)]
+    return SimpleNamespace(config=SimpleNamespace(list_physical_devices=lambda kind: devices if kind == "GPU" else []))
+
+
+@pytest.mark.parametrize("visible,physical,logical,kernel,workers", [
+    (None, 0, 0, "CPU", "CPU"),  # a CPU node
+    ("0", 1, 2, "logical GPU", "CPU"),  # one GPU: split for this kernel, the 2 workers hidden from it
+    ("0,1,2,3", 4, 4, "GPU", "GPU")])  # as many GPUs as workers, or more: one or more each
+def test_lesson_07_plans_each_points_device(visible, physical, logical, kernel, workers, monkeypatch):
+    """The lesson's plan cell, on the GPUs a node could have: this kernel's kind and the workers' from
+    the course's own GPU plan (plan_for_local_worker), so a one-GPU node plans CPU workers."""
+    from helpers import gpus
+
+    monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
+    monkeypatch.setattr(gpus, "_nvidia_smi_count", lambda: 0)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    ns = {"gpus": [f"/device:GPU:{i}" for i in range(logical)], "counts": [1, 2], "tf": _fake_tf(physical),
+          "print": lambda *a, **k: None}
+    exec(cell_defining("07_scaling_performance.ipynb", "planned = {"), ns)
+    assert ns["planned"] == {("MirroredStrategy", 1): kernel, ("MirroredStrategy", 2): kernel,
+                             ("MultiWorkerMirroredStrategy", 2): workers}
+
+
+GROUP_SIZES = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
+devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+for n in (2, 4):  # as mirrored(n) would without its cross_device_ops: the strategy's default
+    strategy = tf.distribute.MirroredStrategy(devices=devices[:n])
+    try:
+        strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", tf.constant(1.0)))
+    except Exception as error:
+        print("ERROR " + str(error).replace("\\n", " "))
+"""
+
+
+def test_lesson_07_quotes_tensorflows_error_for_a_second_strategy_exactly():
+    """mirrored()'s docstring quotes the error a default MirroredStrategy over 4 devices gives after one over 2
+    in the same process: the quote (after its "...") must be in TensorFlow's own message."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    quoted = re.search(r'\("\.\.\. (.+?)"\)', cell_defining("07_scaling_performance.ipynb", "def mirrored(")).group(1)
+    done = subprocess.run([sys.executable, "-c", GROUP_SIZES], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR ")]
+    assert len(errors) == 1 and quoted in errors[0], (quoted, done.stdout[-3000:])
 
 
 LESSON_07_SLEEPY = """
@@ -96,9 +173,10 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
     measured = [json.loads(l[6:]) for l in done.stdout.splitlines() if l.startswith("POINT ")]
     assert len(measured) == 3, done.stdout[-3000:]
     for point, match in zip(measured, (None, "inside timed steps", "reading the input alone")):
-        points = [{**point, "label": "MirroredStrategy"},
+        points = [{**point, "label": "MirroredStrategy", "planned": point["device"]},  # the device: not this test's claim
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
         for p in points[1:]:
-            p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"])
+            p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
+                     planned=point["device"])
         raw = {"points": points, "per_replica": 32, "STEPS": 10}
         holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)

@@ -103,7 +103,8 @@ def lesson_07_point(label, replicas, agree=True):
     point of `replicas` workers with one replica each, started as `replicas` workers."""
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
-            "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "auto_jit": "",
+            "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "xla_flags": "",
+            "optimizer_jit": "", "device": "CPU", "planned": "CPU",
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "replicas_summed": float(replicas),
             **({"workers": replicas, "started": replicas} if multi else {})}
 
@@ -116,7 +117,10 @@ OK["07_scaling_performance.ipynb"] = {
     "clustering": {("MirroredStrategy", 1): "", ("MirroredStrategy", 2): "", ("MultiWorkerMirroredStrategy", 2): ""},
     "threads_used": {("MirroredStrategy", 1): (1, 2), ("MirroredStrategy", 2): (1, 2), ("MultiWorkerMirroredStrategy", 2): (1, 2)},
     "input_share": {("MirroredStrategy", 1): 0.01, ("MirroredStrategy", 2): 0.01, ("MultiWorkerMirroredStrategy", 2): 0.01},
-    "summed": {("MirroredStrategy", 1): 1.0, ("MirroredStrategy", 2): 2.0, ("MultiWorkerMirroredStrategy", 2): 2.0}}
+    "summed": {("MirroredStrategy", 1): 1.0, ("MirroredStrategy", 2): 2.0, ("MultiWorkerMirroredStrategy", 2): 2.0},
+    # (ran on, planned): a node with one GPU, split in two for this kernel, its workers on CPU
+    "ran_on": {("MirroredStrategy", 1): ("logical GPU", "logical GPU"), ("MirroredStrategy", 2): ("logical GPU", "logical GPU"),
+               ("MultiWorkerMirroredStrategy", 2): ("CPU", "CPU")}}
 
 
 def _plan(rank: int, host: str) -> dict:
@@ -739,10 +743,18 @@ BROKEN: list[tuple[str, dict, str]] = [
     # one configuration measured with jit_compile=True (the measure() default changed, or the argument passed)
     ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MirroredStrategy", 1): True}},
      "without XLA"),
-    # every configuration asked for jit_compile=False, but the workers ran with TF_XLA_FLAGS=--tf_xla_auto_jit=2
+    # every configuration asked for jit_compile=False, but the workers' TF_XLA_FLAGS turned auto-clustering on
+    # on their CPUs (helpers.xla_flags: --tf_xla_auto_jit=2 alone compiles nothing on a CPU)
     ("07_scaling_performance.ipynb", {"clustering": {**OK["07_scaling_performance.ipynb"]["clustering"],
-                                                     ("MultiWorkerMirroredStrategy", 2): "--tf_xla_auto_jit=2"}},
+                                                     ("MultiWorkerMirroredStrategy", 2):
+                                                         "TF_XLA_FLAGS='--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'"}},
      "auto-clustering"),
+    # the plan said GPU for the workers (as many GPUs as workers), but they ran on CPU (a worker that saw no GPU)
+    ("07_scaling_performance.ipynb", {"ran_on": {**OK["07_scaling_performance.ipynb"]["ran_on"],
+                                                 ("MultiWorkerMirroredStrategy", 2): ("CPU", "GPU")}}, "another kind of device"),
+    # this kernel's replicas planned on its GPUs, the 2-replica point's variables on a CPU
+    ("07_scaling_performance.ipynb", {"ran_on": {**OK["07_scaling_performance.ipynb"]["ran_on"],
+                                                 ("MirroredStrategy", 2): ("CPU", "logical GPU")}}, "another kind of device"),
     # the same value everywhere, but XLA: under a strategy over 2 logical CPUs it fails (tests/test_gpu_paths.py)
     ("07_scaling_performance.ipynb", {"jit": dict.fromkeys(OK["07_scaling_performance.ipynb"]["jit"], True)},
      "without XLA"),
