@@ -160,7 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--keep", metavar="DIR", help="keep each worker's report in DIR")
 
     results = sub.add_parser("results", help="table of batch training results (e.g. a scaling sweep)")
-    results.add_argument("--dir", help="results directory (default: COURSE_OUTPUT_DIR/results)")
+    results.add_argument("--dir", help="results directory (default: results/ in the course's output directory, "
+                         "what notebook 07 reads: COURSE_OUTPUT_DIR, else build/ of your own checkout, else "
+                         "~/tf-hpc-course-output)")
+    results.add_argument("--where", action="store_true", help="print that directory and exit (slurm/sweep's "
+                         "jobs write there)")
 
     bench = sub.add_parser("bench", help="measure engines, training and input pipeline; print a table")
     bench.add_argument("--out", help="directory for bench.json and bench.csv (default: the output "
@@ -280,6 +284,9 @@ def _dispatch(args) -> int:
         from ..results import load_results, results_table
 
         directory = args.dir or output_dir() / "results"
+        if args.where:
+            print(directory)
+            return 0
         runs = load_results(directory)
         if not runs:
             raise CourseError(f"no results in {directory}: run `slurm/sweep` or `python -m helpers train --results FILE`")
