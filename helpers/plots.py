@@ -88,7 +88,7 @@ def bench(table: dict):
     """The benchmark's compared figures as one bar each: how many times better the helpers
     are than their baseline (baseline/ours for times, ours/baseline for rates; > 1 = better).
 
-    `table` is what `helpers.bench.load_table` returns; rows without a baseline, or whose
+    `table` is what `helpers.results.load_table` returns; rows without a baseline, or whose
     baseline is another quantity (the input pipeline against training), are left out.
     """
     import matplotlib.pyplot as plt

@@ -5,7 +5,7 @@ over repeats of median step times, so a busy machine slows both sides alike. "Ou
 helpers with their defaults (`helpers.tuning`, `helpers.engines`); the baseline is the same
 code with TensorFlow's and ipyparallel's defaults (`COURSE_TUNING=off`), or hand-written
 Keras (`helpers.tools.bench_baseline`). Training runs each take fresh processes. Writes bench.json
-and bench.csv (notebook 07 plots them). Nothing here is asserted by tests on wall-clock time:
+and bench.csv (docs/measured.md's tables are made from them). Nothing here is asserted by tests on wall-clock time:
 it prints figures for people to read, and says for each whether its target is met.
 """
 
