@@ -17,6 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.slurm_lock import local_slurm_lock
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The suite runs local multi-worker TensorFlow beside its own local Slurm, on a machine nobody
@@ -285,6 +287,11 @@ def slurm():
         _slurm_unavailable("not root (slurm/local/up installs packages and creates network namespaces)")
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         _slurm_unavailable("no apt-get to install slurm-wlm")
+    with local_slurm_lock(say=_report):  # one local Slurm per machine: another session's would be torn down
+        yield from _local_slurm()
+
+
+def _local_slurm():
     state = SUITE_SLURM_DIR
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(mode=0o755)
