@@ -342,6 +342,45 @@ def test_a_file_changed_that_no_recorded_write_covers_is_not_seen():
     assert finding.status == "NOT SEEN" and "cache.lockfile" in finding.detail and finding.to_see, finding
 
 
+def test_a_workers_directory_makes_the_real_directories_anew_and_copies_a_linked_file_before_a_write(tmp_path):
+    """Lesson 18's third review, finding 6: a directory of the real working directory is made anew
+    in the worker's (never linked: a link took the writes below it into the learner's), its files
+    are links, and a linked file the worker writes becomes its own copy first; the check's own
+    directory and a link back up the tree are not repeated."""
+    from helpers.tools.check_cwd import own_copy, private_cwd
+
+    real, scratch = tmp_path / "real", tmp_path / "real" / "kept"
+    (real / "run" / "deep").mkdir(parents=True)
+    (real / "run" / "notes.txt").write_text("mine\n")
+    (real / "data.npz").write_text("data")
+    (real / "run" / "up").symlink_to(real)  # a cycle
+    (scratch / "1-worker").mkdir(parents=True)
+    own = private_cwd(scratch / "1-worker", 0, real)
+    assert not (own / "run").is_symlink() and (own / "run" / "deep").is_dir() and not (own / "kept").exists()
+    assert (own / "data.npz").is_symlink() and (own / "run" / "notes.txt").is_symlink()
+    (own / "run" / "ckpt").write_text("the worker's")
+    own_copy(str(own / "run" / "notes.txt"))
+    with open(own / "run" / "notes.txt", "a") as f:
+        f.write("the worker's\n")
+    assert sorted(p.name for p in (real / "run").iterdir()) == ["deep", "notes.txt", "up"]
+    assert (real / "run" / "notes.txt").read_text() == "mine\n"
+    assert (own / "run" / "notes.txt").read_text() == "mine\nthe worker's\n"
+    assert cl.created_files(own) == ["run/ckpt", "run/notes.txt"]  # the links are not the worker's files
+
+
+def test_a_working_directory_too_large_to_repeat_per_worker_is_refused_in_one_line(tmp_path):
+    from helpers.tools.check_cwd import MAX_ENTRIES
+
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    for i in range(MAX_ENTRIES + 1):
+        (tmp_path / f"f{i}").touch()
+    done = subprocess.run([sys.executable, "-m", "helpers", "check-script", "train.py", "--global-batch-flag", "batch"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"holds more than {MAX_ENTRIES} files and directories" in done.stderr, done.stderr
+
+
 def cf_write(run: cl.Run) -> list[cf.Finding]:
     from helpers.tools.check_files import write_findings
 
@@ -364,8 +403,9 @@ def check(tmp_path: Path, source: str, *args: str, env: dict | None = None) -> t
         from helpers.take_home import copy_beside
 
         copy_beside(tmp_path)
-    began = time.monotonic()
-    done = run_cli("check-script", str(script), *args, timeout=900, env=env)
+    began = time.monotonic()  # in the script's directory (the course's checkout holds too much to repeat per worker)
+    done = subprocess.run([sys.executable, "-m", "helpers", "check-script", str(script), *args], capture_output=True,
+                          text=True, timeout=900, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     print(done.stdout, done.stderr[-2000:], f"one check: {time.monotonic() - began:.0f} s", sep="\n")
     return done.returncode, done.stdout
 
@@ -621,6 +661,34 @@ def test_a_kept_directory_beside_the_script_is_not_taken_for_the_scripts_writes(
     assert (tmp_path / "kept" / "2-workers" / "marks-1.txt").is_file()  # kept where asked
 
 
+@pytest.mark.multiprocess
+def test_a_script_writing_into_an_existing_directory_leaves_the_real_one_untouched(tmp_path, mnist):
+    """Lesson 18's third review, finding 6: each worker's working directory linked every entry of
+    the real one, directories too, so a script writing into an existing ./run/ wrote into the
+    learner's run/ through the link, in both runs (and a file there written in place was the
+    learner's, a checkpoint's index too: TensorFlow's merge writes it in place). The directories are
+    made anew; a linked file is copied before it is written."""
+    real_run = tmp_path / "run"
+    real_run.mkdir()
+    mine = {"notes.txt": "the learner's own\n", "ckpt.index": "the learner's checkpoint\n"}
+    for name, text in mine.items():
+        (real_run / name).write_text(text)
+    source = plant_edits(CUSTOM, [(CKPT_WRITE, CKPT_WRITE + 'if task_id == 0:\n    with open(os.path.join('
+                                   'args.checkpoint_dir, "notes.txt"), "a") as f:\n        f.write("the chief\'s\\n")\n')])
+    (tmp_path / "train.py").write_text(source)
+    ours, theirs = options("custom", tmp_path, mnist)
+    theirs[theirs.index("--checkpoint-dir") + 1] = "run"  # relative: the existing run/ of the directory it runs in
+    done = subprocess.run([sys.executable, "-m", "helpers", "check-script", "train.py", *ours, "--", *theirs],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    print(done.stdout, done.stderr[-2000:])
+    left = sorted(p.relative_to(real_run).as_posix() for p in real_run.rglob("*"))
+    assert left == sorted(mine), f"the check's runs wrote into the real run/: {left}"
+    assert {name: (real_run / name).read_text() for name in mine} == mine
+    assert done.returncode == 0 and "PASS     who writes: no file is written by two workers; the chief wrote 2 " \
+        "path(s) (run/ckpt, run/notes.txt)" in done.stdout, done.stdout
+
+
 @pytest.fixture(scope="module")
 def pretrained(mnist) -> Path:
     """A checkpoint of the custom-loop model next to the data (pretrained/ckpt), written by the
@@ -732,7 +800,8 @@ def test_a_check_leaves_nothing_in_the_temporary_directory(mnist, case):
         command = [sys.executable, "-m", "helpers", "check-script", str(work / "train.py"), *ours, "--", *theirs]
         done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                                f'mount -t tmpfs tmpfs /tmp && "$@"; code=$?; echo "{LEFT_IN_TMP}"; ls -A /tmp; '
-                               'exit $code', "sh", *command], env=env, cwd=ROOT, capture_output=True, text=True,
+                               'exit $code', "sh", *command], env={**env, "PYTHONPATH": str(ROOT)}, cwd=work,
+                              capture_output=True, text=True,
                               timeout=600)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -857,7 +926,8 @@ def test_three_workers_on_the_local_slurm(slurm, tmp_path, mnist):
     began = time.monotonic()
     done = subprocess.run(["salloc", "-N", "2", "-n", "3", "--time=10", sys.executable, "-m", "helpers",
                            "check-script", str(script), *ours, "--workers", "2,3", "--slurm", "--", *theirs],
-                          env={**os.environ, **slurm["env"]}, capture_output=True, text=True, timeout=900, cwd=ROOT)
+                          env={**os.environ, **slurm["env"], "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=900, cwd=tmp_path)
     print(done.stdout, done.stderr[-2000:], f"one check: {time.monotonic() - began:.0f} s", sep="\n")
     out = done.stdout
     assert passes(done.returncode, out) and "3 workers:\n" in out, out

@@ -3,7 +3,7 @@
 The workers record what the script writes through Python (`check_record`, `check_watch`),
 including the destinations TensorFlow's C++ writes below (a checkpoint prefix, a SavedModel or
 log directory, a dataset cache). Each worker stands in a working directory of its own
-(`check_worker.private_cwd`): whatever creates a file at a relative path, its worker is known,
+(`check_cwd.private_cwd`): whatever creates a file at a relative path, its worker is known,
 and two workers creating the same relative path are named. What C++ code or another program
 writes at an absolute path no wrapper sees: the command therefore lists the files under the
 directories a run writes to (the script's, and those its path options name) before and after

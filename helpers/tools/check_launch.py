@@ -64,16 +64,12 @@ def scratch_dir(slurm: bool, keep: Path | None) -> tuple[Path, bool]:
 
 
 def created_files(own: Path) -> list[str]:
-    """The files a worker created in its own working directory (relative paths; not the links)."""
+    """The files a worker created or wrote in its own working directory (relative paths): those
+    that are no longer links to the real directory's files (`check_cwd`)."""
     found = []
-    for entry in os.scandir(own) if own.is_dir() else []:
-        if entry.is_symlink():
-            continue
-        if entry.is_dir():
-            for folder, _, names in os.walk(entry.path):
-                found += [os.path.relpath(os.path.join(folder, n), own) for n in names]
-        else:
-            found.append(entry.name)
+    for folder, _, names in os.walk(own) if own.is_dir() else []:
+        found += [os.path.relpath(os.path.join(folder, n), own) for n in names
+                  if not os.path.islink(os.path.join(folder, n))]
     return sorted(found)
 
 
@@ -154,11 +150,12 @@ def _fork(child) -> int:
 def _worker(out: Path, script: Path, args: list[str], rank: int, config: str, env: dict) -> int:
     """In the forked worker: its own session, death with the command, environment, output file."""
     from . import check_worker
+    from .check_cwd import private_cwd
 
     os.setsid()
     _die_with_parent()
     real = Path.cwd()
-    os.chdir(check_worker.private_cwd(out, rank, real))
+    os.chdir(private_cwd(out, rank, real))
     tmp = out / f"tmp-{rank}"
     tmp.mkdir(exist_ok=True)
     os.environ.clear()

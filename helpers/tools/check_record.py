@@ -12,6 +12,8 @@ import re
 import sys
 import time
 
+from .check_cwd import COPY_SUFFIX, own_copy
+
 SEED = 1234
 STATE: dict = {}
 WHERE = {"out": "", "rank": 0, "script": "", "private_cwd": "", "real_cwd": ""}
@@ -93,6 +95,9 @@ def record_write(path: str | os.PathLike, how: str) -> None:
         return  # an anonymous temporary file (O_TMPFILE) opens its directory
     private = WHERE["private_cwd"]
     if private and (seen == private or seen.startswith(private + os.sep)):
+        if seen.endswith(COPY_SUFFIX):
+            return  # own_copy making the worker's copy of a linked file, not the script
+        own_copy(seen)  # before the write: a link to the learner's file becomes the worker's copy
         seen = WHERE["real_cwd"] + seen[len(private):]
     elif seen.startswith((WHERE["out"], "/dev/", "/proc/", "/sys/")):
         return  # the command's own files (the worker's temporary directory too), devices

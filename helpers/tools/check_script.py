@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from .check_analysis import analyse, crash_findings
+from .check_cwd import tree
 from .check_files import changed, snapshot, watched_roots
 from .check_findings import verdict
 from .check_launch import Run, run_local, run_slurm, scratch_dir
@@ -45,6 +46,7 @@ def main(opts: Options) -> int:
     scratch, remove = scratch_dir(opts.slurm, opts.keep)
     roots = watched_roots(opts.script, opts.script_args, Path.cwd(), scratch)
     try:
+        tree(Path.cwd(), scratch)  # refused here, in one line, before any run, when too large to repeat per worker
         ref = _one_run(opts, 1, scratch / "1-worker", roots, scratch)
         runs = [] if (crash_findings(ref, "1 worker") or 0 not in ref.reports) else \
             [_one_run(opts, n, scratch / f"{n}-workers", roots, scratch) for n in opts.workers]

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from .check_cwd import private_cwd
 from .check_record import SEED, STATE, WHERE, audit, mark, start
 from . import check_watch
 
@@ -46,20 +47,6 @@ def _tf_config_from_slurm() -> None:
 
     layout, _, workers = resolve_step()
     os.environ["TF_CONFIG"] = json.dumps(make_tf_config(workers, layout.rank))
-
-
-def private_cwd(out: Path, rank: int, real: Path) -> Path:
-    """A working directory of the worker's own standing for `real`: a link to every entry of
-    `real`, so the script reads what it would; what it creates there (a relative `run/` or
-    `logs/`) is the worker's alone, so whatever writes it, Python or C++, two workers that create
-    the same path are seen doing so, and one run does not find the files of the run before."""
-    own = out / f"cwd-{rank}"
-    own.mkdir(exist_ok=True)
-    for entry in os.scandir(real):
-        link = own / entry.name
-        if not os.path.lexists(link):
-            os.symlink(entry.path, link)
-    return own
 
 
 def prepare() -> None:
