@@ -85,9 +85,13 @@ def training_dataset(examples: tf.data.Dataset, global_batch: int, input_context
     Given an `input_context` (from `strategy.distribute_datasets_from_function`), this worker
     keeps every n-th example and batches by the per-replica batch; without one, the dataset is
     batched by the global batch for `model.fit` or `experimental_distribute_dataset`.
+    A dataset whose size TensorFlow does not know (after a `filter`) is counted by one pass over
+    it first, so that the cut to whole global batches still happens; an endless one is not cut.
     """
     count = int(examples.cardinality())
-    if count > 0:  # whole global batches only: every worker then gets the same number of steps
+    if count == tf.data.UNKNOWN_CARDINALITY:  # after a filter, say: count the examples
+        count = sum(1 for _ in examples)
+    if count != tf.data.INFINITE_CARDINALITY:  # whole global batches only: the same steps on every worker
         examples = examples.take(count - count % global_batch)
     batch = global_batch
     if input_context is not None:
