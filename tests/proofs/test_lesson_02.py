@@ -218,8 +218,11 @@ def test_lesson_02_proof_on_one_replica_says_nothing_of_replicas(capsys):
     (1, (".shard(2, 0).batch(4).as_numpy_iterator()", ".batch(4).shard(2, 0).as_numpy_iterator()"), "^$"),
     (2, (".batch(8).shuffle(8, seed=1)", ".batch(8)"), "^$"),  # the buggy pipeline not shuffling at all
     (2, (".shuffle(64, seed=1).batch(8)", ".shuffle(8, seed=1).batch(8)"), "^$"),  # a fix with too small a buffer
-    (3, ("seed=seeds[rank]", "seed=42"), "^$")],  # every worker the same seed: nothing seen twice to show
-    ids=["1", "2", "3", "1 shard after batch", "2 buggy not shuffled", "2 small buffer", "3 one seed"])
+    (3, ("seed=seeds[rank]", "seed=42"), "^$"),  # every worker the same seed: nothing seen twice to show
+    # the workers' own global seeds never set: seed=42 then gives both the same order, nothing overlaps
+    (3, ("tf.random.set_seed(global_seeds[rank])", "tf.random.set_seed(42)"), "^$")],
+    ids=["1", "2", "3", "1 shard after batch", "2 buggy not shuffled", "2 small buffer", "3 one seed",
+         "3 global seeds ignored"])
 def test_lesson_02_solutions_fail_when_their_answer_is_wrong(number, change, match):
     """Issue 54: each of lesson 02's solutions, as written and with its answer made wrong."""
     import tensorflow as tf
