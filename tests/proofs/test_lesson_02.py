@@ -213,15 +213,22 @@ def test_lesson_02_proof_on_one_replica_says_nothing_of_replicas(capsys):
     assert "NOT CHECKED (one replica)" in out and "replicas and workers" not in out, out
 
 
+_TOPS = r"^\[\d+(, \d+){9}\]$"  # solution 2's assert on the first batches' largest numbers, under ten seeds
+
+
 @pytest.mark.parametrize("number,change,match", [
     (1, None, None), (2, None, None), (3, None, None),
     (1, (".shard(2, 0).batch(4).as_numpy_iterator()", ".batch(4).shard(2, 0).as_numpy_iterator()"), "^$"),
     (2, (".batch(8).shuffle(8, seed=1)", ".batch(8)"), "^$"),  # the buggy pipeline not shuffling at all
-    (2, (".shuffle(64, seed=1).batch(8)", ".shuffle(8, seed=1).batch(8)"), "^$"),  # a fix with too small a buffer
+    (2, (".shuffle(64, seed=seed).batch(8)", ".shuffle(8, seed=seed).batch(8)"), _TOPS),  # a fix with too small a buffer
+    # half the data in the buffer (the first batch reached 35, which the old `>= 32` let through), or 50 of 64
+    (2, (".shuffle(64, seed=seed).batch(8)", ".shuffle(32, seed=seed).batch(8)"), _TOPS),
+    (2, (".shuffle(64, seed=seed).batch(8)", ".shuffle(50, seed=seed).batch(8)"), _TOPS),
     (3, ("seed=seeds[rank]", "seed=42"), "^$"),  # every worker the same seed: nothing seen twice to show
     # the workers' own global seeds never set: seed=42 then gives both the same order, nothing overlaps
     (3, ("tf.random.set_seed(global_seeds[rank])", "tf.random.set_seed(42)"), "^$")],
-    ids=["1", "2", "3", "1 shard after batch", "2 buggy not shuffled", "2 small buffer", "3 one seed",
+    ids=["1", "2", "3", "1 shard after batch", "2 buggy not shuffled", "2 small buffer", "2 half buffer",
+         "2 buffer of 50", "3 one seed",
          "3 global seeds ignored"])
 def test_lesson_02_solutions_fail_when_their_answer_is_wrong(number, change, match):
     """Issue 54: each of lesson 02's solutions, as written and with its answer made wrong."""
