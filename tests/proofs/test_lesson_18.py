@@ -44,11 +44,19 @@ _RAISED_18 = "tensorflow/python/distribute/mirrored_strategy.py:806, in _update:
 
 
 def _as_written_18(workers: int = 1, error: str = "AssertionError", raised: str = _RAISED_18,
-                   at: str = "train.py:53 (loss = train_step(batch))") -> str:
+                   at: str = "train.py:53 (loss = train_step(batch))", traced: str = "train_step at train.py:47") -> str:
     return _check_18("FAIL     strategy.scope(): model 'sequential' (made at train.py:31) was built outside "
                      "strategy.scope(): its variables are not mirrored", _FIX_18,
-                     f"FAIL     the run with 1 worker: worker 0 failed at {at}: {error}, in the traced train_step at "
-                     f"train.py:47 (raised at {raised})", workers=workers)
+                     f"FAIL     the run with 1 worker: worker 0 failed at {at}: {error}, in the traced {traced} "
+                     f"(raised at {raised})", workers=workers)
+
+
+_NOT_COMPARED_18 = ("NOT SEEN input sharding: not compared: see the batch line above",
+                    "NOT SEEN same weights as one worker: not compared: the runs' steps did not read the same examples")
+_CHIEF_LEFT_18 = ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]
+_FIRST_ALONE_18 = ('  File "/x/train.py", line 26, in dataset_fn\n    dataset = dataset.shuffle(len(x), seed=args.seed + '
+                   "task_id)  # each worker its own order\nTypeError: unsupported operand type(s) for +: 'int' and "
+                   "'NoneType'\n")
 
 
 def _checks_18(**changes) -> dict:
@@ -58,8 +66,9 @@ def _checks_18(**changes) -> dict:
     def report(failing: dict, seen: dict) -> str:
         return _check_18(*[failing.get(n) or seen.get(n) or _PASS_18[n] for n in _PASS_18], _FIX_18)
 
-    not_seen = {"input sharding": "NOT SEEN input sharding: not checked: see batch per replica above",
-                "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."}
+    not_seen = {"input sharding": "NOT SEEN input sharding: not compared: see the batch line above",
+                "same weights as one worker": "NOT SEEN same weights as one worker: not compared: the runs' steps did "
+                                              "not read the same examples (see the input lines above)"}
     checks = {
         "as written": (1, _as_written_18()),
         # both workers wrote run/ckpt, each in a working directory of its own (no race): every check ran
@@ -165,13 +174,41 @@ def _checks_18(**changes) -> dict:
     ({}, "import importlib\nlesson = importlib.import_module('helpers.lesson')\n", "import nothing from the course"),
     ({}, "lesson = __import__('helpers')\n", "import nothing from the course"),
     # run alone, it printed a task_id of 0 (a TF_CONFIG left in its environment)
-    ({"alone stdout": "worker 0, epoch 0: loss 1.3427\n"}, "import tensorflow as tf\n", "task_id should be None")],
+    ({"alone stdout": "worker 0, epoch 0: loss 1.3427\n"}, "import tensorflow as tf\n", "task_id should be None"),
+    # third review, finding 1: a chief-only write (worker 1 wrote nothing at all) passed; worker 1 left a checkpoint
+    # in its working directory, or one landed in the directory the check ran in
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        *_NOT_COMPARED_18, _PASS_18["identical weights on every worker"],
+                                        "PASS     who writes: no file is written by two workers; the chief wrote 1 "
+                                        "path(s) (run/ckpt), the others only paths of their own", _FIX_18))},
+     "import tensorflow as tf\n", "turn its FAIL line to PASS"),
+    ({"left": {"cwd-0": _CHIEF_LEFT_18, "cwd-1": ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]}},
+     "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    ({"real run": True}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    # third review, finding 2: the checkpoint fix's check compared the examples (a PASS) instead of saying NOT SEEN
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
+                                        _PASS_18["input sharding"], _NOT_COMPARED_18[1],
+                                        _PASS_18["identical weights on every worker"], _PASS_18["who writes"], _FIX_18))},
+     "import tensorflow as tf\n", "should be NOT SEEN"),
+    # third review, finding 3: another global batch, as the lines say it (passes), or lines that still say 12
+    ({"global batch": (24, True)}, "import tensorflow as tf\n", None),
+    ({"global batch": (24, False)}, "import tensorflow as tf\n", "name each planted mistake"),
+    # third review, finding 5: the traced frame named is the step's own (line 45), not train_step's strategy.run line
+    ({"as written": (1, _as_written_18(traced="step at train.py:45"))}, "import tensorflow as tf\n",
+     "stopped at the one-worker run"),
+    # third review, finding 7: the script as written, run alone, ran (a seed without task_id) or failed otherwise
+    ({"first alone": (0, "worker None, epoch 0\n")}, "import tensorflow as tf\n", "stop at args.seed \\+ task_id"),
+    ({"first alone": (1, 'File "train.py", line 26, in dataset_fn\n    dataset = dataset.shuffle(len(x), '
+                         'seed=args.seed + task_id)\nValueError: bad seed')}, "import tensorflow as tf\n",
+     "stop at args.seed \\+ task_id")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
          "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
          "named by keras", "a step ran first", "no step, no raise", "step mark renamed", "raised at the checkpoint",
          "a worker exited early", "a worker left no marks", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
-         "importlib", "__import__", "alone had a task"])
+         "importlib", "__import__", "alone had a task", "chief-only write", "worker 1 left a checkpoint",
+         "the real run/ written", "examples compared", "global batch 24", "global batch 24 said 12",
+         "traced at the step", "as written ran alone", "as written failed otherwise"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
     line with the planted cause, that check PASS at the next run (the chief's checkpoint at run/ckpt),
@@ -181,6 +218,11 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     import re
 
     changes = dict(changes)
+    left = changes.pop("left", {"cwd-0": _CHIEF_LEFT_18, "cwd-1": []})  # what the checkpoint fix's workers left
+    first_code, first_stderr = changes.pop("first alone", (1, _FIRST_ALONE_18))  # the script as written, run alone
+    global_batch, said = changes.pop("global batch", (12, True))
+    if changes.pop("real run", False):
+        (tmp_path / "run").mkdir()
     files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
     alone_code = changes.pop("alone code", 0)
     alone_stdout = changes.pop("alone stdout", "worker None, epoch 0: loss 1.3427\nworker None, epoch 1: loss 1.0213\n")
@@ -198,8 +240,13 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     if renamed:
         checks = {label: (code, out, {k: v.replace(" step ", f" {renamed} ") for k, v in marks.items()})
                   for label, (code, out, marks) in checks.items()}
+    if said:  # the batch lines as the check prints them for this global batch
+        checks = {label: (c, out.replace("global batch 12: the global batch of a step is 24",
+                                         f"global batch {global_batch}: the global batch of a step is {2 * global_batch}"),
+                          marks) for label, (c, out, marks) in checks.items()}
     holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
-                  {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks,
+                  {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks, "GLOBAL_BATCH": global_batch,
+                   "left": left, "first_alone": SimpleNamespace(returncode=first_code, stderr=first_stderr),
                    "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
 
 

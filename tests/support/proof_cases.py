@@ -336,7 +336,11 @@ OK["18_your_own_script.ipynb"] = {
     "no_step_ran": True, "first_marks": "1.0 distribute_datasets_from_function at train.py:51\n1.9 script raised AssertionError",
     "steps_marked": True,
     "to_the_end": {"checkpoint fixed": True, "batch fixed": True}, "alone_task_none": True,
-    "alone": SimpleNamespace(stdout="worker None, epoch 0: loss 1.3427\n")}
+    "alone": SimpleNamespace(stdout="worker None, epoch 0: loss 1.3427\n"),
+    "only_chief_left": True, "left": {"cwd-0": ["run/ckpt.data-00000-of-00001", "run/ckpt.index"], "cwd-1": []},
+    "not_compared": {"input sharding": "NOT SEEN input sharding: not compared: see the batch line above",
+                     "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."},
+    "stopped_at_seed": True, "alone_error": "TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'"}
 
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
@@ -1345,4 +1349,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the fixed script run alone (task_id None) wrote no checkpoint: a chief test of task_id == 0
     ("18_your_own_script.ipynb", {"wrote_alone": False, "alone_files": []}, "run alone"),
     ("18_your_own_script.ipynb", {"take_home": False}, "import nothing from the course"),
+    # worker 1 left a checkpoint in its working directory, or one landed where the check ran (third review, finding 1)
+    ("18_your_own_script.ipynb", {"only_chief_left": False}, "only the chief should leave a checkpoint"),
+    # the checkpoint fix's check compared the examples of steps of 24 against steps of 12 (finding 2)
+    ("18_your_own_script.ipynb", {"not_compared": {"input sharding": "PASS     input sharding: ...",
+                                                   "same weights as one worker": "NOT SEEN ...: not compared"}},
+     "should be NOT SEEN"),
+    # the script as written, run alone, did not stop at args.seed + task_id (finding 7)
+    ("18_your_own_script.ipynb", {"stopped_at_seed": False}, "stop at args.seed"),
 ]
