@@ -70,8 +70,9 @@ $(STAMP):
 	           if {"tensorflow", "tensorflow-cpu"} <= names else 0)'
 	@echo $(DEPS_HASH) > $(STAMP)
 
+# LESSONS=notebooks/08_batch_job.ipynb ... runs those lessons only (the tests run the Slurm lessons this way)
 course: install
-	$(PY) -m helpers.tools.course_run --out $(BUILD)
+	$(PY) -m helpers.tools.course_run --out $(BUILD) $(LESSONS)
 
 # The course as a static site in $(BUILD)/site (Sphinx, MyST-NB): the README, every lesson with the
 # outputs of the last `make course`, the guides. Open $(BUILD)/site/index.html.

@@ -2,6 +2,8 @@
 
 Needs root (the script installs Slurm and creates namespaces). Elsewhere these tests are
 skipped with the reason; CI sets COURSE_REQUIRE_SLURM=1, which turns the skip into a failure.
+The lessons that reach Slurm run here as a user runs them, `make course LESSONS=...` with the local
+Slurm answering (the nbval pass hides Slurm from the lessons), each once.
 """
 
 from __future__ import annotations
@@ -134,13 +136,19 @@ def test_more_engines_than_allocated_tasks_is_a_clear_error(slurm):
     assert _squeue_empty(slurm["env"])
 
 
-def _nbval(notebook: str, env: dict, cell_timeout: int = 600) -> None:
-    """Run one notebook under nbval in a fresh process with `env`; fail with its output."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                           "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}", f"notebooks/{notebook}.ipynb"],
-                          env={**env, "COURSE_NBVAL_SLURM": "visible"},  # a Slurm test: see root conftest.py
+def _make_course(notebook: str, env: dict, cell_timeout: int = 600) -> None:
+    """Run one lesson as a user does: `make course` with the local Slurm answering (docs/slurm.md), its
+    executed copy kept beside the test's output; fail with the runner's table and the failing cell's error."""
+    out = Path(env["COURSE_OUTPUT_DIR"]) / "course-build"
+    done = subprocess.run(["make", "--no-print-directory", "course", f"LESSONS=notebooks/{notebook}.ipynb",
+                           f"COURSE_BUILD_DIR={out}"], env={**env, "COURSE_BUILD_DIR": str(out)},
                           capture_output=True, text=True, timeout=2 * cell_timeout, cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-6000:]
+    executed = out / "notebooks" / f"{notebook}.ipynb"
+    errors = "" if not executed.exists() else "\n".join(
+        "\n".join(o.get("traceback", [])) for c in json.loads(executed.read_text())["cells"]
+        for o in c.get("outputs", []) if o.get("output_type") == "error")
+    assert done.returncode == 0 and f"{notebook}.ipynb  ok" in done.stdout, (
+        f"make course: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}\n{errors[-4000:]}")
 
 
 @pytest.mark.parametrize("notebook", ["06_fault_tolerance", "15_models_you_keep"])
@@ -153,7 +161,7 @@ def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
     env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
            "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
-    _nbval(notebook, env)
+    _make_course(notebook, env)
     if notebook.startswith("03"):
         assert (tmp_path / "models" / "03_multiworker.keras").exists(), "the chief saves the model"
     if notebook.startswith("15"):
@@ -490,7 +498,7 @@ def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     outside a job with GPUs). The same lesson from a GPU server, its workers a (simulated) GPU each:
     test_hub_jobs; the setting's decisions: test_slurm_jobs."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path), "COURSE_JOB_GPUS_PER_TASK": "auto"}
-    _nbval("08_batch_job", env)
+    _make_course("08_batch_job", env)
     logs = list((tmp_path / "batch_job").glob("tf-mwms-*.out"))
     assert len(logs) == 1, "the notebook ran its job without Slurm"
     text = logs[0].read_text()
@@ -511,7 +519,7 @@ def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, 
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     if disks == "one /tmp":
         env.pop("COURSE_NODE_LOCAL")
-        _nbval("16_input_at_scale", env)
+        _make_course("16_input_at_scale", env)
         logs = sorted((tmp_path / "input_at_scale").glob("tf-shards-*.out"))
         assert len(logs) == 2 and all(re.search(r"^STAGED 2 nodes \d+ ms$", l.read_text(), re.M) for l in logs), logs
         jobs = [re.search(r"tf-shards-(\d+)\.out$", l.name).group(1) for l in logs]
@@ -519,7 +527,7 @@ def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, 
         assert not left, f"the jobs should remove their copies from /tmp: {left}"
         report("lesson 16 on the local Slurm with one /tmp for both nodes: 2 jobs staged once each, proof passed")
         return
-    _nbval("16_input_at_scale", env)
+    _make_course("16_input_at_scale", env)
     logs = sorted((tmp_path / "input_at_scale").glob("tf-shards-*.out"))
     assert len(logs) == 2, "the notebook ran its jobs without Slurm"
     staged = []
@@ -544,7 +552,7 @@ def test_software_stack_notebook_loads_its_module_on_slurm(slurm, tmp_path, repo
     where each import came from; its second job runs Keras 3 without and with the fix and Keras 2
     (tf_keras) under MWMS, a step each on node1 and node2."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
-    _nbval("17_software_stack", env)
+    _make_course("17_software_stack", env)
     stack_logs = list((tmp_path / "software_stack").glob("tf-stack-*.out"))
     keras_logs = list((tmp_path / "software_stack").glob("tf-keras-versions-*.out"))
     assert len(stack_logs) == 1 and len(keras_logs) == 1, "the notebook ran its jobs without Slurm"
