@@ -111,7 +111,7 @@ namespace = {"tf": tf, "keras": keras, "np": np, "print": lambda *a, **k: None,
              "strategy": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
 for source in json.load(sys.stdin):
     exec(compile(source, "02 cell", "exec"), namespace)
-keys = ("last_split", "empty_loss", "gamma_nan", "conv_shape", "cnn_evaluate", "cnn_fit", "cnn_gamma_nan", "cnn_control")
+keys = ("last_split", "empty_loss", "gamma_nan", "control_gamma_nan", "conv_shape", "cnn_evaluate", "cnn_fit", "cnn_gamma_nan", "cnn_control")
 print("MEASURED " + json.dumps({k: namespace[k] for k in keys}, default=bool))
 """
 
@@ -150,15 +150,20 @@ def test_lesson_02_empty_replica_batch_cells_on_two_replicas(environ, change, ma
 @pytest.mark.multiprocess
 def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails_the_proof(tmp_path):
     """Lesson 02's worker program, run as 2 real workers with its `.cache()` taken out (the second
-    pass maps every example again) and its one file listed twice (FILE sharding, and AUTO, then have
-    a file per worker, so no worker raises): each of these measured reports must fail its line of the proof
-    (review items 20 and 21; the program as written runs in the lesson itself, under nbval)."""
+    pass maps every example again), its one file listed twice (FILE sharding, and AUTO, then have
+    a file per worker, so no worker raises and worker 1 reads the records of its own) and dataset_fn's
+    read counted after the shard instead of before it (each worker reads only its half): each of these
+    measured reports must fail its line of the proof (review items 20 and 21, third review P1 and P6;
+    the program as written runs in the lesson itself, under nbval)."""
     import json
 
     from helpers.local_workers import run_local_workers
 
     program = next(c for c in code_cells("02_input_pipelines.ipynb") if c.startswith("%%writefile")).split("\n", 1)[1]
-    for old, new in ((".map(scale).cache()", ".map(scale)"), ("TFRecordDataset([one_file])", "TFRecordDataset([one_file] * 2)")):
+    shard = ".shard(input_context.num_input_pipelines, input_context.input_pipeline_id)"
+    for old, new in ((".map(counted(mapped)).cache()", ".map(counted(mapped))"),
+                     ("TFRecordDataset([one_file])", "TFRecordDataset([one_file] * 2)"),
+                     (f"ids.map(counted(read)){shard}", f"ids{shard}.map(counted(read))")):
         assert old in program
         program = program.replace(old, new)
     (tmp_path / "worker.py").write_text(program)
@@ -168,7 +173,9 @@ def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails
     assert all(seen[r][f"{policy}, 1 file"] == "no error" for r in seen for policy in ("FILE", "AUTO")), seen
     for key, match in (("mapped in 2 passes, DATA", "every example on every worker"),
                        ("mapped in 2 passes, dataset_fn", "only its half"), ("FILE, 1 file", "on worker 0 only"),
-                       ("AUTO, 1 file", "AUTO with 1 file should raise")):
+                       ("AUTO, 1 file", "AUTO with 1 file should raise"),
+                       ("records read, FILE", "worker 1 should get an empty shard"),
+                       ("read before the shard, dataset_fn", "read every id before its shard")):
         broken = lesson_02_seen({r: {key: seen[r][key]} for r in seen})
         with pytest.raises(AssertionError, match=match):
             run_proof("02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], "seen": broken})
