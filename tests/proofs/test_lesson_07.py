@@ -60,20 +60,14 @@ def _fake_tf(physical_gpus: int):
 
 
 @pytest.mark.parametrize("visible,physical,logical,kernel,workers", [
-    (None, 0, 0, "CPU", "CPU"),  # a CPU node
+    ("", 0, 0, "CPU", "CPU"),  # a CPU node (Slurm's and users' "no GPU")
     ("0", 1, 2, "logical GPU", "CPU"),  # one GPU: split for this kernel, the 2 workers hidden from it
     ("0,1,2,3", 4, 4, "GPU", "GPU")])  # as many GPUs as workers, or more: one or more each
 def test_lesson_07_plans_each_points_device(visible, physical, logical, kernel, workers, monkeypatch):
     """The lesson's plan cell, on the GPUs a node could have: this kernel's kind and the workers' from
     the course's own GPU plan (plan_for_local_worker), so a one-GPU node plans CPU workers."""
-    from helpers import gpus
-
     monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
-    monkeypatch.setattr(gpus, "_nvidia_smi_count", lambda: 0)
-    if visible is None:
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    else:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     ns = {"gpus": [f"/device:GPU:{i}" for i in range(logical)], "counts": [1, 2], "tf": _fake_tf(physical),
           "print": lambda *a, **k: None}
     exec(cell_defining("07_scaling_performance.ipynb", "planned = {"), ns)
