@@ -170,8 +170,9 @@ LOOSENED = [
     # lessons 04, 10 and 14: each bound loosened 10x, or a count or a zero to its nearest looser form. Not loosened,
     # bounds of rounding, not of a claim: 04's abs(loss) < inf; 10's rel_tol=1e-6 on float32 schedules; 14's
     # 1e-12 (compute plus all-reduce, one GPU at 1.0) and 1e-9 (the ring's 1.75x), float64 sums of exact terms
-    ("04_custom_training_loop.ipynb", "len(in_sync) >= 2", "len(in_sync) >= 1"),
-    ("04_custom_training_loop.ipynb", "in_sync[0] >= len(in_sync)", "in_sync[0] >= 1"),
+    ("04_custom_training_loop.ipynb", "N_ENGINES >= 2", "N_ENGINES >= 1"),
+    # the cluster check as it was (first review P1: two engines each a MirroredStrategy of 2 GPUs passed it)
+    ("04_custom_training_loop.ipynb", "set(in_sync) == {sum(local)}", "set(in_sync) == {in_sync[0]} and in_sync[0] >= len(in_sync)"),
     ("04_custom_training_loop.ipynb", "min(len(s) for s in seen) > 0", "min(len(s) for s in seen) >= 0"),
     ("04_custom_training_loop.ipynb", "overlap == 0", "overlap <= 1"),
     ("04_custom_training_loop.ipynb", "right_gap < 1e-5", "right_gap < 1e-4"),
@@ -183,7 +184,8 @@ LOOSENED = [
     ("04_custom_training_loop.ipynb", 'underflow["bfloat16"] > 0', 'underflow["bfloat16"] >= 0'),
     ("04_custom_training_loop.ipynb", '"loss scale"] == 32768', '"loss scale"] >= 16384'),
     ("04_custom_training_loop.ipynb", '"steps unscaled"] == 1', '"steps unscaled"] >= 0'),
-    ("04_custom_training_loop.ipynb", '0.5 < p["moved', '0.05 < p["moved'),
+    ("04_custom_training_loop.ipynb", '0.5 < precision[p]["moved', '0.05 < precision[p]["moved'),
+    ("04_custom_training_loop.ipynb", '"moved vs float32"] < 0.01', '"moved vs float32"] < 0.1'),
     ("04_custom_training_loop.ipynb", "< 2 for p", "< 20 for p"),
     # lesson 07: the share of the span inside timed steps (its floor 0.8: correct runs measured 0.97-1.00, the
     # test's callback sleeping 0.3 s after each 24-29 ms step 0.09; its ceiling: float rounding, as the steps lie

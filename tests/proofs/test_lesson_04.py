@@ -3,10 +3,27 @@ its gathering cells and solutions on planted raw data (what a run measures, what
 return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
 not a planted final value."""
 
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
 import pytest
 
-from tests.support.proof_cases import OK
-from tests.support.proof_cells import PlantedEngines, code_cells, gather_and_prove, holds_unless, run_proof
+from tests.conftest import ROOT
+from tests.support.proof_cases import OK, planted_strategy
+from tests.support.proof_cells import (
+    PlantedEngines, assignment_source, code_cells, gather_and_prove, holds_unless, run_proof, solution_source,
+)
+
+
+def _run_script(script: str, *args: str, timeout: float = 400) -> dict:
+    """`script` run in a fresh Python (its own logical CPU devices), the JSON it printed after RESULT."""
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
 
 
 LESSON_04_PRECISION = """
@@ -33,30 +50,30 @@ ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn,
 exec(step, ns)
 exec(next(s for s in code if s.startswith("def correct_predictions")), ns)
 rng = np.random.default_rng(0)
-ns.update(images=rng.uniform(size=(16, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=16).astype("int32"))
+ns.update(images=rng.uniform(size=(16, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=16).astype("int32"),
+          examples=16)
 first = next(i for i, s in enumerate(code) if s.startswith("underflow = "))
-last = next(i for i, s in enumerate(code) if s.startswith("precision = {}"))
+last = next(i for i, s in enumerate(code) if "precision = {}" in s)
 for cell in code[first:last + 1]:  # the mixed-precision cells, in order
+    if sys.argv[1] == "gradients not small":  # the steps at their ordinary size: nothing underflows
+        assert "SMALL = 1e-5" in cell or "SMALL = " not in cell
+        cell = cell.replace("SMALL = 1e-5", "SMALL = 1.0")
     exec(cell, ns)
 sys.stdout.write("PRECISION " + json.dumps(ns["precision"]) + "\\n")
 """
 
 
 @pytest.mark.parametrize("variant,match", [("unscaled", "about as far"),
-                                           ("through the inner optimizer", "unscaled one step")])
+                                           ("through the inner optimizer", "unscaled one step"),
+                                           ("gradients not small", "lose small gradients")])
 def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(variant, match):
     """Notebook 04's own step and mixed-precision cells, run; then its proof on what they measured. The
     step with `to_differentiate = loss` (the loss not scaled, the gradients still divided) must fail, and
     so must the step that also applies through `optimizer.inner_optimizer` (nothing scaled, nothing divided
-    back: its step is as long as float32's and the scale still reads 32768, but the optimizer unscaled nothing).
-    As written these cells are the nbval pass's, on the same 16 images and 2 replicas, and its proof passes
-    there: no control run here (it was one, 17 s)."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
+    back: the scale still reads 32768, but the optimizer unscaled nothing), and so must the steps taken at their
+    ordinary size (SMALL = 1.0: float16 without loss scaling then moves as far as float32, 1.0017x in the first
+    review, so nothing shows that float16 needs the scaling). As written these cells are the nbval pass's, on the
+    same 16 images and 2 replicas, and its proof passes there: no control run here (it was one, 17 s)."""
     done = subprocess.run([sys.executable, "-c", LESSON_04_PRECISION, variant], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**__import__("os").environ})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -65,17 +82,23 @@ def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(var
     holds_unless(match, run_proof, "04_custom_training_loop.ipynb", namespace)
 
 
-@pytest.mark.parametrize("seen,tested,match", [
-    ([[0, 2, 4], [1, 3, 5]], [511, 511], None),
-    ([[0, 2, 4], [4, 5, 6]], [511, 511], "shared examples"),  # example 4 on both workers
-    ([[0, 2, 4], [1, 3, 5]], [511, 448], "evaluation counted")],  # a worker dropped its remainder
-    ids=["disjoint", "one example shared", "remainder dropped"])
-def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_return(seen, tested, match):
+@pytest.mark.parametrize("seen,tested,local,fingerprints,match", [
+    ([[0, 2, 4], [1, 3, 5]], [511, 511], [1, 1], [["t0", "t2"], ["t1", "t3"]], None),
+    ([[0, 2, 4], [4, 5, 6]], [511, 511], [1, 1], [["t0", "t2"], ["t1", "t3"]], "shared examples"),  # example 4 on both
+    ([[0, 2, 4], [1, 3, 5]], [511, 448], [1, 1], [["t0", "t2"], ["t1", "t3"]], "evaluation counted"),  # a remainder dropped
+    # first review P1: two engines of 2 GPUs, each its own MirroredStrategy (no TF_CONFIG): 2 in sync, 2 local
+    ([[0, 2, 4], [1, 3, 5]], [511, 511], [2, 2], [["t0", "t2"], ["t1", "t3"]], "not one cluster"),
+    # first review P2: a worker-seeded shuffle before the shard: t1 evaluated twice, t2 never; the count still right
+    ([[0, 2, 4], [1, 3, 5]], [511, 511], [1, 1], [["t0", "t1"], ["t1", "t3"]], "the workers' evaluation")],
+    ids=["disjoint", "one example shared", "remainder dropped", "a MirroredStrategy per engine", "one image twice"])
+def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_return(seen, tested, local, fingerprints, match):
     ok = OK["04_custom_training_loop.ipynb"]
-    pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2],
-              "examples_seen": seen, "test_counted": tested}
-    raw = {k: v for k, v in ok.items() if k not in ("digests", "initial", "in_sync", "seen", "overlap", "worker_test_counts")}
-    holds_unless(match, gather_and_prove, "04_custom_training_loop.ipynb", {**raw, "engines": PlantedEngines(pulled)})
+    pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2], "local_replicas": local,
+              "examples_seen": seen, "test_counted": tested, "worker_tested": fingerprints}
+    computed = ("digests", "initial", "in_sync", "local", "seen", "overlap", "worker_test_counts", "tested_by_workers")
+    raw = {k: v for k, v in ok.items() if k not in computed}
+    holds_unless(match, gather_and_prove, "04_custom_training_loop.ipynb",
+                 {**raw, "Counter": Counter, "engines": PlantedEngines(pulled)})
 
 
 @pytest.mark.parametrize("dropping,match", [(False, None), (True, "evaluation counted")],
@@ -110,3 +133,162 @@ def test_lesson_04_evaluation_count_fails_when_the_remainder_is_dropped(dropping
                 "worker_test_counts": [test["examples"]] * 2}  # the workers run this same evaluate
     assert measured["test_images"] == 511
     holds_unless(match, run_proof, "04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], **measured})
+
+
+def _lesson_04_data_and_fingerprints(strategy, evaluation_dataset) -> dict:
+    """Lesson 04's data cell (its odd test split: 511 quick images) and fingerprint cells, run in this
+    process on `strategy` with `evaluation_dataset` as its pipeline: the namespace they leave."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from helpers import lesson
+    from helpers.data import ensure_data, load_split
+    from helpers.mode import mode_sizes
+
+    ns = {"tf": tf, "keras": keras, "np": np, "strategy": strategy, "sizes": mode_sizes("quick"), "ensure_data": ensure_data,
+          "load_split": load_split, "training_dataset": lesson.training_dataset, "print": lambda *a, **k: None,
+          "evaluation_dataset": evaluation_dataset}
+    code = code_cells("04_custom_training_loop.ipynb")
+    for start in ("dataset = ensure_data", "import hashlib", "def fingerprints", "from helpers.lesson import normalize"):
+        exec(compile(next(c for c in code if c.startswith(start)), "04 cell", "exec"), ns)
+    return ns
+
+
+@pytest.mark.parametrize("shuffled,match", [(False, None), (True, "the workers' evaluation")],
+                         ids=["sharded as written", "shuffled by worker before the shard"])
+def test_lesson_04_fingerprints_find_a_worker_seeded_shuffle_before_the_shard(shuffled, match, capsys):
+    """First review, P2: two workers' evaluation pipelines (notebook 02's `evaluation_dataset` with the input
+    context each worker of a two-worker MultiWorkerMirroredStrategy gets, one replica each, global batch 64),
+    each run through a one-device MirroredStrategy here, fingerprinted by the lesson's own `fingerprints`, then
+    its gathering cell and proof. Each worker's pipeline shuffled with its own seed before the shard makes one
+    worker evaluate some images the other also evaluates and leaves others out: the weighted count can still be
+    511, which the old proof took for every image; the fingerprints must fail it."""
+    import tensorflow as tf
+
+    from helpers import lesson
+
+    strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0"])
+    ns = _lesson_04_data_and_fingerprints(strategy, lesson.evaluation_dataset)
+    test_examples, tested = ns["test_examples"], []
+    for rank in (0, 1):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=rank, num_replicas_in_sync=2)
+        examples = test_examples.shuffle(511, seed=rank) if shuffled else test_examples
+        dist = strategy.distribute_datasets_from_function(lambda _: lesson.evaluation_dataset(examples, 64, context))
+        tested.append(ns["fingerprints"](strategy, dist))
+    counted = sum(map(len, tested))  # what every worker's all-reduced weight sum would be
+    with capsys.disabled():
+        print(f"\n[04 P2, {'shuffled' if shuffled else 'as written'}] weight-1 images {[len(t) for t in tested]}, "
+              f"counted {counted} of 511")
+    pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2], "local_replicas": [1, 1],
+              "examples_seen": [["a"], ["b"]], "test_counted": [counted, counted], "worker_tested": tested}
+    computed = ("digests", "initial", "in_sync", "local", "seen", "overlap", "worker_test_counts", "tested_by_workers")
+    raw = {k: v for k, v in OK["04_custom_training_loop.ipynb"].items() if k not in computed}
+    measured = {"test_set": ns["test_set"], "tested_here": ns["tested_here"], "test_images": 511, "global_batch": ns["global_batch"]}
+    assert sum(ns["test_set"].values()) == 511 and ns["tested_here"] == ns["test_set"]  # the kernel's own pass
+    holds_unless(match, gather_and_prove, "04_custom_training_loop.ipynb",
+                 {**raw, **measured, "Counter": Counter, "engines": PlantedEngines(pulled)})
+
+
+LESSON_04_REPLICAS = """
+import json, sys
+import nbformat
+from helpers import environment
+environment.local_replicas(int(sys.argv[1]))
+import keras, numpy as np, tensorflow as tf
+from helpers.lesson import small_cnn
+
+nb = nbformat.read("notebooks/04_custom_training_loop.ipynb", as_version=4)
+code = [c.source for c in nb.cells if c.cell_type == "code"]
+devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "devices": devices, "gpus": [],
+      "strategy": tf.distribute.MirroredStrategy(devices=devices), "print": lambda *a, **k: None}
+for mark in ("def correct_predictions", "def make_train_step", "rng = np.random.default_rng(0)", "def one_step(",
+             "right_gap = max_difference", "step_size = max_difference"):  # the comparison's cells, in order
+    exec(next(s for s in code if mark in s), ns)
+print("RESULT " + json.dumps({k: ns.get(k) for k in ("right_gap", "wrong_gap", "step_size", "examples")}))
+"""
+
+
+def test_lesson_04_one_step_comparison_holds_on_three_replicas(capsys):
+    """First review, finding 1: the comparison's cells run for real on 3 logical CPU replicas, then the proof on
+    what they measured. With a batch of 16 the replicas got 6, 5 and 5 examples while the wrong run divided by
+    16 // 3 = 5: its step came out 2.200 one-replica steps off, not N - 1 = 2, and the proof failed a correct
+    run. The batch is now the least multiple of 16 that N divides (48 here)."""
+    measured = _run_script(LESSON_04_REPLICAS, "3")
+    with capsys.disabled():
+        print(f"\n[04 on 3 replicas] {measured}, wrong gap / step {measured['wrong_gap'] / measured['step_size']:.3f}")
+    run_proof("04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], "strategy": planted_strategy(3),
+                                                **{k: measured[k] for k in ("right_gap", "wrong_gap", "step_size")}})
+
+
+def test_lesson_04_proof_fails_when_auto_clustering_is_on(monkeypatch):
+    """First review, finding 2: the comparison cell's own `xla_auto` line, read with TF_XLA_FLAGS set as the
+    reviewer set them (TensorFlow then logged 'Compiled cluster using XLA!' for the jit_compile=False step, and
+    the old proof passed), must fail the proof; with TF_XLA_FLAGS unset it must pass."""
+    import tensorflow as tf
+
+    from helpers.xla_flags import auto_clustering
+
+    line = assignment_source("04_custom_training_loop.ipynb", "xla_auto")
+    for flags, match in (("", None), ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", "auto-clustering")):
+        monkeypatch.setenv("TF_XLA_FLAGS", flags)
+        ns = {"auto_clustering": auto_clustering, "os": os, "tf": tf, "gpus": []}
+        exec(line, ns)
+        holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
+                     {**OK["04_custom_training_loop.ipynb"], "xla_auto": ns["xla_auto"]})
+
+
+LESSON_04_SOLUTIONS = """
+import json, sys
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+cases, results = json.loads(sys.argv[1]), []
+for source in cases:
+    try:
+        exec(compile(source, "04 solution", "exec"), {"tf": tf, "strategy": strategy, "print": lambda *a, **k: None})
+        results.append(None)
+    except AssertionError as error:
+        results.append(f"AssertionError {error}")
+print("RESULT " + json.dumps(results))
+"""
+
+SOLUTION_CASES = [  # (solution, (old, new) or None, fails)
+    (1, None, False),
+    (1, ("global_batch_size=8", "global_batch_size=4"), True),  # the per-replica batch: 2.5
+    (2, None, False),
+    # the "fix" that is the bug: the replicas' means summed again
+    (2, ("lambda l: tf.nn.compute_average_loss(l, global_batch_size=4 * n)", "tf.reduce_mean"), True),
+    # divided by the per-replica batch: N times too large too
+    (2, ("compute_average_loss(l, global_batch_size=4 * n)", "compute_average_loss(l, global_batch_size=4)"), True),
+    # the "bug" divided by the global batch: no bug to show, the replicas' sum is the global mean
+    (2, ("summed(tf.reduce_mean)", "summed(lambda l: tf.reduce_sum(l) / (4 * n))"), True)]
+
+
+@pytest.fixture(scope="module")
+def lesson_04_solutions() -> list:
+    """Every case of SOLUTION_CASES run on a 2-replica MirroredStrategy in one fresh Python: None or its error."""
+    sources = []
+    for number, change, _ in SOLUTION_CASES:
+        source = solution_source("04_custom_training_loop.ipynb", number)
+        if change is not None:
+            assert change[0] in source, change
+            source = source.replace(*change)
+        sources.append(source)
+    return _run_script(LESSON_04_SOLUTIONS, json.dumps(sources))
+
+
+@pytest.mark.parametrize("case", range(len(SOLUTION_CASES)),
+                         ids=["1", "1 per-replica batch", "2", "2 means summed as the fix", "2 fix by the per-replica batch",
+                              "2 bug that is none"])
+def test_lesson_04_solutions_fail_when_their_answer_is_wrong(lesson_04_solutions, case):
+    """First review, finding 12: solution 2 checked Python arithmetic (buggy == 2 * global_mean); it now runs the
+    replica step under strategy.run and strategy.reduce(SUM) on 2 replicas. Each solution, as written, passes;
+    with its answer made wrong, it fails."""
+    fails = SOLUTION_CASES[case][2]
+    result = lesson_04_solutions[case]
+    assert (result is not None) == fails, result
