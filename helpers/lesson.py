@@ -85,14 +85,15 @@ def training_dataset(examples: tf.data.Dataset, global_batch: int, input_context
     Given an `input_context` (from `strategy.distribute_datasets_from_function`), this worker
     keeps every n-th example and batches by the per-replica batch; without one, the dataset is
     batched by the global batch for `model.fit` or `experimental_distribute_dataset`.
-    A dataset whose size TensorFlow does not know (after a `filter`) is counted by one pass over
-    it first, so that the cut to whole global batches still happens; an endless one is not cut.
+    Where TensorFlow does not know the dataset's size (after a `filter`), or it has none, the cut
+    to whole global batches batches and unbatches instead of `take`: no pass to count it first, and
+    no endless count of an endless dataset.
     """
     count = int(examples.cardinality())
-    if count == tf.data.UNKNOWN_CARDINALITY:  # after a filter, say: count the examples
-        count = sum(1 for _ in examples)
-    if count != tf.data.INFINITE_CARDINALITY:  # whole global batches only: the same steps on every worker
+    if count >= 0:  # whole global batches only: the same steps on every worker
         examples = examples.take(count - count % global_batch)
+    else:  # size unknown (after a filter, say) or endless: the same cut, as the examples are read
+        examples = examples.batch(global_batch, drop_remainder=True).unbatch()
     batch = global_batch
     if input_context is not None:
         examples = examples.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)

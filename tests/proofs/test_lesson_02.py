@@ -184,10 +184,9 @@ def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails
 @pytest.mark.parametrize("change,match", [
     (None, None),
     (("examples = examples.take(count - count % global_batch)", "pass"), "training: each of"),  # no cut
-    # the cut only where the count is known (the old `if count > 0`): the filtered 95 give 2 workers 6 and 5 batches
-    (("if count == tf.data.UNKNOWN_CARDINALITY:  # after a filter, say: count the examples\n"
-      "        count = sum(1 for _ in examples)\n    if count != tf.data.INFINITE_CARDINALITY:", "if count > 0:"),
-     "training: each of"),
+    # the cut only where the count is known (as before: `if count > 0`): the filtered 95 give 2 workers 6 and 5 batches
+    (("    else:  # size unknown (after a filter, say) or endless: the same cut, as the examples are read\n"
+      "        examples = examples.batch(global_batch, drop_remainder=True).unbatch()\n", ""), "training, size unknown: each of"),
     (("take(-count % global_batch)", "take(-count % (global_batch // 2))"), "evaluation: each of 1 worker")],
     ids=["as written", "training without its cut", "training cut only where the count is known",
          "evaluation padded to per-replica batches"])
@@ -195,7 +194,7 @@ def test_lesson_02_pipelines_give_every_worker_the_same_whole_steps(change, matc
     """Issue 54: lesson 02's two pipelines and its check cell, run in this process: as written every worker gets
     the same number of per-replica batches, two per step; training_dataset without its cut to whole global
     batches (95 examples: 6 and 5 batches on 2 workers), or with it only where TensorFlow knows the count (the
-    cell's 95 come through a filter, cardinality -2), or the evaluation padded to whole per-replica batches
+    cell's 95 come through a filter too, cardinality -2), or the evaluation padded to whole per-replica batches
     only (13 on one worker of two replicas, the last step leaving one replica empty), must fail the proof."""
     import tensorflow as tf
 
