@@ -72,12 +72,12 @@ $(STAMP):
 
 # LESSONS=notebooks/08_batch_job.ipynb ... runs those lessons only (the tests run the Slurm lessons this way)
 course: install
-	$(PY) -m helpers.tools.course_run --out $(BUILD) $(LESSONS)
+	$(PY) -m helpers.commands.course_run --out $(BUILD) $(LESSONS)
 
 # The course as a static site in $(BUILD)/site (Sphinx, MyST-NB): the README, every lesson with the
 # outputs of the last `make course`, the guides. Open $(BUILD)/site/index.html.
 site: install
-	$(PY) -m helpers.tools.site --notebooks $(BUILD)/notebooks --out $(BUILD)/site
+	$(PY) -m helpers.commands.site --notebooks $(BUILD)/notebooks --out $(BUILD)/site
 
 # the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test;
 # three pytest streams side by side: the tests on the local Slurm (or with a second Unix user), and the rest
@@ -96,12 +96,12 @@ durations-record:
 # modes a GPU class runs, checked on a CPU (about an hour here; figures in build/fullcheck/);
 # then the tests marked fullcheck (lesson 10 in full mode, uncut, at one and two epochs; lessons 15-17 in
 # their GPU modes with the lines each must print: about 17 minutes more). A pass is recorded, with its date
-# and commit, in docs/bench/fullcheck-last.json (helpers/tools/fullcheck_record.py): commit it.
+# and commit, in docs/bench/fullcheck-last.json (helpers/commands/fullcheck_record.py): commit it.
 FULLCHECK_STEPS ?= 4
 fullcheck: install
-	$(PY) -m helpers.tools.fullcheck --out build/fullcheck --max-steps $(FULLCHECK_STEPS) $(FULLCHECK_ARGS)
+	$(PY) -m helpers.commands.fullcheck --out build/fullcheck --max-steps $(FULLCHECK_STEPS) $(FULLCHECK_ARGS)
 	$(PY) -m pytest -p no:cacheprovider -m fullcheck tests --junitxml=build/fullcheck/tests.xml
-	$(PY) -m helpers.tools.fullcheck_record build/fullcheck docs/bench/fullcheck-last.json
+	$(PY) -m helpers.commands.fullcheck_record build/fullcheck docs/bench/fullcheck-last.json
 
 # A class of 30 learners logging in at once on a hub and the local Slurm (root; about 10 min):
 # login-to-server and engines-ready p50/p95, failures, peak memory, and nothing left afterwards.
@@ -139,7 +139,7 @@ horovod: install
 # $(BUILD)/gpucheck/ to send back. From a login node: sbatch slurm/gpucheck.sbatch. Without GPUs it
 # runs what it can and says what it skipped.
 gpucheck: install
-	$(PY) -m helpers.tools.gpucheck --out $(BUILD)/gpucheck $(GPUCHECK_ARGS)
+	$(PY) -m helpers.commands.gpucheck --out $(BUILD)/gpucheck $(GPUCHECK_ARGS)
 
 # Where Slurm is found, its local multi-worker rows need COURSE_LOCAL_WORKERS=allow: only on a
 # machine nobody else uses, never on a login node (docs/security.md)

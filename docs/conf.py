@@ -1,6 +1,6 @@
 """The course's site (`make site`): Sphinx with MyST-NB and the book theme, built from PyPI alone.
 
-`helpers.tools.site` lays the sources out the way the repository does (the README as the front
+`helpers.commands.site` lays the sources out the way the repository does (the README as the front
 page, `docs/`, the executed `notebooks/`, `helpers/README.md`), so every link that works on the
 repository works on the site; this file is copied beside them. Jupyter Book 2's themes are
 downloaded from GitHub when a site is built, which a machine that reaches only the package

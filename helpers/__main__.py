@@ -1,7 +1,7 @@
-"""`python -m helpers ...`: the course's command line (helpers.tools.cli)."""
+"""`python -m helpers ...`: the course's command line (helpers.commands.cli)."""
 
 import sys
 
-from .tools.cli import main
+from .commands.cli import main
 
 sys.exit(main())

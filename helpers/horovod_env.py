@@ -1,7 +1,7 @@
 """Where the course's Horovod build lives, and running a script under `horovodrun` with it.
 
 Horovod is not a dependency of the course: `make horovod` (`python -m helpers horovod build`,
-in `helpers.tools.horovod_build`) compiles it into its own directory, and only the processes
+in `helpers.commands.horovod_build`) compiles it into its own directory, and only the processes
 that use it see it, on PYTHONPATH. Lesson 13 runs the Horovod recipe for real when it is there.
 """
 

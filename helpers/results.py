@@ -55,6 +55,6 @@ def parse_result_lines(text: str) -> list[dict]:
 
 def load_table(directory: str | os.PathLike) -> dict | None:
     """The bench.json `python -m helpers bench` wrote in `directory`, or None; `plots.bench` draws it
-    (no lesson shows it: docs/measured.md's tables are made from it, by `helpers.tools.bench_report`)."""
+    (no lesson shows it: docs/measured.md's tables are made from it, by `helpers.commands.bench_report`)."""
     path = Path(directory) / "bench.json"
     return json.loads(path.read_text()) if path.is_file() else None

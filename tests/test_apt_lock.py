@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.errors import CourseError
-from helpers.tools import apt
+from helpers.commands import apt
 
 OLD_LOCK = Path("/var/lock/course-apt.lock")
 

@@ -13,7 +13,7 @@ import psutil
 def test_the_ipyparallel_baseline_runs_curvezmq_with_the_key_out_of_the_environment(monkeypatch, tmp_path, report):
     import ipyparallel as ipp
 
-    from helpers.tools import bench
+    from helpers.commands import bench
 
     seen = {}
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from helpers.scaling_model import Link, ring_allreduce_s
-from helpers.tools.bench_scaling import predict, slurm_nodes_from_here
+from helpers.commands.bench_scaling import predict, slurm_nodes_from_here
 from tests.conftest import run_python
 
 
@@ -42,7 +42,7 @@ def test_probe_over_two_logical_cpus_in_one_process(report):
 
 
 def _rows(code: str, env: dict | None = None, timeout: float = 600) -> list[dict]:
-    done = run_python("import json, dataclasses\nfrom helpers.tools.bench_scaling import scaling_rows\n" + code
+    done = run_python("import json, dataclasses\nfrom helpers.commands.bench_scaling import scaling_rows\n" + code
                       + "\nprint('ROWS ' + json.dumps([dataclasses.asdict(r) for r in rows]))", timeout=timeout, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(done.stdout.split("ROWS ", 1)[1])

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.tools import check_analysis as ca
-from helpers.tools import check_findings as cf
-from helpers.tools import check_inputs as ci
-from helpers.tools import check_launch as cl
-from helpers.tools import check_options as co
+from helpers.commands.check_script import analysis as ca
+from helpers.commands.check_script import findings as cf
+from helpers.commands.check_script import inputs as ci
+from helpers.commands.check_script import launch as cl
+from helpers.commands.check_script import options as co
 from tests.conftest import ROOT, run_cli, squeue_empty
 from tests.support.notebooks import written_program
 
@@ -207,7 +207,7 @@ def test_a_failure_in_a_traced_function_names_the_traced_frame(tmp_path, monkeyp
     ErrorMetadataBase.get_message), so the failure line read `AssertionError: File ".../train.py",
     line 47, in train_step  *`. The worker keeps the script's innermost traced frame and the original
     message; the line names them."""
-    from helpers.tools import check_record, check_worker
+    from helpers.commands.check_script import record as check_record, worker as check_worker
 
     script = tmp_path / "train.py"
     monkeypatch.setitem(check_record.WHERE, "script", str(script))
@@ -256,14 +256,14 @@ def test_prepare_freezes_what_the_tensorflow_import_made():
     """The command imports TensorFlow once a check with the collector off, then freezes what the
     import made (issue 53, lesson 18's time): the import's collections took a third of it, and those
     at the command's exit most of a second. The collector is on again for the script."""
-    code = ("import gc\nfrom helpers.tools import check_worker\ncheck_worker.prepare()\n"
+    code = ("import gc\nfrom helpers.commands.check_script import worker as check_worker\ncheck_worker.prepare()\n"
             "print(gc.isenabled(), gc.get_freeze_count() > 100_000, 'tensorflow' in __import__('sys').modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.stdout.split() == ["True", "True", "True"], (done.stdout, done.stderr[-2000:])
 
 
 def test_the_worker_records_the_innermost_frame_of_an_exception(tmp_path, monkeypatch):
-    from helpers.tools import check_record, check_worker
+    from helpers.commands.check_script import record as check_record, worker as check_worker
 
     script = tmp_path / "train.py"
     script.write_text("import json\njson.loads('{')\n")
@@ -281,7 +281,7 @@ def test_the_worker_keeps_tensorflows_own_frames_in_tracebacks():
     them filtered, a bare assert in TensorFlow's distribute code was named by Keras's optimizer,
     the innermost frame left (issue 54). The worker turns both filters off before the script runs."""
     code = ("import tensorflow as tf, keras\n"
-            "from helpers.tools import check_worker\n"
+            "from helpers.commands.check_script import worker as check_worker\n"
             "before = tf.debugging.is_traceback_filtering_enabled(), keras.config.is_traceback_filtering_enabled()\n"
             "check_worker._full_tracebacks()\n"
             "print(before, (tf.debugging.is_traceback_filtering_enabled(), keras.config.is_traceback_filtering_enabled()))\n")
@@ -347,7 +347,7 @@ def test_a_workers_directory_makes_the_real_directories_anew_and_copies_a_linked
     in the worker's (never linked: a link took the writes below it into the learner's), its files
     are links, and a linked file the worker writes becomes its own copy first; the check's own
     directory and a link back up the tree are not repeated."""
-    from helpers.tools.check_cwd import own_copy, private_cwd
+    from helpers.commands.check_script.cwd import own_copy, private_cwd
 
     real, scratch = tmp_path / "real", tmp_path / "real" / "kept"
     (real / "run" / "deep").mkdir(parents=True)
@@ -369,7 +369,7 @@ def test_a_workers_directory_makes_the_real_directories_anew_and_copies_a_linked
 
 
 def test_a_working_directory_too_large_to_repeat_per_worker_is_refused_in_one_line(tmp_path):
-    from helpers.tools.check_cwd import MAX_ENTRIES
+    from helpers.commands.check_script.cwd import MAX_ENTRIES
 
     (tmp_path / "train.py").write_text("print('never run')\n")
     for i in range(MAX_ENTRIES + 1):
@@ -382,7 +382,7 @@ def test_a_working_directory_too_large_to_repeat_per_worker_is_refused_in_one_li
 
 
 def cf_write(run: cl.Run) -> list[cf.Finding]:
-    from helpers.tools.check_files import write_findings
+    from helpers.commands.check_script.files import write_findings
 
     return write_findings(run)
 
@@ -428,7 +428,7 @@ SHARD = "dataset = dataset.shard(input_context.num_input_pipelines, input_contex
 FIT = "multi_worker_model.fit(multi_worker_dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,\n"
 CKPT_WRITE = 'checkpoint.write(os.path.join(write_dir, "ckpt"))\nif task_id != 0:\n    tf.io.gfile.rmtree(write_dir)\n'
 WHO_WRITES = "fix: write only on the chief"
-FAILED, INCOMPLETE = 1, 3  # the command's exit statuses (helpers/tools/check_findings.py)
+FAILED, INCOMPLETE = 1, 3  # the command's exit statuses (helpers/commands/check_script/findings.py)
 # name: (correct script, [(old, new) edits], check-script options, exit status, lines the output must hold)
 PLANTED = {
     # a custom loop: the first step fails even with one worker, in TensorFlow's distribute code (issue 54: named by

@@ -36,7 +36,7 @@ def test_an_empty_hub_group_is_an_error_too():
     import pytest
 
     from helpers.errors import CourseError
-    from helpers.tools.class_admin import ClassSpec, class_members
+    from helpers.commands.class_admin import ClassSpec, class_members
 
     class EmptyGroup:
         def group(self, name: str) -> list[str]:

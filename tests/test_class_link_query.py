@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from helpers.errors import CourseError
-from helpers.tools.pull_link import pull_link
+from helpers.commands.pull_link import pull_link
 from tests.conftest import run_cli
 
 

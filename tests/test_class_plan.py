@@ -14,7 +14,7 @@ import time
 import pytest
 
 from helpers.errors import CourseError
-from helpers.tools.class_plan import plan, report as plan_report, reservation_command
+from helpers.commands.class_plan import plan, report as plan_report, reservation_command
 from tests.conftest import ROOT, run_cli, squeue_empty
 
 
@@ -52,7 +52,7 @@ def test_the_command_prints_both_layouts(report):
 def test_thirty_learners_on_four_nodes_get_the_options_that_fit_with_their_arithmetic():
     """30 learners, 4 nodes of 4 A100 40GB: a GPU each holds 16; pairs need 15 servers (fit); MIG
     3g.20gb holds 2 x 16 = 32 (fit), its processes 90 % of a 20,090 MiB slice / 3; 1g.5gb 7 x 16 = 112."""
-    from helpers.tools.class_fit import GPU_MODELS, jobs_at_once, lessons_minutes, options
+    from helpers.commands.class_fit import GPU_MODELS, jobs_at_once, lessons_minutes, options
 
     found = {o.name.split(":")[0]: o for o in options(30, 4, 4, GPU_MODELS["a100-40gb"])}
     gpu, pairs, mig3, mig2, mig1 = (found[k] for k in ("a GPU per learner", "pairs", "MIG 3g.20gb", "MIG 2g.10gb",

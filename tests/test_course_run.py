@@ -12,7 +12,7 @@ def test_course_runner_shows_progress_and_the_table_without_kernel_warnings(tmp_
     good, bad = tmp_path / "01_good.ipynb", tmp_path / "02_bad.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('fine')")]), good)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")]), bad)
-    done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(tmp_path / "out"),
+    done = subprocess.run([sys.executable, "-m", "helpers.commands.course_run", "--out", str(tmp_path / "out"),
                            str(good), str(bad)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     shown = done.stdout + done.stderr
     assert done.returncode == 1, shown  # one notebook failed
@@ -36,7 +36,7 @@ def test_each_notebooks_kernel_ends_before_the_next_notebook_starts(tmp_path):
         "    time.sleep(0.1)\n"
         "else:\n    raise AssertionError(f'the first notebook kernel {pid} is still running')\n"
         "print('first kernel gone')")]), second)
-    done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(tmp_path / "out"),
+    done = subprocess.run([sys.executable, "-m", "helpers.commands.course_run", "--out", str(tmp_path / "out"),
                            str(first), str(second)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     executed = nbformat.read(tmp_path / "out" / "notebooks" / "02_second.ipynb", as_version=4)
@@ -50,7 +50,7 @@ def _run(tmp_path, **env) -> subprocess.CompletedProcess:
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import os; print('kernel mode', os.environ.get('COURSE_MODE'))")]), nb)
     clean = {k: v for k, v in os.environ.items() if k not in ("COURSE_MODE", "COURSE_DATA_DIR", "CUDA_VISIBLE_DEVICES")}
-    return subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(tmp_path / "out"), str(nb)],
+    return subprocess.run([sys.executable, "-m", "helpers.commands.course_run", "--out", str(tmp_path / "out"), str(nb)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env={**clean, **env})
 
 

@@ -89,12 +89,12 @@ def test_the_readme_lessons_table_links_every_lesson_with_the_modes_tables_times
 
 
 def test_the_measured_tables_are_generated_from_their_bench_json(tmp_path):
-    from helpers.tools.bench_report import BLOCK, update
+    from helpers.commands.bench_report import BLOCK, update
 
     pages = sorted((ROOT / "docs").glob("*.md"))
     assert any("<!-- bench: " in page.read_text() for page in pages), "no table is generated from a bench JSON"
     for page in pages:
-        assert update(page, check=True) == [], f"{page.name}: run python -m helpers.tools.bench_report {page}"
+        assert update(page, check=True) == [], f"{page.name}: run python -m helpers.commands.bench_report {page}"
     # a figure changed in the JSON is caught
     page = ROOT / "docs" / "measured.md"
     blocks = {m.group("how"): m.group("body") for m in BLOCK.finditer(page.read_text())}

@@ -24,7 +24,7 @@ import pytest
 
 from helpers.slurm.nodes import node_address
 from helpers.slurm.step import STEPS_PER_JOB, StepLayout, port_base
-from helpers.tools.apt import apt_install
+from helpers.commands.apt import apt_install
 from tests.conftest import ROOT, squeue_empty
 from tests.support.hub import unix_learners
 

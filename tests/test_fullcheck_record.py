@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from helpers.errors import CourseError
-from helpers.tools.fullcheck_record import main, problems, record
+from helpers.commands.fullcheck_record import main, problems, record
 from tests.conftest import ROOT
 
 RECORD = ROOT / "docs" / "bench" / "fullcheck-last.json"

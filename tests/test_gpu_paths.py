@@ -11,9 +11,9 @@ import math
 import pytest
 
 from helpers.errors import CourseError
-from helpers.tools import bench, bench_scaling
-from helpers.tools.bench_rows import Row
-from helpers.tools.train import xla_refusal
+from helpers.commands import bench, bench_scaling
+from helpers.commands.bench_rows import Row
+from helpers.commands.train import xla_refusal
 from tests.conftest import ROOT, run_cli, run_python
 
 
@@ -75,7 +75,7 @@ def test_a_gpu_scaling_row_whose_runs_differ_in_jit_compile_stops_the_bench(monk
 
 
 def test_same_jit_compile_names_the_runs_that_differ_or_did_not_say():
-    from helpers.tools.bench_rows import same_jit_compile
+    from helpers.commands.bench_rows import same_jit_compile
 
     assert same_jit_compile({"a": {"xla": False}, "b": {"xla": False}}) is False
     with pytest.raises(CourseError, match="'b': True"):
@@ -103,7 +103,7 @@ def test_the_distribution_rows_compare_runs_with_one_jit_compile(monkeypatch, si
 def test_the_plain_keras_baseline_reports_the_jit_compile_it_ran_with(prepared_dir):
     """What bench_overhead compares: the hand-written Keras baseline sets jit_compile=False itself
     (Keras's "auto" would give it XLA on a GPU) and says so in its result, as `helpers train` does."""
-    done = run_python("from helpers.tools.bench_baseline import main; import sys; sys.argv = ['b', '--model', 'cnn', "
+    done = run_python("from helpers.commands.bench_baseline import main; import sys; sys.argv = ['b', '--model', 'cnn', "
                       f"'--data-dir', {str(prepared_dir)!r}, '--steps', '2', '--batch', '32', '--examples', '64']; main()",
                       timeout=240, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-2000:]

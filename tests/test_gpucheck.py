@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from helpers.tools.bench_report import render_gpuchecks
-from helpers.tools.gpucheck import SCHEMA, STEPS, _allreduce_result, validate
+from helpers.commands.bench_report import render_gpuchecks
+from helpers.commands.gpucheck import SCHEMA, STEPS, _allreduce_result, validate
 
 
 def _gpucheck(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "CUDA_VISIBLE_DEVICES"}
-    done = subprocess.run([sys.executable, "-m", "helpers.tools.gpucheck", "--out", str(tmp_path), *args],
+    done = subprocess.run([sys.executable, "-m", "helpers.commands.gpucheck", "--out", str(tmp_path), *args],
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env={**clean, **(env or {})})
     files = list(tmp_path.glob("gpucheck-*.json"))
     assert len(files) == 1, done.stdout + done.stderr
@@ -117,7 +117,7 @@ def test_as_a_batch_job_on_simulated_gpus_it_names_the_cpu_build_and_its_nested_
     out = tmp_path / "job.out"
     done = subprocess.run(["sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--gres=gpu:2", "--time=15",
                            f"--output={out}", "--wrap",
-                           f"{sys.executable} -m helpers.tools.gpucheck --out {tmp_path} --lessons ''"],
+                           f"{sys.executable} -m helpers.commands.gpucheck --out {tmp_path} --lessons ''"],
                           env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     log = out.read_text() if out.exists() else done.stderr
     doc = json.loads(next(tmp_path.glob("gpucheck-*.json")).read_text())
@@ -148,7 +148,7 @@ def test_the_nested_job_writes_no_slurm_out_file_where_it_was_submitted(monkeypa
     repository's root (committed by mistake); the child job's one line is read by no one."""
     import shutil
 
-    from helpers.tools import gpucheck
+    from helpers.commands import gpucheck
 
     sent = []
     monkeypatch.setenv("SLURM_JOB_ID", "1")
@@ -170,7 +170,7 @@ def test_the_time_limit_is_every_step_s_cap_added_up_with_a_margin_and_the_batch
     """Caps: build 180, NCCL in the node 300, between tasks 300, the gpu layout 300, between nodes 300,
     ResNet50 600, the nested job 240 (60 + 120 + 30 + slack), each lesson 600: 2,220 s + 4 x 600 s = 4,620 s;
     +20 % and 300 s = 5,844 s, a limit of 98 min. slurm/gpucheck.sbatch once asked for 20."""
-    from helpers.tools.gpucheck import DEFAULT_LESSONS, STEP_CAPS_S, parse_slurm_time, time_limit_s, time_limit_text
+    from helpers.commands.gpucheck import DEFAULT_LESSONS, STEP_CAPS_S, parse_slurm_time, time_limit_s, time_limit_text
 
     assert sum(STEP_CAPS_S[n] for n in STEPS if n != "lessons") == 2220 and STEP_CAPS_S["lessons"] == 600
     assert time_limit_s(4) == 5880 == 98 * 60  # ceil((4,620 x 1.2 + 300) / 60) minutes
@@ -184,7 +184,7 @@ def test_the_time_limit_is_every_step_s_cap_added_up_with_a_margin_and_the_batch
     assert time_limit_s(len(DEFAULT_LESSONS)) <= asked <= time_limit_s(len(DEFAULT_LESSONS)) + 15 * 60
     assert [parse_slurm_time(t) for t in ("01:40:00", "1-00:00:00", "20", "5:30", "UNLIMITED")] == \
         [6000, 86400, 1200, 330, None]
-    printed = subprocess.run([sys.executable, "-m", "helpers.tools.gpucheck", "--time-limit"], capture_output=True,
+    printed = subprocess.run([sys.executable, "-m", "helpers.commands.gpucheck", "--time-limit"], capture_output=True,
                              text=True, timeout=60, cwd=ROOT)
     assert printed.returncode == 0 and "a time limit of 98 min" in printed.stdout, printed.stdout + printed.stderr
 
@@ -192,7 +192,7 @@ def test_the_time_limit_is_every_step_s_cap_added_up_with_a_margin_and_the_batch
 def _planted_plan(slow_cap_s: float, seen: list) -> dict:
     """Every step of the check planted: quick ones, one that reads the JSON on disk while it runs, and
     `allreduce-tasks` a program that sleeps for a minute, so that its cap kills it."""
-    from helpers.tools import gpucheck
+    from helpers.commands import gpucheck
 
     def ok(results, cap):
         return {"status": "ok", "figures": {"cap": cap}}
@@ -211,7 +211,7 @@ def _planted_plan(slow_cap_s: float, seen: list) -> dict:
 def test_the_json_survives_a_step_killed_at_its_cap(tmp_path, monkeypatch):
     """A planted slow step (a program sleeping 60 s, capped at 2 s) is killed at its cap; the file on
     disk held every earlier step while the next ran, the killed step is marked, later steps still run."""
-    from helpers.tools import gpucheck
+    from helpers.commands import gpucheck
 
     monkeypatch.setenv("GPUCHECK_TEST_OUT", str(tmp_path))
     seen: list = []
@@ -239,7 +239,7 @@ def test_a_run_killed_by_the_job_s_end_keeps_every_finished_step(tmp_path):
     import time
 
     script = (f"import json, os, sys; sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
-              "from pathlib import Path\nfrom helpers.tools import gpucheck\nfrom test_gpucheck import _planted_plan\n"
+              "from pathlib import Path\nfrom helpers.commands import gpucheck\nfrom test_gpucheck import _planted_plan\n"
               f"gpucheck.run(Path({str(tmp_path / 'gpucheck-test.json')!r}), _planted_plan(120, []), "
               "{n: 120.0 for n in gpucheck.STEPS})\n")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
@@ -275,7 +275,7 @@ def test_the_gpu_layout_step_on_a_cpu_shares_one_gpu_with_caps_and_ring(tmp_path
     """The layout-gpu step for real, given a simulated GPU (CUDA_VISIBLE_DEVICES=0, the stand-in nvidia-smi:
     40,960 MiB): the kernel takes 90 % / 3 = 12,288 MiB and holds it, its two workers share the rest
     (12,288 each), choose RING and all-reduce on the CPU (tensorflow-cpu sees no GPU: said so)."""
-    from helpers.tools import gpucheck
+    from helpers.commands import gpucheck
 
     monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'fakebin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
@@ -300,7 +300,7 @@ def test_the_gpu_layout_step_on_a_cpu_shares_one_gpu_with_caps_and_ring(tmp_path
     (lambda f: f["workers"].pop(), "1 of 2 workers reported"),
 ])
 def test_the_gpu_layout_verdict_names_what_breaks_a_shared_gpu(change, problem):
-    from helpers.tools.gpucheck import layout_verdict
+    from helpers.commands.gpucheck import layout_verdict
 
     figures = {"gpu_mib": 40960, "kernel_memory_mib": 12288, "tensorflow_gpus_seen": 1,
                "workers": [{"rank": r, "communication": "RING", "memory_mib": 12288, "tensorflow_gpus_seen": 1}
@@ -312,7 +312,7 @@ def test_the_gpu_layout_verdict_names_what_breaks_a_shared_gpu(change, problem):
 
 
 def test_the_two_node_step_is_one_task_and_one_gpu_on_each_of_two_nodes(monkeypatch):
-    from helpers.tools import gpucheck
+    from helpers.commands import gpucheck
 
     command = gpucheck.allreduce_nodes_command(300, True)
     assert command[:7] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--export=ALL",

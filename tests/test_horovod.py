@@ -15,7 +15,7 @@ import pytest
 
 from helpers import horovod_env
 from helpers.errors import CourseError
-from helpers.tools.horovod_build import HEADERS, XLA_LINE, leave_out_xla_ops
+from helpers.commands.horovod_build import HEADERS, XLA_LINE, leave_out_xla_ops
 from tests.support.required import unavailable
 
 
@@ -121,7 +121,7 @@ def test_horovod_builds_and_averages_gradients_over_two_processes(tmp_path, repo
     _buildable()
     import time
 
-    from helpers.tools.horovod_build import build
+    from helpers.commands.horovod_build import build
 
     started = time.perf_counter()
     site = build()
@@ -145,7 +145,7 @@ def test_horovod_builds_and_averages_gradients_over_two_processes(tmp_path, repo
 def test_a_cached_build_is_copied_not_compiled(tmp_path, monkeypatch, capsys):
     """A build kept in the cache under exactly these versions is copied into a fresh checkout's
     build directory; another version's cache is never used."""
-    from helpers.tools import horovod_build
+    from helpers.commands import horovod_build
 
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
     key = horovod_build.cache_dir().name
@@ -168,7 +168,7 @@ def test_horovods_extra_dependencies_install_pinned(monkeypatch, tmp_path):
     import importlib.util
     import re
 
-    from helpers.tools import horovod_build
+    from helpers.commands import horovod_build
 
     calls = []
     with monkeypatch.context() as patched:

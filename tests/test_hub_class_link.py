@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.tools.pull_link import pull_link
+from helpers.commands.pull_link import pull_link
 from tests.conftest import ROOT, squeue_empty
 from tests.support.hub import git, git_repository, hub_log_in, new_hub, run_in_kernel, served_course, \
     unix_learners, wait_for_page

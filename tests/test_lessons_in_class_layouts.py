@@ -4,7 +4,7 @@ On the local Slurm with simulated GPUs (tests/conftest.py `slurm`: node1 and nod
 layout's server is the job the hub submits for it: `node`, a node per learner (`--nodes=1 --ntasks=4
 --gres=gpu:4 --exclusive`: the node's 4 GPUs, a task per GPU), and `gpu`, a GPU per learner (`--nodes=1 --ntasks=2
 --gpus=1`, COURSE_CLASS_LAYOUT=gpu). The job's batch step runs the lessons as `make course` does
-(helpers.tools.course_run: a kernel per lesson), with the course's defaults: no COURSE_ENGINES, so
+(helpers.commands.course_run: a kernel per lesson), with the course's defaults: no COURSE_ENGINES, so
 `auto` decides where the engines start (the allocation's tasks, or local processes for lesson 12's
 four in the gpu layout's two-task job). Every Python process the lessons start loads tests/recorder/sitecustomize.py, which
 records its environment when TensorFlow starts and every all-reduce it asks for.
@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from helpers.tools.course_run import executed_whole
+from helpers.commands.course_run import executed_whole
 from tests.conftest import ROOT, squeue_empty
 
 pytestmark = pytest.mark.slurm
@@ -93,7 +93,7 @@ def test_lessons_follow_the_class_layout_they_run_in(slurm, tmp_path, report):
                        "IPYTHONDIR": str(out / "ipython"), **({"COURSE_CLASS_LAYOUT": "gpu"} if layout == "gpu" else {})}
             sent = subprocess.run(
                 ["sbatch", "--parsable", *options, "--time=40", f"--output={out}/server.log", f"--chdir={ROOT}",
-                 "--wrap", f"unset SLURM_EXPORT_ENV; exec {sys.executable} -m helpers.tools.course_run "
+                 "--wrap", f"unset SLURM_EXPORT_ENV; exec {sys.executable} -m helpers.commands.course_run "
                            f"--out {out}/executed "
                            + " ".join(f"notebooks/{n}.ipynb" for n in LESSONS + LAYOUT_LESSONS.get(layout, []))],
                 env=job_env, capture_output=True, text=True, timeout=60)
@@ -103,7 +103,7 @@ def test_lessons_follow_the_class_layout_they_run_in(slurm, tmp_path, report):
         out.mkdir()
         sent = subprocess.run(
             ["sbatch", "--parsable", *ALLOCATION, "--time=20", f"--output={out}/job.log", f"--chdir={ROOT}", "--wrap",
-             f"unset SLURM_EXPORT_ENV; exec {sys.executable} -m helpers.tools.course_run --out {out}/executed "
+             f"unset SLURM_EXPORT_ENV; exec {sys.executable} -m helpers.commands.course_run --out {out}/executed "
              f"notebooks/{LESSONS[0]}.ipynb"],
             env={**env, "COURSE_OUTPUT_DIR": str(out / "output"), "IPYTHONDIR": str(out / "ipython")},
             capture_output=True, text=True, timeout=60)

@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.tools.course_run import run_notebook
-from helpers.tools.fullcheck import FULL_TRAIN, full_size_data, shapes_of, with_parameters
+from helpers.commands.course_run import run_notebook
+from helpers.commands.fullcheck import FULL_TRAIN, full_size_data, shapes_of, with_parameters
 from tests.conftest import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"

@@ -32,8 +32,8 @@ import pytest
 import yaml
 
 from helpers.slurm.nodes import node_address
-from helpers.tools.course_run import lessons
-from helpers.tools.apt import apt_install
+from helpers.commands.course_run import lessons
+from helpers.commands.apt import apt_install
 from tests.support.required import unavailable
 from tests.conftest import ROOT, squeue_empty
 from tests.support.hub import git, git_repository, served_course, unix_learners

@@ -90,7 +90,7 @@ def test_nothing_outside_the_engines_imports_them_but_to_start_attach_or_stop_en
 
 @pytest.mark.parametrize("source, importer", [
     ("from helpers.engines.on_slurm import slurm_reachable\n", "notebook"),
-    ("def f():\n    from ..engines.on_slurm import SlurmRequest\n", "helpers.tools.bench"),
+    ("def f():\n    from ..engines.on_slurm import SlurmRequest\n", "helpers.commands.bench"),
     ("from .engines import ownership\n", "helpers.doctor"),
     ("import helpers.engines.kernel_watch\n", "helpers.local_workers"),
 ])

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.tools.course_run import executed_whole
+from helpers.commands.course_run import executed_whole
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.after_notebooks
@@ -37,7 +37,7 @@ def executed(nbval_kept, tmp_path_factory) -> Path:
     if nbval_kept:  # under make test: the nbval pass's own runs of the lessons
         return nbval_kept
     out = tmp_path_factory.mktemp("lessons")
-    done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "helpers.commands.course_run", "--out", str(out),
                            *(str(ROOT / "notebooks" / name) for name in CHECKED)],
                           capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -1,11 +1,11 @@
-"""What `make site` scrubs from executed lessons (helpers/tools/scrub.py), line by line: identities
+"""What `make site` scrubs from executed lessons (helpers/commands/scrub.py), line by line: identities
 go, what the lesson teaches stays. The whole site is checked in test_site."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.tools.scrub import Identities, scrub_text
+from helpers.commands.scrub import Identities, scrub_text
 
 PRINTED = """TF HPC course doctor: zq7learner@login3q.hpc.example, 2026-11-26 04:00 UTC, course /home/zq7learner/c
 rank 0 on nid004711 (GPU 0), rank 1 on nid004712

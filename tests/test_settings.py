@@ -19,7 +19,7 @@ import pytest
 from helpers.class_settings import CLASS_SETTINGS, check_setting, class_settings
 from helpers.errors import CourseError
 from helpers.settings import SCOPES, SETTINGS, Setting, check_class_value, source, text, value
-from helpers.tools.settings_report import checker, markdown
+from helpers.commands.settings_report import checker, markdown
 from tests.conftest import run_cli, run_python
 from tests.support.notebooks import notebook_python
 
@@ -238,6 +238,6 @@ def test_the_settings_command_prints_every_value_and_where_it_came_from():
 
 
 def test_importing_the_table_imports_no_tensorflow():
-    done = run_python("import sys, helpers.settings, helpers.class_settings, helpers.tools.settings_report\n"
+    done = run_python("import sys, helpers.settings, helpers.class_settings, helpers.commands.settings_report\n"
                       "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
     assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr

@@ -23,8 +23,8 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 import pytest
 
-from helpers.tools.course_run import executed_whole, lessons
-from helpers.tools.site import build, lesson_notebooks
+from helpers.commands.course_run import executed_whole, lessons
+from helpers.commands.site import build, lesson_notebooks
 from tests.conftest import ROOT
 from tests.support.browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
 
@@ -44,7 +44,7 @@ def executed(tmp_path_factory, report, nbval_kept) -> Path:
         return kept
     out = tmp_path_factory.mktemp("course")
     print("run alone (no COURSE_NBVAL_KEEP): executing the lessons with make course's runner")
-    done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "helpers.commands.course_run", "--out", str(out)],
                           capture_output=True, text=True, timeout=1800, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     return out / "notebooks"
@@ -202,7 +202,7 @@ def test_every_lesson_page_shows_its_figures_and_proof_in_chromium(site, served,
 
 
 def test_make_site_without_make_course_says_what_to_run(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "helpers.tools.site", "--notebooks", str(tmp_path / "none"),
+    done = subprocess.run([sys.executable, "-m", "helpers.commands.site", "--notebooks", str(tmp_path / "none"),
                            "--out", str(tmp_path / "site")], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and "run `make course` first" in done.stderr, done.stderr
@@ -252,7 +252,7 @@ def test_the_site_publishes_no_user_host_address_job_or_home_path(tmp_path, monk
 
     from PIL import Image
 
-    from helpers.tools import site as site_tool
+    from helpers.commands import site as site_tool
 
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8), (200, 30, 30)).save(buffer, format="PNG")

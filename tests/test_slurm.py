@@ -577,7 +577,7 @@ def test_bench_slurm_engines_row_leaves_the_starting_directory_alone(slurm, tmp_
     started_here = tmp_path / "started-here"
     started_here.mkdir()
     out = tmp_path / "output"
-    code = ("import dataclasses, json\nfrom helpers.tools.bench import _bench_slurm_engines\n"
+    code = ("import dataclasses, json\nfrom helpers.commands.bench import _bench_slurm_engines\n"
             "print('ROWS ' + json.dumps([dataclasses.asdict(r) for r in _bench_slurm_engines(1)]))")
     done = subprocess.run([sys.executable, "-c", code], cwd=started_here, capture_output=True, text=True,
                           timeout=600, env={**slurm["env"], "COURSE_OUTPUT_DIR": str(out)})
@@ -659,7 +659,7 @@ def test_engines_say_within_seconds_that_another_step_holds_the_cpus(slurm):
 def test_bench_times_engines_in_an_allocation_next_to_ipyparallel_and_ipcmagic(slurm, tmp_path, report):
     """The bench's allocation rows run: the course, ipyparallel's MPI launcher and ipcmagic in
     one allocation (the figures themselves are the bench's to judge)."""
-    code = ("import dataclasses, json\nfrom helpers.tools.bench import _bench_allocation_engines\n"
+    code = ("import dataclasses, json\nfrom helpers.commands.bench import _bench_allocation_engines\n"
             "print('ROWS ' + json.dumps([dataclasses.asdict(r) for r in _bench_allocation_engines(1)]))")
     done = subprocess.run([sys.executable, "-c", code], env={**slurm["env"], "COURSE_OUTPUT_DIR": str(tmp_path)},
                           capture_output=True, text=True, timeout=600, cwd=ROOT)

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.errors import CourseError
 from helpers.slurm.commands import WHERE_SLURM_ANSWERS, slurm_choice
-from helpers.tools.cli import build_parser
+from helpers.commands.cli import build_parser
 
 
 @pytest.mark.parametrize("command, default", [

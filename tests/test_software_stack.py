@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from helpers.tools.apt import apt_install
+from helpers.commands.apt import apt_install
 from tests.support.required import unavailable
 from tests.support.notebooks import written_programs
 

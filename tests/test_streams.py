@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests import shares, streams
-from helpers.tools.apt import APT_LOCK, apt_install, lock_dir
+from helpers.commands.apt import APT_LOCK, apt_install, lock_dir
 from tests.conftest import ROOT
 from tests.support.recorded_run import recorded_run
 
@@ -118,7 +118,7 @@ def test_an_apt_get_of_one_stream_waits_for_the_other_streams(tmp_path, monkeypa
     assert done.returncode == 0 and len(calls) == 2, (done.stderr, calls)  # update, then install
     assert min(calls) - began >= 1.2, f"apt-get ran {min(calls) - began:.1f} s after the call, inside the other's lock"
     assert APT_LOCK in (ROOT / "slurm/local/up").read_text(), "slurm/local/up runs apt-get without the lock"
-    assert "apt_install(" in (ROOT / "helpers/tools/horovod_build.py").read_text(), "horovod_build goes around the lock"
+    assert "apt_install(" in (ROOT / "helpers/commands/horovod_build.py").read_text(), "horovod_build goes around the lock"
 
 
 @pytest.mark.parametrize("args, expected", [(["tests", "notebooks"], 5), (["tests", "-k", "atomic"], 0),

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from helpers import keras_fix, plots
-from helpers.tools.bench import Row, format_table
+from helpers.commands.bench import Row, format_table
 from helpers.throughput import StepTimer
 from helpers.results import parse_result_lines, write_results
 
@@ -61,7 +61,7 @@ def test_results_are_written_atomically_and_parsed(tmp_path):
 
 def test_bench_rows_say_whether_their_target_is_met(tmp_path):
     from helpers.results import load_table
-    from helpers.tools.bench import write_tables
+    from helpers.commands.bench import write_tables
 
     rows = [Row("x images/s", 96.0, 100.0, "images/s", True, ">= 0.97", target_on="ratio"),
             Row("ready", 1.5, 6.5, "s", False, "<= 2"),

@@ -99,7 +99,7 @@ def _run_05_to_where_it_shows(tmp_path, monkeypatch, edits: list[tuple[str, str]
     statement that computes `figure` and the proof cell's asserts on it, word for word."""
     import ast
 
-    from helpers.tools.course_run import run_notebook
+    from helpers.commands.course_run import run_notebook
 
     nb = nbformat.read(NOTEBOOKS / "05_sync_batch_norm.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from helpers.tools.apt import apt_install
+from helpers.commands.apt import apt_install
 from tests.conftest import ROOT
 from tests.support.required import unavailable
 

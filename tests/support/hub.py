@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.tools.apt import apt_install
+from helpers.commands.apt import apt_install
 from tests.conftest import ROOT, cmdline
 
 BRIDGE_ADDR = "10.77.0.1"  # slurm/local/common.sh: where the host is reachable from the nodes

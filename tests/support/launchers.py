@@ -57,7 +57,7 @@ def hub_script(checkout: Path, where: Path) -> Path:
 
 def ruby() -> str:
     if shutil.which("ruby") is None:
-        from helpers.tools.apt import apt_install
+        from helpers.commands.apt import apt_install
 
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
             pytest.skip("ruby is missing and cannot be installed here (needs root and apt-get)")

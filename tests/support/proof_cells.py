@@ -118,7 +118,7 @@ def run_edited_to_its_proof(notebook: str, old: str, new: str, proof_mark: str, 
                              timeout: float, where: str = "") -> tuple[str, str]:
     """(status, detail) of `notebook` run for real up to its proof cell (the last code cell holding
     `proof_mark`), with `old` replaced by `new` in the code cell holding both `old` and `where`."""
-    from helpers.tools.course_run import run_notebook
+    from helpers.commands.course_run import run_notebook
 
     nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and old in c.source and where in c.source)

@@ -4,7 +4,7 @@
 means a second pytest session bringing up its own would pull the bridge and daemons from under the
 first one's jobs: "Could not bind to 10.77.0.1", sinfo's "Insane message length", jobs CANCELLED. The
 `slurm` fixture holds this lock for its session instead. It lives in root's own directory (the apt
-lock's, `helpers.tools.apt.lock_dir`), not in world-writable /tmp. A session started under
+lock's, `helpers.commands.apt.lock_dir`), not in world-writable /tmp. A session started under
 `flock <this lock> pytest ...` sees its ancestor holding it and goes on.
 """
 
@@ -18,7 +18,7 @@ from typing import Iterator
 
 import psutil
 
-from helpers.tools.apt import lock_dir
+from helpers.commands.apt import lock_dir
 
 WAIT_S = 3 * 3600  # a whole CI run of another session, then a clear failure instead of waiting for ever
 

@@ -2,7 +2,7 @@
 
 Each worker records, for every `strategy.run` of the script (Keras's `fit`, its validation,
 `evaluate`, `predict`, a custom loop's step function), one fingerprint per example of the batch
-each step was handed, in order (`check_watch`): a stream per step function and phase. A stream of
+each step was handed, in order (`watch`): a stream per step function and phase. A stream of
 the N-worker run is compared with the same stream of the one-worker run step by step: step s of
 the N workers together must hold exactly the examples of step s of one worker, each once, and
 every worker must run as many steps as one worker.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .check_findings import Finding
-from .check_launch import Run
+from .findings import Finding
+from .launch import Run
 
 
 def streams(report: dict) -> dict[tuple[str, str], list[list[str]]]:

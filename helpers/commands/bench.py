@@ -4,7 +4,7 @@ Each compared pair runs interleaved (ours, baseline, ours, baseline, ...) and re
 over repeats of median step times, so a busy machine slows both sides alike. "Ours" is the
 helpers with their defaults (`helpers.tuning`, `helpers.engines`); the baseline is the same
 code with TensorFlow's and ipyparallel's defaults (`COURSE_TUNING=off`), or hand-written
-Keras (`helpers.tools.bench_baseline`). Training runs each take fresh processes. Writes bench.json
+Keras (`helpers.commands.bench_baseline`). Training runs each take fresh processes. Writes bench.json
 and bench.csv (docs/measured.md's tables are made from them). Nothing here is asserted by tests on wall-clock time:
 it prints figures for people to read, and says for each whether its target is met.
 """
@@ -269,7 +269,7 @@ def bench_overhead(model: str, data_dir: str, steps: int, repeats: int = 2) -> l
     rows = []
     name = MODEL_NAMES[model]
     for loop in ("fit", "custom"):
-        base_args = ["-m", "helpers.tools.bench_baseline", "--model", model, "--loop", loop, "--data-dir", data_dir,
+        base_args = ["-m", "helpers.commands.bench_baseline", "--model", model, "--loop", loop, "--data-dir", data_dir,
                      "--batch", str(GLOBAL_BATCH), "--steps", str(steps),
                      "--examples", str(GLOBAL_BATCH * WARM_BATCHES)]
         ours, base, ran = [], [], {}
@@ -313,7 +313,7 @@ def bench_course() -> Row:
     """`make course`'s run (every notebook, quick mode, local engines) into a scratch directory."""
     with tempfile.TemporaryDirectory(prefix="bench-course-") as out:
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "helpers.tools.course_run", "--out", out],
+        done = subprocess.run([sys.executable, "-m", "helpers.commands.course_run", "--out", out],
                               capture_output=True, text=True, timeout=1800,
                               env={**os.environ, "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": out})
         seconds = time.perf_counter() - started
@@ -324,7 +324,7 @@ def bench_course() -> Row:
 # ---------------------------------------------------------------------------------- GPU
 GPU_SWITCHES = {"float32": (), "mixed precision": ("--precision", "mixed_float16"), "XLA": ("--xla",),
                 "mixed precision + XLA": ("--precision", "mixed_float16", "--xla")}
-SCALING_SWITCH = "mixed precision"  # no XLA under a strategy: helpers.tools.train.XLA_REFUSED says why
+SCALING_SWITCH = "mixed precision"  # no XLA under a strategy: helpers.commands.train.XLA_REFUSED says why
 
 
 def gpu_runs(visible: list[str]) -> list[tuple[str, str, int, tuple[str, ...], str]]:

@@ -8,12 +8,12 @@
   build the model (`_maybe_symbolic_build`) and never trained on, are not counted;
 - models, optimizers and metrics are registered as they are made (in `strategy.scope()` or not);
 - writes are recorded whatever API makes them in Python: `open` (the audit hook in
-  `check_record`), `tf.io.gfile`/`file_io` (which `tf.train.Checkpoint`, `CheckpointManager`'s
+  `record`), `tf.io.gfile`/`file_io` (which `tf.train.Checkpoint`, `CheckpointManager`'s
   `checkpoint` file and SavedModel's `saved_model.pb` go through), `rename`/`copy`; where C++ writes
   the bytes (checkpoint shards, SavedModel variables, event files, a dataset cache), the
   destination the script gave is recorded (`Checkpoint._write`, `model.save`/`save_weights`/
   `export`, `tf.saved_model.save`, `tf.summary.create_file_writer`, `Dataset.cache`/`save`/
-  `snapshot`); the command also compares the files before and after a run (`check_files`);
+  `snapshot`); the command also compares the files before and after a run (`files`);
 - dropout is turned off, Keras's XLA compilation too (a py_function cannot run in XLA), and
   GPUs are hidden through TensorFlow's own device visibility (`hide_gpus`), so a script that
   lists and pins GPUs still finds them listed.
@@ -25,7 +25,7 @@ import hashlib
 import os
 from typing import Callable
 
-from .check_record import STATE, SEED, called_by_script, mark, note_not_seen, phase, record_write, script_line
+from .record import STATE, SEED, called_by_script, mark, note_not_seen, phase, record_write, script_line
 
 MODELS: list = []
 OPTIMIZERS: list = []

@@ -1,11 +1,11 @@
 """One worker of `python -m helpers check-script`: runs the user's script unchanged, watched.
 
-    python -m helpers.tools.check_worker OUT_DIR SCRIPT [SCRIPT_ARGS...]
+    python -m helpers.commands.check_script.worker OUT_DIR SCRIPT [SCRIPT_ARGS...]
 
 That is how a Slurm task starts (`check-script --slurm`). Local workers are forked instead from
 the command, which imported TensorFlow and put the wrappers on once (`prepare`), and each fork
 calls `run` (one import of TensorFlow a check, not one a worker). Either way, before the script
-runs as `__main__` (through `runpy`), `check_watch` has wrapped TensorFlow and Keras; the worker
+runs as `__main__` (through `runpy`), `watch` has wrapped TensorFlow and Keras; the worker
 hides the GPUs, keeps TensorFlow's own frames in tracebacks, fixes the seeds, points the
 temporary directory into OUT_DIR (TensorFlow's autograph writes its traced code there, and
 `os._exit` skips its clean-up), writes a progress mark per step to a side file (a worker
@@ -22,9 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from .check_cwd import private_cwd
-from .check_record import SEED, STATE, WHERE, audit, mark, start
-from . import check_watch
+from .cwd import private_cwd
+from .record import SEED, STATE, WHERE, audit, mark, start
+from . import watch as check_watch
 
 _INITIAL: dict = {}
 _FRAME = re.compile(r'^ +File "(.+)", line (\d+), in (\S+)')  # a frame of autograph's "in user code:" message
@@ -43,7 +43,7 @@ def rank_from_environment() -> int:
 def _tf_config_from_slurm() -> None:
     """A task of `check-script --slurm`: the course's TF_CONFIG for this Slurm step (ports in
     COURSE_PORT_RANGE), which a script that reads TF_CONFIG uses and one that reads Slurm ignores."""
-    from ..resolver import make_tf_config, resolve_step
+    from ...resolver import make_tf_config, resolve_step
 
     layout, _, workers = resolve_step()
     os.environ["TF_CONFIG"] = json.dumps(make_tf_config(workers, layout.rank))
@@ -291,7 +291,7 @@ def run(out: str, script: str, argv: list[str], real_cwd: str = "") -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: python -m helpers.tools.check_worker OUT_DIR SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m helpers.commands.check_script.worker OUT_DIR SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     out, script = os.path.abspath(argv[0]), argv[1]
     if not os.path.isdir(out):  # e.g. a scratch directory on another node's own disk

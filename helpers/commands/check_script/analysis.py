@@ -1,17 +1,17 @@
 """check-script's analysis of two runs: failures and hangs, the strategy's scope, weights, batch norm, metrics, and the whole report.
 
 The reference is the one-worker run; every N-worker run is compared with it. The input checks
-live in `check_inputs`, "who writes" in `check_files`; the contract and the limits in
+live in `inputs`, "who writes" in `files`; the contract and the limits in
 docs/check-your-script.md.
 """
 
 from __future__ import annotations
 
-from .check_files import write_findings
-from .check_findings import Finding
-from .check_inputs import input_findings
-from .check_launch import Run
-from .check_options import Options
+from .files import write_findings
+from .findings import Finding
+from .inputs import input_findings
+from .launch import Run
+from .options import Options
 
 EPS32 = 2.0 ** -24  # float32 unit roundoff
 PEER_GONE = ("UnavailableError", "CancelledError", "AbortedError", "DeadlineExceededError")  # a peer left

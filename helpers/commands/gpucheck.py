@@ -179,7 +179,7 @@ def _in_step_layout_kernel(cap: float) -> dict:
         with tf.device("/GPU:0"):
             held = tf.zeros([LAYOUT_KERNEL_HOLDS_MIB * 2**18])  # float32: 256 MiB the kernel keeps
         held.numpy()
-    outcomes = run_local_workers(["-m", "helpers.tools.gpucheck", "--step", "layout-gpu-worker"], 2,
+    outcomes = run_local_workers(["-m", "helpers.commands.gpucheck", "--step", "layout-gpu-worker"], 2,
                                  deadline_s=max(30.0, cap - 30))
     workers = [json.loads(line[len(LINE):]) for o in outcomes for line in o.output.splitlines() if line.startswith(LINE)]
     failed = [o for o in outcomes if o.returncode != 0]
@@ -259,7 +259,7 @@ def _run(command: list[str], timeout: float, env: dict | None = None) -> tuple[i
 
 
 def _fresh_step(name: str, timeout: float, env: dict | None = None) -> dict:
-    return step_process([sys.executable, "-m", "helpers.tools.gpucheck", "--step", name, "--step-timeout",
+    return step_process([sys.executable, "-m", "helpers.commands.gpucheck", "--step", name, "--step-timeout",
                          str(timeout)], timeout, env)
 
 
@@ -564,7 +564,7 @@ def job_time_limit_s() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.tools.gpucheck", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m helpers.commands.gpucheck", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="build/gpucheck", help="where the JSON and executed lessons go")
     parser.add_argument("--lessons", default=",".join(DEFAULT_LESSONS), help="lessons to run (comma-separated numbers)")
     parser.add_argument("--mode", default="workshop", choices=["quick", "workshop", "full"])

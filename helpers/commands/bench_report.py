@@ -16,7 +16,7 @@ A "Verified on" block lists every smoke run's JSON (`make gpucheck`) matching a 
     ...generated...
     <!-- end gpucheck -->
 
-`python -m helpers.tools.bench_report docs/measured.md` rewrites every block from its JSON;
+`python -m helpers.commands.bench_report docs/measured.md` rewrites every block from its JSON;
 `--check` says which block differs (the docs test runs it).
 """
 

@@ -6,7 +6,7 @@ pass. `make fullcheck` ends by writing this record, and only when every notebook
 ran with no failure, error or skip; the suite prints the record's date and commit in every summary
 (tests/test_fullcheck_record.py).
 
-Usage: `python -m helpers.tools.fullcheck_record BUILD_DIR RECORD` (BUILD_DIR holds fullcheck.md and
+Usage: `python -m helpers.commands.fullcheck_record BUILD_DIR RECORD` (BUILD_DIR holds fullcheck.md and
 tests.xml).
 """
 
@@ -77,7 +77,7 @@ def problems(entry: object) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m helpers.tools.fullcheck_record BUILD_DIR RECORD", file=sys.stderr)
+        print("usage: python -m helpers.commands.fullcheck_record BUILD_DIR RECORD", file=sys.stderr)
         return 2
     try:
         entry = record(Path(args[0]), Path(args[1]), Path(__file__).resolve().parents[2])

@@ -2,11 +2,11 @@
 
 The script runs unchanged at a toy size, once as one worker with global batch B and once as N
 workers with the same global batch (local processes forked after one import of TensorFlow, or
-the tasks of a Slurm step), each worker watched (`check_worker`), which writes what it saw to a
-JSON file. This module runs them, lists the files a run changed (`check_files`), has the runs
-compared (`check_analysis`) and prints one PASS / FAIL / NOT SEEN line per check, with the fix in
+the tasks of a Slurm step), each worker watched (`worker`), which writes what it saw to a
+JSON file. This module runs them, lists the files a run changed (`files`), has the runs
+compared (`analysis`) and prints one PASS / FAIL / NOT SEEN line per check, with the fix in
 the script's terms, then the verdict: passed (exit 0), FAILED (1) or incomplete (3: a check
-could not see; `check_findings`). The contract and the limits are in docs/check-your-script.md.
+could not see; `findings`). The contract and the limits are in docs/check-your-script.md.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import shutil
 import time
 from pathlib import Path
 
-from .check_analysis import analyse, crash_findings
-from .check_cwd import tree
-from .check_files import changed, snapshot, watched_roots
-from .check_findings import verdict
-from .check_launch import Run, run_local, run_slurm, scratch_dir
-from .check_options import Options, check_options, option_name, script_args
+from .analysis import analyse, crash_findings
+from .cwd import tree
+from .files import changed, snapshot, watched_roots
+from .findings import verdict
+from .launch import Run, run_local, run_slurm, scratch_dir
+from .options import Options, check_options, option_name, script_args
 
 __all__ = ["Options", "main", "option_name"]
 

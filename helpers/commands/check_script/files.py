@@ -1,9 +1,9 @@
 """check-script's "who writes": the paths each worker wrote, and the files that changed that no worker's Python calls explain.
 
-The workers record what the script writes through Python (`check_record`, `check_watch`),
+The workers record what the script writes through Python (`record`, `watch`),
 including the destinations TensorFlow's C++ writes below (a checkpoint prefix, a SavedModel or
 log directory, a dataset cache). Each worker stands in a working directory of its own
-(`check_cwd.private_cwd`): whatever creates a file at a relative path, its worker is known,
+(`cwd.private_cwd`): whatever creates a file at a relative path, its worker is known,
 and two workers creating the same relative path are named. What C++ code or another program
 writes at an absolute path no wrapper sees: the command therefore lists the files under the
 directories a run writes to (the script's, and those its path options name) before and after
@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .check_findings import Finding
-from .check_launch import Run
+from .findings import Finding
+from .launch import Run
 
 MAX_FILES = 20000  # per watched directory: a home directory is not walked whole
 PREFIX_KINDS = ("tf.train.Checkpoint", "Dataset.cache", "Dataset.save", "Dataset.snapshot")  # C++ adds suffixes

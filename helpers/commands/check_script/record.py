@@ -1,6 +1,6 @@
 """What one check-script worker records: its state, its progress marks, the script line of a call, the files it writes.
 
-The worker (`check_worker`) and the wrappers it puts on TensorFlow and Keras (`check_watch`)
+The worker (`worker`) and the wrappers it puts on TensorFlow and Keras (`watch`)
 write here; at exit the worker turns STATE into OUT/worker-RANK.json. Nothing here imports
 TensorFlow.
 """
@@ -12,7 +12,7 @@ import re
 import sys
 import time
 
-from .check_cwd import COPY_SUFFIX, own_copy
+from .cwd import COPY_SUFFIX, own_copy
 
 SEED = 1234
 STATE: dict = {}

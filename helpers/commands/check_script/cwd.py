@@ -1,13 +1,13 @@
 """A check-script worker's working directory of its own: the real one's directories made anew, its files linked, a linked file copied before it is written.
 
-Each worker stands in such a directory (`check_launch`, `check_worker`), so the script reads the
+Each worker stands in such a directory (`launch`, `worker`), so the script reads the
 files it would (not those in hidden directories, left out), and whatever creates a file at a
 relative path, Python or C++, creates it in that worker's directory alone: two workers creating
-one path are seen doing so (`check_files`), and one run never finds what the run before it wrote.
+one path are seen doing so (`files`), and one run never finds what the run before it wrote.
 A directory is never linked: a link to the learner's `run/` took every write below it into the
 real `run/`, in both runs (lesson 18's third review). A file is linked, and a write the worker
 records (Python's `open`, `tf.io.gfile`, a checkpoint or a save the check wraps:
-`check_record.record_write`) first replaces the links it may write through by copies
+`record.record_write`) first replaces the links it may write through by copies
 (`own_copy`): a file changed in place ("a", "r+", a checkpoint's index) changes the worker's
 copy. What C++ no wrapper sees writes in place through a link reaches the learner's file.
 """
@@ -18,7 +18,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ..errors import CourseError
+from ...errors import CourseError
 
 # repeated per worker: the course's checkout (3,973 entries, hidden ones aside) made a check of 13 s take 62 s
 # here (2 cores at a load of 16); 71,566 links alone took 47 s at a load of 7

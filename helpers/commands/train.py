@@ -27,7 +27,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 @dataclass
 class TrainConfig:
-    """What one run trains; the command line (`helpers.tools.cli`) builds its options from
+    """What one run trains; the command line (`helpers.commands.cli`) builds its options from
     these fields and their help texts, so the defaults are declared here only."""
 
     strategy: str = field(default="auto", metadata={"choices": ("auto", "mirrored", "multiworker", "default")})

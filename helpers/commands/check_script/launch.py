@@ -1,12 +1,12 @@
 """check-script's runs: N workers of the user's script, forked locally or as the tasks of a Slurm step, and what they left.
 
 Local workers share one start-up: the command imports TensorFlow and puts check-script's
-wrappers on once (`check_worker.prepare`, no TensorFlow op runs), then forks each worker, which
+wrappers on once (`worker.prepare`, no TensorFlow op runs), then forks each worker, which
 sets its own TF_CONFIG and runs the script (about 3 s of import saved per worker). A worker dies
 with the command (PR_SET_PDEATHSIG), is SIGKILLed at the deadline or when a peer fails (a
 MultiWorkerMirroredStrategy worker whose peer is gone waits for good and ignores SIGTERM), and
 points its temporary directory into the run's directory, which the command removes. With
-`--slurm`, `srun` starts `python -m helpers.tools.check_worker` on the nodes instead: the run's
+`--slurm`, `srun` starts `python -m helpers.commands.check_script.worker` on the nodes instead: the run's
 directory must be one every node sees (`scratch_dir`).
 """
 
@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CourseError
-from ..local_workers import kill_group
+from ...errors import CourseError
+from ...local_workers import kill_group
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Run:
     where: dict = field(default_factory=dict)  # rank -> the script line it was last seen on
     killed: dict = field(default_factory=dict)  # rank -> why (deadline, rank N failed)
     outputs: dict = field(default_factory=dict)  # rank -> last lines the worker printed
-    changed: list = field(default_factory=list)  # files that changed during the run (check_files)
+    changed: list = field(default_factory=list)  # files that changed during the run (files)
     created: dict = field(default_factory=dict)  # rank -> files it created in its own working directory
     cwd: str = ""  # the working directory the workers stood in for
 
@@ -56,7 +56,7 @@ def scratch_dir(slurm: bool, keep: Path | None) -> tuple[Path, bool]:
         return keep, False
     if not slurm:
         return Path(tempfile.mkdtemp(prefix="check-script-")), True
-    from ..environment import output_dir
+    from ...environment import output_dir
 
     base = output_dir() / "check-script"
     base.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ def scratch_dir(slurm: bool, keep: Path | None) -> tuple[Path, bool]:
 
 def created_files(own: Path) -> list[str]:
     """The files a worker created or wrote in its own working directory (relative paths): those
-    that are no longer links to the real directory's files (`check_cwd`)."""
+    that are no longer links to the real directory's files (`cwd`)."""
     found = []
     for folder, _, names in os.walk(own) if own.is_dir() else []:
         found += [os.path.relpath(os.path.join(folder, n), own) for n in names
@@ -75,9 +75,9 @@ def created_files(own: Path) -> list[str]:
 
 def worker_environment() -> dict:
     """The workers' environment: this one without proxies and the hub's secrets, deterministic ops,
-    a fixed hash seed (Slurm tasks), quiet logs, the course on PYTHONPATH (`-m helpers.tools.check_worker`)."""
-    from .. import HUB_SECRETS
-    from ..environment import PROXY_VARIABLES
+    a fixed hash seed (Slurm tasks), quiet logs, the course on PYTHONPATH (`-m helpers.commands.check_script.worker`)."""
+    from ... import HUB_SECRETS
+    from ...environment import PROXY_VARIABLES
 
     env = {k: v for k, v in os.environ.items() if k not in (*PROXY_VARIABLES, *HUB_SECRETS)}
     env.update(TF_DETERMINISTIC_OPS="1", PYTHONHASHSEED="1234")
@@ -90,9 +90,9 @@ def worker_environment() -> dict:
 # ------------------------------------------------------------------ local: forked workers
 def run_local(script: Path, args: list[str], n: int, out: Path, deadline_s: float) -> Run:
     """`script args` as `n` workers forked from this process, each with TF_CONFIG on localhost."""
-    from ..resolver import free_port, make_tf_config
-    from ..slurm.login_node import check_local_workers
-    from . import check_worker
+    from ...resolver import free_port, make_tf_config
+    from ...slurm.login_node import check_local_workers
+    from . import worker as check_worker
 
     check_local_workers(f"{n} local workers")
     os.environ.update(TF_DETERMINISTIC_OPS="1")  # read by TensorFlow's kernels, in the workers
@@ -149,8 +149,8 @@ def _fork(child) -> int:
 
 def _worker(out: Path, script: Path, args: list[str], rank: int, config: str, env: dict) -> int:
     """In the forked worker: its own session, death with the command, environment, output file."""
-    from . import check_worker
-    from .check_cwd import private_cwd
+    from . import worker as check_worker
+    from .cwd import private_cwd
 
     os.setsid()
     _die_with_parent()
@@ -245,7 +245,7 @@ def run_slurm(script: Path, args: list[str], n: int, out: Path, deadline_s: floa
     env["CHECK_SCRIPT_SLURM"] = "1"
     nodes = min(n, int(os.environ.get("SLURM_JOB_NUM_NODES") or n))  # inside an allocation: the nodes it holds
     command = [srun, f"--nodes={nodes}", f"--ntasks={n}", "--kill-on-bad-exit=1",
-               f"--time={max(1, math.ceil(deadline_s / 60))}", sys.executable, "-m", "helpers.tools.check_worker",
+               f"--time={max(1, math.ceil(deadline_s / 60))}", sys.executable, "-m", "helpers.commands.check_script.worker",
                str(out), str(script), *args]
     began = time.monotonic()
     run = Run(workers=n, cwd=os.getcwd())

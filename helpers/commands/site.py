@@ -66,7 +66,7 @@ def lay_out(notebooks: Path, source: Path) -> list[Path]:
     guides = sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
     if sorted(GUIDES) != guides:
         raise CourseError(f"docs/ holds {guides}, the site's navigation lists {sorted(GUIDES)}: add the new guide "
-                          "to GUIDES in helpers/tools/site.py")
+                          "to GUIDES in helpers/commands/site.py")
     shutil.rmtree(source, ignore_errors=True)
     (source / "notebooks").mkdir(parents=True)
     (source / "helpers").mkdir()

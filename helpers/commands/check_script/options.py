@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CourseError
+from ...errors import CourseError
 
 DEFAULT_BATCH = 12  # divisible by 1, 2, 3, 4 and 6 workers
 DEFAULT_DEADLINE_S = 300.0
