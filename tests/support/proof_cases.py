@@ -184,13 +184,13 @@ OK["10_large_batches.ipynb"] = {
     "final": {"batch 32": 0.07, "batch 512, same rate": 1.4, "batch 512, linear, no warm-up": 0.7,
               "batch 512, linear + warm-up": 0.1, "batch 512, sqrt + warm-up": 0.67},
     # each step's loss, from a start above ln 10 as the runs measure it (3.20): without warm-up the third
-    # step spikes above the start, with warm-up no step does
+    # step spikes above the starting weights' loss on its batch, with warm-up every step of the window is below it
     "step_loss": {"batch 512, linear, no warm-up": [3.2, 3.1, 5.2, 3.0, 2.1] + [1.0] * 19,
                   "batch 512, linear + warm-up": [3.2, 2.9, 2.6, 2.3, 2.0] + [1.0] * 19},
     # the starting weights' loss on the large runs' first batches (the run at learning rate 0)
     "frozen_loss": [3.2, 3.15, 3.1, 3.2, 3.1, 3.2, 3.1],
     "epochs": 6, "warmup_steps": 6, "iterations": {"batch 32": 384, **{n: 24 for n in LESSON_10_RUNS if n != "batch 32"}},
-    "last_rate": {n: 0.0 for n in LESSON_10_RUNS}, "halfway": {n: 1.0 for n in LESSON_10_RUNS}, "shape_gap": 3e-8}
+    "last_rate": {n: 0.0 for n in LESSON_10_RUNS}, "shape_gap": 3e-8}
 
 
 def _lb(key: str, **changes) -> dict:
@@ -893,9 +893,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the unscaled large batch given the linear rate; linear scaling without warm-up ramping up after all
     ("10_large_batches.ipynb", _lb("peak_rate", **{"batch 512, same rate": 16.0}), "same rate: peak rate"),
     ("10_large_batches.ipynb", _lb("first_rate", **{"batch 512, linear, no warm-up": 1.0}), "no warm-up: first rate"),
-    # one run started from other weights (a model built before the seed was set)
+    # one run started from other weights: built with another initializer seed (small_cnn(seed=1), say; the global
+    # seed alone changes nothing, small_cnn's GlorotUniform(seed=42) fixes the weights), or another model, with a
+    # weight more (zip alone would stop at the small batch's last) or one fewer
     ("10_large_batches.ipynb", _lb("initial", **{"batch 512, sqrt + warm-up": [np.zeros((3, 3)), np.zeros(3)]}),
      "same weights"),
+    ("10_large_batches.ipynb", _lb("initial", **{"batch 512, sqrt + warm-up": [np.zeros((3, 3)), np.ones(3), np.ones(2)]}),
+     "same weights"),
+    ("10_large_batches.ipynb", _lb("initial", **{"batch 512, sqrt + warm-up": [np.zeros((3, 3))]}), "same weights"),
     # the small batch trained fewer updates than 16x the large one's (an epoch cut short)
     ("10_large_batches.ipynb", _lb("iterations", **{"batch 32": 200}), "updates"),
     # both sizes a whole epoch short, in proportion: 16x holds, the epochs' updates do not
@@ -904,15 +909,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the unscaled large run right, one of the others an epoch short: every large run is held to its updates
     ("10_large_batches.ipynb", _lb("iterations", **{"batch 512, linear + warm-up": 20}), "updates of the large batch"),
     ("10_large_batches.ipynb", _lb("last_rate", **{"batch 32": 0.01}), "decayed to 0"),
-    # a cosine that reached 0 at step 12 of the decay's 20 and stayed there (CosineDecay clamps the step at
-    # decay_steps): 0 at the end all the same, but halfway through the decay 0.067 of the peak, not 0.5
-    ("10_large_batches.ipynb", _lb("halfway", **{"batch 512, linear + warm-up": 0.134}), "not before"),
-    # at 50,000 images and 2 epochs (3,124 steps) the small batch's cosine reaching 0 one step after its run
-    # (decay_steps = steps + 1): its last rate 6e-9, under 1e-6; halfway 1 + sin(pi / 6250) = 1.0005 (Keras: 1.000503)
-    ("10_large_batches.ipynb", _lb("halfway", **{"batch 32": 1.0005}), "not before"),
-    # CosineDecay(alpha=1e-5): a floor at 1e-5 of the peak, never 0 (4e-6 for the linear peak of 0.4); halfway 1.00001
-    ("10_large_batches.ipynb", {**_lb("last_rate", **{"batch 512, linear + warm-up": 4e-6}),
-                                **_lb("halfway", **{"batch 512, linear + warm-up": 1.00001})}, "decayed to 0"),
+    # CosineDecay(alpha=1e-5 or 5e-6): a floor at that share of the peak, never 0 (4e-6 and 2e-6 for the linear
+    # peak of 0.4), 1.001e-5 and 5.007e-6 of the peak off a cosine to 0 (tests/proofs/test_lesson_10.py measures them)
+    ("10_large_batches.ipynb", {**_lb("last_rate", **{"batch 512, linear + warm-up": 4e-6}), "shape_gap": 1.001e-5},
+     "decayed to 0"),
+    ("10_large_batches.ipynb", {**_lb("last_rate", **{"batch 512, linear + warm-up": 2e-6}), "shape_gap": 5.007e-6},
+     "decayed to 0"),
+    # at full size (30 epochs of 49,664 images) the small batch's cosine one step late (decay_steps = steps + 1): its
+    # last rate 0.0 in float32, but off the curve by 1.96e-5 of its peak (tests/proofs/test_lesson_10.py measures it)
+    ("10_large_batches.ipynb", {"shape_gap": 1.96e-5}, "linear warm-up, then a cosine"),
     # a linear decay (half its peak halfway, 0 at the end: the halfway check alone passed it), as the curve cell
     # measures it on quick mode's schedules (tests/proofs/test_lesson_10.py runs it)
     ("10_large_batches.ipynb", {"shape_gap": 0.2}, "linear warm-up, then a cosine"),
@@ -935,8 +940,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("10_large_batches.ipynb", {**_lb("step_loss", **{"batch 512, linear, no warm-up": [3.20, 3.25, 3.26, 3.23, 3.27, 3.27, 3.21]
                                                       + [1.0] * 17}),
                                 "frozen_loss": [3.20, 3.25, 3.26, 3.23, 3.27, 3.27, 3.21]}, "starting weights' loss"),
-    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 2.9, 3.4, 1.5]}),
-     "with warm-up no step"),
+    ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 2.9, 3.4, 1.5] + [1.0] * 20}),
+     "with warm-up steps 2 to"),
+    # third review: the warm-up's run above the starting weights' loss on batches 2-4 (easier ones, 2.9-3.0), yet
+    # below its own first step's 3.2: the old yardstick, its first step, passed it
+    ("10_large_batches.ipynb", {**_lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 3.1, 3.1, 3.15, 2.0] + [1.0] * 19}),
+                                "frozen_loss": [3.2, 2.95, 2.9, 3.0, 2.9, 2.95, 3.0]}, "with warm-up steps 2 to"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", runs=[0])), "one resumed run"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"stopped at": ["s", "t"]})),
