@@ -77,7 +77,7 @@ def test_bench_rows_say_whether_their_target_is_met(tmp_path):
     saved = load_table(tmp_path)
     assert saved["gpu_skipped"] == "no GPU" and [r["met"] for r in saved["rows"]] == ["no", "yes", "yes", "no", "-", "yes"]
     assert (tmp_path / "bench.csv").read_text().count("\n") == 7
-    fig = plots.bench(saved)  # notebook 07's picture of the table: one bar per compared row
+    fig = plots.bench(saved)  # the bench's picture of its table: one bar per compared row
     bars = fig.axes[0].patches
     assert len(bars) == 4  # the GPU row has no baseline, the pipeline's is not a default
     assert [round(b.get_width(), 2) for b in bars] == [0.96, round(6.5 / 1.5, 2), round(2.3 / 1.9, 2), round(11 / 12, 2)]
