@@ -93,6 +93,12 @@ def test_the_analysis_tells_the_sharding_mistakes_apart():
     assert "each worker shuffled differently before a manual shard()" in detail
     # b read by both workers in a step; d missing from both steps: counted once over the 2 steps, not per epoch
     assert "over 2 steps, 1 of the 4 examples were read by two workers in one step, and 1 were missing" in detail, detail
+    # lesson 18's fourth review, findings 2 and 3: the fix that passes comes first (shuffling after the shard with a
+    # seed per worker is NOT SEEN without --examples-flag), and the same op seed needs the same global seed
+    fix = _coverage(one, overlapping).fix
+    assert fix.startswith("give shuffle the same seed on every worker, and the same global seed (tf.random.set_seed)"
+                          " or none"), fix
+    assert "compared only with --examples-flag" in fix, fix
 
 
 def test_the_analysis_names_a_wrong_batch_either_way():
@@ -481,6 +487,13 @@ PLANTED = {
                                                      "seed=context.input_pipeline_id).shard(")],
                                        [], FAILED, ["FAIL     input sharding: the workers' shards overlap",
                                                     "each worker shuffled differently before a manual shard()"]),
+    # lesson 18's fourth review, finding 3: one shuffle seed on every worker, but a global seed per worker
+    # (random_seed.get_seed pairs them): the orders differ all the same, and the fix line says so
+    "global_seed_per_worker_then_shard": ("lesson08", [("ds = examples.shard(", "tf.random.set_seed(100 + "
+                                                        "context.input_pipeline_id)  # a global seed per worker\n"
+                                                        "    ds = examples.shuffle(1000, seed=42).shard(")],
+                                          [], FAILED, ["FAIL     input sharding: the workers' shards overlap",
+                                                       "and the same global seed (tf.random.set_seed) or none"]),
     "steps_per_epoch_not_divided": ("tutorial", [(FIT, "multi_worker_model.fit(multi_worker_dataset, epochs=args.epochs, "
                                                        "steps_per_epoch=args.examples // per_worker_batch_size,\n")],
                                     [], FAILED, ["FAIL     steps: the 2 workers ran 6 steps of model.fit's training "
@@ -746,6 +759,22 @@ def test_a_correct_fit_script_passes_without_the_examples_flag(tmp_path, mnist):
     ours = [o for o in ours if o not in ("--examples-flag", "examples")]
     code, out = check(tmp_path, source, *ours, "--", *theirs)
     assert passes(code, out) and "in each of 3 steps the 2 workers read, together, exactly" in out, out
+
+
+@pytest.mark.multiprocess
+def test_a_shuffle_seeded_per_worker_after_the_shard_is_compared_only_with_the_examples_flag(tmp_path, mnist):
+    """What the overlap's fix line says of the other fix (lesson 18's fourth review, finding 2): each
+    worker shuffling its own shard with a seed of its own reads every example once, but its steps
+    hold other examples than one worker's: NOT SEEN, incomplete (exit 3). With --examples-flag (an
+    epoch of one global batch) no shuffle moves an example to another step, and it passes."""
+    source = plant_edits(CUSTOM, [("dataset.shuffle(1000, seed=7)",
+                                   "dataset.shuffle(1000, seed=7 + input_context.input_pipeline_id)")])
+    ours, theirs = options("custom", tmp_path, mnist)
+    code, out = check(tmp_path, source, *[o for o in ours if o not in ("--examples-flag", "examples")], "--", *theirs)
+    assert code == INCOMPLETE and "NOT SEEN input sharding: the workers' steps held other examples" in out, out
+    assert "to see it: --examples-flag" in out, out
+    code, out = check(tmp_path, source, *ours, "--", *theirs)
+    assert passes(code, out), out
 
 
 # On Slurm, mistakes whose evidence the workers gather on their own nodes: what each was fed (the

@@ -189,8 +189,11 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
         return Finding("FAIL", name, f"the workers' shards overlap: over {steps} steps, {len(overlap)} of the "
                        f"{distinct_one} examples were read by two workers in one step, and {len(missing)} were "
                        "missing from a step where one worker read them: each worker shuffled differently before a "
-                       "manual shard()", "shard before shuffling (dataset.shard(...) right after the source), or "
-                       "give shuffle the same seed on every worker"), False
+                       "manual shard()", "give shuffle the same seed on every worker, and the same global seed "
+                       "(tf.random.set_seed) or none: every worker then draws one order, which shard() splits; a "
+                       "shuffle after shard() with a seed per worker also reads every example once an epoch, but its "
+                       "steps hold other examples than one worker's and can be compared only with --examples-flag "
+                       "(an epoch of one global batch)"), False
     if missing and repeats:
         return Finding("FAIL", name, f"the workers together read only {distinct_one - len(missing)} of the "
                        f"{distinct_one} examples of an epoch, each repeating its own part: the input is sharded twice "
