@@ -54,6 +54,7 @@ def _as_written_18(workers: int = 1, error: str = "AssertionError", raised: str 
 _NOT_COMPARED_18 = ("NOT SEEN input sharding: not compared: see the batch line above",
                     "NOT SEEN same weights as one worker: not compared: the runs' steps did not read the same examples")
 _CHIEF_LEFT_18 = ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]
+_NOTES_18 = b"lr 0.1 looked best\n"  # the learner's file in the real run/ (cell 3)
 _FIRST_ALONE_18 = ('  File "/x/train.py", line 26, in dataset_fn\n    dataset = dataset.shuffle(len(x), seed=args.seed + '
                    "task_id)  # each worker its own order\nTypeError: unsupported operand type(s) for +: 'int' and "
                    "'NoneType'\n")
@@ -184,7 +185,13 @@ def _checks_18(**changes) -> dict:
      "import tensorflow as tf\n", "turn its FAIL line to PASS"),
     ({"left": {"cwd-0": _CHIEF_LEFT_18, "cwd-1": ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]}},
      "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
-    ({"real run": True}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    # fourth review, finding 5: check-script before da9c3db linked an existing run/ into each worker's directory, and a
+    # check with the real run/ present (measured: old code, fixed script) left the chief's checkpoint in it; the
+    # learner's notes.txt changed, or run/ gone
+    ({"real run": {"notes.txt": _NOTES_18, "ckpt.data-00000-of-00001": b"d", "ckpt.index": b"i"}},
+     "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    ({"real run": {"notes.txt": b"overwritten\n"}}, "import tensorflow as tf\n", "only the chief should leave"),
+    ({"real run": None}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
     # third review, finding 2: the checkpoint fix's check compared the examples (a PASS) instead of saying NOT SEEN
     ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
                                         _PASS_18["input sharding"], _NOT_COMPARED_18[1],
@@ -207,7 +214,7 @@ def _checks_18(**changes) -> dict:
          "named by keras", "a step ran first", "no step, no raise", "step mark renamed", "raised at the checkpoint",
          "a worker exited early", "a worker left no marks", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
          "importlib", "__import__", "alone had a task", "chief-only write", "worker 1 left a checkpoint",
-         "the real run/ written", "examples compared", "global batch 24", "global batch 24 said 12",
+         "pre-fix: the real run/ written", "notes.txt changed", "run/ gone", "examples compared", "global batch 24", "global batch 24 said 12",
          "traced at the step", "as written ran alone", "as written failed otherwise"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
@@ -221,8 +228,11 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     left = changes.pop("left", {"cwd-0": _CHIEF_LEFT_18, "cwd-1": []})  # what the checkpoint fix's workers left
     first_code, first_stderr = changes.pop("first alone", (1, _FIRST_ALONE_18))  # the script as written, run alone
     global_batch, said = changes.pop("global batch", (12, True))
-    if changes.pop("real run", False):
+    real_run = changes.pop("real run", {"notes.txt": _NOTES_18})  # what the real run/ holds after the checks
+    if real_run is not None:
         (tmp_path / "run").mkdir()
+        for name, data in real_run.items():
+            (tmp_path / "run" / name).write_bytes(data)
     files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
     alone_code = changes.pop("alone code", 0)
     alone_stdout = changes.pop("alone stdout", "worker None, epoch 0: loss 1.3427\nworker None, epoch 1: loss 1.0213\n")
@@ -246,6 +256,7 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
                           marks) for label, (c, out, marks) in checks.items()}
     holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
                   {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks, "GLOBAL_BATCH": global_batch,
+                   "NOTES": _NOTES_18,
                    "left": left, "first_alone": SimpleNamespace(returncode=first_code, stderr=first_stderr),
                    "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
 
@@ -266,14 +277,20 @@ _MEAN_18 = ("FAIL     same weights as one worker: the 2 workers moved the weight
             "the same 8 steps: the loss is averaged over each replica's batch")
 
 
-@pytest.mark.parametrize("far,match", [("1.70", None), ("2.05", "times as far"), ("1.20", "times as far"),
-                                       (None, "PASS     same weights")],
-                         ids=["as measured", "2 or more", "not about twice", "no FAIL line"])
-def test_lesson_18_solution_1_holds_the_ratio_under_two(tmp_path, far, match):
+_TWICE_18 = ("FAIL     same weights as one worker: the 2 workers moved the weights {far} times as far as one worker: "
+             "the gradients are averaged twice")
+
+
+@pytest.mark.parametrize("far,line,match", [("1.70", _MEAN_18, None), ("2.05", _MEAN_18, "times as far"),
+                                            ("0.50", _TWICE_18, "times as far"), (None, None, "PASS     same weights")],
+                         ids=["as measured", "2 or more", "averaged twice", "no FAIL line"])
+def test_lesson_18_solution_1_holds_the_ratio_under_two(tmp_path, far, line, match):
     """Solution 1's comment says the 2 workers move the weights less than twice as far over 8 steps;
     without the FAIL line its ratio comes from, it fails its assert (second review, finding 8: a
-    TypeError from indexing no match before)."""
-    out = _check_18(_MEAN_18.format(far=far) if far else _PASS_18["same weights as one worker"])
+    TypeError from indexing no match before). The check prints that line only for 1.4 to 2.6 times
+    as far, and "times as far" otherwise only for gradients averaged twice, 0.35 to 0.65 (fourth
+    review, finding 8: the case of 1.20 was a line the check cannot print)."""
+    out = _check_18(line.format(far=far) if far else _PASS_18["same weights as one worker"])
     holds_unless(match, _solution_18, 1, [(1, out)], tmp_path)
 
 
