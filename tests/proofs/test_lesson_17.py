@@ -4,6 +4,8 @@ return), and real runs with a claim broken, must fail the proof through the cell
 not a planted final value."""
 
 import os
+import sys
+import sysconfig
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,13 +28,18 @@ def test_lesson_17_needs_module_reads_the_unloaded_line(log, expected):
     assert namespace["needs_module"] is expected
 
 
-def test_lesson_17_loaded_needs_the_module_list_line_not_any_mention():
-    """Lmod names a module it cannot find too: only `module list`'s `1) NAME` line proves it loaded."""
+@pytest.mark.parametrize("log,expected", [
+    ("\nCurrently Loaded Modules:\n  1) tf-hpc-course/2026.11\n\n", True),
+    # Lmod 8.6's `module list` with a centre's sticky module left by `module purge`: one numbered line for both
+    ("\nCurrently Loaded Modules:\n  1) aaa/1.0 (S)   2) tf-hpc-course/2026.11\n\n  Where:\n   S:  Module is Sticky\n", True),
+    ('Lmod has detected the following error: The following module(s) are unknown:\n"tf-hpc-course/2026.11"\n', False),
+    ("\nCurrently Loaded Modules:\n  1) aaa/1.0 (S)   2) tf-hpc-course/2026.110\n", False),  # another version
+], ids=["alone", "after a sticky module", "unknown module", "another version"])
+def test_lesson_17_loaded_needs_the_module_list_line_not_any_mention(log, expected):
+    """Lmod names a module it cannot find too: only `module list`'s `N) NAME` entry proves it loaded,
+    first on its line or after a sticky module (lesson 17's third review, finding 1)."""
     line = assignment_source("17_software_stack.ipynb", "loaded")
-    listed = "\nCurrently Loaded Modules:\n  1) tf-hpc-course/2026.11\n\n"
-    unknown = 'Lmod has detected the following error:  The following module(s) are unknown: "tf-hpc-course/2026.11"\n'
-    assert eval(line.split("=", 1)[1], {"stack_log": listed}) is True
-    assert eval(line.split("=", 1)[1], {"stack_log": unknown}) is False
+    assert eval(line.split("=", 1)[1], {"stack_log": log, "re": __import__("re")}) is expected
 
 
 _STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n", "pythonpath": "",
@@ -182,18 +189,19 @@ def _keras_runs_17(**changes) -> dict:
     return out
 
 
-def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="",
+# the site-packages of a sibling environment, .venv-gpu beside the module's .venv: its path starts with the module's prefix
+_SIBLING_SITE_17 = sysconfig.get_paths()["purelib"].replace(sys.prefix, sys.prefix + "-gpu", 1)
+
+
+def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="", keras_from="",
               setuptools_from_module=False, user_site=False) -> dict:
     """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's)."""
-    import sys
-    import sysconfig
-
     module_site = sysconfig.get_paths()["purelib"]
     venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
     sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
     return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"),
             "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
-            "keras": "3.15.1", "keras_from": f"{module_site}/keras/__init__.py",
+            "keras": "3.15.1", "keras_from": keras_from or f"{module_site}/keras/__init__.py",
             "myextras_from": f"{venv_site}/myextras/__init__.py",
             "setuptools_built_with": f"{module_site if setuptools_from_module else venv_site}/setuptools/__init__.py",
             "einops": "0.8.2" if einops_from_module else "99.0",
@@ -208,6 +216,9 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"module_line": "Lmod has detected the following error: unknown module tf-hpc-course/2026.11"}, "should load the module"),
     ({"tensorflow_from": "/home/learner/.local/lib/python3.11/site-packages/tensorflow/__init__.py"},
      "from the module's environment"),  # a pip --user TensorFlow in the way
+    # a sibling environment whose path starts with the module's (.venv-gpu beside .venv): not the module's
+    ({"tensorflow_from": f"{_SIBLING_SITE_17}/tensorflow/__init__.py"}, "from the module's environment"),
+    ({"keras_from": f"{_SIBLING_SITE_17}/keras/__init__.py"}, "from the module's environment"),
     ({"einops_from_module": True}, "own einops should win"),  # the venv's own einops shadowed
     ({"other": {"tensorflow": True, "keras": True, "einops": False}}, "should not be handed"),  # PYTHONPATH leaks
     ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
@@ -221,7 +232,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
     ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant"),  # one worker's report lost
     ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs")],  # the pre-flight's parse counts Slurm's NoDevFiles
-    ids=["as run", "no stack", "module unknown", "user-site tensorflow", "einops shadowed", "other python handed",
+    ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
+         "einops shadowed", "other python handed",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing",
          "NoDevFiles counted"])
@@ -232,7 +244,7 @@ def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_pat
 
     job_dir = tmp_path / "software_stack"
     stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module", "tensorflow_from",
-                                                                             "setuptools_from_module", "user_site")})
+                                                                             "keras_from", "setuptools_from_module", "user_site")})
     stack = changes.get("stack", stack)
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
