@@ -42,6 +42,17 @@ def test_lesson_17_loaded_needs_the_module_list_line_not_any_mention(log, expect
     assert eval(line.split("=", 1)[1], {"stack_log": log, "re": __import__("re")}) is expected
 
 
+def test_lesson_17_without_slurm_or_lmod_says_the_job_did_not_run():
+    """With neither Slurm nor Lmod the stack job cannot run: its cells say so, not "ran on nowhere"
+    (lesson 17's third review, finding 4)."""
+    cells = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+    said = []
+    namespace = {"use_slurm": False, "lmod_here": False, "added": [], "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
+    for start in ("import os\nimport subprocess\n", "import json\n\nprint("):
+        exec(next(c.source for c in cells if c.source.startswith(start)), namespace)
+    assert namespace["stack"] is None and said[0] == "not run: neither Slurm nor Lmod here", said
+
+
 _STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n", "pythonpath": "",
              "sys_path": ["/usr/lib/python3.11", "/j/venv/lib/python3.11/site-packages", "/m/lib/python3.11/site-packages",
                           "/usr/lib/python3/dist-packages"]}
