@@ -239,6 +239,43 @@ def test_lesson_04_proof_fails_when_auto_clustering_is_on(monkeypatch):
                      {**OK["04_custom_training_loop.ipynb"], "xla_auto": ns["xla_auto"]})
 
 
+LESSON_04_OVERFLOW = """
+import json, sys
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import keras, numpy as np, tensorflow as tf
+from helpers.lesson import small_cnn
+from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+
+if sys.argv[1] == "checked across replicas":  # a Keras whose finiteness flag is all-reduced: no replica's overflow missed
+    check = LossScaleOptimizer.check_finite
+    LossScaleOptimizer.check_finite = lambda self, grads: tf.distribute.get_replica_context().all_reduce(
+        "SUM", tf.cast(tf.logical_not(check(self, grads)), tf.float32)) == 0  # no replica's gradients non-finite
+code = [c.source for c in nbformat.read("notebooks/04_custom_training_loop.ipynb", as_version=4).cells if c.cell_type == "code"]
+strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+rng = np.random.default_rng(0)
+images, labels = rng.uniform(size=(16, 32, 32, 3)).astype("float32"), rng.integers(0, 10, size=16).astype("int32")
+batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((images, labels)).batch(16))))
+ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "strategy": strategy, "examples": 16, "batch": batch,
+      "print": lambda *a, **k: None}
+exec(next(s for s in code if s.startswith("def overflow_on")), ns)
+print("RESULT " + json.dumps(list(ns["overflow"].values())))
+"""
+
+
+@pytest.mark.parametrize("variant,match", [("as installed", None), ("checked across replicas", "replica 1 alone")])
+def test_lesson_04_proof_fails_when_the_loss_scale_sees_every_replicas_overflow(variant, match, capsys):
+    """Second review, finding A: the overflow cell, run for real on 2 logical CPU replicas. As installed (Keras 3.15,
+    `_tf_apply` taking `finite` from replica 0) replica 0's overflow is skipped (scale 16384) and replica 1's applied
+    (weights non-finite, scale 32768), and the proof passes; with `check_finite` all-reduced across the replicas
+    (the claim false: replica 1's overflow seen too) the proof must fail."""
+    measured = _run_script(LESSON_04_OVERFLOW, variant)
+    with capsys.disabled():
+        print(f"\n[04 overflow, {variant}] {measured}")
+    holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
+                 {**OK["04_custom_training_loop.ipynb"], "overflow": dict(enumerate(measured))})
+
 LESSON_04_SOLUTIONS = """
 import json, sys
 import nbformat

@@ -92,7 +92,9 @@ OK: dict[str, dict] = {
                                          "loss": 3e-5, "moved vs float32": 1.002}},
         "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328},
         "lazy_build": {"momentum (slots)": "InvalidArgumentError: You must feed a value for placeholder tensor "
-                                           "'cond/else/_1/cond/Placeholder_1'", "no momentum (no slot)": None}},
+                                           "'cond/else/_1/cond/Placeholder_1'", "no momentum (no slot)": None},
+        # one float32 step under a LossScaleOptimizer, its scaled loss overflowing on replica 0 or 1 alone (measured)
+        "overflow": {0: {"weights finite": True, "loss scale": 16384.0}, 1: {"weights finite": False, "loss scale": 32768.0}}},
     "05_sync_batch_norm.ipynb": {
         "strategy": planted_strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02, "same_start": True,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
@@ -651,6 +653,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the lazy build failing with another error than TensorFlow's placeholder one (first review, finding 9)
     ("04_custom_training_loop.ipynb", {"lazy_build": {"momentum (slots)": "InvalidArgumentError: Incompatible shapes: [16] vs. [8]",
                                                       "no momentum (no slot)": None}}, "slots built inside"),
+    # review r04-2, finding A: a LossScaleOptimizer that saw replica 1's overflow (the step skipped, or only the scale
+    # halved), and one that missed replica 0's (the step applied, or skipped with the scale kept)
+    *[("04_custom_training_loop.ipynb", {"overflow": {**OK["04_custom_training_loop.ipynb"]["overflow"], replica: seen}}, match)
+      for replica, seen, match in [(1, {"weights finite": True, "loss scale": 16384.0}, "replica 1 alone"),
+                                   (1, {"weights finite": False, "loss scale": 16384.0}, "replica 1 alone"),
+                                   (0, {"weights finite": False, "loss scale": 32768.0}, "replica 0 should skip"),
+                                   (0, {"weights finite": True, "loss scale": 32768.0}, "replica 0 should skip")]],
     # the step forgot to scale the loss: the optimizer still divided the small gradients by 32768
     ("04_custom_training_loop.ipynb", _p04("mixed_float16", **{"moved vs float32": 3.05e-5}), "about as far"),
     # a float16 step a fifth, or 3 times, as long as float32's (measured: 1.005-1.010); a 10x wider band would take both
