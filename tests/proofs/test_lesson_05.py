@@ -9,9 +9,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from tests.support.proof_cases import OK
+from tests.support.proof_cases import OK, planted_strategy
 from tests.support.proof_cells import (
-    NOTEBOOKS, ONE_REPLICA_EACH, code_cells, gather_and_prove, holds_unless, planted_copies,
+    NOTEBOOKS, ONE_REPLICA_EACH, code_cells, gather_and_prove, holds_unless, planted_copies, run_proof,
 )
 
 
@@ -22,10 +22,7 @@ class _BN:
 
 class _Model:
     def __init__(self, *layers):
-        self.layers = layers
-
-    def _flatten_layers(self, include_self=True):
-        return iter(self.layers)
+        self.layers = layers  # the public list the lesson walks (review r05-1, finding 9: no private _flatten_layers)
 
 
 @pytest.mark.parametrize("plain,synced,calls,match", [
@@ -38,13 +35,26 @@ class _Model:
     ids=["as trained", "sync spread", "plain alike", "one all-reduce", "seven calls", "sync frozen at zero"])
 def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(plain, synced, calls, match):
     ok = OK["05_sync_batch_norm.ipynb"]
-    raw = {"strategy": ONE_REPLICA_EACH, "gaps": ok["gaps"], "all_reduce_calls": list(range(calls)),
+    raw = {"strategy": ONE_REPLICA_EACH, "gaps": ok["gaps"], "moving_gaps": ok["moving_gaps"], "forward_calls": calls,
            "keras": SimpleNamespace(layers=SimpleNamespace(BatchNormalization=_BN)),
            "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain)), "start": "s"},
                     "synchronized BN": {"model": _Model(_BN(*synced), object()), "start": "s"}}}
     raw["np"] = np  # the gathering cell's helper is the cell before it, defined on the same planted names
     exec(next(c for c in code_cells("05_sync_batch_norm.ipynb") if c.startswith("def replica_spread")), raw)
     holds_unless(match, gather_and_prove, "05_sync_batch_norm.ipynb", raw)
+
+
+def test_lesson_05_proof_on_one_replica_says_it_did_not_check_that_synchronized_replicas_agree(capsys):
+    """Review r05-1, finding 7: on one replica the replicas' spread is 0 whether or not the layers are
+    synchronized (its only copy compared with itself), as is get_weights() against replica 0. A run whose
+    synchronize_batch_norm set nothing (spread 0, the ordinary run's) must not pass as if it had shown
+    synchronized replicas agree: the proof says it could not check that, and does not print OK."""
+    ok = OK["05_sync_batch_norm.ipynb"]
+    run_proof("05_sync_batch_norm.ipynb", {**ok, "strategy": planted_strategy(1), "all_reduces": 3, "spread_plain": 0.0,
+                                           "spread_sync": 0.0, "gaps": {**ok["gaps"], "ordinary vs global": 1e-7}})
+    out = capsys.readouterr().out
+    assert "NOT CHECKED (one replica)" in out and "nor that synchronized replicas agree" in out, out
+    assert "get_weights() returns replica 0's copy" in out and "SyncBN OK" not in out, out
 
 
 LESSON_05_SOLUTION_1 = """

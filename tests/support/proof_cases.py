@@ -98,7 +98,10 @@ OK: dict[str, dict] = {
     "05_sync_batch_norm.ipynb": {
         "strategy": planted_strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02, "same_start": True,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
-                 "ordinary vs global": 2.0}},
+                 "ordinary vs global": 2.0},
+        # measured (review r05-1 fixes, quick mode, 2 replicas): 0.0, 2.4e-7, 1.65 and 0.0
+        "moving_gaps": {"synchronized vs global mean": 0.0, "ordinary vs own mean": 2.4e-7, "ordinary vs global mean": 1.65,
+                        "get_weights() vs replica 0": 0.0}},
     "06_fault_tolerance.ipynb": {
         "first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2,
         "first_errors": ["engine 0: UnavailableError: Collective ops is aborted by: recvmsg:Connection reset by peer",
@@ -701,6 +704,24 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("05_sync_batch_norm.ipynb", {"gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 0.05}},
      "differ from the global statistics"),
     ("05_sync_batch_norm.ipynb", {"spread_sync": 1e-7}, "identical statistics"),
+    # review r05-1, finding 6: the one-layer moving means, each beyond its bound and between it and the bound
+    # loosened 10x; finding 10: get_weights() returning another replica's copy (or one float32 rounding off it)
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "synchronized vs global mean": 1.5}}, "track the global mean"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "synchronized vs global mean": 5e-4}}, "track the global mean"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "ordinary vs own mean": 1.5}}, "track each replica's own"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "ordinary vs own mean": 5e-4}}, "track each replica's own"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "ordinary vs global mean": 1e-7}}, "differ from the global mean"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "ordinary vs global mean": 0.05}}, "differ from the global mean"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "get_weights() vs replica 0": 2.5}}, "replica 0's copy"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "get_weights() vs replica 0": 1e-7}}, "replica 0's copy"),
     ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
     ("06_fault_tolerance.ipynb", {"survivor_stopped": False}, "not wait for its dead peer"),
     # the survivor stopped only when its collective timeout fired: the dead peer went unnoticed until then
