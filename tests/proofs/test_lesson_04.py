@@ -223,17 +223,23 @@ def test_lesson_04_one_step_comparison_holds_on_three_replicas(capsys):
 
 
 def test_lesson_04_proof_fails_when_auto_clustering_is_on(monkeypatch):
-    """First review, finding 2: the comparison cell's own `xla_auto` line, read with TF_XLA_FLAGS set as the
-    reviewer set them (TensorFlow then logged 'Compiled cluster using XLA!' for the jit_compile=False step, and
-    the old proof passed), must fail the proof; with TF_XLA_FLAGS unset it must pass."""
+    """First review, finding 2: the setup's `xla_flags` line and the comparison cell's `xla_auto` line, run with
+    TF_XLA_FLAGS set as the reviewer set them (TensorFlow then logged 'Compiled cluster using XLA!' for the
+    jit_compile=False step, and the old proof passed), must fail the proof; with TF_XLA_FLAGS unset it must pass.
+    Second review, finding G: TensorFlow parses the flags once, at first use, so flags set when the setup ran and
+    removed from the environment before the comparison still compile; the proof must fail then too (it read
+    os.environ at the comparison, and passed)."""
     import tensorflow as tf
 
     from helpers.xla_flags import auto_clustering
 
-    line = assignment_source("04_custom_training_loop.ipynb", "xla_auto")
-    for flags, match in (("", None), ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", "auto-clustering")):
-        monkeypatch.setenv("TF_XLA_FLAGS", flags)
+    setup, line = (assignment_source("04_custom_training_loop.ipynb", name) for name in ("xla_flags", "xla_auto"))
+    on = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+    for flags, later, match in (("", "", None), (on, on, "auto-clustering"), (on, "", "auto-clustering")):
+        monkeypatch.setenv("TF_XLA_FLAGS", flags)  # as the setup cell finds them, before TensorFlow starts
         ns = {"auto_clustering": auto_clustering, "os": os, "tf": tf, "gpus": []}
+        exec(setup, ns)
+        monkeypatch.setenv("TF_XLA_FLAGS", later)  # changed before the comparison: TensorFlow has parsed them
         exec(line, ns)
         holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
                      {**OK["04_custom_training_loop.ipynb"], "xla_auto": ns["xla_auto"]})
