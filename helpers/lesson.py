@@ -17,6 +17,8 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from helpers.errors import CourseError
+
 INPUT_SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
 MODELS = ("cnn", "resnet50")
@@ -75,6 +77,13 @@ def normalize(image, label):
     return tf.cast(image, tf.float32) / 255.0, tf.cast(label, tf.int32)
 
 
+def refuse_endless(cardinality: int, name: str) -> None:
+    """Raise if TensorFlow knows the examples never end: neither pipeline can cut, cache or count them."""
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        raise CourseError(f"{name} needs a finite dataset, and this one never ends (INFINITE_CARDINALITY, "
+                          "after repeat(), say): pass it without repeat(), or cut it with take(n)")
+
+
 def training_dataset(examples: tf.data.Dataset, global_batch: int, input_context=None,
                      seed: int = 42) -> tf.data.Dataset:
     """Shard, then map, cache, shuffle, batch, prefetch: each worker scales and caches only its share.
@@ -85,14 +94,16 @@ def training_dataset(examples: tf.data.Dataset, global_batch: int, input_context
     Given an `input_context` (from `strategy.distribute_datasets_from_function`), this worker
     keeps every n-th example and batches by the per-replica batch; without one, the dataset is
     batched by the global batch for `model.fit` or `experimental_distribute_dataset`.
-    Where TensorFlow does not know the dataset's size (after a `filter`), or it has none, the cut
-    to whole global batches batches and unbatches instead of `take`: no pass to count it first, and
-    no endless count of an endless dataset.
+    For finite examples only, of known or unknown size: where TensorFlow does not know the size
+    (after a `filter`), the cut to whole global batches batches and unbatches instead of `take`,
+    with no pass to count it first. An endless dataset (`INFINITE_CARDINALITY`, after `repeat()`)
+    is refused: no cut ever happens on it and `cache()` would keep every example read, without end.
     """
     count = int(examples.cardinality())
+    refuse_endless(count, "training_dataset")
     if count >= 0:  # whole global batches only: the same steps on every worker
         examples = examples.take(count - count % global_batch)
-    else:  # size unknown (after a filter, say) or endless: the same cut, as the examples are read
+    else:  # size unknown (after a filter, say): the same cut, as the examples are read
         examples = examples.batch(global_batch, drop_remainder=True).unbatch()
     batch = global_batch
     if input_context is not None:
@@ -114,8 +125,12 @@ def evaluation_dataset(examples: tf.data.Dataset, global_batch: int, input_conte
     every (image, label, weight) triple is weighted in the metrics. Keras's loss is not: its
     default reduction divides by every example, padding included, so a padded evaluation's
     loss is lower than its real examples' (lessons 02 and 03 show it).
+    An unknown size is counted in a pass first; an endless dataset is refused (its count would
+    never end). One TensorFlow cannot tell is endless (`repeat().filter(...)`) would still be
+    counted forever: pass finite examples.
     """
     count = int(examples.cardinality())
+    refuse_endless(count, "evaluation_dataset")
     if count < 0:
         count = sum(1 for _ in examples)
     padding = -count % global_batch
