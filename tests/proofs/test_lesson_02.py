@@ -88,7 +88,7 @@ def test_lesson_02_cache_proof_counts_the_reads_of_the_real_pipeline(change, mat
     from helpers.data import ensure_data, load_split
 
     code = code_cells("02_input_pipelines.ipynb")
-    pipeline = next(c for c in code if c.startswith("def normalize("))
+    pipeline = next(c for c in code if c.startswith("from helpers.errors import CourseError"))
     if change is not None:
         assert change[0] in pipeline
         pipeline = pipeline.replace(*change)
@@ -185,11 +185,17 @@ def test_lesson_02_worker_program_without_cache_and_with_a_file_per_worker_fails
     (None, None),
     (("examples = examples.take(count - count % global_batch)", "pass"), "training: each of"),  # no cut
     # the cut only where the count is known (as before: `if count > 0`): the filtered 95 give 2 workers 6 and 5 batches
-    (("    else:  # size unknown (after a filter, say) or endless: the same cut, as the examples are read\n"
+    (("    else:  # size unknown (after a filter, say): the same cut, as the examples are read\n"
       "        examples = examples.batch(global_batch, drop_remainder=True).unbatch()\n", ""), "training, size unknown: each of"),
-    (("take(-count % global_batch)", "take(-count % (global_batch // 2))"), "evaluation: each of 1 worker")],
+    (("take(-count % global_batch)", "take(-count % (global_batch // 2))"), "evaluation: each of 1 worker"),
+    # as before the fourth review: an endless dataset accepted, its cut never made and its cache growing without end
+    (("    refuse_endless(count, \"training_dataset\")\n", ""), "refuse an endless dataset"),
+    # evaluation accepting it would count it forever: the count bounded here so that the test ends
+    (("    refuse_endless(count, \"evaluation_dataset\")\n", "    examples = examples.take(1000)\n"),
+     "refuse an endless dataset")],
     ids=["as written", "training without its cut", "training cut only where the count is known",
-         "evaluation padded to per-replica batches"])
+         "evaluation padded to per-replica batches", "training accepts an endless dataset",
+         "evaluation accepts an endless dataset"])
 def test_lesson_02_pipelines_give_every_worker_the_same_whole_steps(change, match):
     """Issue 54: lesson 02's two pipelines and its check cell, run in this process: as written every worker gets
     the same number of per-replica batches, two per step; training_dataset without its cut to whole global
@@ -199,15 +205,32 @@ def test_lesson_02_pipelines_give_every_worker_the_same_whole_steps(change, matc
     import tensorflow as tf
 
     code = code_cells("02_input_pipelines.ipynb")
-    cells = [next(c for c in code if c.startswith(s)) for s in ("def normalize(", "def evaluation_dataset(", "numbered = ")]
+    cells = [next(c for c in code if c.startswith(s))
+             for s in ("from helpers.errors import CourseError", "def evaluation_dataset(", "numbered = ", "endless = {}")]
     if change is not None:
         k = next(i for i, c in enumerate(cells) if change[0] in c)
         cells[k] = cells[k].replace(*change)
     namespace = {"tf": tf, "print": lambda *a, **k: None}
     for source in cells:
         exec(compile(source, "02 cell", "exec"), namespace)
-    measured = {k: namespace[k] for k in ("counted_once", "batches_per_worker")}
+    measured = {k: namespace[k] for k in ("counted_once", "batches_per_worker", "endless")}
     holds_unless(match, run_proof, "02_input_pipelines.ipynb", {**OK["02_input_pipelines.ipynb"], **measured})
+
+
+def test_lesson_02_course_pipelines_refuse_an_endless_dataset():
+    """Fourth review, finding 1: helpers.lesson's pipelines, which later notebooks and the batch program import,
+    refuse an endless dataset before reading it (training_dataset cached it without end, evaluation_dataset counted
+    it forever) and still take a finite one of unknown size."""
+    import tensorflow as tf
+
+    from helpers import lesson
+    from helpers.errors import CourseError
+
+    numbered = tf.data.Dataset.range(10).map(lambda i: (tf.zeros((32, 32, 3), tf.uint8), i))
+    for pipeline in (lesson.training_dataset, lesson.evaluation_dataset):
+        with pytest.raises(CourseError, match=f"^{pipeline.__name__} needs a finite dataset, and this one never ends"):
+            pipeline(numbered.repeat(), 4)
+        assert sum(1 for _ in pipeline(numbered.filter(lambda image, i: True), 4)) > 0
 
 
 def test_lesson_02_proof_on_one_replica_says_nothing_of_replicas(capsys):
@@ -232,10 +255,13 @@ _TOPS = r"^\[\d+(, \d+){9}\]$"  # solution 2's assert on the first batches' larg
     (2, (".shuffle(64, seed=seed).batch(8)", ".shuffle(50, seed=seed).batch(8)"), _TOPS),
     (3, ("seed=seeds[rank]", "seed=42"), "^$"),  # every worker the same seed: nothing seen twice to show
     # the workers' own global seeds never set: seed=42 then gives both the same order, nothing overlaps
-    (3, ("tf.random.set_seed(global_seeds[rank])", "tf.random.set_seed(42)"), "^$")],
+    (3, ("tf.random.set_seed(global_seeds[rank])", "tf.random.set_seed(42)"), "^$"),
+    # training_dataset's shuffle before the shard (as DATA does): the workers' own global seeds overlap the shares
+    (3, ("lesson.training_dataset(ids, 16, context)", "lesson.training_dataset(ids, 16).unbatch().shard(2, rank).batch(8)"),
+     r"^\[")],
     ids=["1", "2", "3", "1 shard after batch", "2 buggy not shuffled", "2 small buffer", "2 half buffer",
          "2 buffer of 50", "3 one seed",
-         "3 global seeds ignored"])
+         "3 global seeds ignored", "3 training_dataset shuffling before its shard"])
 def test_lesson_02_solutions_fail_when_their_answer_is_wrong(number, change, match):
     """Issue 54: each of lesson 02's solutions, as written and with its answer made wrong."""
     import tensorflow as tf

@@ -46,6 +46,8 @@ OK: dict[str, dict] = {
         "global_batch": 8, "counted_once": {1: True, 2: True, 3: True}, "cached_rate": 5000.0,
         "training_rate": 300.0, "reads_in_3_passes": 2048, "examples_in_split": 2048,
         "traced_keep": [[4], [2]], "traced_drop": [[4]],
+        "endless": {n: f"refused: {n} needs a finite dataset, and this one never ends (INFINITE_CARDINALITY, ..."
+                    for n in ("training_dataset", "evaluation_dataset")},
         # an empty replica batch, as a CPU with oneDNN runs it (the convolution keeps the input's 3 channels)
         "last_split": [1, 0], "empty_loss": 1.231, "gamma_nan": [True, True], "control_gamma_nan": [False, False],
         "conv_shape": [0, 32, 32, 3],
@@ -476,6 +478,10 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                                      "has no attribute 'FILES'"} for r in (0, 1)})},
      "sharding error"),
     ("02_input_pipelines.ipynb", {"counted_once": {1: True, 2: False, 3: True}}, "every example once"),
+    ("02_input_pipelines.ipynb", {"endless": {**OK["02_input_pipelines.ipynb"]["endless"],  # caching without end
+                                              "training_dataset": "accepted"}}, "refuse an endless dataset"),
+    ("02_input_pipelines.ipynb", {"endless": {**OK["02_input_pipelines.ipynb"]["endless"],  # counting without end
+                                              "evaluation_dataset": "accepted"}}, "refuse an endless dataset"),
     ("02_input_pipelines.ipynb", {"cached_rate": 100.0}, "slower than training"),
     ("02_input_pipelines.ipynb", {"training_rate": 6000.0}, "slower than training"),  # GPUs outpacing the input
     # a worker that got no examples at all shares none with its peer: disjoint, yet not sharded
