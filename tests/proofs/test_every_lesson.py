@@ -140,6 +140,9 @@ LOOSENED = [
     ("01_mirrored_strategy.ipynb", "slot_size > 0", "slot_size >= 0"),
     ("01_mirrored_strategy.ipynb", "moving_gap > 0", "moving_gap >= 0"),
     ("01_mirrored_strategy.ipynb", "num_replicas_in_sync >= 2:", "num_replicas_in_sync >= 3:"),  # the if-guard
+    ("03_multiworker_ipyparallel.ipynb", "n >= sizes.epochs * s * max(e)", "n >= sizes.epochs * (s - 1) * max(e)"),
+    ("03_multiworker_ipyparallel.ipynb", 'c["padding counted"] - c["plain accuracy"]) > 1e-6',
+     'c["padding counted"] - c["plain accuracy"]) > 1e-2'),
     ("05_sync_batch_norm.ipynb", 'gaps["synchronized vs global"] < 1e-4', 'gaps["synchronized vs global"] < 1e-3'),
     ("05_sync_batch_norm.ipynb", 'gaps["ordinary vs own"] < 1e-4', 'gaps["ordinary vs own"] < 1e-3'),
     ("05_sync_batch_norm.ipynb", 'gaps["ordinary vs global"] > 0.1', 'gaps["ordinary vs global"] > 0.01'),

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.proof_cases import OK, PlantedSizes
 from tests.support.proof_cells import (
-    NOTEBOOKS, PlantedEngines, cell_defining, gather_and_prove, holds_unless, proof_source, solution_source,
+    NOTEBOOKS, PlantedEngines, cell_defining, gather_and_prove, holds_unless, proof_source, run_proof, solution_source,
 )
 
 
@@ -37,7 +37,7 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
                "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
-               "file_stats": ["s0", None], **by_rank_changes}
+               "file_stats": ["s0", None], "fit_read": [128, 128], "steps_per_epoch": [2, 2], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -85,6 +85,9 @@ class _PipelineBatches(list):
     def repeat(self):
         return self
 
+    def map(self, fn):  # fit's counting map: never run here
+        return self
+
 
 def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
     """Lesson 03's pipeline cell and fingerprint pass, as written, on one of 2 stand-in workers:
@@ -109,7 +112,9 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
     strategy = SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(context),
                                experimental_local_results=lambda value: [value])
     examples = [(np.full((2, 2), i % 7, np.uint8), np.int32(i % 7)) for i in range(8)]  # example 7 is example 0
-    namespace = {"strategy": strategy, "train_examples": examples, "test_examples": None, "global_batch": 4,
+    import tensorflow as tf
+
+    namespace = {"tf": tf, "strategy": strategy, "train_examples": examples, "test_examples": None, "global_batch": 4,
                  "steps_per_epoch": 2, "resolver": SimpleNamespace(task_id=rank), "print": lambda *a, **k: None}
     pipeline = cell_defining("03_multiworker_ipyparallel.ipynb", "def worker_pipeline").replace("%%px\n", "")
     if ignore_context:
@@ -256,3 +261,19 @@ def test_lesson_03_uneven_test_set_needs_padding_in_every_mode(cut, unpadded):
     assert bool(without) == unpadded, without
     if unpadded:
         assert (512, 64, None) in without, without
+
+
+@pytest.mark.parametrize("counted,accuracy,says", [(0.0859375, 0.0895833, False), (0.125, 0.125, True), (0.125, 0.25, True)],
+                         ids=["counting moves it", "counting cannot move it", "cannot tell, yet apart"])
+def test_lesson_03_padding_check_says_not_checked_where_counting_the_padding_cannot_move_the_accuracy(
+        capsys, counted, accuracy, says):
+    """Review 5 (03, finding 2): at COURSE_MAX_STEPS=1 the padding (32 rows) copied every real row (32), so counting
+    it could not move the accuracy (0.125 vs 0.125) and a metrics= variant passed. Where the padding-counted accuracy,
+    from the plain pass's rows, is within 1e-6 of the plain one, the proof says NOT CHECKED and asserts nothing."""
+    check = {"real": 32, "padded": 64, "accuracy": accuracy, "plain accuracy": 0.125, "padding counted": counted,
+             "loss": 1.0, "plain loss": 2.0}
+    if not says:
+        check = {**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0], "padding counted": counted}
+    run_proof("03_multiworker_ipyparallel.ipynb", {**OK["03_multiworker_ipyparallel.ipynb"], "padding_checks": [check] * 2,
+                                                   "uneven_rows": [check["padded"]] * 2})
+    assert ("NOT CHECKED (counting the padding would not move" in capsys.readouterr().out) is says

@@ -74,9 +74,12 @@ OK: dict[str, dict] = {
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
         "wrote": [True, True], "stats_digests": ["s0", "s1"], "file_stats": ["s0", None],  # the chief's file: its stats
         "prediction_digests": ["p", "p"], "train_losses": [[1.6, 0.6], [1.6, 0.6]], "uneven_rows": [512, 512],
+        # 2 epochs x 2 steps x 32 examples taken from the fingerprinted pipeline, a few more prefetched on worker 1
+        "fit_read": [128, 160], "steps": [2, 2], "step_examples": [[32], [32]],
         # the padded evaluation as a run measured it: 480 test images in 512 rows, loss x 480/512
+        # (counting the padding would have given 0.0859: 43 right of 480, 1 of the 32 copied first images)
         "padding_checks": [{"real": 480, "padded": 512, "accuracy": 0.0895833, "plain accuracy": 0.0895833333,
-                            "loss": 2.1799622, "plain loss": 2.3252931}] * 2},
+                            "padding counted": 0.0859375, "loss": 2.1799622, "plain loss": 2.3252931}] * 2},
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "local": [1, 1], "N_ENGINES": 2, "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"],
         "initial": ["i", "i"], "strategy": planted_strategy(2),
@@ -556,6 +559,10 @@ BROKEN: list[tuple[str, dict, str]] = [
                                           "fit_shards": [[(0, 2)], [(0, 2)]], "pass_shards": [[(0, 2)], [(0, 2)]],
                                           "kept": [True, True]}, "task ids"),
     ("03_multiworker_ipyparallel.ipynb", {"pass_shards": [[(0, 1)], [(0, 1)]]}, "the shard fit read"),
+    # review 5: fit given another dataset (every worker the whole split): the fingerprinted pipeline's count stays 0
+    ("03_multiworker_ipyparallel.ipynb", {"fit_read": [0, 0]}, "examples from that pipeline"),
+    # one step short on worker 1 (fit stopped early, or read it only in part)
+    ("03_multiworker_ipyparallel.ipynb", {"fit_read": [128, 96]}, "examples from that pipeline"),
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1], "task_ids": [0], "seen": [["a"]], "overlap": 0, "moved": [0.5],
                                           "digests": ["d"], "predicted_rows": [512], "padded": [512],
                                           "val_losses": [[2.1, 1.9]], "found_at": [[0]], "rows": [32],
