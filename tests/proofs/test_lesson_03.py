@@ -277,3 +277,31 @@ def test_lesson_03_padding_check_says_not_checked_where_counting_the_padding_can
     run_proof("03_multiworker_ipyparallel.ipynb", {**OK["03_multiworker_ipyparallel.ipynb"], "padding_checks": [check] * 2,
                                                    "uneven_rows": [check["padded"]] * 2})
     assert ("NOT CHECKED (counting the padding would not move" in capsys.readouterr().out) is says
+
+
+def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote(tmp_path, monkeypatch):
+    """Review 5 (03, finding 6): every run saved to the same models/03_multiworker.keras and the chief reloaded it,
+    so another run writing it in between slipped its file (and its statistics) in. The saving cell and the
+    reloading cell, as written, with the shared file overwritten between them: the chief digests this run's file,
+    and its temporary copy is gone afterwards."""
+    import hashlib
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    model = _SavingModel(saves=True)  # writes b"model"
+    model.non_trainable_weights = [SimpleNamespace(value="stats")]
+    loaded = []
+
+    def load_model(path, compile):
+        loaded.append(Path(path))
+        data = np.frombuffer(Path(path).read_bytes(), np.uint8)
+        return SimpleNamespace(non_trainable_weights=[SimpleNamespace(numpy=lambda: data)])
+
+    namespace = {"model": model, "hashlib": hashlib, "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None,
+                 "strategy": SimpleNamespace(experimental_local_results=lambda v: [SimpleNamespace(numpy=lambda: np.zeros(1))]),
+                 "keras": SimpleNamespace(saving=SimpleNamespace(load_model=load_model))}
+    for marker in ("kept = path.exists()", "file_stats = ("):
+        cell = cell_defining("03_multiworker_ipyparallel.ipynb", marker).replace("%%px\n", "")
+        exec(compile(cell, f"03 {marker}", "exec"), namespace)
+        (tmp_path / "models" / "03_multiworker.keras").write_bytes(b"another run's model")  # written meanwhile
+    assert namespace["file_stats"] == hashlib.sha256(b"model").hexdigest()[:16], (loaded, namespace["file_stats"])
+    assert not loaded[0].exists(), f"the chief's temporary copy should be removed: {loaded}"
