@@ -195,10 +195,9 @@ LOOSENED = [
     ("04_custom_training_loop.ipynb", '"moved vs float32"] < 0.01', '"moved vs float32"] < 0.1'),
     ("04_custom_training_loop.ipynb", "< 2 for p", "< 20 for p"),
     # lesson 07: the share of the span inside timed steps (its floor 0.8: correct runs measured 0.97-1.00, the
-    # test's callback sleeping 0.3 s after each 24-29 ms step 0.09; its ceiling: float rounding, as the steps lie
-    # inside the span), the input alone's share of a step, the count of replicas; 10x or the nearest looser form
+    # test's callback sleeping 0.3 s after each 24-29 ms step 0.09; no ceiling: the steps lie inside the span),
+    # the input alone's share of a step, the count of replicas; 10x or the nearest looser form
     ("07_scaling_performance.ipynb", "0.8 <= in_steps", "0.08 <= in_steps"),
-    ("07_scaling_performance.ipynb", "<= 1.0 + 1e-9", "<= 10.0 + 1e-9"),
     ("07_scaling_performance.ipynb", "< 0.25", "< 2.5"),
     ("07_scaling_performance.ipynb", "for p in points) >= 2", "for p in points) >= 1"),
     ("10_large_batches.ipynb", "max(last_rate.values()) < 1e-6", "max(last_rate.values()) < 1e-5"),

@@ -21,7 +21,17 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
     """From the runs' raw spans: a run whose timed steps cover half of its span (the rest: start-up,
     iterator teardown) must fail the proof through the gathering cell's arithmetic."""
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2, inside),
-                      _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10}
+                      _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+@pytest.mark.parametrize("inside,match", [(0.95, None), (0.5, "inside timed steps")])
+def test_lesson_07_gathering_cell_keeps_two_multi_worker_runs_of_as_many_replicas_apart(inside, match):
+    """A GPU node of 4 GPUs, MAX_REPLICAS = 4: 2 workers of 2 GPUs have 4 replicas, like 4 workers of one. The
+    first run's steps cover half its span: the proof must fail, not read the second run's figures for both."""
+    two = {**_timed("MultiWorkerMirroredStrategy", 4, inside), "asked": 2, "workers": 2, "replica_batches": [32, 32]}
+    raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), _timed("MirroredStrategy", 4),
+                      two, _timed("MultiWorkerMirroredStrategy", 4)], "per_replica": 32, "STEPS": 10, "counts": [1, 2, 4]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
@@ -41,7 +51,7 @@ def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, flag
     raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit, "xla_flags": flags,
                        "optimizer_jit": optimizer_jit, "device": device, "planned": device},
                       _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
-           "per_replica": 32, "STEPS": 10}
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
@@ -50,7 +60,7 @@ def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match)
     """A worker planned on CPU (a node with fewer GPUs than workers) that ran on a GPU, from the runs' own
     results: the proof must fail through the gathering cell."""
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2),
-                      {**_timed("MultiWorkerMirroredStrategy", 2), "device": ran}], "per_replica": 32, "STEPS": 10}
+                      {**_timed("MultiWorkerMirroredStrategy", 2), "device": ran}], "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
@@ -167,10 +177,10 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
     measured = [json.loads(l[6:]) for l in done.stdout.splitlines() if l.startswith("POINT ")]
     assert len(measured) == 3, done.stdout[-3000:]
     for point, match in zip(measured, (None, "inside timed steps", "reading the input alone")):
-        points = [{**point, "label": "MirroredStrategy", "planned": point["device"]},  # the device: not this test's claim
+        points = [{**point, "label": "MirroredStrategy", "asked": 1, "planned": point["device"]},  # the device: not this test's claim
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
         for p in points[1:]:
             p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
                      planned=point["device"])
-        raw = {"points": points, "per_replica": 32, "STEPS": 10}
+        raw = {"points": points, "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
         holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)

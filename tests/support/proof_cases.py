@@ -129,18 +129,19 @@ def _p04(run: str, **changes) -> dict:
 
 def lesson_07_point(label, replicas, agree=True):
     """A point as lesson 07 records it: a MirroredStrategy point in this process, or a multi-worker
-    point of `replicas` workers with one replica each, started as `replicas` workers."""
+    point of `replicas` workers with one replica each, started as `replicas` workers (`asked`: the replicas
+    asked of mirrored(), or the workers started)."""
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
             "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "xla_flags": "",
             "optimizer_jit": "", "device": "CPU", "planned": "CPU",
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "replicas_summed": float(replicas),
-            **({"workers": replicas, "started": replicas} if multi else {})}
+            "asked": replicas, **({"workers": replicas} if multi else {})}
 
 
 OK["07_scaling_performance.ipynb"] = {
     "points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)],
-    "per_replica": 32, "STEPS": 10,
+    "per_replica": 32, "STEPS": 10, "counts": [1, 2],
     "in_steps": {("MirroredStrategy", 1): 0.97, ("MirroredStrategy", 2): 0.95, ("MultiWorkerMirroredStrategy", 2): 0.99},
     "jit": {("MirroredStrategy", 1): False, ("MirroredStrategy", 2): False, ("MultiWorkerMirroredStrategy", 2): False},
     "clustering": {("MirroredStrategy", 1): "", ("MirroredStrategy", 2): "", ("MultiWorkerMirroredStrategy", 2): ""},
@@ -782,43 +783,44 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("06_fault_tolerance.ipynb", {"late_results": ["UnavailableError", "UnavailableError"]},
      "asleep past the heartbeat timeout"),
     ("06_fault_tolerance.ipynb", {"late_waited_s": 4.0}, "asleep past the heartbeat timeout"),
-    ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1)]}, "more than one replica"),
+    # MAX_REPLICAS = 1: one configuration, one replica
+    ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1)], "counts": [1]},
+     "more than one replica"),
     # a strategy whose replicas got the global batch each (batched by the global batch, not per replica)
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1),
-                                                 dict(lesson_07_point("MirroredStrategy", 2), replica_batches=[64, 64])]},
-     "received batches"),
-    # a "2-replica" point whose strategy had one replica's device only
+                                                 dict(lesson_07_point("MirroredStrategy", 2), replica_batches=[64, 64]),
+                                                 lesson_07_point("MultiWorkerMirroredStrategy", 2)]}, "received batches"),
+    # mirrored() built over devices[:1] whatever n it was asked (review 2's variant A): the "2-replica" point had 1
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1),
-                                                 dict(lesson_07_point("MirroredStrategy", 2), replica_batches=[32])]},
-     "received batches"),
+                                                 dict(lesson_07_point("MirroredStrategy", 1), asked=2),
+                                                 lesson_07_point("MultiWorkerMirroredStrategy", 2)],
+                                      "summed": {**OK["07_scaling_performance.ipynb"]["summed"],
+                                                 ("MirroredStrategy", 2): 1.0}}, "asked for 2 replicas had 1"),
+    # no multi-worker run at all (review 2's variant B: counts[1:0] in the workers' cell)
+    ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2)]},
+     "multi-worker runs of"),
+    # the workers' cell run twice: its multi-worker point appended again
+    ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
+                                                 lesson_07_point("MultiWorkerMirroredStrategy", 2),
+                                                 lesson_07_point("MultiWorkerMirroredStrategy", 2)]}, "measured twice"),
     # the worker program built MirroredStrategy(["/cpu:0"]) in each of 2 processes: no cluster, 1 replica each
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
                                                  dict(lesson_07_point("MultiWorkerMirroredStrategy", 2), replicas=1, workers=1,
                                                       global_batch=32)],
-                                      "in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
-                                                   ("MultiWorkerMirroredStrategy", 1): 0.99},
-                                      "input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
-                                                      ("MultiWorkerMirroredStrategy", 1): 0.01},
                                       "summed": {**OK["07_scaling_performance.ipynb"]["summed"],
-                                                 ("MultiWorkerMirroredStrategy", 1): 1.0}},
+                                                 ("MultiWorkerMirroredStrategy", 2): 1.0}},
      "formed a cluster of 1"),
     # 2 workers of one replica each reported a cluster of 3 replicas: one batch each, but 2 batches for 3 replicas
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
                                                  dict(lesson_07_point("MultiWorkerMirroredStrategy", 2), replicas=3)],
-                                      "in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
-                                                   ("MultiWorkerMirroredStrategy", 3): 0.99},
-                                      "input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
-                                                      ("MultiWorkerMirroredStrategy", 3): 0.01},
                                       "summed": {**OK["07_scaling_performance.ipynb"]["summed"],
-                                                 ("MultiWorkerMirroredStrategy", 3): 3.0}}, "received batches"),
+                                                 ("MultiWorkerMirroredStrategy", 2): 3.0}}, "received batches"),
     # 2 workers started, a cluster of 1 worker holding 2 replicas (one process trained alone on two devices)
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
                                                  dict(lesson_07_point("MultiWorkerMirroredStrategy", 2), workers=1,
                                                       replica_batches=[32, 32])]}, "formed a cluster of 1"),
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
                                                    ("MirroredStrategy", 2): 0.6}}, "inside timed steps"),
-    ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
-                                                   ("MirroredStrategy", 2): 1.3}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MultiWorkerMirroredStrategy", 2, agree=False)]},
      "weights differ"),
     # one configuration measured with jit_compile=True (the measure() default changed, or the argument passed)
@@ -846,7 +848,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     # an input stage of 100 ms per batch beside a 120 ms step: inside the timed steps, but not training
     ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
                                                       ("MirroredStrategy", 2): 0.8}}, "reading the input alone"),
-    # the input a third of a step: more than the quarter the proof allows (2-16 % measured, the most under load)
+    # the input a third of a step: more than the quarter the proof allows (0.4-8 % measured, a median read of one
+    # batch over the median step, at a load average of 11-16 on 2 cores)
     ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
                                                       ("MirroredStrategy", 2): 0.3}}, "reading the input alone"),
     # workers that each trained alone (their TF_CONFIG said 2 workers, the all-reduce crossed none)
