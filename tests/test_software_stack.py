@@ -105,7 +105,7 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
     assert _needs_module(log), log[-2000:]  # (d) after module unload the venv finds no TensorFlow
     assert _gathered(log, "ebonly", "through_variable"), log[-2000:]  # (e) ... and finds it with only EBPYTHONPREFIXES
-    assert _gathered(log, "stack", "built_with", "setuptools_from", "setuptools_as_said", sys=sys,  # (f) the build's setuptools
+    assert _gathered(log, "stack", "module_site", "venv_site", "built_with", "setuptools_from", "setuptools_as_said", sys=sys,  # (f) the build's setuptools
                      job_dir=tmp_path) is True, stack["setuptools_built_with"]
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
@@ -114,9 +114,10 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
 def _gathered(log: str, *targets: str, **names):
     """The notebook's own reading of the job's log: its gathering cell's assignments to `targets`, in
     order (with `names` defined); the value of the last."""
-    from tests.support.proof_cells import assignment_source
+    from tests.support.proof_cells import assignment_source, function_source
 
-    namespace = {"json": json, "stack_log": log, **names}
+    namespace = {"json": json, "os": os, "sysconfig": sysconfig, "Path": Path, "stack_log": log, **names}
+    exec(function_source("17_software_stack.ipynb", "inside"), namespace)  # the cell's own path test
     for target in targets:
         exec(assignment_source("17_software_stack.ipynb", target), namespace)
     return namespace[targets[-1]]
@@ -193,7 +194,7 @@ def test_the_setuptools_that_built_myextras_is_read_from_the_build(tmp_path, rep
     stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", edits=((pip, f"PYTHONPATH={module_site} {pip}"),))
     imported = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", "import setuptools; print(setuptools.__file__)"],
                               capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]}).stdout.strip()
-    as_said = _gathered(log, "stack", "built_with", "setuptools_from", "setuptools_as_said", sys=sys, job_dir=tmp_path)
+    as_said = _gathered(log, "stack", "module_site", "venv_site", "built_with", "setuptools_from", "setuptools_as_said", sys=sys, job_dir=tmp_path)
     report(f"lesson 17, pip install with the module's site-packages on PYTHONPATH: myextras built with "
            f"{stack['setuptools_built_with']}, the venv imports {imported} afterwards; setuptools_as_said {as_said}")
     assert imported.startswith(str(tmp_path / "venv")), imported  # what the proof read before the review
