@@ -35,18 +35,7 @@ class _Split:
 def test_lesson_00_gathering_cell_reads_the_classes_of_the_first_400_images(monkeypatch, tmp_path, labels, match):
     """The classes come from what `tfds.load` reads, never a download, and only from the first 400
     images the cell takes (the cell's own `take`, its own label list)."""
-    import sys
-    from types import ModuleType
-
-    loads = []
-    tfds = ModuleType("tensorflow_datasets")
-    tfds.load = lambda name, **kwargs: loads.append((name, kwargs)) or _Split(labels)
-    tfds.as_numpy = lambda split: iter(split.pairs)
-    host = ModuleType("helpers.host")
-    host.import_tensorflow = lambda: None  # the cell's planted data needs no TensorFlow
-    monkeypatch.setitem(sys.modules, "tensorflow_datasets", tfds)
-    monkeypatch.setitem(sys.modules, "helpers.host", host)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    loads = _planted_tfds(monkeypatch, {"train": labels})
     ok = OK["00_environment.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("labels", "dataset")},
            "dataset": SimpleNamespace(**vars(ok["dataset"]), data_dir=tmp_path, label_names=[f"c{i}" for i in range(10)]),
