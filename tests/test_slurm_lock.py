@@ -3,6 +3,8 @@ started under `flock` on the lock goes on (its ancestor holds it) instead of wai
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,8 +16,17 @@ TAKE = ("import sys, time; from tests.support.slurm_lock import local_slurm_lock
 
 
 def _take(path, *wrapper: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*wrapper, sys.executable, "-c", TAKE, str(path), str(time.monotonic())],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    """In a session of its own, so a timeout kills `flock` and the Python under it, not `flock` alone."""
+    args = [*wrapper, sys.executable, "-c", TAKE, str(path), str(time.monotonic())]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def test_a_second_session_waits_and_says_who_holds_the_lock(tmp_path):
