@@ -2,8 +2,8 @@
 
 The modulefile and the job script come from the notebook's own cells; the job script runs in a
 login shell (`bash -l`, as the notebook does where there is Lmod but no Slurm). The module hands
-its packages out through `EBPYTHONPREFIXES` (as EasyBuild's modules do when the centre prefers it: since
-EasyBuild 5.0 an option for all modules, before only for modules built for several Pythons; EasyBuild's
+its packages out through `EBPYTHONPREFIXES` (as EasyBuild 5's modules do when the centre prefers it,
+`--prefer-python-search-path=EBPYTHONPREFIXES`, or for a package built for several Pythons; EasyBuild's
 default is still `PYTHONPATH`) and the venv reads them through a `.pth` file; the same run with a module
 on `PYTHONPATH` shows what that avoids.
 """
@@ -107,6 +107,8 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     assert _gathered(log, "ebonly", "through_variable"), log[-2000:]  # (e) ... and finds it with only EBPYTHONPREFIXES
     assert _gathered(log, "stack", "module_site", "venv_site", "built_with", "setuptools_from", "setuptools_as_said", sys=sys,  # (f) the build's setuptools
                      job_dir=tmp_path) is True, stack["setuptools_built_with"]
+    assert _gathered(log, "stack", "module_site", "venv_site", "sites", "stdlib_first", sys=sys, job_dir=tmp_path) is True, \
+        stack["sys_path"]  # (g) the standard library before every site directory
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
 
@@ -174,13 +176,70 @@ def test_the_job_drops_an_inherited_pythonpath_and_the_user_site(tmp_path, repor
                                extra_env={"PYTHONPATH": str(inherited.parent), "PYTHONUSERBASE": str(user_base)})
     read = _gathered(log, "stack", "module_site", "venv_site", "sites", "recommended_route", "user_site_off",
                      sysconfig=sysconfig, sys=sys, Path=Path, job_dir=job_dir)
+    dropped = _gathered(log, "stack", "handed", "pythonpath_dropped", your_pythonpath=inherited.parent)
     report(f"lesson 17's job started with PYTHONPATH={inherited.parent.name}/ and a user site: PYTHONPATH in the job "
            f"{stack['pythonpath']!r}, einops {stack['einops']}, user site read {stack['user_site']}, "
-           f"user site on sys.path {str(user_site) in stack['sys_path']}; the notebook's user_site_off {read}")
+           f"user site on sys.path {str(user_site) in stack['sys_path']}; the notebook's user_site_off {read}, "
+           f"pythonpath_dropped {dropped}")
+    assert dropped is True, log[-2000:]
     assert stack["pythonpath"] == "" and stack["einops"] == "99.0", stack
     assert stack["user_site"] is False and str(user_site) not in stack["sys_path"], stack
     assert read is True and _gathered(log, "stack", "module_site", "venv_site", "sites", "recommended_route",
                                       sysconfig=sysconfig, sys=sys, Path=Path, job_dir=job_dir) is True, log[-2000:]
+
+
+def test_a_job_that_keeps_your_pythonpath_is_caught(tmp_path, report):
+    """Lesson 17, fourth review, finding 10: the lesson hands its job a PYTHONPATH of yours (an einops of yours in it).
+    Broken: the job script without `unset PYTHONPATH`. The job prints what it was handed (HANDED) and its Python's
+    sys.path holds it: the notebook's `pythonpath_dropped` must be False."""
+    _lmod()
+    yours = tmp_path / "your-pythonpath"
+    (yours / "einops").mkdir(parents=True)
+    (yours / "einops" / "__init__.py").write_text('__version__ = "0.1-yours"\n')
+    stack, _, log = _run_stack(tmp_path / "job", "EBPYTHONPREFIXES", edits=(("\nunset PYTHONPATH ", "\n: unset PYTHONPATH "),),
+                               extra_env={"PYTHONPATH": str(yours)})
+    handed = _gathered(log, "handed")
+    dropped = _gathered(log, "stack", "handed", "pythonpath_dropped", your_pythonpath=yours)
+    report(f"lesson 17's job without `unset PYTHONPATH`: handed {handed!r}, einops {stack['einops']}, "
+           f"yours on sys.path {str(yours) in stack['sys_path']}; pythonpath_dropped {dropped}")
+    assert handed == str(yours) and str(yours) in stack["sys_path"] and stack["einops"] == "0.1-yours", log[-2000:]
+    assert dropped is False, log[-2000:]
+
+
+def test_a_node_without_the_system_python_says_so_and_the_proof_says_not_checked(tmp_path, report, capsys):
+    """Lesson 17, fourth review, finding 1: the OTHER line needs /usr/bin/python3 on the node. The job script run where
+    that path holds no Python (the script's path planted elsewhere) prints NO_OTHER with the node's name and no OTHER
+    line; the notebook reads it, and its proof passes printing NOT CHECKED and the reason, not a failure."""
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import run_proof
+
+    _lmod()
+    missing = tmp_path / "no-such-dir" / "python3"
+    stack, other, log = _run_stack(tmp_path / "job", "EBPYTHONPREFIXES", edits=(("/usr/bin/python3", str(missing)),))
+    other_python, other_missing = _gathered(log, "other_python"), _gathered(log, "other_missing")
+    run_proof("17_software_stack.ipynb", {**OK["17_software_stack.ipynb"], "other_python": other_python,
+                                          "other_missing": other_missing})
+    said = capsys.readouterr().out
+    report(f"lesson 17's job with no {missing.name} at the checked path: OTHER {other}, NO_OTHER {other_missing!r}; "
+           f"the proof printed: {said.strip().splitlines()[0]!r}")
+    assert stack is not None and other is None and other_python is None, log[-2000:]
+    assert other_missing and str(missing) in other_missing, log[-2000:]
+    assert f"NOT CHECKED (another Python in the job): {other_missing}" in said, said
+
+
+def test_a_reader_that_moves_the_standard_library_last_is_caught(tmp_path, report):
+    """Lesson 17, fourth review, finding 5: the lesson's .pth reader moves nothing, so the standard library stays before
+    every site directory. Broken: a reader that also does what EasyBuild's sitecustomize.py does last, moving the
+    entries under the Python's own prefix to the end: the notebook's `stdlib_first` must be False."""
+    _lmod()
+    easybuild_like = READER_LOOP + ("base = [p for p in sys.path if p.startswith(sys.base_prefix)]  # broken: EasyBuild's move\n"
+                                    "sys.path[:] = [p for p in sys.path if p not in base] + base\n")
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", reader=easybuild_like)
+    first = _gathered(log, "stack", "module_site", "venv_site", "sites", "stdlib_first", sys=sys, job_dir=tmp_path)
+    report(f"lesson 17, a reader that moves {stack['stdlib']} last: sys.path {stack['sys_path']}; stdlib_first {first}")
+    assert stack["sys_path"].index(stack["stdlib"]) > stack["sys_path"].index(stack["myextras_from"].rsplit("/myextras/", 1)[0]), \
+        stack["sys_path"]
+    assert first is False, log[-2000:]
 
 
 def test_the_setuptools_that_built_myextras_is_read_from_the_build(tmp_path, report):
@@ -229,7 +288,8 @@ def _solution_2_shells(job_dir: Path) -> list[str]:
     python.parent.mkdir(parents=True)
     python.write_text('#!/bin/sh\nprintf "python [%s]\\n" "$0" >> "$RECORD"\n')
     python.chmod(0o755)
-    variables = f"/usr/bin||\n{sys.prefix}/bin:/usr/bin|{sys.prefix}|{sys.prefix}\n/usr/bin||"  # PATH|EBPYTHONPREFIXES|...ROOT
+    # PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT before (the earlier root solution 2 sets), with the module, after
+    variables = f"/usr/bin||/your/earlier/root\n{sys.prefix}/bin:/usr/bin|{sys.prefix}|{sys.prefix}\n/usr/bin||"
     answers, shells = iter([variables, "0.1-other", "99.0"]), []
 
     def run(args, **_):

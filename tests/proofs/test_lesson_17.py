@@ -4,6 +4,7 @@ return), and real runs with a claim broken, must fail the proof through the cell
 not a planted final value."""
 
 import os
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -12,6 +13,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
+from tests.support.notebooks import written_programs
 from tests.support.proof_cells import NOTEBOOKS, assignment_source, function_source, gather_and_prove, holds_unless
 
 
@@ -48,9 +50,49 @@ def test_lesson_17_without_slurm_or_lmod_says_the_job_did_not_run():
     cells = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
     said = []
     namespace = {"use_slurm": False, "lmod_here": False, "added": [], "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
-    for start in ("import os\nimport subprocess\n", "import json\n\nprint("):
-        exec(next(c.source for c in cells if c.source.startswith(start)), namespace)
+    for cell in _stack_job_cells_17():
+        exec(cell, namespace)
     assert namespace["stack"] is None and said[0] == "not run: neither Slurm nor Lmod here", said
+
+
+def _stack_job_cells_17() -> list[str]:
+    """Lesson 17's cell that runs the stack job, then the one that shows where it ran."""
+    cells = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+    return [next(c.source for c in cells if c.source.startswith("import os\nimport subprocess\n")),
+            next(c.source for c in cells if c.cell_type == "code" and "stack = next(" in c.source)]
+
+
+def test_lesson_17_when_sbatch_refuses_it_says_so(monkeypatch):
+    """Lesson 17's fourth review, finding 2: when sbatch refused the stack job the cell printed "ran on Slurm job , with
+    ..." (an empty job id). It must say the job did not run, and show sbatch's words."""
+    refusal = "sbatch: error: Batch job submission failed: Requested node configuration is not available"
+    monkeypatch.setattr(subprocess, "run", lambda command, **_: subprocess.CompletedProcess(command, 1, "", refusal + "\n"))
+    said = []
+    namespace = {"use_slurm": True, "lmod_here": True, "added": ["--exclusive=user"], "job_dir": Path("/nonexistent"),
+                 "settings_env": {}, "job_environment": lambda extra: extra,
+                 "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
+    for cell in _stack_job_cells_17():
+        exec(cell, namespace)
+    assert namespace["stack"] is None and namespace["where"] is None, namespace["where"]
+    assert said == ["not run: sbatch refused the job, saying:", refusal], said
+
+
+def test_lesson_17_stack_job_asks_for_no_gpu_the_keras_job_for_the_class_s(monkeypatch, tmp_path):
+    """Lesson 17's fourth review, finding 8: the stack job only imports, so it asks for no GPU, even where the class gives
+    each task one (COURSE_JOB_GPUS_PER_TASK=1), nor does its script carry a GPU line; the Keras job keeps the class's GPUs."""
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
+    cells = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+    namespace = {"SUBMIT_TO_SLURM": True, "job_dir": tmp_path, "modulefiles": tmp_path / "m", "extras": tmp_path / "e"}
+    exec(next(c.source for c in cells if c.cell_type == "code" and "added = job_options(" in c.source), namespace)
+    script = next(text for name, text in written_programs("17_software_stack.ipynb").items() if name.endswith('"stack.sbatch"}'))
+    submitted = []
+    namespace.update({"use_slurm": True, "NODES": 2, "sys": sys, "follow_job": lambda *a, **k: "",
+                      "subprocess": SimpleNamespace(run=lambda command, **_: submitted.append(command) or
+                                                    SimpleNamespace(stdout="", stderr="refused"))})
+    exec(next(c.source for c in cells if c.cell_type == "code" and '"keras_versions.sbatch"]' in c.source), namespace)
+    assert namespace["added"] == ["--exclusive=user"] and "gpus" not in script, (namespace["added"], script[:600])
+    assert len(submitted) == 1 and "--gpus-per-task=1" in submitted[0], submitted
 
 
 _STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n", "pythonpath": "",
@@ -120,7 +162,9 @@ def test_lesson_17_solution_1_sees_the_import_path(from_import, rebinds, match):
     holds_unless(match, exec, compile(source, "17 solution 1", "exec"), namespace)
 
 
-_VARIABLES_17 = "/usr/bin:/bin||\n/m/bin:/usr/bin:/bin|/m|/m\n/usr/bin:/bin||\n"  # PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT
+_EARLIER_17 = "/your/earlier/root"  # COURSE_MODULE_ROOT before the load, as solution 2 sets it
+# PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT before the load, with the module, after the unload
+_VARIABLES_17 = f"/usr/bin:/bin||{_EARLIER_17}\n/m/bin:/usr/bin:/bin|/m|/m\n/usr/bin:/bin||\n"
 
 
 class _Shell:
@@ -141,17 +185,25 @@ class _Shell:
     ("0.1-other", "99.0", _VARIABLES_17, None),
     ("99.0", "99.0", _VARIABLES_17, "without module purge"),  # the other module's PYTHONPATH never got ahead: nothing shown
     ("0.1-other", "0.1-other", _VARIABLES_17, "without module purge"),  # module purge did not help
-    ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "||/m"), "should set"),  # no EBPYTHONPREFIXES from the module
-    ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "|/m|"), "should set"),  # no COURSE_MODULE_ROOT
-    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "|/m|\n", "give all three back"),  # EBPYTHONPREFIXES left after unload
-    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "||/m\n", "give all three back"),  # COURSE_MODULE_ROOT left
-    ("0.1-other", "99.0", _VARIABLES_17[:-16] + "/m/bin:/usr/bin:/bin||\n", "give all three back"),  # PATH keeps bin/
+    ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "||/m"), "set EBPYTHONPREFIXES and"),  # no EBPYTHONPREFIXES from the module
+    ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "|/m|"), "set EBPYTHONPREFIXES and"),  # no COURSE_MODULE_ROOT
+    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "|/m|\n", "give PATH and EBPYTHONPREFIXES back"),  # EBPYTHONPREFIXES left after unload
+    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "||/m\n", "unset COURSE_MODULE_ROOT"),  # COURSE_MODULE_ROOT left
+    ("0.1-other", "99.0", _VARIABLES_17[:-16] + "/m/bin:/usr/bin:/bin||\n", "give PATH and EBPYTHONPREFIXES back"),  # PATH keeps bin/
+    # lesson 17's fourth review, finding 3: unload restored the earlier COURSE_MODULE_ROOT (pushenv, not setenv) ...
+    ("0.1-other", "99.0", _VARIABLES_17[:-3] + f"||{_EARLIER_17}\n", "unset COURSE_MODULE_ROOT, not restore"),
+    # ... or there was no earlier value to restore (the shell never set it: "not restored" shown by nothing)
+    ("0.1-other", "99.0", _VARIABLES_17.replace(f"||{_EARLIER_17}\n", "||\n", 1), "unset COURSE_MODULE_ROOT, not restore"),
+    # finding 6: bin/ first, but what was first is not second (the module put its entry elsewhere too, or reordered)
+    ("0.1-other", "99.0", _VARIABLES_17.replace("/m/bin:/usr/bin:/bin", "/m/bin:/bin:/usr/bin"), "what was first comes second"),
 ], ids=["as run", "no shadowing shown", "purge did not help", "no EBPYTHONPREFIXES", "no COURSE_MODULE_ROOT",
-        "EBPYTHONPREFIXES left", "COURSE_MODULE_ROOT left", "PATH left"])
+        "EBPYTHONPREFIXES left", "COURSE_MODULE_ROOT left", "PATH left", "COURSE_MODULE_ROOT restored",
+        "no earlier COURSE_MODULE_ROOT", "PATH reordered"])
 def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_purge, purge, variables, match):
-    """Solution 2's answers: the module's three variables set and given back by `module unload`; and
-    "what can go wrong": the venv takes another Python module's einops without `module purge`, and its
-    own with it; each must be seen, or the solution fails."""
+    """Solution 2's answers: the module's three variables set (its bin/ first on PATH, what was first second), PATH's and
+    EBPYTHONPREFIXES's entries given back by `module unload` and COURSE_MODULE_ROOT unset, an earlier value not restored;
+    and "what can go wrong": the venv takes another Python module's einops without `module purge`, and its own with it;
+    each must be seen, or the solution fails."""
     source = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
                   if c.source.startswith("# Solution 2"))
     (tmp_path / "venv" / "bin").mkdir(parents=True)
@@ -205,11 +257,17 @@ _SIBLING_SITE_17 = sysconfig.get_paths()["purelib"].replace(sys.prefix, sys.pref
 
 
 def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="", keras_from="",
-              setuptools_from_module=False, user_site=False) -> dict:
-    """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's)."""
+              setuptools_from_module=False, user_site=False, stdlib_last=False, yours_on_path=False) -> dict:
+    """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's). `stdlib_last`:
+    the standard library moved after the site directories (as EasyBuild's sitecustomize.py moves it); `yours_on_path`:
+    the PYTHONPATH the job was handed (yours) on its Python's path."""
     module_site = sysconfig.get_paths()["purelib"]
     venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
     sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
+    stdlib = "/usr/lib/python3.11"
+    yours = [str(job_dir / "your-pythonpath")] if yours_on_path else []
+    sys_path = ["", *yours, "/usr/lib/python311.zip", *([] if stdlib_last else [stdlib]), *sites, "/usr/lib/python3/dist-packages",
+                *([stdlib] if stdlib_last else [])]
     return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"),
             "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
             "keras": "3.15.1", "keras_from": keras_from or f"{module_site}/keras/__init__.py",
@@ -218,7 +276,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "einops": "0.8.2" if einops_from_module else "99.0",
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
             "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
-            "sys_path": ["/usr/lib/python311.zip", *sites, "/usr/lib/python3/dist-packages"]}
+            "sys_path": sys_path, "stdlib": stdlib}
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -242,26 +300,59 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"runs": {"Keras 3 + fix": [{}, {"weights": "a2"}]}}, "identical weights"),
     ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
     ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant"),  # one worker's report lost
-    ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs")],  # the pre-flight's parse counts Slurm's NoDevFiles
+    ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs"),  # the pre-flight's parse counts Slurm's NoDevFiles
+    # lesson 17's fourth review, finding 1: a node without /usr/bin/python3 (the job says so) is not a failure; no line is
+    ({"other": None, "no_other": "no /usr/bin/python3 on node1: no other Python to ask"}, None),
+    ({"other": None}, "should not be handed"),
+    # finding 5: the standard library after the site directories (EasyBuild's move), or not on the path at all
+    ({"stdlib_last": True}, "standard library"),
+    ({"stack_changes": {"stdlib": "/opt/python/lib/python3.11"}}, "standard library"),
+    # finding 10: the job was handed no PYTHONPATH (nothing to drop: true by construction), or kept it on its path
+    ({"handed": ""}, "handed your PYTHONPATH"),
+    ({"handed": None}, "handed your PYTHONPATH"),
+    ({"yours_on_path": True}, "handed your PYTHONPATH")],
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing",
-         "NoDevFiles counted"])
+         "NoDevFiles counted", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
+         "pythonpath not handed", "no handed line", "pythonpath kept"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
-    """From the job's raw log (module list, STACK and OTHER lines) and the workers' KERAS reports:
+    """From the job's raw log (module list, HANDED, STACK and OTHER lines) and the workers' KERAS reports:
     each broken raw line must fail the proof through the gathering cell."""
+    holds_unless(match, gather_and_prove, "17_software_stack.ipynb", _gathering_namespace_17(tmp_path, changes))
+
+
+def test_lesson_17_on_a_node_without_the_system_python_says_not_checked_and_why(tmp_path):
+    """Lesson 17's fourth review, finding 1: the OTHER line needs /usr/bin/python3 on the node. Where the job printed
+    NO_OTHER instead, the proof passes and prints NOT CHECKED with the job's reason; on the lesson before the review
+    it failed ('should not be handed')."""
+    said = []
+    reason = "no /usr/bin/python3 on node1: no other Python to ask"
+    namespace = {**_gathering_namespace_17(tmp_path, {"other": None, "no_other": reason}),
+                 "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
+    gather_and_prove("17_software_stack.ipynb", namespace)
+    assert f"NOT CHECKED (another Python in the job): {reason}" in said, said
+
+
+def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
+    """What lesson 17's gathering cell reads, from a planted job log (`changes` break one part of it) and planted
+    KERAS reports, parsed as the lesson parses them."""
     import json
 
     job_dir = tmp_path / "software_stack"
     stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module", "tensorflow_from",
-                                                                             "keras_from", "setuptools_from_module", "user_site")})
-    stack = changes.get("stack", stack)
+                                                                             "keras_from", "setuptools_from_module", "user_site",
+                                                                             "stdlib_last", "yours_on_path")})
+    stack = changes.get("stack", {**stack, **changes.get("stack_changes", {})})
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
     ebonly = changes.get("ebonly", {"tensorflow": True})
-    stack_log = (f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
-                 + (f"STACK {json.dumps(stack)}\n" if stack else "") + f"OTHER {json.dumps(other)}\n"
+    handed = changes.get("handed", str(job_dir / "your-pythonpath"))
+    stack_log = ((f"HANDED PYTHONPATH={handed}\n" if handed is not None else "")
+                 + f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
+                 + (f"STACK {json.dumps(stack)}\n" if stack else "") + (f"OTHER {json.dumps(other)}\n" if other else "")
+                 + (f"NO_OTHER {changes['no_other']}\n" if "no_other" in changes else "")
                  + f"UNLOADED {json.dumps(unloaded)}\n" + (f"EBONLY {json.dumps(ebonly)}\n" if ebonly else ""))
     lines = [f"KERAS {json.dumps({**r, 'asked': '2' if 'tf_keras' in name else '3', 'fix': 'fix' in name})}"
              for name, reports in _keras_runs_17(**changes.get("runs", {})).items() for r in reports]
@@ -272,7 +363,8 @@ def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_pat
     namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": keras_runs["by_variant"],
                  "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_slurm_gave": 0, "gpus_tf_sees": 0,
                  "where": "Slurm job 7", "lmod_here": True, "use_slurm": True, "NODES": 2,
+                 "your_pythonpath": job_dir / "your-pythonpath",
                  **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)
     exec(function_source("17_software_stack.ipynb", "gpus_given").replace(*changes.get("gpus_given", ("", ""))), namespace)
-    holds_unless(match, gather_and_prove, "17_software_stack.ipynb", namespace)
+    return namespace

@@ -349,7 +349,8 @@ OK["17_software_stack.ipynb"] = {
     "weights": {"Keras 3": [None], "Keras 3 + fix": ["a"], "Keras 2 (tf_keras)": ["b"]},
     "versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"], "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]},
     "imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["tf_keras"]},
-    "flagged": _FLAGGED, "where": "this machine", "counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0}}
+    "flagged": _FLAGGED, "where": "this machine", "counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0},
+    "other_missing": None, "stdlib_first": True, "pythonpath_dropped": True, "handed": "/j/software_stack/your-pythonpath"}
 
 
 _MISTAKES_18 = ("model outside strategy.scope()", "one checkpoint path for all", "global batch as each worker's batch",
@@ -1345,6 +1346,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})",
                                                  "ValueError: Invalid reduction dimension 0"]}, "fail without the fix"),
     ("17_software_stack.ipynb", {"keras3_fits": []}, "fail without the fix"),
+    # the standard library after the site directories (as EasyBuild's sitecustomize.py moves it), or not on the path
+    ("17_software_stack.ipynb", {"stdlib_first": False}, "standard library should come before"),
+    # the job kept the PYTHONPATH it was handed (no unset), or was handed none (nothing to drop)
+    ("17_software_stack.ipynb", {"pythonpath_dropped": False}, "handed your PYTHONPATH"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus the ring"),
     # an all-reduce term without the ring's hops (bytes over bandwidth alone), the model its sum all the same
     ("14_predicting_scaling.ipynb", {"allreduce_s": 0.064, "predicted_s": 0.124}, "compute plus the ring"),
