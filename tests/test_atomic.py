@@ -13,6 +13,7 @@ from pathlib import Path
 
 from helpers.data import synth_archive
 from helpers.results import write_results
+from tests.support import exclusive_opens
 
 
 def test_planted_links_at_predictable_names_redirect_nothing(tmp_path):
@@ -34,24 +35,6 @@ def test_planted_links_at_predictable_names_redirect_nothing(tmp_path):
                            "synthetic.tar.gz.partial"]), left  # the planted links, untouched; no temporary left
 
 
-# every open() and os.open() in DIR while the writers run, as (name, flags), read by an audit hook
-# (the `open` event: builtins.open, io.open and os.open raise it with the path and the open flags)
-_OPENS = """
-import json, os, sys
-out = os.path.realpath(sys.argv[1])
-opened = []
-def hook(event, args):
-    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
-        path = os.path.realpath(os.fsdecode(args[0]))
-        if os.path.dirname(path) == out:
-            opened.append((os.path.basename(path), args[2]))
-from helpers.data import synth_archive
-from helpers.results import write_results
-sys.addaudithook(hook)
-synth_archive(os.path.join(out, "synthetic.tar.gz"), 20, 10, 0)
-write_results({"loss": 1.0}, os.path.join(out, "results.json"))
-print("OPENED " + json.dumps(opened))
-"""
 
 
 def test_every_name_the_writers_create_in_a_shared_directory_is_created_exclusively(tmp_path):
@@ -60,15 +43,11 @@ def test_every_name_the_writers_create_in_a_shared_directory_is_created_exclusiv
     open(..., "w") follows a link planted there; the planted-link test above never tries that name)."""
     out = tmp_path / "shared"
     out.mkdir()
-    done = subprocess.run([sys.executable, "-c", _OPENS, str(out)], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", exclusive_opens.PROGRAM, str(out)], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
-    opened = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("OPENED "))[7:])
-    first: dict[str, int] = {}
-    for name, flags in opened:
-        first.setdefault(name, flags)
-    assert len(first) >= 2, opened  # the archive's temporary and the results' temporary
-    exclusive = os.O_CREAT | os.O_EXCL
-    not_exclusive = sorted(name for name, flags in first.items() if flags & exclusive != exclusive)
-    assert not not_exclusive, f"created without O_EXCL (a planted link there is followed): {not_exclusive}"
+    first = exclusive_opens.first_opens(done.stdout)
+    assert len(first) >= 2, first  # the archive's temporary and the results' temporary
+    bad = exclusive_opens.not_exclusive(first)
+    assert not bad, f"created without O_EXCL (a planted link there is followed): {bad}"
     assert sorted(p.name for p in out.iterdir()) == ["results.json", "synthetic.tar.gz"]

@@ -8,7 +8,8 @@ through the hub's proxy as JupyterLab runs one, reads its environment and `mode_
 server writes a file through JupyterLab's contents API and its kernel writes one: both 600 under the
 server job's own `umask 077` (the hub here runs with umask 022, so only the batch script's line can
 make them private: the job inherits the submitter's umask otherwise), and the kernel's sockets are
-in a directory of the learner's only (docs/security.md).
+in a directory of the learner's only; and the results' and archives' writers, run by that server's Python,
+create every name they use exclusively (docs/security.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import pytest
 
 from tests.conftest import squeue_empty
+from tests.support import exclusive_opens
 from tests.support.hub import new_hub, run_in_kernel, unix_learners, wait_server
 
 pytestmark = pytest.mark.slurm
@@ -44,6 +46,15 @@ print("PRIVATE " + json.dumps({"umask": oct(os.umask(0o077)), "server_file": mod
       "kernel_file": mode("written-by-the-kernel.txt"), "transport": info["transport"],
       "sockets_dir": oct(stat.S_IMODE(sockets.st_mode)), "sockets_mine": sockets.st_uid == os.getuid()}))
 """
+# the results' and archives' writers, run by the learner's server's Python in a directory of theirs: every name
+# created exclusively there too (docs/security.md), not only in the test's own process (test_atomic)
+EXCLUSIVE = f"""
+import os, subprocess, sys, tempfile
+shared = tempfile.mkdtemp(prefix="shared-", dir=os.getcwd())
+done = subprocess.run([sys.executable, "-c", {exclusive_opens.PROGRAM!r}, shared], capture_output=True, text=True,
+                      timeout=120)
+print(done.stdout + done.stderr[-2000:])
+"""
 HUB_UMASK_022 = "import os\nos.umask(0o022)  # a hub without the shipped config's umask: the server job's own must hold\n"
 
 
@@ -61,7 +72,7 @@ def test_the_class_settings_reach_every_learners_kernel(slurm, tmp_path, report)
             status, body = hub.call("PUT", f"/user/{user}/api/contents/written-by-the-server.txt", token,
                                     {"type": "file", "format": "text", "content": "mine"})
             assert status == 201, (status, body)  # written by the learner's server, as JupyterLab saves
-            out, private = run_in_kernel(hub, user, token, [CELL, PRIVATE], timeout=180)
+            out, private, opens = run_in_kernel(hub, user, token, [CELL, PRIVATE, EXCLUSIVE], timeout=180)
             took = time.monotonic() - started
             assert hub.request("DELETE", f"/hub/api/users/{user}/server", token) in (202, 204)
         except Exception as exc:
@@ -81,3 +92,6 @@ def test_the_class_settings_reach_every_learners_kernel(slurm, tmp_path, report)
     report(f"{__name__.rsplit('.', 1)[-1]}: the learner's server (hub at umask 022) wrote {files}")
     assert files == {"umask": "0o77", "server_file": "0o600", "kernel_file": "0o600", "transport": "ipc",
                      "sockets_dir": "0o700", "sockets_mine": True}, files
+    first = exclusive_opens.first_opens(opens)
+    report(f"{__name__.rsplit('.', 1)[-1]}: the learner's server's writers first opened {first}")
+    assert len(first) >= 2 and not exclusive_opens.not_exclusive(first), first
