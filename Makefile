@@ -130,7 +130,7 @@ lab: kernel
 	  --KernelManager.transport=ipc --KernelManager.ip="$$sockets/kernel" $(LAB_ARGS) $(LAB_OPTS)
 
 # Horovod 0.28.1 compiled against this TensorFlow (CPU, Gloo) into build/horovod, for lesson 13:
-# a few minutes; as root it installs the two header packages it needs with apt-get.
+# a few minutes, as any user with a C++ compiler and CMake (as root it installs those with apt-get if missing).
 horovod: install
 	$(PY) -m helpers horovod build
 

@@ -1,21 +1,20 @@
 """Horovod 0.28.1 against TensorFlow 2.21: the course's build recipe, and what it runs.
 
-The build takes minutes; it needs two Debian header packages, which root installs with apt-get
-(CI runs as root, so there it always runs; where it cannot, COURSE_REQUIRE_HOROVOD=1, as .ci/run sets
-it, fails the test instead of skipping it). Its result stays in build/horovod, where lesson 13 finds it
-when nbval runs the notebooks after these tests.
+The build takes minutes; it needs no header package, only a C++ compiler and CMake, which root installs
+with apt-get if they are missing (CI runs as root, so there it always runs; where it cannot,
+COURSE_REQUIRE_HOROVOD=1, as .ci/run sets it, fails the test instead of skipping it). Its result stays in
+build/horovod, where lesson 13 finds it when nbval runs the notebooks after these tests.
 """
 
 import os
 import shutil
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from helpers import horovod_env
 from helpers.errors import CourseError
-from helpers.commands.horovod_build import HEADERS, XLA_LINE, leave_out_xla_ops
+from helpers.commands.horovod_build import TOOLS, XLA_LINE, leave_out_xla_ops
 from tests.support.required import unavailable
 
 
@@ -57,7 +56,7 @@ def test_a_login_node_refuses_horovodrun_with_a_reason_lesson_13_prints(monkeypa
 
 def _can_build() -> str | None:
     """Why the build cannot run here, or None."""
-    missing = [package for header, package in HEADERS.items() if not Path("/usr/include", header).exists()]
+    missing = [package for tool, package in TOOLS.items() if shutil.which(tool) is None]
     if missing and (os.geteuid() != 0 or shutil.which("apt-get") is None):
         return f"the build needs {', '.join(missing)} and this user cannot apt-get them"
     return None
@@ -72,7 +71,7 @@ def _buildable() -> None:
 
 
 def test_a_build_that_cannot_run_fails_where_horovod_is_required(monkeypatch):
-    monkeypatch.setitem(HEADERS, "no-such-course-header.h", "libno-such-course-dev")  # missing here
+    monkeypatch.setitem(TOOLS, "no-such-course-compiler", "no-such-course-package")  # missing here
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # not root: no apt-get for it
     outcomes = []
     for required in (None, "1"):
@@ -85,9 +84,38 @@ def test_a_build_that_cannot_run_fails_where_horovod_is_required(monkeypatch):
             outcomes.append(("went on", ""))
         except (pytest.skip.Exception, pytest.fail.Exception) as exc:
             outcomes.append((type(exc).__name__, str(exc)))
-    reason = "the build needs libno-such-course-dev and this user cannot apt-get them"
+    reason = "the build needs no-such-course-package and this user cannot apt-get them"
     assert outcomes == [("Skipped", reason), ("Failed", f"required here (COURSE_REQUIRE_HOROVOD=1) but cannot run: {reason}")], \
         outcomes
+
+
+class _ReachedTheSource(Exception):
+    """The build went past its checks to Horovod's source."""
+
+
+def _reach_the_source(where, quiet):
+    raise _ReachedTheSource(where)
+
+
+def test_a_user_who_is_not_root_builds_without_header_packages_or_apt(tmp_path, monkeypatch):
+    """Lesson 13, third review, finding 1: the build once required Debian's libhighwayhash-dev and libfarmhash-dev,
+    installed with apt-get as root and refused to anyone else. TensorFlow's wheel ships both headers, and only
+    xla_mpi_ops.cc, the file the build leaves out, includes them. A user who is not root, with a compiler and CMake,
+    on a machine without those packages (/usr/include's copies hidden here), goes on to the source; no apt-get runs."""
+    import pathlib
+
+    from helpers.commands import horovod_build
+
+    real_exists = pathlib.Path.exists
+    monkeypatch.setattr(pathlib.Path, "exists",
+                        lambda self, **kw: not str(self).startswith("/usr/include/") and real_exists(self, **kw))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in TOOLS else None)
+    monkeypatch.setattr(horovod_build, "apt_install", lambda *packages: pytest.fail(f"apt-get install {packages}"))
+    monkeypatch.setattr(horovod_build, "_patched_source", _reach_the_source)
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))  # no cached build to copy
+    with pytest.raises(_ReachedTheSource):
+        horovod_build.build(tmp_path / "horovod", quiet=True)
 
 
 STEP = textwrap.dedent("""
@@ -153,7 +181,7 @@ def test_a_cached_build_is_copied_not_compiled(tmp_path, monkeypatch, capsys):
     planted = horovod_build.cache_dir() / "site" / "horovod" / "tensorflow"
     planted.mkdir(parents=True)
     (planted / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"planted")
-    monkeypatch.setattr(horovod_build, "_system_packages", lambda quiet: pytest.fail("it compiled"))
+    monkeypatch.setattr(horovod_build, "_build_tools", lambda quiet: pytest.fail("it compiled"))
     site = horovod_build.build(tmp_path / "checkout" / "horovod")
     assert (site / "horovod" / "tensorflow" / "mpi_lib.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"planted"
     assert "copied from the build cache" in capsys.readouterr().out

@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     klass.add_argument("--partition", default="", help="plan: the reservation's partition")
 
     horovod = sub.add_parser("horovod", help="build Horovod 0.28.1 against this TensorFlow (CPU, Gloo; lesson 13)")
-    horovod.add_argument("action", choices=("build",), help="build: compile it into --into (root installs the "
-                         "headers it needs with apt-get)")
+    horovod.add_argument("action", choices=("build",), help="build: compile it into --into (any user with a C++ "
+                         "compiler and CMake; root installs those with apt-get if missing)")
     horovod.add_argument("--into", help="directory (default: COURSE_HOROVOD_DIR, else build/horovod)")
 
     check = sub.add_parser("check-script", help="run your training script small, as 1 and as N workers, and check "

@@ -2,16 +2,18 @@
 
 Horovod's last release (June 2023) predates Keras 3 and does not build against TensorFlow 2.21
 as it is. Tried as a user would (`HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
-HOROVOD_WITHOUT_MPI=1 pip install --no-build-isolation horovod==0.28.1`), it fails in three
-places, in this order; this build makes exactly these changes and nothing else:
+HOROVOD_WITHOUT_MPI=1 pip install --no-build-isolation horovod==0.28.1`), it fails in one source
+file, and, built without it, at run time with Keras 3. This build makes the first change and nothing
+else; the second is the user's script's:
 
-1. `fatal error: highwayhash/arch_specific.h` and then `farmhash.h`: TensorFlow's headers
-   include them, its wheel does not ship them. Debian packages them (`libhighwayhash-dev`,
-   `libfarmhash-dev`).
-2. `horovod/tensorflow/xla_mpi_ops.cc`: `tensorflow/compiler/xla/client/xla_builder.h: No such
-   file or directory` (XLA moved to `xla/...` in TensorFlow). Those ops only matter with
-   `HOROVOD_ENABLE_XLA_OPS=1`; the build leaves the file out.
-3. At run time, with Keras 3: `broadcast_variables` and `DistributedGradientTape.gradient` need
+1. `horovod/tensorflow/xla_mpi_ops.cc` includes TensorFlow's XLA headers, which need
+   `highwayhash/arch_specific.h` and `farmhash.h` (the wheel ships both, under
+   `tensorflow/include/external/`, outside the include path Horovod's build uses: `fatal error`),
+   and then `tensorflow/compiler/xla/client/xla_builder.h`, which is gone (XLA moved to `xla/...`).
+   Those ops only matter with `HOROVOD_ENABLE_XLA_OPS=1`; the build leaves the file out, and with it
+   every include of the two hash headers (no other source of Horovod's includes them), so it needs no
+   system header package, no apt-get and no root: a C++ compiler and CMake.
+2. At run time, with Keras 3: `broadcast_variables` and `DistributedGradientTape.gradient` need
    TensorFlow variables (`'SymbolicTensor' object has no attribute 'assign'`, `'Variable' object
    has no attribute 'ref'`): pass each Keras variable's `.value` (lesson 13's script does).
 
@@ -42,7 +44,6 @@ from ..settings import value
 # PyPI's sha256 of horovod-0.28.1.tar.gz, the only archive this recipe builds
 SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
 
-HEADERS = {"highwayhash/arch_specific.h": "libhighwayhash-dev", "farmhash.h": "libfarmhash-dev"}
 TOOLS = {"cmake": "cmake", "c++": "g++"}
 XLA_LINE = 'list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")'
 BUILD_ENV = {"HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1",
@@ -62,7 +63,7 @@ def build(into: Path | None = None, *, quiet: bool = False) -> Path:
         _say(quiet, f"Horovod {VERSION} copied from the build cache {cached.parent}")
         return site
     started = time.perf_counter()
-    _system_packages(quiet)
+    _build_tools(quiet)
     source = _patched_source(into / "src", quiet)
     _say(quiet, f"compiling Horovod {VERSION} with Gloo against TensorFlow (a few minutes on 2 cores; "
                 f"log: {into / 'build.log'})")
@@ -114,10 +115,9 @@ def _say(quiet: bool, text: str) -> None:
         print(text, flush=True)
 
 
-def _system_packages(quiet: bool) -> None:
-    """The headers TensorFlow's wheel lacks, and a compiler; installed with apt when root."""
-    missing = sorted({package for header, package in HEADERS.items() if not Path("/usr/include", header).exists()}
-                     | {package for tool, package in TOOLS.items() if shutil.which(tool) is None})
+def _build_tools(quiet: bool) -> None:
+    """A compiler and CMake, the build's only needs beyond TensorFlow's wheel; installed with apt-get when root."""
+    missing = sorted(package for tool, package in TOOLS.items() if shutil.which(tool) is None)
     if not missing:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:

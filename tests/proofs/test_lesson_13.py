@@ -31,17 +31,17 @@ def test_lesson_13_proof_without_horovod_says_it_did_not_compare_and_fails_where
     assert ("NOT CHECKED (Horovod): Horovod's own run not compared" in out) == (match is None), out
 
 
-def _lesson_13_solution_1(sizes, devices, count=None) -> None:
-    """Lesson 13's solution 1 on a run of 2 engines that measured `sizes` replicas in sync and `devices` devices each,
-    with TensorFlow's count of a 4-GPU task's replicas (MultiWorkerMirroredStrategy's num_replicas_in_sync) replaced
-    by `count` (None: TensorFlow's own)."""
+def _lesson_13_solution_1(sizes, devices, count=None, workers=(2, 2)) -> None:
+    """Lesson 13's solution 1 on a run of 2 engines that measured `sizes` replicas in sync, `devices` devices each and
+    `workers` workers in their cluster specs, with TensorFlow's count of a 4-GPU task's replicas
+    (MultiWorkerMirroredStrategy's num_replicas_in_sync) replaced by `count` (None: TensorFlow's own)."""
     from types import SimpleNamespace
     from unittest import mock
 
     import tensorflow as tf
 
-    namespace = {"tf": tf, "ranks": [0, 1], "world_sizes": sizes, "engine_devices": devices, "BASE_LR": 0.05,
-                 "print": lambda *a, **k: None}
+    namespace = {"tf": tf, "ranks": [0, 1], "world_sizes": sizes, "engine_devices": devices,
+                 "engine_workers": list(workers), "BASE_LR": 0.05, "print": lambda *a, **k: None}
     source = compile(solution_source("13_from_horovod.ipynb", 1), "13 solution 1", "exec")
     if count is None:
         exec(source, namespace)
@@ -51,18 +51,24 @@ def _lesson_13_solution_1(sizes, devices, count=None) -> None:
         exec(source, namespace)
 
 
-@pytest.mark.parametrize("sizes,devices,count,match", [
-    ([2, 2], [1, 1], None, None),
-    ([2, 2], [1, 1], 1, "^\\(2, 2\\)$"),  # a count that ignores the task's GPUs: one replica per worker, as Horovod's size
-    ([2, 2], [2, 2], None, "add up the workers' devices"),  # engines of 2 devices each, yet 2 replicas in all
-    ([4, 4], [1, 1], None, "add up the workers' devices")],  # engines that counted 4 replicas from a device each
-    ids=["as TensorFlow counts", "GPUs not counted", "devices not added up", "other engines"])
-def test_lesson_13_solution_1_takes_its_count_from_tensorflow(sizes, devices, count, match):
+@pytest.mark.parametrize("sizes,devices,count,workers,match", [
+    ([2, 2], [1, 1], None, (2, 2), None),
+    ([2, 2], [1, 1], 1, (2, 2), "^\\(2, 2\\)$"),  # ignores the task's GPUs: one per worker, as Horovod's size
+    ([2, 2], [2, 2], None, (2, 2), "its devices"),  # engines of 2 devices each, yet 2 replicas in all: Horovod's count
+    ([4, 4], [1, 1], None, (2, 2), "its devices"),  # engines that counted 4 replicas from a device each
+    ([1, 1], [1, 1], None, (2, 2), "its devices"),  # each engine alone: its own device, not the cluster's workers
+    # third review, finding 5: the old rule, the sum of every engine's devices (1 + 2 = 3), passed this; TensorFlow
+    # multiplies each worker's own devices by the workers (2 and 4), so unequal workers cannot hold 3 replicas each
+    ([3, 3], [1, 2], None, (2, 2), "its devices")],
+    ids=["as TensorFlow counts", "GPUs not counted", "devices not counted", "other engines", "each engine alone",
+         "devices summed"])
+def test_lesson_13_solution_1_takes_its_count_from_tensorflow(sizes, devices, count, workers, match):
     """Issue 54 (13 cell 53: the solution asserted its own arithmetic; review 2: then it called TensorFlow's private
     CollectiveAllReduceExtended). Now through the public API: TensorFlow's own count of a task told of 4 GPUs (a
-    MultiWorkerMirroredStrategy built, never run), and the rule that num_replicas_in_sync adds up every worker's
-    devices, checked on the engines' measured sizes and devices; a count or a rule other than TensorFlow's fails it."""
-    holds_unless(match, _lesson_13_solution_1, sizes, devices, count)
+    MultiWorkerMirroredStrategy built, never run), and TensorFlow's rule that num_replicas_in_sync is a worker's own
+    devices times the workers (third review: not a sum of every worker's devices), checked on each engine's measured
+    size, devices and workers; a count or a rule other than TensorFlow's fails it."""
+    holds_unless(match, _lesson_13_solution_1, sizes, devices, count, workers)
 
 
 LESSON_13_SOLUTION_2 = """
@@ -78,8 +84,12 @@ ns = {"tf": tf, "keras": keras, "np": np, "print": print}
 exec(next(c for c in cells if c.startswith("%%writefile {model_file}")).split("\\n", 1)[1], ns)  # make_model
 rng = np.random.default_rng(0)
 ns.update(images=rng.uniform(size=(32, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=32).astype("int32"))
+solution = next(c for c in cells if c.startswith("# Solution 2"))
+if len(sys.argv) > 2:  # a broken variant: (old, new) in the solution's source
+    assert sys.argv[2] in solution, sys.argv[2]
+    solution = solution.replace(sys.argv[2], sys.argv[3])
 try:
-    exec(next(c for c in cells if c.startswith("# Solution 2")), ns)
+    exec(solution, ns)
 except AssertionError as exc:
     print("FAILED", exc)
 else:
@@ -87,24 +97,35 @@ else:
 """
 
 
-@pytest.mark.parametrize("devices,expected", [(2, "PASSED"), (1, "FAILED the check needs 2 replicas or more")],
-                         ids=["two replicas", "one device"])
-def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, expected):
+# third review, finding 4: an optimizer step that averages the replicas' gradients instead of summing them; both
+# steps shrink by the replicas, so their ratio stayed 2 and the old solution passed it
+_MEAN_OPTIMIZER = ("sgd.apply_gradients(zip(tape.gradient(loss, m.trainable_variables), m.trainable_variables))",
+                   "sgd.apply_gradients(zip([g / replicas for g in tape.gradient(loss, m.trainable_variables)], "
+                   "m.trainable_variables))")
+
+
+@pytest.mark.parametrize("devices,change,expected", [
+    (2, (), "PASSED"), (1, (), "FAILED the check needs 2 replicas or more"),
+    (2, _MEAN_OPTIMIZER, "FAILED the fixed loss should give Horovod's step")],
+    ids=["two replicas", "one device", "the optimizer averages"])
+def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change, expected):
     """Issue 54 (13 cell 54): the solution once divided by len(x) * 2 whatever the replicas, so its ratio of 2 held
-    by construction, on one device too. Now it measures the step apply_gradients takes with each loss and needs it
-    num_replicas_in_sync times too large, on 2 replicas or more: on one device it must fail."""
+    by construction, on one device too. Now it measures the step apply_gradients takes with each loss against
+    Horovod's (one step with no strategy on the whole batch): the fixed loss's step must be Horovod's, the
+    per-replica mean's num_replicas_in_sync times it, on 2 replicas or more: on one device, or with an optimizer
+    step that averages the replicas instead of summing them, it must fail."""
     import subprocess
     import sys
 
     from tests.conftest import ROOT
 
-    done = subprocess.run([sys.executable, "-c", LESSON_13_SOLUTION_2, str(devices)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = subprocess.run([sys.executable, "-c", LESSON_13_SOLUTION_2, str(devices), *change], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     verdict = [line for line in done.stdout.splitlines() if line.startswith(("PASSED", "FAILED"))]
     assert verdict and verdict[-1].startswith(expected), done.stdout[-2000:]
-    if devices == 2:
-        assert "the step is 2.000 times too large" in done.stdout, done.stdout[-2000:]
+    if expected == "PASSED":
+        assert "the step is 2.000 times Horovod's" in done.stdout, done.stdout[-2000:]
 
 
 # rank 0 of lesson 13's two Slurm engines in a hub server job of the node layout (--ntasks=4 --gres=gpu:4): the
@@ -222,7 +243,8 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
               "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
               "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,
               "checkpoint_report": reports, "own_digest": list(own_digests),
-              "own_loss": [loss / 2 for loss in own_losses], "devices": [1, 1]}  # a share's sum / the global batch
+              "own_loss": [loss / 2 for loss in own_losses], "devices": [1, 1],  # a share's sum / the global batch
+              "workers": [2, 2]}
     return {"engines": PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
             "work_dir": tmp_path, "horovod_result": None, "BASE_LR": 0.05, "per_rank_loss": STRIDED_LOSSES}
 
@@ -249,8 +271,8 @@ def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=False) -> None
     """Lesson 13's checkpoint cell as each of 2 engines runs it (rank 0, then rank 1; temporary
     directories under tmp_path), with `change` (old, new) made to its source, then the gathering
     cell and the proof on what the two reported and on the files left in the work directory. Each
-    saves a small Keras model and its SGD optimizer; `on_read`: the model also holds a variable
-    synchronised on read, as a metric's total."""
+    saves a small Keras model and its SGD optimizer (a Keras Mean metric, `metric`, is there for a change to hand
+    to the checkpoint); `on_read`: the model also holds a variable synchronised on read, as a metric's total."""
     import tempfile
 
     import keras
@@ -273,7 +295,7 @@ def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=False) -> None
         if on_read:
             model.total = keras.Variable(0.0, synchronization="on_read", aggregation="sum", trainable=False, name="total")
         namespace = {"tf": tf, "WORK_DIR": str(work), "rank": rank, "model": model, "optimizer": optimizer,
-                     "print": lambda *a, **k: None}
+                     "metric": keras.metrics.Mean(), "print": lambda *a, **k: None}
         exec(compile(source, f"13 checkpoint cell, rank {rank}", "exec"), namespace)
         reports.append(namespace["checkpoint_report"])
     gather_and_prove("13_from_horovod.ipynb", _horovod_raw(work, checkpoint=(), reports=reports))
@@ -285,19 +307,25 @@ def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=False) -> None
      "directory of its own"),  # every rank writes into the chief's directory (and rank 1 then deletes it)
     (("if not chief:\n    shutil.rmtree", "if False:\n    shutil.rmtree"), "chief alone"),  # rank 1 keeps its copy
     (("if not chief:\n    shutil.rmtree", "if True:\n    shutil.rmtree"), "chief alone"),  # the chief deletes its own
-    (("tf.train.Checkpoint(", "checkpoint_dir.mkdir(exist_ok=True)\nif chief:\n    tf.train.Checkpoint("),
-     "every worker should write")],  # Horovod's rank-0-only save
-    ids=["as written", "one shared directory", "rank 1 keeps its copy", "the chief deletes too", "only the chief writes"])
+    (("checkpoint.write(", "checkpoint_dir.mkdir(exist_ok=True)\nif chief:\n    checkpoint.write("),
+     "every worker should write"),  # Horovod's rank-0-only save
+    # third review, finding 3: the checkpoint holds a metric's variables (synchronised on read), which are not the
+    # model's or the optimizer's: the list the cell once read from those passed it; read from the checkpoint, it fails
+    (("tf.train.Checkpoint(model=model, optimizer=optimizer)",
+      "tf.train.Checkpoint(model=model, optimizer=optimizer, metric=metric.variables)"), "synchronised on read")],
+    ids=["as written", "one shared directory", "rank 1 keeps its copy", "the chief deletes too", "only the chief writes",
+         "the checkpoint holds a metric"])
 def test_lesson_13_checkpoint_cell_keeps_the_chiefs_copy_alone(tmp_path, monkeypatch, change, match):
     """Review item Q1: the checkpoint claim is checked on what each engine reports of its own directory,
-    so a cell that writes elsewhere, keeps a second copy or deletes the chief's fails the proof."""
+    so a cell that writes elsewhere, keeps a second copy or deletes the chief's fails the proof; and (third review)
+    on what the checkpoint itself holds, so one that also saves a metric's variables fails it too."""
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change)
 
 
 @pytest.mark.parametrize("change,match", [
     (None, "synchronised on read"),
-    (('if v.synchronization == "on_read"', 'if v.synchronization == "ON_READ"'), None)],  # never matches: lists none
+    (('== "on_read"]', '== "ON_READ"]'), None)],  # never matches: lists none
     ids=["as written", "the list never matches"])
 def test_lesson_13_checkpoint_cell_lists_a_variable_synchronised_on_read(tmp_path, monkeypatch, change, match):
     """Issue 54 (13 cells 34/35): the lesson says this model saves no variable through a collective, as a
