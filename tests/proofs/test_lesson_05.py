@@ -57,51 +57,90 @@ def test_lesson_05_proof_on_one_replica_says_it_did_not_check_that_synchronized_
     assert "get_weights() returns replica 0's copy" in out and "SyncBN OK" not in out, out
 
 
-LESSON_05_SOLUTION_1 = """
-import sys
+LESSON_05_ONE_LAYER = """
+import ast, re, sys
 import nbformat
 from helpers import environment
 environment.local_replicas(2)
 import keras, numpy as np, tensorflow as tf
 
+variant = sys.argv[1]
 code = [c.source for c in nbformat.read("notebooks/05_sync_batch_norm.ipynb", as_version=4).cells if c.cell_type == "code"]
+first = next(i for i, s in enumerate(code) if s.startswith("rng = np.random.default_rng"))
+last = next(i for i, s in enumerate(code) if s.startswith("settled = "))
 ns = {"keras": keras, "np": np, "tf": tf, "print": lambda *a, **k: None,
       "strategy": tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])}
-for start in ("rng = np.random.default_rng", "counted = tf.distribute", "def one_layer", "all_reduce_calls.clear()"):
-    exec(next(s for s in code if s.startswith(start)), ns)  # the slices, the wrapper, the forward count (finding 8)
-solution = next(s for s in code if s.startswith("# Solution 1"))
-if sys.argv[1] == "no input gradient":
-    assert "            tape.watch(x)\\n" in solution
-    solution = solution.replace("            tape.watch(x)\\n", "")
-exec(solution, ns)
-print("COUNTED", len(ns["all_reduce_calls"]), ns["strategy"].num_replicas_in_sync, "FORWARD", ns["forward_calls"])
+for source in code[first:last + 1]:  # the slices, the layers, the wrapper, the forward count, the gaps, the moving means
+    if variant == "reversed rule" and source.startswith("def one_layer"):
+        # Keras's rule at momentum 1 - m is the reversed rule at m: moving * (1 - m) + batch mean * m
+        source, n = re.subn(r"momentum=([^,]+),", r"momentum=1 - (\\1),", source)
+        assert n == 1, source
+    exec(source, ns)
+if variant.startswith("solution"):
+    solution = next(s for s in code if s.startswith("# Solution 1"))
+    edit = {"solution, no input gradient": ("tape.watch(x)\\n", "pass\\n"),
+            "solution, batch size known": ("tf.TensorSpec([None, None, 1]", "tf.TensorSpec([None, 4, 1]")}.get(variant)
+    if edit:
+        assert solution.count(edit[0]) == 1, edit
+        solution = solution.replace(*edit)
+    exec(solution, ns)
+    print("COUNTED", ns["fixed"], ns["open_batch"], "FORWARD", ns["forward_calls"])
+else:  # the proof's asserts on the one-layer moving means, word for word
+    proof = next(s for s in reversed(code) if "assert" in s and not s.startswith("# Solution"))
+    checks = [node for node in ast.walk(ast.parse(proof))
+              if isinstance(node, ast.Assert) and "moving_gaps" in ast.unparse(node.test)]
+    assert len(checks) >= 4, len(checks)
+    exec(compile(ast.Module(checks, []), "proof", "exec"), ns)
+    print("PROOF HELD", ns["moving_gaps"])
 """
 
 
-@pytest.mark.parametrize("variant", ["as written", "no input gradient"])
-def test_lesson_05_solution_1_counts_the_backward_all_reduces(variant):
-    """Lesson 05's solution 1 on its own slices and counting wrapper, 2 replicas: 5 all-reduces per replica
-    (3 forward, 2 backward). Without `tape.watch(x)` no gradient reaches the layer's input, the backward
-    all-reduces are never traced, and its count (3 per replica) must fail it."""
+def _one_layer(variant: str):
     import subprocess
     import sys
 
     from tests.conftest import ROOT
 
-    done = subprocess.run([sys.executable, "-c", LESSON_05_SOLUTION_1, variant], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", LESSON_05_ONE_LAYER, variant], capture_output=True, text=True,
                           timeout=300, cwd=ROOT)
-    if variant == "as written":
+
+
+@pytest.mark.parametrize("variant", ["solution", "solution, no input gradient", "solution, batch size known"])
+def test_lesson_05_solution_1_counts_the_backward_all_reduces(variant):
+    """Lesson 05's solution 1 on its own slices and counting wrapper, 2 replicas: 5 all-reduces per replica with
+    each replica's batch of a known size (3 forward, 2 backward), 6 with the batch size left open (the count's
+    all-reduce gets a gradient too; review r05-2, finding 6). Without `tape.watch(x)` no gradient reaches the
+    layer's input and the backward all-reduces are never traced (3 and 3); with the open signature's batch size
+    given (4) the count stays a constant (5 and 5): the solution's own assert must fail both."""
+    done = _one_layer(variant)
+    if variant == "solution":
         # and the forward pass's count the proof reads is still 6 after the solution counted in the same list
-        assert done.returncode == 0 and "COUNTED 10 2 FORWARD 6" in done.stdout, (done.stdout, done.stderr[-2000:])
+        assert done.returncode == 0 and "COUNTED 5.0 6.0 FORWARD 6" in done.stdout, (done.stdout, done.stderr[-2000:])
     else:
-        # the solution's own assert, which prints the calls it counted: 6, the forward pass's only
-        assert done.returncode != 0 and "AssertionError: ['ReduceOp.SUM'" in done.stderr, (done.stdout, done.stderr[-2000:])
+        counted = {"solution, no input gradient": "(3.0, 3.0)", "solution, batch size known": "(5.0, 5.0)"}[variant]
+        assert done.returncode != 0 and f"AssertionError: {counted}" in done.stderr, (done.stdout, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("variant", ["as written", "reversed rule"])
+def test_lesson_05_one_layer_moving_means_follow_keras_update_rule(variant):
+    """Review r05-2, finding 5: the one-layer experiment run for real (2 replicas) and the proof's asserts on its
+    moving means. With the update rule reversed (moving * (1 - m) + batch mean * m: the layer built with momentum
+    1 - m) they must fail; at momentum 0.5 the reversed rule is the same rule, and the proof passed it."""
+    done = _one_layer(variant)
+    if variant == "as written":
+        assert done.returncode == 0 and "PROOF HELD" in done.stdout, (done.stdout, done.stderr[-2000:])
+    else:
+        assert done.returncode != 0 and "track the global mean" in done.stderr, (done.stdout, done.stderr[-2000:])
 
 
 FROZEN = ("        layer.synchronized = True\n", "        layer.synchronized = True\n        layer.trainable = False\n")
 ONLY_SYNCED = ("for synchronized in (False, True):", "for synchronized in (True,):")  # the ordinary run shows nothing
 NO_SEED = ("    keras.utils.set_random_seed(7)", "    pass")
 NO_FIT = ("    timer = StepTimer(global_batch)\n", '    runs[name] = {"start": start}\n    continue  # the starts are compared: no fit\n')
+# replica 1's copy of the first weight off by 1 in the synchronized run, replica 0's as built (review r05-2, finding 1:
+# a digest of get_weights() reads replica 0's copy only)
+REPLICA_1_OFF = ("    start = ", "    if synchronized:\n        last = strategy.experimental_local_results(model.weights[0].value)[-1]\n"
+                                "        last.assign(last + 1.0)\n    start = ")
 
 
 def _run_05_to_where_it_shows(tmp_path, monkeypatch, edits: list[tuple[str, str]], figure: str) -> tuple[str, str]:
@@ -145,15 +184,18 @@ def _run_05_to_where_it_shows(tmp_path, monkeypatch, edits: list[tuple[str, str]
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("edits,figure,match", [
     ([FROZEN, ONLY_SYNCED], "moved_sync", "never moved"),  # review P2
-    ([NO_SEED, NO_FIT], "same_start", "same weights")],  # review P3
-    ids=["synced BN frozen", "no shared seed"])
+    ([NO_SEED, NO_FIT], "same_start", "same weights"),  # review P3
+    ([NO_FIT, REPLICA_1_OFF], "same_start", "same weights")],  # review r05-2, finding 1
+    ids=["synced BN frozen", "no shared seed", "replica 1 starts elsewhere"])
 def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, monkeypatch, edits, figure, match):
     """Lesson 05 run for real with a claim broken, stopped where the failure shows, and the proof's own
     asserts on the figure that shows it. The synchronized model's BN layers frozen (`trainable = False`:
     Keras then runs them in inference mode, batch_normalization.py:363, and their moving means stay at
     their initial zeros at every step; identical zeros used to pass "identical statistics", review P2):
     the synchronized run alone, one step of one epoch. Without the shared seed (the two ResNet50s start
-    from different weights, review P3): both models built, their starts compared, neither trained. The
+    from different weights, review P3): both models built, their starts compared, neither trained. With replica
+    1's copy of one weight moved in the synchronized model (replica 0's as built; review r05-2, finding 1: the old
+    digest of get_weights() read replica 0's copies only and passed it): the same, built and compared. The
     whole lesson, its proof passing, runs in the nbval pass."""
     if figure == "moved_sync":
         monkeypatch.setenv("COURSE_EPOCHS", "1")

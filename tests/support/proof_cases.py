@@ -104,9 +104,10 @@ OK: dict[str, dict] = {
         "strategy": planted_strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02, "same_start": True,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
                  "ordinary vs global": 2.0},
-        # measured (review r05-1 fixes, quick mode, 2 replicas): 0.0, 2.4e-7, 1.65 and 0.0
-        "moving_gaps": {"synchronized vs global mean": 0.0, "ordinary vs own mean": 2.4e-7, "ordinary vs global mean": 1.65,
-                        "get_weights() vs replica 0": 0.0}},
+        # measured (review r05-2 fixes, quick mode, 2 replicas, momentum 0.9): 0.0, 2.4e-7, 1.07, 0.0 and, read under
+        # each replica's device, 0.0
+        "moving_gaps": {"synchronized vs global mean": 0.0, "ordinary vs own mean": 2.4e-7, "ordinary vs global mean": 1.07,
+                        "get_weights() vs replica 0": 0.0, "get_weights() under each device vs its copy": 0.0}},
     "06_fault_tolerance.ipynb": {
         "first_failed": True, "survivor_stopped": True, "backups": ["worker-0", "worker-1"], "N_ENGINES": 2,
         "first_errors": ["engine 0: UnavailableError: Collective ops is aborted by: recvmsg:Connection reset by peer",
@@ -737,6 +738,15 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                   "get_weights() vs replica 0": 2.5}}, "replica 0's copy"),
     ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
                                                   "get_weights() vs replica 0": 1e-7}}, "replica 0's copy"),
+    # review r05-2, finding 1: get_weights() under replica 1's device returning replica 0's copy (2.5 off its own), or
+    # one float32 rounding off; finding 4: the ordinary replicas' moving means apart by rounding only (1e-7), or between
+    # the bound 1e-3 and the bound loosened 10x (measured: 1.4e-2 to 3.2e-2 after 1 to 12 steps)
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "get_weights() under each device vs its copy": 2.5}}, "that replica's copy"),
+    ("05_sync_batch_norm.ipynb", {"moving_gaps": {**OK["05_sync_batch_norm.ipynb"]["moving_gaps"],
+                                                  "get_weights() under each device vs its copy": 1e-7}}, "that replica's copy"),
+    ("05_sync_batch_norm.ipynb", {"spread_plain": 1e-7}, "different statistics"),
+    ("05_sync_batch_norm.ipynb", {"spread_plain": 5e-4}, "different statistics"),
     ("06_fault_tolerance.ipynb", {"first_failed": False}, "should have failed"),
     ("06_fault_tolerance.ipynb", {"survivor_stopped": False}, "not wait for its dead peer"),
     # the survivor stopped only when its collective timeout fired: the dead peer went unnoticed until then
