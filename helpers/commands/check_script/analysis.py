@@ -378,7 +378,7 @@ def analyse(ref: Run, runs: list[Run], opts: Options) -> list[tuple[str, list[Fi
         findings = crash_findings(run, label)
         findings += scope_findings(run)
         if len(run.reports) == run.workers and not any(r.get("exception") for r in run.reports.values()):
-            inputs, comparable = input_findings(ref, run, opts.global_batch, opts.batch_flag, opts.batch_is_global)
+            inputs, comparable = input_findings(ref, run, opts.global_batch, opts.batch_flag)
             findings += inputs
             findings += weight_findings(ref, run, comparable)
             findings += identical_findings(run)

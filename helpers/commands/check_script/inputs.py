@@ -50,8 +50,7 @@ def _name(check: str, key: tuple[str, str], training: tuple[str, str] | None) ->
     return check if key == training else f"{check} ({label(key)})"
 
 
-def input_findings(ref: Run, run: Run, global_batch: int, batch_flag: str, batch_is_global: bool
-                   ) -> tuple[list[Finding], bool]:
+def input_findings(ref: Run, run: Run, global_batch: int, batch_flag: str) -> tuple[list[Finding], bool]:
     """Batch per replica, steps and sharding of every stream; (findings, whether the training
     steps read the same examples in both runs, so that their weights can be compared)."""
     one = ref.reports[0]
@@ -71,7 +70,7 @@ def input_findings(ref: Run, run: Run, global_batch: int, batch_flag: str, batch
         name = lambda check: _name(check, key, training)  # noqa: E731
         each = {r: streams(rep).get(key, []) for r, rep in sorted(run.reports.items())}
         batch, sizes_ok = _batch_finding(ref_streams[key], each, run.workers, global_batch if key == training
-                                         else None, batch_flag, batch_is_global, name("batch per replica"))
+                                         else None, batch_flag, name("batch per replica"))
         findings.append(batch)
         if not sizes_ok:
             findings.append(Finding("NOT SEEN", name("input sharding"), "not compared: see the batch line above",
@@ -87,14 +86,17 @@ def input_findings(ref: Run, run: Run, global_batch: int, batch_flag: str, batch
 
 
 def _batch_finding(ref: list[list[str]], each: dict[int, list[list[str]]], n: int, global_batch: int | None,
-                   batch_flag: str, batch_is_global: bool, name: str) -> tuple[Finding, bool]:
+                   batch_flag: str, name: str) -> tuple[Finding, bool]:
     """The examples each worker's steps held; (finding, whether the sizes are right)."""
     ref_sizes = [len(b) for b in ref]
-    if global_batch is not None and set(ref_sizes) != {global_batch}:
-        flag = "--per-replica-batch-flag" if batch_is_global else "--global-batch-flag"
-        return Finding("FAIL", name, f"with one worker the steps held {_sizes(Counter(ref_sizes))} examples, not the "
-                       f"global batch {global_batch} that {batch_flag} {global_batch} should give",
-                       f"check what {batch_flag} means in your script (use {flag} if it is the other kind)"), False
+    wrong = _steps_off_the_batch(ref, global_batch) if global_batch is not None else []
+    if wrong:
+        shown = ", ".join(f"step {s + 1} {ref_sizes[s]}" for s in wrong[:3]) + (", ..." if len(wrong) > 3 else "")
+        return Finding("FAIL", name, f"with one worker {len(wrong)} of {len(ref)} steps did not hold the global batch "
+                       f"{global_batch} that {batch_flag} {global_batch} should give ({shown} examples); only the last "
+                       "step of an epoch may hold fewer",
+                       f"batch the dataset by {batch_flag} (with one replica the check gives the same "
+                       f"{global_batch} whether it is a global or a per-replica batch)"), False
     if any(not batches for batches in each.values()):
         idle = [r for r, b in each.items() if not b]
         return Finding("FAIL", name, f"worker(s) {', '.join(map(str, idle))} ran no step of it where one worker ran "
@@ -106,7 +108,7 @@ def _batch_finding(ref: list[list[str]], each: dict[int, list[list[str]]], n: in
         shown = Counter(size for _, sizes in pairs for size in sizes)
         return Finding("PASS", name, f"each of the {n} workers' steps held {_sizes(shown)} examples (global batch "
                        f"{_sizes(Counter(ref_sizes))}, as one worker's)"), True
-    ratio = sum(sum(sizes) for _, sizes in pairs) / max(1, sum(whole for whole, _ in pairs))
+    ratio = sum(pairs[0][1]) / max(1, pairs[0][0])  # the first step: a last, shorter step shifts the others
     per_worker = pairs[0][1][0]
     if abs(ratio - n) < 0.01 and all(Counter(each[r][s]) == Counter(ref[s]) for r in each for s in range(steps)):
         why = (f"every worker was handed the same {pairs[0][0]} examples one worker was, in every step: the batch "
@@ -132,6 +134,24 @@ def _batch_finding(ref: list[list[str]], each: dict[int, list[list[str]]], n: in
                f"needs {pairs[0][0] // n}")
         fix = "batch by global_batch // strategy.num_replicas_in_sync (or input_context.get_per_replica_batch_size)"
     return Finding("FAIL", name, why, fix), False
+
+
+def _steps_off_the_batch(ref: list[list[str]], global_batch: int) -> list[int]:
+    """The one-worker steps (0-based) that held other than the global batch. A step may hold fewer
+    only as the last of an epoch, where `batch` hands out what is left when the examples are not a
+    whole number of global batches: after it every example of the stream has been read since the
+    last epoch ended (or the stream ends). A shorter step in the middle of an epoch is counted."""
+    everything = {x for batch in ref for x in batch}
+    read: set = set()
+    wrong = []
+    for s, batch in enumerate(ref):
+        read |= set(batch)
+        ends_epoch = read == everything or s == len(ref) - 1
+        if len(batch) > global_batch or (len(batch) < global_batch and not ends_epoch):
+            wrong.append(s)
+        if read == everything:
+            read = set()
+    return wrong
 
 
 def _sizes(sizes: Counter) -> str:
