@@ -8,7 +8,8 @@ adapter adds (`--export`, `--output`, `--chdir`, `--time`); the job pulls the co
 repository, starts JupyterLab and writes connection.yml; the view Open OnDemand would show is
 rendered from it, and Chromium follows its button into JupyterLab, where the lesson is open and
 its start-up (its cells up to the strategy, tests/support/lesson_probe.py) runs on engines that are a step of the
-same job on two nodes: the two workers form one cluster. The lesson runs whole on Slurm engines in test_hub.
+same job on two nodes: the two workers form one cluster. The lesson runs whole on Slurm engines in
+test_lessons_in_class_layouts.
 What does not: Open OnDemand's dashboard, its reverse proxy (`/node/HOST/PORT/`: the browser goes
 to the node directly, at the base URL the proxy would forward) and its login.
 """

@@ -5,8 +5,10 @@ The lesson's cells up to the strategy are its whole start-up on engines: the mod
 engines started (or found: COURSE_CLUSTER), each worker's rank and TF_CONFIG, the cluster resolver
 (Slurm's inside a step) and MultiWorkerMirroredStrategy, whose constructor waits for every worker. The
 paths that only start or find the engines another way (ipcmagic, ipcluster with the course profile, the
-Open OnDemand app's job) run this instead of the whole lesson: lesson 03 runs whole on Slurm engines
-once, in the hub's server job (test_hub), and on local engines in the nbval pass.
+Open OnDemand app's job, the hub's server job) run this instead of the whole lesson: lesson 03 runs whole
+on Slurm engines in a learner's server job shaped like each class layout and in a plain 2-task allocation
+(test_lessons_in_class_layouts), and on local engines in the nbval pass. Its last line (DONE) is what a
+browser waits for.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tests.conftest import ROOT
 
 LESSON = ROOT / "notebooks" / "03_multiworker_ipyparallel.ipynb"
 STRATEGY = "tf.distribute.MultiWorkerMirroredStrategy("  # the lesson's start-up ends with the cell that makes it
+DONE = "PROBED the start-up of lesson 03"  # the probe's last line, after every check and the engines' stop
 PROBE = """%%px
 import socket
 from helpers.environment import output_dir
@@ -38,6 +41,7 @@ assert len(probes) >= 2 and [p["rank"] for p in probes] == list(range(len(probes
 assert all(p["in_sync"] == p["all_reduced"] == probes[0]["in_sync"] >= len(probes) for p in probes), \\
     f"the workers did not form one cluster whose all-reduce reaches every replica: {{probes}}"
 print(engines.finish())
+print({done!r}, "on", [p["host"] for p in probes])
 """
 
 
@@ -52,7 +56,7 @@ def write_probe(directory: Path) -> tuple[Path, Path]:
     nb = nbformat.read(LESSON, as_version=4)
     report = directory / "probe.json"
     nb.cells = nb.cells[:startup_end()] + [nbformat.v4.new_code_cell(PROBE),
-                                           nbformat.v4.new_code_cell(GATHER.format(report=str(report)))]
+                                           nbformat.v4.new_code_cell(GATHER.format(report=str(report), done=DONE))]
     path = directory / "03_startup_probe.ipynb"
     nbformat.write(nb, path)
     return path, report
