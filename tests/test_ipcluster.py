@@ -185,7 +185,12 @@ def test_cluster_command_on_slurm_keeps_its_job_until_stopped(slurm, tmp_path, r
 def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tmp_path, report):
     """The trainer's way: profile, `ipcluster start --engines=slurm`, then lesson 03's start-up (its cells
     up to the strategy and an all-reduce, tests/support/lesson_probe.py) run by nbval against those engines: the
-    engines' job is the same before and after, and still runs; then lesson 04, whole."""
+    engines' job is the same before and after, and still runs; then the next lesson's start-up (the same probe,
+    as a lesson run after it would start), which finds engines that ran TensorFlow and restarts them through
+    the profile's launcher. A lesson's cells after its start-up do not depend on how its engines were found:
+    lesson 04 runs whole on local engines in the nbval pass, its custom loop across two Slurm nodes in
+    test_slurm::test_mwms_across_two_nodes_with_slurm_resolver[custom], lesson 03 whole on Slurm engines in
+    test_lessons_in_class_layouts."""
     import ipyparallel as ipp
 
     # the engines' job inherits COURSE_OUTPUT_DIR from ipcluster's environment: the chief saves there
@@ -214,13 +219,17 @@ def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tm
         assert {e["output_dir"] for e in engines} == {str(tmp_path / "out")}, engines
         assert _squeue(slurm["env"]) == job_before, "the lesson should use the running job, not start its own"
         # the next lesson finds engines that ran TensorFlow: they are restarted through the
-        # profile's launcher (a new engines job, spread the same way), and it passes too
+        # profile's launcher (a new engines job, spread the same way), and its start-up passes too
+        (tmp_path / "next").mkdir()
+        probe, next_probed = write_probe(tmp_path / "next")
         next_lesson = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
-             "--nbval-cell-timeout=600", "notebooks/04_custom_training_loop.ipynb"],
+             "--nbval-cell-timeout=600", str(probe)],
             env={**env, "COURSE_CLUSTER": "tf-course", "COURSE_MODE": "quick", "COURSE_NBVAL_SLURM": "visible"},
             capture_output=True, text=True, timeout=900, cwd=ROOT)
         assert next_lesson.returncode == 0, next_lesson.stdout[-4000:]
+        restarted = read_probe(next_probed)
+        assert sorted(e["host"] for e in restarted) == hosts, f"the next lesson should get new engines: {restarted}"
         job_after = _squeue(slurm["env"])
         assert job_after and job_after != job_before and len(job_after.splitlines()) == 1, (job_before, job_after)
         client = ipp.Cluster.from_file(profile_dir=str(tmp_path / "profile_tf-course")).connect_client_sync(timeout=60)
@@ -228,8 +237,8 @@ def test_ipcluster_on_slurm_with_the_profile_runs_notebook_03_attached(slurm, tm
         client.close()
         assert hosts_after == ["node3", "node4"], hosts_after
         report(f"ipcluster --engines=slurm with the course profile (cpu partition): engines on {hosts}; "
-               f"notebook 03's start-up by nbval attached to them, job unchanged: {job_before.strip()}; notebook 04 next: "
-               f"engines restarted as {job_after.strip()} on {hosts_after}")
+               f"notebook 03's start-up by nbval attached to them, job unchanged: {job_before.strip()}; "
+               f"the next lesson's start-up: engines restarted as {job_after.strip()} on {hosts_after}")
     assert cluster.stopped.returncode == 0, cluster.stopped.stderr[-2000:]
     assert _squeue_empty(slurm["env"]), _squeue(slurm["env"])
     assert not cluster.left, f"processes left after ipcluster stop: {cluster.left}"
