@@ -156,8 +156,10 @@ def test_notebook_with_engines_on_slurm(slurm, tmp_path, notebook):
     """The same notebook as the local run, starting its own engines as Slurm tasks on both nodes;
     06 kills one of them mid-training and resumes on fresh engines; 15 keeps the chief's file only,
     each engine checking its own path (ranks from SLURM_PROCID, not engine ids). (03 runs whole on
-    Slurm engines in test_hub, its start-up in test_ipcluster, test_ipcmagic and test_ood; 04 whole in
-    test_ipcluster, attached to a cluster as a class would: one Slurm run per path is enough.)"""
+    Slurm engines in test_lessons_in_class_layouts, its start-up in test_hub, test_ipcluster, test_ipcmagic
+    and test_ood; 04 whole on local engines in the nbval pass, its custom loop across two Slurm nodes in
+    test_mwms_across_two_nodes_with_slurm_resolver: a lesson's cells after its start-up do not depend on
+    how its engines were started.)"""
     env = {**slurm["env"], "COURSE_ENGINES": "slurm", "COURSE_SLURM_TASKS_PER_NODE": "1",
            "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
@@ -508,25 +510,19 @@ def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     assert _squeue_empty(slurm["env"])
 
 
-@pytest.mark.parametrize("disks", ["node-local", "one /tmp"])
-def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, report, disks):
-    """Notebook 16 on the local Slurm: each job sends the TFRecord files to both nodes' local disk
-    with sbcast, its workers (2, then 3, on node1 and node2) read their FILE shards from there; the
-    notebook's proof counts the examples. Here: the jobs staged on 2 nodes, the workers ran on both,
-    and the copies lived only on the nodes (the login side's mount point stayed empty) and are gone.
-    "one /tmp": the local Slurm as docs/slurm.md offers it to `make course`, without COURSE_NODE_LOCAL,
-    its nodes sharing one /tmp (the staging's mkdir failed on the second node: "File exists")."""
+def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, report):
+    """Notebook 16 on the local Slurm as docs/slurm.md offers it to `make course`: without COURSE_NODE_LOCAL,
+    its nodes sharing one /tmp (the staging's mkdir failed on the second node: "File exists"). Each job
+    stages the TFRecord files once with sbcast, its workers (2, then 3, on node1 and node2) read their FILE
+    shards from there, the notebook's proof counts the examples; here: both jobs staged, their workers ran on
+    both nodes, and the copies are gone. Staging to each node's own disk (COURSE_NODE_LOCAL), the copies
+    private to their node, unseen from the login side and gone at the end and on scancel, is the same job
+    script's other branch, tested in test_slurm_job_isolation (test_lesson_16_copies_are_private_and_gone_at_
+    the_end_and_on_scancel; the nodes sharing a directory: test_lesson_16_stages_once_where_the_nodes_share_
+    one_directory). Until 2026-11-29 the lesson also ran whole with node-local disks, a second run of the
+    same cells and proof."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
-    if disks == "one /tmp":
-        env.pop("COURSE_NODE_LOCAL")
-        _make_course("16_input_at_scale", env)
-        logs = sorted((tmp_path / "input_at_scale").glob("tf-shards-*.out"))
-        assert len(logs) == 2 and all(re.search(r"^STAGED 2 nodes \d+ ms$", l.read_text(), re.M) for l in logs), logs
-        jobs = [re.search(r"tf-shards-(\d+)\.out$", l.name).group(1) for l in logs]
-        left = [p for job in jobs for p in Path("/tmp").glob(f"shards-{job}.*")]
-        assert not left, f"the jobs should remove their copies from /tmp: {left}"
-        report("lesson 16 on the local Slurm with one /tmp for both nodes: 2 jobs staged once each, proof passed")
-        return
+    env.pop("COURSE_NODE_LOCAL")
     _make_course("16_input_at_scale", env)
     logs = sorted((tmp_path / "input_at_scale").glob("tf-shards-*.out"))
     assert len(logs) == 2, "the notebook ran its jobs without Slurm"
@@ -537,13 +533,13 @@ def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, 
         hosts = set(re.findall(r"^WORKER \d+ on (node\d):", text, re.M))
         assert hosts == {"node1", "node2"}, text[-2000:]
         staged.append(re.search(r"^STAGED 2 nodes (\d+) ms$", text, re.M).group(1))
-    cluster = slurm["dir"] / "cluster"
-    assert list((cluster / "node-local").iterdir()) == [], "the staged copies should not be visible outside the nodes"
-    left = [p for node in cluster.glob("local-node*") for p in node.iterdir()]
-    assert not left, f"the jobs should remove their node-local copies: {left}"
+    jobs = [re.search(r"tf-shards-(\d+)\.out$", l.name).group(1) for l in logs]
+    left = [p for job in jobs for p in Path("/tmp").glob(f"shards-{job}.*")]
+    assert not left, f"the jobs should remove their copies from /tmp: {left}"
     assert _squeue_empty(slurm["env"])
-    report(f"lesson 16 on the local Slurm: 2 jobs staged 8 files to 2 nodes' local disks with sbcast in {', '.join(staged)} ms; "
-           "workers on node1 and node2 read their FILE shards; nothing left on the nodes")
+    report(f"lesson 16 on the local Slurm with one /tmp for both nodes: 2 jobs staged their files once each with "
+           f"sbcast in {', '.join(staged)} ms; workers on node1 and node2 read their FILE shards; proof passed; "
+           "nothing left in /tmp")
 
 
 def test_software_stack_notebook_loads_its_module_on_slurm(slurm, tmp_path, report):

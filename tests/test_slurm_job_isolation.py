@@ -243,6 +243,8 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
         assert time.monotonic() < deadline, f"the copies were not staged: {list(job_dir.glob('*.out'))}"
         time.sleep(0.3)
     staged = _staged_copies(slurm)
+    # each node's copy is on that node's own disk: the login side's mount point (the same path) stays empty
+    seen_outside = sorted(p.name for p in Path(slurm["env"]["COURSE_NODE_LOCAL"]).iterdir())
     began = time.monotonic()
     subprocess.run(["scancel", job], env=slurm["env"], timeout=30)
     while _staged_copies(slurm) and time.monotonic() - began < 60:
@@ -251,6 +253,7 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
     report(f"{Path(__file__).stem}: lesson 16 staging: {readers}; left after a normal end: {left_at_end}; "
            f"staged {staged}, {'gone' if not _staged_copies(slurm) else 'still there'} {gone_s:.1f} s after scancel")
     assert left_at_end == [], log
+    assert seen_outside == [], f"the staged copies should not be visible outside the nodes: {seen_outside}"
     cancelled_log = "".join(p.read_text() for p in job_dir.glob("*.out"))
     assert not _staged_copies(slurm), f"scancel left the copies: {_staged_copies(slurm)}\n{cancelled_log}"
     assert squeue_empty(slurm["env"], within=30)
