@@ -1,24 +1,24 @@
-"""The GPU class day's headline: four learners, a GPU each, on one 4-GPU node, engines at once.
+"""The GPU class day's headline: four learners, a GPU each, on one 4-GPU node, engines at once, through the hub.
 
 On the local Slurm with simulated GPUs (tests/conftest.py `slurm`: node1 has 4 GPUs and 8 CPUs).
-Each learner's server is what the hub submits in the GPU-per-learner layout (`--nodes=1 --ntasks=2
---gpus=1`, COURSE_CLASS_LAYOUT=gpu, here through `sbatch` as root, not through the hub: the hub
-test of the layout is tests/test_hub_class.py); the job's batch step runs what the learner's
-kernel runs: `start_engines(2)` (an `srun` step of the same job, COURSE_ENGINES=slurm), then, on
-each engine, the course's resolver (`helpers.resolver.resolve_step`, without TensorFlow, as lesson
-03's Slurm resolution does before TensorFlow starts). All four jobs run at once (each waits for the
-others' results before stopping its engines). Checked: each engine sees only its learner's GPU
-(CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS), the same within a learner and distinct between
-learners; each learner's engines are ranks 0 and 1 of one cluster whose TF_CONFIG names both;
-each process's memory share (90 % of the stand-in nvidia-smi's 40960 MiB / 3) and RING collectives.
-Not run: TensorFlow on these GPUs (the CPU wheel sees none; a kernel on a real GPU is not tested).
+Four Unix learners on a hub started with COURSE_CLASS_LAYOUT=gpu: each server is the job the hub
+submits in the GPU-per-learner layout (`--nodes=1 --ntasks=2 --gpus=1`, pinned to node1 here); each
+learner's kernel runs `start_engines(2)` (an `srun` step of the same job), then, on each engine, the
+course's resolver (`helpers.resolver.resolve_step`, without TensorFlow, as lesson 03's Slurm resolution
+does before TensorFlow starts). All four kernels hold their engines at once. Checked: each engine sees
+only its learner's GPU (CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS), the same within a learner and
+distinct between learners; each learner's engines are ranks 0 and 1 of one cluster on node1 whose
+TF_CONFIG names both, on ports no other learner's workers use; each process's memory share (90 % of the
+stand-in nvidia-smi's 40960 MiB / 3), growth, RING collectives, and the kernel's own plan. Until
+2026-11-29 the same four jobs were also submitted with `sbatch` as root, a second run of the same checks
+without the hub. Not run: TensorFlow on these GPUs (the CPU wheel sees none; a kernel on a real GPU is
+not tested).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -44,84 +44,6 @@ def on_engine():
             "growth": os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH"), "how": plan.how,
             "all_reduce": communication_for(plan.replicas, gpus.shares_gpu()), "tensorflow": "tensorflow" in sys.modules}
 '''
-DRIVER = "import json, os, sys, time\nfrom pathlib import Path\n" + ON_ENGINE + r'''
-from helpers.engines import start_engines
-from helpers import gpus
-t = time.monotonic()
-engines = start_engines(2, activate=False)
-started = time.monotonic() - t
-found = engines.client[:].apply_sync(on_engine)
-kernel = gpus.plan_for_kernel()
-out = Path(sys.argv[1])
-(out / f"{os.environ['SLURM_JOB_ID']}.json").write_text(json.dumps({
-    "job": os.environ["SLURM_JOB_ID"], "engines": found, "started_s": started, "kernel_env": kernel.env(),
-    "job_gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "step": engines.placement()}))
-deadline = time.monotonic() + 240  # every learner's engines up at the same time
-while len(list(out.glob("*.json"))) < int(sys.argv[2]) and time.monotonic() < deadline:
-    time.sleep(0.5)
-print("others seen:", len(list(out.glob("*.json"))))
-engines.stop()
-'''
-
-
-@pytest.mark.timeout(900)
-def test_four_learners_share_a_gpu_node_a_gpu_each_engines_at_once(slurm, tmp_path, report):
-    out = tmp_path / "results"
-    out.mkdir()
-    driver = tmp_path / "learner_kernel.py"
-    driver.write_text(DRIVER)
-    env = {**slurm["env"], "PATH": f"{FAKEBIN}:{slurm['env']['PATH']}", "COURSE_CLASS_LAYOUT": "gpu",
-           "COURSE_ENGINES": "slurm", "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env = {k: v for k, v in env.items() if not k.startswith(("COURSE_SLURM_", "CUDA_VISIBLE", "COURSE_GPU_MEMORY"))}
-    ids = []
-    started = time.monotonic()
-    try:
-        for learner in range(LEARNERS):  # as the hub submits each learner's server in the gpu layout
-            sent = subprocess.run(
-                ["sbatch", "--parsable", "--nodes=1", "--ntasks=2", "--gpus=1", "--nodelist=node1", "--time=10",
-                 f"--output={tmp_path}/learner{learner}-%j.log", f"--chdir={tmp_path}",
-                 f"--export=ALL,IPYTHONDIR={tmp_path}/ipython{learner}",
-                 "--wrap", f"unset SLURM_EXPORT_ENV; exec {sys.executable} {driver} {out} {LEARNERS}"],
-                env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
-            assert sent.returncode == 0, sent.stderr
-            ids.append(sent.stdout.strip())
-        deadline = time.monotonic() + 600
-        while not squeue_empty(env, within=0) and time.monotonic() < deadline:
-            time.sleep(1)
-        took = time.monotonic() - started
-    finally:
-        subprocess.run(["scancel", *ids], env=env, timeout=30)
-        assert squeue_empty(env, within=60)
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(tmp_path.glob("learner*.log")))
-    results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
-    assert len(results) == LEARNERS, logs
-    assert all("others seen: 4" in p.read_text() for p in tmp_path.glob("learner*.log")), logs
-    by_learner = {}
-    for result in results:
-        engines = sorted(result["engines"], key=lambda e: e["rank"])
-        gpu = result["job_gpus"]
-        assert [e["rank"] for e in engines] == [0, 1], result
-        assert {e["host"] for e in engines} == {"node1"}, result
-        workers = engines[0]["workers"]
-        assert len(workers) == 2 and len(set(workers)) == 2 and all(e["workers"] == workers for e in engines)
-        for e in engines:
-            assert e["tf_config"] == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": e["rank"]}}
-            assert (e["cvd"], e["step_gpus"]) == (gpu, gpu), (e, gpu)  # the learner's GPU, nothing else
-            assert (e["how"], e["memory_mib"], e["growth"], e["all_reduce"]) == ("memory", "12288", "true", "RING"), e
-            assert not e["tensorflow"]
-        assert result["kernel_env"] == {"CUDA_VISIBLE_DEVICES": gpu, "COURSE_GPU_MEMORY_MIB": "12288",
-                                        "COURSE_KERNEL_GPU_MIB": "12288", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}, result
-        by_learner[result["job"]] = (gpu, workers, result["started_s"])
-    assert sorted(g for g, _, _ in by_learner.values()) == ["0", "1", "2", "3"], by_learner  # distinct GPUs
-    ports = [w for _, ws, _ in by_learner.values() for w in ws]
-    assert len(ports) == len(set(ports)), f"two learners' workers on one port: {ports}"
-    report("GPU class day, 4 learners on node1 (--gpus=1 --ntasks=2 each, sbatch as the hub would): "
-           + "; ".join(f"job {job} GPU {g} engines ranks 0,1 at {', '.join(ws)} ({s:.1f} s to start)"
-                       for job, (g, ws, s) in sorted(by_learner.items()))
-           + f"; each process 12288 MiB, RING; {took:.1f} s in all")
-    print("TensorFlow kernels on these GPUs: SKIPPED, the CPU wheel sees no simulated GPU (no real GPU here)")
-
-
 KERNEL_CELLS = [
     "from helpers.engines import start_engines\nengines = start_engines(2)",
     "import json, os\nfrom helpers import gpus\n" + ON_ENGINE
@@ -133,10 +55,9 @@ KERNEL_CELLS = [
 
 @pytest.mark.timeout(1200)
 def test_four_learners_through_the_hub_a_gpu_each(slurm, tmp_path, report):
-    """The same through the real hub: four Unix learners, COURSE_CLASS_LAYOUT=gpu in the hub's
-    environment (the layout's server job, pinned to node1 here), each starts 2 engines from a kernel
-    (REST + websocket, as JupyterLab does); while all four kernels hold their engines, squeue shows
-    four engine steps on node1."""
+    """Four Unix learners, COURSE_CLASS_LAYOUT=gpu in the hub's environment (the layout's server job,
+    pinned to node1 here), each starts 2 engines from a kernel (REST + websocket, as JupyterLab does);
+    while all four kernels hold their engines, squeue shows four engine steps on node1."""
     import threading
 
     from tests.support.hub import new_hub, run_in_kernel, unix_learners, wait_server
@@ -188,13 +109,20 @@ def test_four_learners_through_the_hub_a_gpu_each(slurm, tmp_path, report):
         engines = sorted(result["engines"], key=lambda e: e["rank"])
         gpu = result["job_gpus"]
         assert result["layout"] == "gpu" and [e["rank"] for e in engines] == [0, 1], result
+        assert {e["host"] for e in engines} == {"node1"}, result
         workers = engines[0]["workers"]
+        assert len(workers) == 2 and len(set(workers)) == 2 and all(e["workers"] == workers for e in engines), result
         for e in engines:
             assert e["tf_config"] == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": e["rank"]}}
-            assert (e["cvd"], e["step_gpus"], e["memory_mib"], e["all_reduce"]) == (gpu, gpu, "12288", "RING"), e
-        assert result["kernel_env"]["COURSE_GPU_MEMORY_MIB"] == "12288", result
+            assert (e["cvd"], e["step_gpus"]) == (gpu, gpu), (e, gpu)  # the learner's GPU, nothing else
+            assert (e["how"], e["memory_mib"], e["growth"], e["all_reduce"]) == ("memory", "12288", "true", "RING"), e
+            assert not e["tensorflow"], e  # the course's resolution, before TensorFlow starts
+        assert result["kernel_env"] == {"CUDA_VISIBLE_DEVICES": gpu, "COURSE_GPU_MEMORY_MIB": "12288",
+                                        "COURSE_KERNEL_GPU_MIB": "12288", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}, result
         gpus_by_learner[name] = (gpu, workers)
-    assert sorted(g for g, _ in gpus_by_learner.values()) == ["0", "1", "2", "3"], gpus_by_learner
+    assert sorted(g for g, _ in gpus_by_learner.values()) == ["0", "1", "2", "3"], gpus_by_learner  # distinct GPUs
+    ports = [w for _, ws in gpus_by_learner.values() for w in ws]
+    assert len(ports) == len(set(ports)), f"two learners' workers on one port: {ports}"
     report("GPU class day through the hub: 4 learners, servers '--nodes=1 --ntasks=2 --gpus=1' on node1: "
            + "; ".join(f"GPU {g} engines at {', '.join(ws)}" for g, ws in sorted(gpus_by_learner.values()))
            + f"; {len(engine_steps)} engine steps of {len(users)} learners running at once; {took:.1f} s from spawn")
