@@ -189,13 +189,16 @@ class Stopwatch:
     where: str
     startup_s: float = 0.0
     started: float = field(default_factory=time.perf_counter)
+    took: float | None = None  # seconds, set by report()
 
-    def report(self) -> float:
-        took = time.perf_counter() - self.started
+    def report(self) -> None:
+        """Prints the lesson's time and keeps it in `took`. Returns nothing: a lesson's last cell shows the line
+        alone, also where a trailing `;` does not hide a value (nbval keeps no input history, which IPython reads
+        to honour it)."""
+        took = self.took = time.perf_counter() - self.started
         print(f"lesson {self.lesson}: took {_minutes(took)} in all on {self.where}, against "
               f"{_minutes(self.predicted_s)} predicted for its training and {_minutes(self.startup_s)} for its "
               "start-up (not data, a queue or evaluation)")
-        return took
 
 
 def time_lesson(lesson: str, s: Sizes, replicas: int = 2) -> Stopwatch:
