@@ -65,9 +65,10 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 2), "11": (0, 0, 3, 5),
                  "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
                  "16": (0, 0, 2, 2), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}
-# a job's steps after its first: each `srun` starts TensorFlow again (lesson 17's Keras job runs three;
-# without Slurm, each variant's local workers start it as well)
-LATER_JOB_STEPS = {"17": 2}
+# processes that start TensorFlow beyond the kernel and LESSON_STARTS' sets: lesson 17's Keras job's second and third
+# steps (each `srun` starts it again; without Slurm, each variant's local workers do) and its solution 1's five
+# programs, each in a fresh process, one after another
+OTHER_TF_STARTS = {"17": 2 + 5}
 
 
 @dataclass(frozen=True)
@@ -165,13 +166,12 @@ def training_gpus(lesson: str, kernel_gpus: int, nodes: int, per_task: int | Non
 
 def startup_seconds(lesson: str, s: Sizes, gpus: int) -> float:
     """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
-    cluster of engines, run of local workers, job and later job step it starts, and each training's first step."""
+    cluster of engines, run of local workers, job and other process it starts, and each training's first step."""
     engines, workers, jobs, first_steps = LESSON_STARTS.get(lesson, (0, 0, 0, 0))
-    jobs_tf = jobs + LATER_JOB_STEPS.get(lesson, 0)  # TensorFlow starts in the jobs' steps
+    tf_starts = 1 + engines + workers + jobs + OTHER_TF_STARTS.get(lesson, 0)  # the kernel's first
     models = {w.model for w in lesson_work(lesson, s, max(gpus, 2))} or {"cnn"}
     first = FIRST_STEP_S["resnet50" if "resnet50" in models else "cnn"]
-    return (TF_START_S * (1 + engines + workers + jobs_tf) + ENGINES_START_S * engines + JOB_START_S * jobs
-            + first * first_steps)
+    return TF_START_S * tf_starts + ENGINES_START_S * engines + JOB_START_S * jobs + first * first_steps
 
 
 def _minutes(s: float) -> str:
