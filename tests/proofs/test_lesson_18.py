@@ -207,7 +207,20 @@ def _checks_18(**changes) -> dict:
     ({"first alone": (0, "worker None, epoch 0\n")}, "import tensorflow as tf\n", "stop at args.seed \\+ task_id"),
     ({"first alone": (1, 'File "train.py", line 26, in dataset_fn\n    dataset = dataset.shuffle(len(x), '
                          'seed=args.seed + task_id)\nValueError: bad seed')}, "import tensorflow as tf\n",
-     "stop at args.seed \\+ task_id")],
+     "stop at args.seed \\+ task_id"),
+    # fifth review, finding 4: the first stop's AssertionError carried a message (the lesson says a bare one)
+    ({"as written": (1, _as_written_18(error="AssertionError: var must be a DistributedVariable"))},
+     "import tensorflow as tf\n", "stopped at the one-worker run"),
+    # fifth review, finding 5: after the scope fix the check printed only its scope and writes lines; or both FAIL
+    # lines but no other; or the batch line passed; or, later, a check printed no line (who writes)
+    ({"scope fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["who writes"], _FIX_18))},
+     "import tensorflow as tf\n", "two lines should fail"),
+    ({"scope fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"], _FAIL_18["who writes"],
+                                   _FIX_18))}, "import tensorflow as tf\n", "train to the end"),
+    ({"scope fixed": (1, _check_18(*[_FAIL_18["who writes"] if n == "who writes" else _PASS_18[n] for n in _PASS_18],
+                                   _FIX_18))}, "import tensorflow as tf\n", "two lines should fail"),
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n not in ("input sharding", "who writes")],
+                                   _FAIL_18["input sharding"]))}, "import tensorflow as tf\n", "train to the end")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
          "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
@@ -215,7 +228,8 @@ def _checks_18(**changes) -> dict:
          "a worker exited early", "a worker left no marks", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
          "importlib", "__import__", "alone had a task", "chief-only write", "worker 1 left a checkpoint",
          "pre-fix: the real run/ written", "notes.txt changed", "run/ gone", "examples compared", "global batch 24", "global batch 24 said 12",
-         "traced at the step", "as written ran alone", "as written failed otherwise"])
+         "traced at the step", "as written ran alone", "as written failed otherwise", "assert with a message",
+         "scope fixed: 2 lines only", "scope fixed: no other line", "scope fixed: batch passed", "a check's line missing"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
     line with the planted cause, that check PASS at the next run (the chief's checkpoint at run/ckpt),
