@@ -14,7 +14,8 @@ import pytest
 
 from tests.support.proof_cases import OK, PlantedSizes
 from tests.support.proof_cells import (
-    NOTEBOOKS, PlantedEngines, cell_defining, gather_and_prove, holds_unless, proof_source, run_proof, solution_source,
+    NOTEBOOKS, PlantedEngines, cell_defining, gather_and_prove, holds_unless, proof_source, run_edited_to_its_proof,
+    run_proof, solution_source,
 )
 
 
@@ -37,7 +38,8 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
                "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
-               "file_stats": ["s0", None], "fit_read": [128, 128], "steps_per_epoch": [2, 2], **by_rank_changes}
+               "file_stats": ["s0", None], "fit_read": [128, 128], "iterations": [4, 4], "steps_per_epoch": [2, 2],
+               **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -227,7 +229,8 @@ def test_lesson_03_saving_cell_does_not_take_an_earlier_runs_file_for_this_runs(
 
 
 class _TestSplit:
-    """A test split as lesson 03's uneven-set cell uses it: its size, and `take` (negative: everything, as tf.data)."""
+    """A test split as lesson 03's uneven-set cell uses it: its size, `take` (negative: everything, as tf.data) and
+    `batch` (one batch of all of it: the images as stored)."""
 
     def __init__(self, count: int):
         self.count = count
@@ -238,29 +241,99 @@ class _TestSplit:
     def take(self, n: int) -> "_TestSplit":
         return _TestSplit(self.count if n < 0 else min(n, self.count))
 
+    def batch(self, n: int) -> list:
+        return [(np.zeros(min(n, self.count), np.uint8), np.zeros(min(n, self.count), np.int64))]
 
-@pytest.mark.parametrize("cut,unpadded", [(None, False), ("count", True)], ids=["as written", "no cut when it divides"])
-def test_lesson_03_uneven_test_set_needs_padding_in_every_mode(cut, unpadded):
+
+_UNEVEN_SIZE_CELL = "padded_rows = -(-real // global_batch)"
+
+
+@pytest.mark.parametrize("cut,unpadded,outnumbered", [(None, False, False), ("count", True, False),
+                                                      ("count - global_batch // 2", False, True)],
+                         ids=["as written", "no cut when it divides", "cut by half a global batch"])
+def test_lesson_03_uneven_test_set_needs_padding_in_every_mode(cut, unpadded, outnumbered):
     """Review 4 (03, finding 3): predict's padding is shown on the uneven test set in every mode, not only where the
-    test split happens to need padding. The cell that builds it, at each mode's split (quick: 512 images, per-replica
+    test split happens to need padding. The cell that sizes it, at each mode's split (quick: 512 images, per-replica
     batch 32; workshop and full: 10,000, 128), 1 to 8 replicas in all and COURSE_MAX_STEPS unset, 1 or 3, always
-    leaves a last batch to pad; without its cut to half a global batch short, quick mode at 2 workers pads nothing."""
-    cell = cell_defining("03_multiworker_ipyparallel.ipynb", "padded_rows = -(-real // global_batch)").replace("%%px\n", "")
+    leaves a last batch to pad; without its cut, quick mode at 2 workers pads nothing. Review 6 (finding 3): the real
+    rows outnumber the padding, so that it copies each of them at most once; the former cut, half a global batch,
+    made them equal at COURSE_MAX_STEPS=1 (the padding copied every real row: counting it could not move the
+    accuracy)."""
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", _UNEVEN_SIZE_CELL).replace("%%px\n", "")
     if cut is not None:
-        assert cell.count("count - global_batch // 2") == 1
-        cell = cell.replace("count - global_batch // 2", cut)
+        assert cell.count("count - max(1, global_batch // 4)") == 1
+        cell = cell.replace("count - max(1, global_batch // 4)", cut)
     cases = [(images, per_replica * replicas, max_steps) for images, per_replica in ((512, 32), (10_000, 128))
              for replicas in (1, 2, 3, 4, 8) for max_steps in (None, 1, 3)]
-    without = []
+    without, outnumbering = [], []
     for images, global_batch, max_steps in cases:
         namespace = {"test_examples": _TestSplit(images), "global_batch": global_batch,
                      "sizes": SimpleNamespace(max_steps=max_steps)}
         exec(compile(cell, "03 uneven test set", "exec"), namespace)
         if not namespace["padded_rows"] > namespace["real"] > 0:
             without.append((images, global_batch, max_steps))
+        elif not namespace["real"] > namespace["padded_rows"] - namespace["real"]:
+            outnumbering.append((images, global_batch, max_steps))
     assert bool(without) == unpadded, without
+    assert bool(outnumbering) == outnumbered, outnumbering
     if unpadded:
         assert (512, 64, None) in without, without
+    if outnumbered:
+        assert (512, 64, 1) in outnumbering, outnumbering
+
+
+class _PlainModel:
+    """A model whose answer each image holds: its first pixel, before `normalize`, is the class answered."""
+
+    def __call__(self, images, training=False):
+        import tensorflow as tf
+
+        answers = np.rint(np.asarray(images)[:, 0, 0, 0] * 255).astype(int)
+        return tf.convert_to_tensor(np.eye(10)[answers], tf.float32)
+
+    def evaluate(self, *args, **kwargs) -> dict:
+        return {"accuracy": 0.0, "loss": 1.0}  # the distributed figures: not what this test compares
+
+
+def _padding_check(count: int, global_batch: int, right: np.ndarray, order: str | None) -> dict:
+    """Lesson 03's uneven-set cells as written (sized, reordered, scored), on `count` test images of which the
+    plain pass gets `right` right; `order` replaces the cell's choice of images."""
+    import keras
+    import tensorflow as tf
+
+    from helpers.lesson import normalize
+
+    labels = np.arange(count, dtype=np.int64) % 10
+    images = np.zeros((count, 1, 1, 1), np.uint8)
+    images[:, 0, 0, 0] = np.where(right, labels, (labels + 1) % 10)  # the class the model answers
+    namespace = {"tf": tf, "np": np, "keras": keras, "normalize": normalize, "print": lambda *a, **k: None,
+                 "test_examples": tf.data.Dataset.from_tensor_slices((images, labels)), "global_batch": global_batch,
+                 "sizes": SimpleNamespace(max_steps=None), "same_everywhere": _PlainModel(),
+                 "evaluation_dataset": lambda *args: None,
+                 "strategy": SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(None))}
+    order_cell = cell_defining("03_multiworker_ipyparallel.ipynb", "uneven = tf.data.Dataset.from_tensor_slices(")
+    if order is not None:
+        chosen = order_cell.split("chosen = ")[1].split("  #")[0]
+        assert order_cell.count(chosen) == 1, chosen
+        order_cell = order_cell.replace(chosen, order)
+    for cell in (cell_defining("03_multiworker_ipyparallel.ipynb", _UNEVEN_SIZE_CELL), order_cell,
+                 cell_defining("03_multiworker_ipyparallel.ipynb", "padding_check = {")):
+        exec(compile(cell.replace("%%px\n", ""), "03 uneven set", "exec"), namespace)
+    return namespace["padding_check"]
+
+
+@pytest.mark.parametrize("order,moves", [(None, True), ("np.arange(count)[:real]", False)],
+                         ids=["right ones first", "as stored"])
+def test_lesson_03_padding_copies_right_images_so_counting_it_moves_the_accuracy(order, moves):
+    """Review 6 (03, finding 3): at COURSE_EPOCHS=1 COURSE_MAX_STEPS=2 the copied first images were right as often as
+    all of them (0.125 both), so counting the padding could not move the accuracy and a `metrics=` variant passed.
+    The cells put the images the plain pass got right first: on 128 images of which every 8th is right (so the
+    stored order's first images score as all do), counting the padding moves the plain accuracy; in the stored
+    order it does not."""
+    right = np.arange(128) % 8 == 0
+    check = _padding_check(128, 64, right, order)
+    assert check["real"] == 112 and check["padded"] == 128 and 0 < check["plain accuracy"] < 1, check
+    assert (abs(check["padding counted"] - check["plain accuracy"]) > 1e-6) is moves, check
 
 
 @pytest.mark.parametrize("counted,accuracy,says", [(0.0859375, 0.0895833, False), (0.125, 0.125, True), (0.125, 0.25, True)],
@@ -305,3 +378,27 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
         (tmp_path / "models" / "03_multiworker.keras").write_bytes(b"another run's model")  # written meanwhile
     assert namespace["file_stats"] == hashlib.sha256(b"model").hexdigest()[:16], (loaded, namespace["file_stats"])
     assert not loaded[0].exists(), f"the chief's temporary copy should be removed: {loaded}"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("old,new,where,environ,expected", [
+    ("steps_per_epoch=steps_per_epoch,", "steps_per_epoch=steps_per_epoch - 1,", "model.fit(train_ds",
+     {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"}, "its optimizer counted"),
+    ('weighted_metrics=["accuracy"])', 'metrics=["accuracy"])', "same_everywhere.compile", {"COURSE_MAX_STEPS": "1"},
+     "count for nothing"),
+    ('weighted_metrics=["accuracy"])', 'metrics=["accuracy"])', "same_everywhere.compile",
+     {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"}, "count for nothing")],
+    ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps"])
+def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, monkeypatch, old, new, where, environ,
+                                                                      expected):
+    """Review 6 (03, findings 1 and 3), run for real in quick mode at 2 workers: fit given one step fewer per epoch
+    (its pipeline's count, read ahead by prefetching, still exceeded the steps' examples, and the proof passed), and
+    the padded evaluation's accuracy compiled as `metrics=` at COURSE_MAX_STEPS=1 (the padding copied every real row)
+    and at COURSE_EPOCHS=1 COURSE_MAX_STEPS=2 (the copied images scored as all did: 0.125 both): both passed as
+    NOT CHECKED. Each must now fail the proof."""
+    monkeypatch.setenv("COURSE_MODE", "quick")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    status, detail = run_edited_to_its_proof("03_multiworker_ipyparallel.ipynb", old, new, "formed one cluster of",
+                                              tmp_path, monkeypatch, timeout=600, where=where)
+    assert status == "FAILED" and expected in detail, (status, detail)
