@@ -24,7 +24,7 @@ import nbformat
 import pytest
 
 from helpers.commands.course_run import executed_whole, lessons
-from helpers.commands.site import build, lesson_notebooks
+from helpers.commands.site import build, drop_hidden_results, lesson_notebooks
 from tests.conftest import ROOT
 from tests.support.browser import CHROMIUM_ARGS, SCREENSHOTS, ensure_chromium
 
@@ -283,3 +283,18 @@ def test_the_site_publishes_no_user_host_address_job_or_home_path(tmp_path, monk
     assert base64.b64decode(png) in images, "the planted figure was changed"
     report(f"{Path(__file__).stem}: site with planted outputs built in {took:.0f} s: {len(published)} published "
            f"files, {len(SECRETS)} planted identities, 0 found; {len(downloads)} downloadable notebooks, scrubbed")
+
+
+def test_a_value_a_cell_hides_with_a_semicolon_is_not_published(tmp_path):
+    """nbval's copies keep the value of a last line ending in `;` (lesson 17's `stopwatch.report();` showed its
+    seconds; `engines.view.push(...);` shows `[None, None]`), which JupyterLab hides: the site drops it, and only it."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in
+                                         ("push(x);  # hidden", "total", "print(1);")])
+    value = nbformat.v4.new_output("execute_result", {"text/plain": "[None, None]"}, execution_count=1)
+    printed = nbformat.v4.new_output("stream", name="stdout", text="1\n")
+    nb.cells[0].outputs, nb.cells[1].outputs, nb.cells[2].outputs = [value], [value], [printed]
+    page = tmp_path / "lesson.ipynb"
+    nbformat.write(nb, page)
+    assert drop_hidden_results(page) == 1
+    kept = nbformat.read(page, as_version=4)
+    assert [len(c.outputs) for c in kept.cells] == [0, 1, 1]

@@ -72,10 +72,26 @@ def lay_out(notebooks: Path, source: Path) -> list[Path]:
     (source / "helpers").mkdir()
     shutil.copytree(ROOT / "docs", source / "docs")
     shutil.move(source / "docs" / "conf.py", source / "conf.py")
-    scrub_notebooks(lessons, source / "notebooks")  # no user, host, address, job id or home path
+    for page in scrub_notebooks(lessons, source / "notebooks"):  # no user, host, address, job id or home path
+        drop_hidden_results(page)
     shutil.copy2(ROOT / "helpers" / "README.md", source / "helpers" / "README.md")
     (source / "index.md").write_text(front_page(lessons))
     return lessons
+
+
+def drop_hidden_results(page: Path) -> int:
+    """Drop the value a cell ending in `;` shows: JupyterLab hides it, but a copy nbval executed keeps it (IPython
+    reads the `;` from its input history, which nbval does not keep). Returns how many were dropped."""
+    import nbformat
+    from IPython.core.displayhook import DisplayHook
+
+    nb, dropped = nbformat.read(page, as_version=4), 0
+    for cell in nb.cells:
+        if cell.cell_type == "code" and DisplayHook.semicolon_at_end_of_expression(cell.source):
+            kept = [o for o in cell.outputs if o.output_type != "execute_result"]
+            dropped, cell.outputs = dropped + len(cell.outputs) - len(kept), kept
+    nbformat.write(nb, page)
+    return dropped
 
 
 def build(notebooks: Path, out: Path, source: Path | None = None) -> list[str]:
