@@ -510,17 +510,18 @@ def test_batch_job_notebook_submits_its_job_to_slurm(slurm, tmp_path):
     assert _squeue_empty(slurm["env"])
 
 
-def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, report):
+def test_input_notebook_stages_its_shards_once_on_slurm(slurm, tmp_path, report):
     """Notebook 16 on the local Slurm as docs/slurm.md offers it to `make course`: without COURSE_NODE_LOCAL,
-    its nodes sharing one /tmp (the staging's mkdir failed on the second node: "File exists"). Each job
-    stages the TFRecord files once with sbcast, its workers (2, then 3, on node1 and node2) read their FILE
-    shards from there, the notebook's proof counts the examples; here: both jobs staged, their workers ran on
-    both nodes, and the copies are gone. Staging to each node's own disk (COURSE_NODE_LOCAL), the copies
-    private to their node, unseen from the login side and gone at the end and on scancel, is the same job
-    script's other branch, tested in test_slurm_job_isolation (test_lesson_16_copies_are_private_and_gone_at_
-    the_end_and_on_scancel; the nodes sharing a directory: test_lesson_16_stages_once_where_the_nodes_share_
-    one_directory). Until 2026-11-29 the lesson also ran whole with node-local disks, a second run of the
-    same cells and proof."""
+    its nodes sharing one /tmp (the staging's mkdir failed on the second node: "File exists"). This is the job
+    script's one-directory branch: each job copies the TFRecord files once with cp (no sbcast), its workers
+    (2, then 3, on node1 and node2) read their FILE shards from there, the notebook's proof counts the
+    examples; here: both jobs staged with cp, their workers ran on both nodes, and the copies are gone.
+    The other branch, each node's own disk (COURSE_NODE_LOCAL): one sbcast of a tar, unpacked on every node,
+    each node's copy checked byte for byte, private to its node, unseen from the login side and gone at the
+    end and on scancel, runs the same job script with a stand-in reader in test_slurm_job_isolation
+    (test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel; the nodes sharing a directory:
+    test_lesson_16_stages_once_where_the_nodes_share_one_directory). Until 2026-11-29 the lesson also ran
+    whole with node-local disks, a second run of the same cells and proof."""
     env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
     env.pop("COURSE_NODE_LOCAL")
     _make_course("16_input_at_scale", env)
@@ -529,16 +530,16 @@ def test_input_notebook_stages_its_shards_with_sbcast_on_slurm(slurm, tmp_path, 
     staged = []
     for log in logs:
         text = log.read_text()
-        assert re.search(r"^STAGED 2 nodes \d+ ms$", text, re.M), text[-2000:]
+        assert re.search(r"^STAGED 2 nodes \d+ ms \(one cp, one directory for all nodes\)$", text, re.M), text[-2000:]
         hosts = set(re.findall(r"^WORKER \d+ on (node\d):", text, re.M))
         assert hosts == {"node1", "node2"}, text[-2000:]
-        staged.append(re.search(r"^STAGED 2 nodes (\d+) ms$", text, re.M).group(1))
+        staged.append(re.search(r"^STAGED 2 nodes (\d+) ms", text, re.M).group(1))
     jobs = [re.search(r"tf-shards-(\d+)\.out$", l.name).group(1) for l in logs]
     left = [p for job in jobs for p in Path("/tmp").glob(f"shards-{job}.*")]
     assert not left, f"the jobs should remove their copies from /tmp: {left}"
     assert _squeue_empty(slurm["env"])
     report(f"lesson 16 on the local Slurm with one /tmp for both nodes: 2 jobs staged their files once each with "
-           f"sbcast in {', '.join(staged)} ms; workers on node1 and node2 read their FILE shards; proof passed; "
+           f"one cp in {', '.join(staged)} ms; workers on node1 and node2 read their FILE shards; proof passed; "
            "nothing left in /tmp")
 
 

@@ -142,9 +142,11 @@ def _lines(found: dict) -> str:
 
 
 # ------------------------------------------------------------ lesson 16's staging
-def _staging_job(tmp_path: Path, slurm: dict, reader: str, node_local: str | None = None) -> tuple[Path, dict]:
+def _staging_job(tmp_path: Path, slurm: dict, reader: str, node_local: str | None = None,
+                 sbcast: str = 'exec /usr/bin/sbcast "$@"') -> tuple[Path, dict]:
     """Lesson 16's read_shards.sbatch as the notebook writes it, two small shard files, and a stand-in
-    reader (the test is about the staging) that lists the staged directory."""
+    reader (the test is about the staging) that lists the staged directory and each file's SHA-256 on
+    its node. `sbcast` on the job's PATH logs each call to tmp_path/sbcast-calls, then does `sbcast`."""
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     (job_dir / "read_shards.sbatch").write_text(written_programs("16_input_at_scale.ipynb")['"read_shards.sbatch"}'])
@@ -154,11 +156,35 @@ def _staging_job(tmp_path: Path, slurm: dict, reader: str, node_local: str | Non
         (shared / f"part-{k}.tfrecord").write_bytes(os.urandom(4096))
     python = tmp_path / "reader"
     python.write_text("#!/bin/bash\n# read_shards.py --files DIR --out OUT\n"
-                      "echo \"READER $SLURMD_NODENAME $(stat -c '%a %U' \"$3\") $(ls \"$3\" | tr '\\n' ' ')\"\n" + reader)
+                      "echo \"READER $SLURMD_NODENAME $(stat -c '%a %U' \"$3\") $(ls \"$3\" | tr '\\n' ' ')\"\n"
+                      "echo \"COPY $SLURMD_NODENAME $(cd \"$3\" && sha256sum -- * | tr -s ' \\n' '  ')\"\n" + reader)
     python.chmod(0o755)
+    fakebin = tmp_path / "sbcast-bin"
+    fakebin.mkdir()
+    (fakebin / "sbcast").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "sbcast-calls"}\n{sbcast}\n')
+    (fakebin / "sbcast").chmod(0o755)
     env = job_environment({"PYTHON": str(python), "SHARED": str(shared), "OUT": str(tmp_path / "out"),
                            "NODE_LOCAL": node_local or slurm["env"]["COURSE_NODE_LOCAL"]}, slurm["env"])
+    env["PATH"] = f"{fakebin}:{env['PATH']}"
     return job_dir, env
+
+
+def _copies(log: str, tmp_path: Path) -> tuple[dict, dict]:
+    """Each node's staged files with their SHA-256 (the stand-in reader's COPY lines), and the shared files'."""
+    import hashlib
+
+    shared = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "shared").iterdir()}
+    copies = {}
+    for line in log.splitlines():
+        if line.startswith("COPY "):
+            node, *fields = line.split()[1:]
+            copies[node] = dict(zip(fields[1::2], fields[0::2]))
+    return copies, shared
+
+
+def _sbcast_calls(tmp_path: Path) -> list[str]:
+    calls = tmp_path / "sbcast-calls"
+    return calls.read_text().splitlines() if calls.exists() else []
 
 
 def _staged_copies(slurm: dict) -> list[str]:
@@ -217,12 +243,19 @@ def test_lesson_16_stages_once_where_the_nodes_share_one_directory(slurm, tmp_pa
     assert done.returncode == 0 and "could not make" not in log, log
     assert [l.split()[1:4] for l in readers] == [["node1", "700", "root"], ["node2", "700", "root"]], log
     assert all(l.split()[4:] == ["part-0.tfrecord", "part-1.tfrecord"] for l in readers), log
-    assert re.search(r"^STAGED 2 nodes \d+ ms$", log, re.M), log
+    assert re.search(r"^STAGED 2 nodes \d+ ms \(one cp, one directory for all nodes\)$", log, re.M), log
+    copies, shared = _copies(log, tmp_path)
+    assert copies == {"node1": shared, "node2": shared} and len(shared) == 2, (copies, shared)
+    assert _sbcast_calls(tmp_path) == [], "one directory for all nodes: copied with cp, not sent with sbcast"
     assert list(shared_local.iterdir()) == [], "the job should remove its copy"
     assert squeue_empty(slurm["env"], within=30)
 
 
 def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, tmp_path, report):
+    """Each node's own local disk (COURSE_NODE_LOCAL): the job script's sbcast branch. One sbcast (of a
+    tar of the files, not one per file: man sbcast, PERFORMANCE) from the batch node to another name,
+    unpacked on every node: each node's copy holds every shared file, byte for byte, in a directory of
+    mode 700; gone at the end, unseen from the login side, and gone on scancel."""
     job_dir, env = _staging_job(tmp_path, slurm, "")
     done = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=2", "--ntasks=2", "read_shards.sbatch"],
                           cwd=job_dir, env=env, capture_output=True, text=True, timeout=180)
@@ -232,6 +265,11 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
     readers = sorted(l for l in log.splitlines() if l.startswith("READER "))
     assert [l.split()[1:4] for l in readers] == [["node1", "700", "root"], ["node2", "700", "root"]], log
     assert all(l.split()[4:] == ["part-0.tfrecord", "part-1.tfrecord"] for l in readers), log
+    assert re.search(r"^STAGED 2 nodes \d+ ms \(one sbcast of a tar\)$", log, re.M), log
+    copies, shared = _copies(log, tmp_path)
+    assert copies == {"node1": shared, "node2": shared} and len(shared) == 2, (copies, shared)
+    calls = _sbcast_calls(tmp_path)
+    assert len(calls) == 1 and calls[0].endswith("/shards.tar"), calls  # one sbcast, of the tar
     left_at_end = _staged_copies(slurm)
 
     (tmp_path / "cancelled").mkdir()
@@ -250,7 +288,8 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
     while _staged_copies(slurm) and time.monotonic() - began < 60:
         time.sleep(0.2)
     gone_s = time.monotonic() - began
-    report(f"{Path(__file__).stem}: lesson 16 staging: {readers}; left after a normal end: {left_at_end}; "
+    report(f"{Path(__file__).stem}: lesson 16 staging to node-local disks: {readers}; sbcast calls {calls}; "
+           f"{[l for l in log.splitlines() if l.startswith('STAGED')]}; left after a normal end: {left_at_end}; "
            f"staged {staged}, {'gone' if not _staged_copies(slurm) else 'still there'} {gone_s:.1f} s after scancel")
     assert left_at_end == [], log
     assert seen_outside == [], f"the staged copies should not be visible outside the nodes: {seen_outside}"
@@ -262,15 +301,13 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
 @pytest.mark.parametrize("broken", ["no files in SHARED", "sbcast fails"])
 def test_lesson_16_job_that_fails_early_ends_promptly_and_leaves_no_copy(slurm, tmp_path, report, broken):
     """A wrong SHARED path stops the job before it makes anything; a copy that fails half-way
-    (sbcast refuses a directory) exits at once, when the cleaner step may not have started yet:
-    the job still ends within seconds, not at its time limit, and removes its directories."""
-    job_dir, env = _staging_job(tmp_path, slurm, "")
-    shared = Path(env["SHARED"])
+    (sbcast fails: planted on the job's PATH, after the tar was made) exits at once, when the cleaner
+    step may not have started yet: the job still ends within seconds, not at its time limit, and
+    removes its directories."""
+    failing = 'echo "sbcast: error: planted failure" >&2; exit 1'
+    job_dir, env = _staging_job(tmp_path, slurm, "", **({"sbcast": failing} if broken == "sbcast fails" else {}))
     if broken == "no files in SHARED":
         env["SHARED"] = str(tmp_path / "no-such-dir")
-    else:
-        (shared / "part-0.tfrecord").unlink()
-        (shared / "part-0.tfrecord").mkdir()  # sbcast cannot send a directory: the first copy fails
     began = time.monotonic()
     done = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=2", "--ntasks=2", "read_shards.sbatch"],
                           cwd=job_dir, env=env, capture_output=True, text=True, timeout=400)
@@ -284,6 +321,8 @@ def test_lesson_16_job_that_fails_early_ends_promptly_and_leaves_no_copy(slurm, 
     assert "STAGED" not in log and "READER" not in log, log
     if broken == "no files in SHARED":
         assert "no .tfrecord file in SHARED" in log, log
+    else:
+        assert "planted failure" in log and len(_sbcast_calls(tmp_path)) == 1, log
     assert not _staged_copies(slurm), f"the failed job left copies: {_staged_copies(slurm)}\n{log}"
     assert squeue_empty(slurm["env"], within=30)
 

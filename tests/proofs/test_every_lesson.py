@@ -222,7 +222,9 @@ LOOSENED = [
     ("12_strategy_tour.ipynb", "overlapping > 0", "overlapping >= 0"),
     ("12_strategy_tour.ipynb", "max(staleness) > 0", "max(staleness) >= 0"),
     ("12_strategy_tour.ipynb", "(replicas + 1)) < 1e-6", "(replicas + 1)) < 1e-1"),  # the review's
-    ("12_strategy_tour.ipynb", "replicas >= 2:", "replicas >= 3:")]  # the if-guard
+    ("12_strategy_tour.ipynb", "replicas >= 2:", "replicas >= 3:"),  # the if-guard
+    # lesson 16: batch-first parsing at least twice as fast, to faster at all (what it was: passed by chance)
+    ("16_input_at_scale.ipynb", '>= 2 * rate["map, then batch"]', '> rate["map, then batch"]')]
 
 
 def loosened_catchers(name: str, old: str, new: str) -> list[str]:

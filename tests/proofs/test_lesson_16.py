@@ -138,22 +138,29 @@ def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_
 
 
 @pytest.mark.parametrize("where,held", [("its copy", True), ("the shared directory", False),
-                                        ("a link to it", False), ("a bind mount of it", False)])
+                                        ("a link to it", False), ("a bind mount of it", False),
+                                        ("a copy with other bytes", False)])
 def test_lesson_16_a_copy_is_told_from_the_shared_directory_by_path_and_by_inode(tmp_path, where, held):
+    import hashlib
     """staged_everywhere compares the resolved path and the device and inode a worker reports with
     the shared directory's: a link to it, or the same directory under another name (a bind mount,
-    here a report with another path and the shared directory's inode), is not a copy."""
+    here a report with another path and the shared directory's inode), is not a copy; nor is a copy
+    whose files' checksums (the worker's) are not the shared files'."""
     import os
 
     shared, copy = tmp_path / "shared", tmp_path / "copy"
     shared.mkdir(), copy.mkdir()
+    (shared / "a.tfrecord").write_bytes(b"shared bytes")
     (tmp_path / "link").symlink_to(shared)
     path = {"its copy": copy, "the shared directory": shared, "a link to it": tmp_path / "link",
-            "a bind mount of it": copy}[where]
+            "a bind mount of it": copy, "a copy with other bytes": copy}[where]
     stat = os.stat(shared if where == "a bind mount of it" else path)
-    report = {"read_from": os.path.realpath(path), "read_from_id": [stat.st_dev, stat.st_ino], "files_there": ["a"] * 8}
-    namespace = {"os": os, "shared": shared, "SHARDS": 8, "reports": {2: [report]}}
+    read = b"other bytes" if where == "a copy with other bytes" else b"shared bytes"
+    report = {"read_from": os.path.realpath(path), "read_from_id": [stat.st_dev, stat.st_ino],
+              "copy": {"a.tfrecord": hashlib.sha256(read).hexdigest()}}  # as read_shards.py reports it
+    namespace = {"os": os, "hashlib": hashlib, "shared": shared, "SHARDS": 8, "reports": {2: [report]}}
     exec(assignment_source("16_input_at_scale.ipynb", "shared_id"), namespace)
+    exec(assignment_source("16_input_at_scale.ipynb", "shared_files"), namespace)
     exec(assignment_source("16_input_at_scale.ipynb", "staged_everywhere"), namespace)
     assert namespace["staged_everywhere"] == {2: held}
 
@@ -204,10 +211,16 @@ def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, 
 
 
 def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
-                same_order=False, bind_mounted=False, files_there=8) -> list[dict]:
+                same_order=False, bind_mounted=False, copy_short=False, orders_all=False, stopped=False,
+                spread=False) -> list[dict]:
     """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
-    the files r, r + W, ... (FILE sharding of 8 files), their examples (i in file i % 8), the order
-    of its files on two passes, the node-local copy it read (its path, device and inode)."""
+    the files r, r + W, ... (FILE sharding of 8 files), their examples (i in file i % 8) in steps of
+    4 (a worker that ran out steps on with empty batches), the order of its files on two passes, the
+    node-local copy it read (its path, device and inode, each file's SHA-256)."""
+    import hashlib
+
+    shared = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "shared").glob("*.tfrecord")}
+    steps = math.ceil(train_size / 8 * math.ceil(8 / workers) / 4)  # the most examples a worker has, 4 a step
     reports = []
     for rank in range(workers):
         mine = shards_of(rank) if shards_of else [k for k in range(8) if k % workers == rank]
@@ -215,10 +228,16 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
         copy.mkdir(parents=True)
         where = os.stat(tmp_path / "shared" if bind_mounted and rank == 0 else copy)  # a bind mount: the shared inode
         indices = [i for i in range(train_size) if i % 8 in mine]
+        full = [4] * math.ceil(len(indices) / 4)
+        if spread and len(full) < steps:  # its examples spread over every step: no empty batch at the end
+            full = [len(indices) // steps] * steps
+        batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
+        copy_of = dict(list(shared.items())[:7]) if copy_short and rank == 0 else shared
         reports.append({"rank": rank, "host": f"node{rank + 1}", "shards": mine, "read_from": str(copy.resolve()),
-                        "read_from_id": [where.st_dev, where.st_ino], "files_there": [f"f{k}" for k in range(files_there)],
-                        "indices": indices + indices[:1] * (repeat_first and rank == 0),
-                        "orders": [mine, mine if same_order else mine[::-1]]})
+                        "read_from_id": [where.st_dev, where.st_ino], "copy": copy_of,
+                        "indices": indices + indices[:1] * (repeat_first and rank == 0), "batches": batches,
+                        "orders": [list(range(8)) if orders_all else mine,
+                                   (list(range(8)) if orders_all else mine)[::1 if same_order else -1]]})
     return reports
 
 
@@ -229,13 +248,18 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"shards_of": lambda r: [[0, 2, 4, 6], [3, 4, 5, 7], [1]][r]}, "FILE sharding should give"),
     ({"repeat_first": True}, "disjoint and cover"),  # one example read twice, from the right files
     ({"same_order": True}, "should be shuffled"),  # every worker's files in one order on both passes
-    ({"bind_mounted": True}, "complete node-local copy"),  # another path, the shared directory's inode
-    ({"files_there": 7}, "complete node-local copy"),  # a copy that misses a file
+    ({"bind_mounted": True}, "complete copy"),  # another path, the shared directory's inode
+    ({"copy_short": True}, "complete copy"),  # a worker's copy that misses a file
+    # the passes that show the new orders read every file (AutoShardPolicy.OFF there; the review's broken copy)
+    ({"orders_all": True}, "should be its own"),
+    ({"stopped": True}, "as many steps"),  # the worker that ran out stopped instead of stepping on
+    ({"spread": True}, "empty batches"),  # the worker with fewer examples: its last batch not empty
     # the second staged epoch read half its batches from the shared files (counted per pass)
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staging should read the shared file system once"),
     # this kernel's staged copy: half the files copied, or a file whose bytes differ from the shared one's
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short",
+         "orders of every file", "stopped early", "no empty batch at the end",
          "staged epoch reads shared", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
@@ -258,7 +282,7 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
     ok = OK["16_input_at_scale.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("files_of", "expected", "counts", "covered", "staged_everywhere",
                                                         "reshuffled", "read_from", "copy_complete", "staged_files",
-                                                        "shared_files")},
+                                                        "shared_files", "orders_own", "steps", "ran_out")},
            "reports": reports, "SHARDS": 8, "train_size": 64, "shared": tmp_path / "shared", "staged": staged, "os": os,
            "staging_s": 0.03, "print": lambda *a, **k: None,
            "reads": {name: [{"shared": shared, "node-local": local} for shared, local in passes] for name, passes in

@@ -325,7 +325,8 @@ _READS = {"shared every epoch": {"shared": [64, 64, 64], "node-local": [0, 0, 0]
           "staged": {"shared": [128, 0, 0, 0], "node-local": [0, 64, 64, 64]}}
 OK["16_input_at_scale.ipynb"] = {
     "NODES": 2, "STEPS": 64, "TIMED": 64, "ALL": 128, "reports": {2: [{}, {}], 3: [{}, {}, {}]}, "files_of": _FILES,
-    "expected": _FILES, "reshuffled": True, "hidden_first": {2: True, 3: True},
+    "expected": _FILES, "reshuffled": True, "hidden_first": {2: True, 3: True}, "orders_own": {2: True, 3: True},
+    "steps": {2: [16], 3: [12]}, "ran_out": {2: [], 3: [True]}, "replayed": 64,
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
     "staged_everywhere": {2: True, 3: True}, "read_from": _READS, "copy_complete": True, "SHARDS": 8,
@@ -1260,10 +1261,16 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"reports": {2: [{}], 3: [{}, {}, {}]}}, "not every worker reported"),
     ("16_input_at_scale.ipynb", {"files_of": {**_FILES, 2: [[0, 1, 2, 3], [4, 5, 6, 7]]}}, "FILE sharding should give"),
     ("16_input_at_scale.ipynb", {"covered": {2: True, 3: False}}, "disjoint and cover"),
-    ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete node-local copy"),
+    ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete copy, not the shared"),
     # workers whose file lists came in one order on both passes: nothing shows that they shuffled
     # (read_shards.py with sharded_dataset(..., shuffle=False) reports so)
     ("16_input_at_scale.ipynb", {"reshuffled": False}, "should be shuffled"),
+    # a pass whose orders hold every file (read_shards.py's passes with AutoShardPolicy.OFF): new orders, not its own
+    ("16_input_at_scale.ipynb", {"orders_own": {2: True, 3: False}}, "files should be its own"),
+    # a worker of the run on 3 that stopped when its files ran out (no empty batches): fewer steps than the others
+    ("16_input_at_scale.ipynb", {"steps": {2: [16], 3: [8, 12]}}, "as many steps"),
+    # the worker with the fewest examples stepped as often, its last batch not empty (its examples spread out)
+    ("16_input_at_scale.ipynb", {"ran_out": {2: [], 3: [False]}}, "empty batches"),
     # a job that left the queue before the kernel saw STAGED: nothing was hidden while the workers read
     ("16_input_at_scale.ipynb", {"hidden_first": {2: True, 3: False}}, "hidden before any worker"),
     # a simulation that never reached the shared files: nothing else the proof says about them means anything
@@ -1295,6 +1302,8 @@ BROKEN: list[tuple[str, dict, str]] = [
      "from the node-local copy"),
     # cache() in memory reads the shared file system once too, but leaves no file on node-local disk
     ("16_input_at_scale.ipynb", {"cache_files": []}, "cache file to node-local disk"),
+    # a later pipeline under the cache's name that read its own data (one batch), not the cache
+    ("16_input_at_scale.ipynb", {"replayed": 1}, "under the cache's name"),
     # a staged copy that misses files, or holds other bytes (the copy is not what the count saw)
     ("16_input_at_scale.ipynb", {"copy_complete": False}, "byte for byte"),
     ("16_input_at_scale.ipynb", {"epochs": {**OK["16_input_at_scale.ipynb"]["epochs"], "staged": [0.03, 0.97, 0.02]}},
@@ -1303,7 +1312,11 @@ BROKEN: list[tuple[str, dict, str]] = [
                                             "cache(filename=...)": [0.97, 0.99, 0.02]}}, "faster than the shared"),
     ("16_input_at_scale.ipynb", {"same_data": False}, "same data"),
     ("16_input_at_scale.ipynb", {"rate": {"map, then batch": 65000.0, "batch, then map": 32000.0}},
-     "parsing batches should be faster"),
+     "parsing batches should be at least twice"),
+    # both ways near equal (the review made them identical: best-of-3 rates then differed up to 2.35x under load,
+    # and '>' passed 2 of 6 runs): 1.9x must fail
+    ("16_input_at_scale.ipynb", {"rate": {"map, then batch": 32000.0, "batch, then map": 60800.0}},
+     "parsing batches should be at least twice"),
     ("17_software_stack.ipynb", {"loaded": False}, "should load the module"),
     # the module loaded, but the job's stack report never came
     ("17_software_stack.ipynb", {"ran_stack": False}, "should load the module"),
