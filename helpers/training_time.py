@@ -99,7 +99,7 @@ def _course_work(s: Sizes, replicas: int) -> dict[str, list[Work]]:
     """Every lesson's work, by lesson number: the one list of the lessons that train."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
     epoch = _epoch(s, s.train_examples, b * replicas)
-    large = 512 * max(-(-16 // s.schedule_epochs), s.steps_per_epoch(s.train_examples or FULL_TRAIN, 512))
+    large = 512 * max(-(-32 // s.schedule_epochs), s.steps_per_epoch(s.train_examples or FULL_TRAIN, 512))  # 32 updates at least
     resnet_epoch = _epoch(s, s.resnet_train_examples, s.resnet_per_replica_batch * replicas)
     return {
         "00": [],  # prepares the data, trains nothing

@@ -39,9 +39,9 @@ _NO_WARM = [3.2, 2.0, 3.5, 1.8, 1.6, 1.3] + [1.0] * 6  # step 3 above the start,
     (_NO_WARM, [3.2, 2.4, 3.3, 1.8, 1.6, 1.5] + [1.0] * 6, "with warm-up steps 2 to")],
     ids=["as trained", "no rise", "rise after the window", "warm-up rises"])
 def test_lesson_10_gathering_cell_derives_each_steps_loss_from_the_running_means(no_warm, warm, match):
-    """From the running means Keras logs (reset every epoch of 6 steps): each step's own loss,
-    which rises above the start where the logged mean does not, and each
-    run's final loss, the mean of its last quarter of steps (the small batch's 0.7, the unscaled 1.5)."""
+    """From the running means Keras logs (reset every epoch of 6 steps): each step's own loss (the cell before
+    the lesson's claims), which rises above the start where the logged mean does not, and each
+    run's final loss (the gathering cell), the mean of its last quarter of steps (the small batch's 0.7, the unscaled 1.5)."""
     ok = OK["10_large_batches.ipynb"]
     others = {name: _running([3.2, 2.5, 2.2] + [1.5] * 9, 6) for name in LESSON_10_RUNS}
     others["batch 32"] = _running([3.2, 2.5, 2.2] + [1.5] * 6 + [0.7] * 3, 6)
@@ -50,7 +50,36 @@ def test_lesson_10_gathering_cell_derives_each_steps_loss_from_the_running_means
            "running": {**others, "batch 512, linear, no warm-up": _running(no_warm, 6),
                        "batch 512, linear + warm-up": _running(warm, 6)}}
     assert max(m for epoch in raw["running"]["batch 512, linear, no warm-up"] for m in epoch) <= 3.2 or match
+    exec(compile(cell_defining("10_large_batches.ipynb", "def own_losses"), "10 own losses", "exec"), raw)
     holds_unless(match, gather_and_prove, "10_large_batches.ipynb", raw)
+
+
+@pytest.mark.parametrize("rate,match", [("0.0", None), ("1e-6", "should never move")], ids=["rate 0", "rate 1e-6"])
+def test_lesson_10_proof_fails_when_the_run_at_learning_rate_0_moves(rate, match):
+    """The lesson's own cells for the run at learning rate 0 (built, then stepped), for real, on 64 random images
+    in global batches of 16 (2 warm-up steps and the next) under the default strategy: at a rate of 1e-6 instead
+    of 0 its weights move, if little (fourth review: the lesson said they never move and nothing checked it), and
+    the proof must say so; at 0 none moves."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from helpers.lesson import small_cnn, training_dataset
+
+    build = cell_defining("10_large_batches.ipynb", "frozen = small_cnn()")
+    assert build.count("CosineDecay(0.0,") == 1
+    images = np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3), dtype=np.uint8)
+    labels = np.random.default_rng(1).integers(0, 10, 64)
+    namespace = {"keras": keras, "small_cnn": small_cnn, "training_dataset": training_dataset, "large": 16,
+                 "strategy": tf.distribute.get_strategy(), "warmup_steps_of": lambda batch: 2,
+                 "examples": tf.data.Dataset.from_tensor_slices((images, labels)), "print": lambda *a, **k: None}
+    cells = (cell_defining("10_large_batches.ipynb", "class StepLog"), build.replace("CosineDecay(0.0,", f"CosineDecay({rate},"),
+             cell_defining("10_large_batches.ipynb", "frozen_moved = "))  # the callback, the run built, its steps
+    for source in cells:
+        exec(compile(source, "10 frozen", "exec"), namespace)
+    assert len(namespace["frozen_means"][0]) == 3  # its 3 steps, all taken
+    holds_unless(match, run_proof, "10_large_batches.ipynb", {**OK["10_large_batches.ipynb"],
+                                                              "frozen_moved": namespace["frozen_moved"]})
 
 
 def _schedules_measured(decay_steps: str = "steps - warmup_steps", alpha: float = 0.0, epochs: int = 6,
