@@ -60,7 +60,7 @@ def communication_for(gpus: int, shared: bool = False) -> str:
 
 
 def collective_for_this_process(replicas: int | None = None, gpus: int | None = None) -> str:
-    """The all-reduce this process's strategy should use, decided before TensorFlow starts.
+    """The all-reduce this process's strategy should use, decided before TensorFlow sets up its devices.
 
     NCCL only where each of its replicas has a GPU of its own that TensorFlow can use; RING on CPU
     (the CPU wheel included, whatever GPUs are visible: NCCL there fails or waits), on a GPU shared
