@@ -35,6 +35,7 @@ prints the lesson's whole time next to both.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .data import TRAIN_SIZE as FULL_TRAIN  # where a mode takes the whole split
@@ -69,6 +70,7 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
 # steps (each `srun` starts it again; without Slurm, each variant's local workers do) and its solution 1's five
 # programs, each in a fresh process, one after another
 OTHER_TF_STARTS = {"17": 2 + 5}
+LESSON_13_BATCH = 16  # notebooks/13_from_horovod.ipynb's BATCH as shipped (the table's); the lesson passes its own
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,12 @@ def _epoch(s: Sizes, limit: int | None, global_batch: int) -> int:
     return s.steps_per_epoch(limit or FULL_TRAIN, global_batch) * global_batch
 
 
-def lesson_work(lesson: str, s: Sizes, replicas: int = 2) -> list[Work]:
-    """What lesson `lesson` ("00", "01", ...) trains in the sizes `s`, with `replicas` replicas in all."""
-    return _course_work(s, replicas).get(lesson, [])
+def lesson_work(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None) -> list[Work]:
+    """What lesson `lesson` ("00", "01", ...) trains in the sizes `s`, with `replicas` replicas in all; `batch`: the
+    per-replica batch a lesson sets itself (lesson 13's BATCH), else its default. Only that lesson's work is computed:
+    another lesson's sizes need not fit these replicas (lesson 05's 64 ResNet images fill no global batch of 9 x 8)."""
+    work = _course_work(s, replicas, batch).get(lesson)
+    return work() if work else []
 
 
 def _counts(replicas: int) -> list[int]:
@@ -95,38 +100,47 @@ def _counts(replicas: int) -> list[int]:
     return [n for n in (1, 2, 4, 8) if n <= max(1, replicas)]
 
 
-def _course_work(s: Sizes, replicas: int) -> dict[str, list[Work]]:
-    """Every lesson's work, by lesson number: the one list of the lessons that train."""
+def _course_work(s: Sizes, replicas: int, batch: int | None = None) -> dict[str, Callable[[], list[Work]]]:
+    """Every lesson's work, by lesson number: the one list of the lessons that train, each computed when asked for."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
-    epoch = _epoch(s, s.train_examples, b * replicas)
-    large = 512 * max(-(-32 // s.schedule_epochs), s.steps_per_epoch(s.train_examples or FULL_TRAIN, 512))  # 32 updates at least
-    resnet_epoch = _epoch(s, s.resnet_train_examples, s.resnet_per_replica_batch * replicas)
+
+    def epoch() -> int:
+        return _epoch(s, s.train_examples, b * replicas)
+
+    def large() -> int:
+        return 512 * max(-(-32 // s.schedule_epochs), s.steps_per_epoch(s.train_examples or FULL_TRAIN, 512))  # 32 updates at least
+
+    def resnet_epoch() -> int:
+        return _epoch(s, s.resnet_train_examples, s.resnet_per_replica_batch * replicas)
+
+    batch_13 = batch or LESSON_13_BATCH
     return {
-        "00": [],  # prepares the data, trains nothing
-        "01": [cnn(2 * s.epochs * epoch)],  # N replicas, then one
-        "02": [cnn(epoch)],
-        "03": [cnn(s.epochs * epoch)],
-        "04": [cnn(2 * s.epochs * epoch)],  # one process, then the engines
-        "05": [Work("resnet50", 2 * s.resnet_epochs * resnet_epoch, s.resnet_per_replica_batch)],
-        "06": [cnn(int((s.fault_epochs + 0.5) * epoch))],  # to the crash in mid-run, then the rest
+        "00": lambda: [],  # prepares the data, trains nothing
+        "01": lambda: [cnn(2 * s.epochs * epoch())],  # N replicas, then one
+        "02": lambda: [cnn(epoch())],
+        "03": lambda: [cnn(s.epochs * epoch())],
+        "04": lambda: [cnn(2 * s.epochs * epoch())],  # one process, then the engines
+        "05": lambda: [Work("resnet50", 2 * s.resnet_epochs * resnet_epoch(), s.resnet_per_replica_batch)],
+        "06": lambda: [cnn(int((s.fault_epochs + 0.5) * epoch()))],  # to the crash in mid-run, then the rest
         # STEPS + 1 = 31 steps (the notebook's STEPS = 30, MODEL = "cnn") of each replica count 1, 2, 4, 8 up to
         # `replicas` under MirroredStrategy, each above 1 again as workers, then solution 1's two at twice the batch
-        "07": [cnn(31 * b * (2 * sum(_counts(replicas)) - 1 + 2 * (_counts(replicas)[-1] + 1)))],
-        "08": [Work(s.job_model, s.epochs * epoch, b)],
-        "09": [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
-        "10": [Work("cnn", s.schedule_epochs * large, 32 // replicas),  # the small batch, then 4 runs of the large
-               Work("cnn", 4 * s.schedule_epochs * large, 512 // replicas)],
-        "11": [cnn(5 * s.epochs * epoch)],  # five runs of the whole plan
-        "12": [Work("cnn", 6 * s.tour_steps * 64 * replicas, 64)],
-        "13": [cnn(64)],
+        "07": lambda: [cnn(31 * b * (2 * sum(_counts(replicas)) - 1 + 2 * (_counts(replicas)[-1] + 1)))],
+        "08": lambda: [Work(s.job_model, s.epochs * epoch(), b)],
+        "09": lambda: [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
+        "10": lambda: [Work("cnn", s.schedule_epochs * large(), 32 // replicas),  # the small batch, then 4 runs of the large
+                       Work("cnn", 4 * s.schedule_epochs * large(), 512 // replicas)],
+        "11": lambda: [cnn(5 * s.epochs * epoch())],  # five runs of the whole plan
+        "12": lambda: [Work("cnn", 6 * s.tour_steps * 64 * replicas, 64)],
+        # one step of the global batch on the engines, the recipe by hand, Horovod's run, and solution 2's three passes
+        "13": lambda: [Work("cnn", 6 * batch_13 * replicas, batch_13)],
         # steps of 32 images: STEPS = 20 rounds of each worker's local and two distributed steps and the first
         # worker's step alone, after 3 first (traced) calls each; the wide CNN's 5.1 M multiply-adds per image
         # counted as the small CNN's 5.6 M; the all-reduces (probes and steps) are not counted
-        "14": [Work("cnn", 32 * (20 * (3 * replicas + 1) + 3 * replicas), 32)],
-        "15": [cnn(max(3, s.epochs) * epoch)],  # at least 3 epochs: improving ones, then a worse one
-        "16": [Work("cnn", min(25, s.steps_per_epoch(s.train_examples or FULL_TRAIN, b)) * b, b)],  # a timed step
-        "17": [],  # three runs of 8 steps on random numbers: nothing to speak of
-        "18": [],  # check-script's runs: 8 steps of 12 examples through a small dense model, 8 checks
+        "14": lambda: [Work("cnn", 32 * (20 * (3 * replicas + 1) + 3 * replicas), 32)],
+        "15": lambda: [cnn(max(3, s.epochs) * epoch())],  # at least 3 epochs: improving ones, then a worse one
+        "16": lambda: [Work("cnn", min(25, s.steps_per_epoch(s.train_examples or FULL_TRAIN, b)) * b, b)],  # a timed step
+        "17": lambda: [],  # three runs of 8 steps on random numbers: nothing to speak of
+        "18": lambda: [],  # check-script's runs: 8 steps of 12 examples through a small dense model, 8 checks
     }
 
 
@@ -201,13 +215,14 @@ class Stopwatch:
               "start-up (not data, a queue or evaluation)")
 
 
-def time_lesson(lesson: str, s: Sizes, replicas: int = 2) -> Stopwatch:
-    """Print the mode, the sizes and the predicted training time here; returns the stopwatch."""
+def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None) -> Stopwatch:
+    """Print the mode, the sizes and the predicted training time here; returns the stopwatch. `batch`: the
+    per-replica batch the lesson sets itself, where it does (lesson 13's BATCH)."""
     from .gpus import gpu_count_without_tf
 
     kernel_gpus = gpu_count_without_tf()
     gpus = training_gpus(lesson, kernel_gpus, replicas)
-    work = lesson_work(lesson, s, max(replicas, gpus, 1))
+    work = lesson_work(lesson, s, max(replicas, gpus, 1), batch)
     predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     if lesson in JOB_LESSONS and gpus:

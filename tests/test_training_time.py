@@ -130,3 +130,26 @@ def test_lesson_07_counts_the_images_its_cells_train(mode, replicas, images):
     """31 steps of the per-replica batch for each MirroredStrategy count, each multi-worker count, and solution
     1's pair at twice the batch (the review's counts: before, 15,872 in every mode)."""
     assert [w.images for w in lesson_work("07", mode_sizes(mode), replicas)] == [images]
+
+
+def test_lesson_13_counts_its_own_batch_on_any_number_of_workers(capsys, monkeypatch):
+    """Lesson 13's fourth review, finding 4: its stopwatch with 9 workers in quick mode raised lesson 05's error ('64
+    examples do not fill one global batch of 72'): every lesson's work was computed, not the one asked for. And it
+    printed '64 images through cnn' whatever BATCH and N_ENGINES: now six passes of its global batch (the engines'
+    step, the recipe by hand, Horovod's run, solution 2's three), at the lesson's own BATCH."""
+    import json
+
+    from helpers.errors import CourseError
+    from helpers.training_time import LESSON_13_BATCH, Work
+
+    quick = mode_sizes("quick")
+    assert lesson_work("13", quick, 9) == [Work("cnn", 6 * 16 * 9, 16)]
+    assert lesson_work("13", quick, 10, 64) == [Work("cnn", 6 * 64 * 10, 64)]
+    with pytest.raises(CourseError, match="do not fill one global batch of 72"):
+        lesson_work("05", quick, 9)  # lesson 05's own sizes: its error, where lesson 05 is asked for
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    time_lesson("13", quick, 10, batch=64)
+    assert capsys.readouterr().out.startswith("quick mode: 3,840 images through cnn;")
+    notebook = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "13_from_horovod.ipynb").read_text())
+    first = "".join(notebook["cells"][1]["source"])
+    assert f"\nBATCH = {LESSON_13_BATCH} " in first, "the table's batch for 13 is the notebook's BATCH as shipped"
