@@ -56,10 +56,10 @@ READER_LOOP = """for prefix in os.environ.get("EBPYTHONPREFIXES", "").split(os.p
 
 
 def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None, edits: tuple = (),
-               extra_env: dict | None = None) -> tuple[dict, dict | None, str]:
-    """The notebook's modulefile (or one on PYTHONPATH), its extras and stack.sbatch (its .pth reader's loop
-    replaced by `reader` if given, each (old, new) of `edits` replaced), run in a login shell started with
-    `extra_env` on top of this environment."""
+               extra_env: dict | None = None, module_edits: tuple = ()) -> tuple[dict, dict | None, str]:
+    """The notebook's modulefile (or one on PYTHONPATH; each (old, new) of `module_edits` replaced), its extras and
+    stack.sbatch (its .pth reader's loop replaced by `reader` if given, each (old, new) of `edits` replaced), run in a
+    login shell started with `extra_env` on top of this environment."""
     namespace = {"job_dir": job_dir, "sys": sys, "print": lambda *a: None}
     exec(_cell('modulefiles = job_dir / "modulefiles"'), namespace)
     modulefile: Path = namespace["modulefile"]
@@ -68,6 +68,9 @@ def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None, edi
     if handed_out_by == "PYTHONPATH":
         lines = [OLD_LINE if "EBPYTHONPREFIXES" in line else line for line in text.splitlines()]
         modulefile.write_text("\n".join(lines) + "\n")
+    for old, new in module_edits:
+        assert old in modulefile.read_text(), f"the modulefile no longer holds {old!r}"
+        modulefile.write_text(modulefile.read_text().replace(old, new))
     exec(_cell('extras = job_dir / "extras"'), namespace)
     script = job_dir / "stack.sbatch"
     script.write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
@@ -104,6 +107,8 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     sites = [p for p in stack["sys_path"] if p.endswith("-packages")]
     assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
     assert _needs_module(log), log[-2000:]  # (d) after module unload the venv finds no TensorFlow
+    assert _gathered(log, "job_python", "python_from_module", sys=sys) is True, log[-2000:]  # (h) `python`: the module's
+    assert _gathered(log, "stack", "venv_from_module_python", sys=sys) is True, stack["base_prefix"]  # (i) the venv made from it
     assert _gathered(log, "ebonly", "through_variable"), log[-2000:]  # (e) ... and finds it with only EBPYTHONPREFIXES
     assert _gathered(log, "stack", "module_site", "venv_site", "built_with", "setuptools_from", "setuptools_as_said", sys=sys,  # (f) the build's setuptools
                      job_dir=tmp_path) is True, stack["setuptools_built_with"]
@@ -242,6 +247,60 @@ def test_a_reader_that_moves_the_standard_library_last_is_caught(tmp_path, repor
     assert first is False, log[-2000:]
 
 
+VENV_LINE = '  python -m venv --system-site-packages "$VENV"'  # the job makes its venv with the module's `python`
+
+
+def _python_of_another_installation() -> str | None:
+    """A Python of this one's version from another installation (its sys.base_prefix not this one's): pyenv's, one in
+    /usr/local or /opt; None where there is none."""
+    import glob
+
+    version = "%d.%d" % sys.version_info[:2]
+    found = [*sorted(glob.glob(str(Path.home() / f".pyenv/versions/{version}*/bin/python{version}"))),
+             f"/usr/local/bin/python{version}", *sorted(glob.glob(f"/opt/*/bin/python{version}"))]
+    for python in (p for p in found if os.access(p, os.X_OK)):
+        done = subprocess.run([python, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, timeout=60)
+        if done.returncode == 0 and done.stdout.strip() not in ("", sys.base_prefix):
+            return python
+    return None
+
+
+def test_a_venv_made_from_another_python_is_caught(tmp_path, report):
+    """Lesson 17, fifth review, finding 1 (variant A2): the job's venv made by another installation's Python of the same
+    version, the module loaded all the same. TensorFlow still comes from the module (EBPYTHONPREFIXES), and the proof
+    passed (it printed the PYTHON line, never checked it). The venv's base_prefix is that Python's: the notebook's
+    `venv_from_module_python` must be False (its `python_from_module` stays True: `python` is the module's)."""
+    _lmod()
+    other = _python_of_another_installation()
+    if other is None:
+        pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} of another installation here (~/.pyenv, "
+                    "/usr/local/bin, /opt): nothing to make the venv with")
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", edits=((VENV_LINE, VENV_LINE.replace("python", other, 1)),))
+    python = _gathered(log, "job_python", "python_from_module", sys=sys)
+    base = _gathered(log, "stack", "venv_from_module_python", sys=sys)
+    report(f"lesson 17, the venv made by {other}: TensorFlow from {stack['tensorflow_from']}, the venv's base_prefix "
+           f"{stack['base_prefix']} (the kernel's {sys.base_prefix}); python_from_module {python}, venv_from_module_python {base}")
+    assert stack["tensorflow_from"].startswith(sys.prefix) and stack["base_prefix"] != sys.base_prefix, stack
+    assert python is True and base is False, log[-2000:]
+
+
+def test_a_module_that_puts_nothing_on_path_is_caught(tmp_path, report):
+    """Lesson 17, fifth review, finding 1 (variant A): the modulefile without its PATH line. The job's `python` is then
+    whatever the login shell finds first (pyenv's shim here), and the venv is made from it: the notebook's
+    `python_from_module` must be False. Where a login shell finds no `python` at all the job makes no venv: nothing
+    to show."""
+    _lmod()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EBPYTHONPREFIXES", "VIRTUAL_ENV")}
+    found = subprocess.run(["bash", "-lc", "command -v python"], capture_output=True, text=True, timeout=60, env=env).stdout.strip()
+    if not found or found == f"{sys.prefix}/bin/python":
+        pytest.skip(f"a login shell here finds {found or 'no'} `python` without the module: no other Python to take its place")
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", module_edits=(('prepend_path("PATH", pathJoin(root, "bin"))\n', ""),))
+    python = _gathered(log, "job_python", "python_from_module", sys=sys)
+    report(f"lesson 17, the module without its PATH line: the job's python {_gathered(log, 'job_python')}, the venv's base_prefix "
+           f"{stack['base_prefix']}; python_from_module {python}")
+    assert python is False, log[-2000:]
+
+
 def test_the_setuptools_that_built_myextras_is_read_from_the_build(tmp_path, report):
     """Lesson 17, second review, finding 4: which setuptools built the venv's packages is what `myextras`'s
     setup.py recorded during the build, not which one the venv imports afterwards. Broken: the job's pip install
@@ -342,6 +401,34 @@ def test_keras_3_fit_on_one_worker_needs_no_fix(tmp_path, report):
     fits = {how: [json.loads(l[6:])["fit"] for l in log.splitlines() if l.startswith("KERAS ")] for how, log in logs.items()}
     report(f"lesson 17's keras_versions.py --keras 3 (no fix) on one worker: {fits}")
     assert fits == {"alone": ["ok"], "one-worker TF_CONFIG": ["ok"]}, {how: log[-2000:] for how, log in logs.items()}
+
+
+STAND_IN_WORKER = """import json, os, sys, time
+rank = int(os.environ["SLURM_PROCID"])
+time.sleep(4 * rank)  # the first worker fails first; its peer reports 4 s later
+print("KERAS " + json.dumps({"rank": rank, "args": sys.argv[1:]}), flush=True)
+sys.exit(3)  # as keras_versions.py does when fit failed
+"""
+
+
+@pytest.mark.slurm
+def test_every_keras_worker_reports_where_the_site_kills_a_step_on_a_bad_exit(slurm, tmp_path, report):
+    """Lesson 17, fifth review, finding 3: srun's --kill-on-bad-exit defaults to the site's KillOnBadExit; where that is
+    1 (here SLURM_KILL_BAD_EXIT=1, srun's own variable for the same default), the first worker to exit 3 has Slurm kill
+    its peer before the peer prints its KERAS line. The lesson's keras_versions.sbatch, run with a stand-in worker that
+    exits 3 on rank 0 at once and on rank 1 4 s later, must get both reports from each of its three steps."""
+    (tmp_path / "keras_versions.sbatch").write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
+                                                         if name.endswith('"keras_versions.sbatch"}')))
+    (tmp_path / "keras_versions.py").write_text(STAND_IN_WORKER)
+    env = {**slurm["env"], "PYTHON": sys.executable, "SLURM_KILL_BAD_EXIT": "1"}
+    done = subprocess.run(["sbatch", "--wait", "--parsable", "--export=ALL", "keras_versions.sbatch"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    job = done.stdout.strip().split(";")[0]
+    log = (tmp_path / f"tf-keras-versions-{job}.out").read_text() if job else done.stderr
+    reports = sorted((r["args"][-1], r["rank"]) for r in (json.loads(l[6:]) for l in log.splitlines() if l.startswith("KERAS ")))
+    report(f"lesson 17's keras_versions.sbatch, srun's default set to kill a step on a bad exit: {len(reports)} of 6 reports "
+           f"(step, rank): {reports}")
+    assert reports == sorted([("3", 0), ("3", 1), ("--fix", 0), ("--fix", 1), ("2", 0), ("2", 1)]), log[-2000:]
 
 
 def test_the_lessons_apptainer_build_command_runs_from_the_checkout():

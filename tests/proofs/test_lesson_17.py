@@ -268,7 +268,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     yours = [str(job_dir / "your-pythonpath")] if yours_on_path else []
     sys_path = ["", *yours, "/usr/lib/python311.zip", *([] if stdlib_last else [stdlib]), *sites, "/usr/lib/python3/dist-packages",
                 *([stdlib] if stdlib_last else [])]
-    return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"),
+    return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"), "base_prefix": sys.base_prefix,
             "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
             "keras": "3.15.1", "keras_from": keras_from or f"{module_site}/keras/__init__.py",
             "myextras_from": f"{venv_site}/myextras/__init__.py",
@@ -310,13 +310,19 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     # finding 10: the job was handed no PYTHONPATH (nothing to drop: true by construction), or kept it on its path
     ({"handed": ""}, "handed your PYTHONPATH"),
     ({"handed": None}, "handed your PYTHONPATH"),
-    ({"yours_on_path": True}, "handed your PYTHONPATH")],
+    ({"yours_on_path": True}, "handed your PYTHONPATH"),
+    # fifth review, finding 1: `python` after the load another one (pyenv's shim, the module's PATH line lost), or the venv
+    # made from another 3.11 (its base_prefix not the kernel's): both passed before
+    ({"job_python": "/root/.pyenv/shims/python"}, "`python` should be the module's"),
+    ({"job_python": None}, "`python` should be the module's"),
+    ({"stack_changes": {"base_prefix": "/root/.pyenv/versions/3.11.7"}}, "made from the module's Python")],
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing",
          "NoDevFiles counted", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
-         "pythonpath not handed", "no handed line", "pythonpath kept"])
+         "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
+         "venv from another python"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
     """From the job's raw log (module list, HANDED, STACK and OTHER lines) and the workers' KERAS reports:
     each broken raw line must fail the proof through the gathering cell."""
@@ -349,8 +355,10 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
     ebonly = changes.get("ebonly", {"tensorflow": True})
     handed = changes.get("handed", str(job_dir / "your-pythonpath"))
+    job_python = changes.get("job_python", f"{sys.prefix}/bin/python")  # `command -v python` after the load
     stack_log = ((f"HANDED PYTHONPATH={handed}\n" if handed is not None else "")
                  + f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
+                 + (f"PYTHON {job_python}\n" if job_python is not None else "")
                  + (f"STACK {json.dumps(stack)}\n" if stack else "") + (f"OTHER {json.dumps(other)}\n" if other else "")
                  + (f"NO_OTHER {changes['no_other']}\n" if "no_other" in changes else "")
                  + f"UNLOADED {json.dumps(unloaded)}\n" + (f"EBONLY {json.dumps(ebonly)}\n" if ebonly else ""))
