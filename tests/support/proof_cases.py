@@ -353,7 +353,8 @@ OK["17_software_stack.ipynb"] = {
     "versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"], "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]},
     "imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["tf_keras"]},
     "flagged": _FLAGGED, "where": "this machine", "counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0},
-    "other_missing": None, "stdlib_first": True, "pythonpath_dropped": True, "handed": "/j/software_stack/your-pythonpath"}
+    "other_missing": None, "stdlib_first": True, "pythonpath_dropped": True, "handed": "/j/software_stack/your-pythonpath",
+    "job_python": "/j/.venv/bin/python", "python_from_module": True, "venv_from_module_python": True}
 
 
 _MISTAKES_18 = ("model outside strategy.scope()", "one checkpoint path for all", "global batch as each worker's batch",
@@ -1382,6 +1383,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"stdlib_first": False}, "standard library should come before"),
     # the job kept the PYTHONPATH it was handed (no unset), or was handed none (nothing to drop)
     ("17_software_stack.ipynb", {"pythonpath_dropped": False}, "handed your PYTHONPATH"),
+    # `python` after the load not the module's (its PATH line lost: pyenv's shim first), or the venv made from another 3.11
+    ("17_software_stack.ipynb", {"python_from_module": False, "job_python": "/root/.pyenv/shims/python"},
+     "`python` should be the module's"),
+    ("17_software_stack.ipynb", {"venv_from_module_python": False}, "made from the module's Python"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus the ring"),
     # an all-reduce term without the ring's hops (bytes over bandwidth alone), the model its sum all the same
     ("14_predicting_scaling.ipynb", {"allreduce_s": 0.064, "predicted_s": 0.124}, "compute plus the ring"),
