@@ -547,8 +547,10 @@ def test_software_stack_notebook_loads_its_module_on_slurm(slurm, tmp_path, repo
     """Notebook 17 on the local Slurm (Lmod installed by slurm/local/up): its job script runs
     `module purge`, `module use`, `module load tf-hpc-course`, makes a venv on top and reports
     where each import came from; its second job runs Keras 3 without and with the fix and Keras 2
-    (tf_keras) under MWMS, a step each on node1 and node2."""
-    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path)}
+    (tf_keras) under MWMS, a step each on node1 and node2. Submitted as at a centre whose sbatch default is
+    --export=NONE (SBATCH_EXPORT=NONE: lesson 17's fifth review, finding 4): both jobs need the variables the lesson
+    sets, and get them only because the lesson asks for --export=ALL on sbatch's command line."""
+    env = {**slurm["env"], "COURSE_MODE": "quick", "COURSE_OUTPUT_DIR": str(tmp_path), "SBATCH_EXPORT": "NONE"}
     _make_course("17_software_stack", env)
     stack_logs = list((tmp_path / "software_stack").glob("tf-stack-*.out"))
     keras_logs = list((tmp_path / "software_stack").glob("tf-keras-versions-*.out"))
