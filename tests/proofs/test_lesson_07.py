@@ -60,8 +60,24 @@ def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match)
     """A worker planned on CPU (a node with fewer GPUs than workers) that ran on a GPU, from the runs' own
     results: the proof must fail through the gathering cell."""
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2),
-                      {**_timed("MultiWorkerMirroredStrategy", 2), "device": ran}], "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+                      {**_timed("MultiWorkerMirroredStrategy", 2), "device": ran, "worker_devices": [ran, ran]}],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+@pytest.mark.parametrize("field,other,match", [("threads", [0, 0], "different thread pools"),
+                                               ("devices", "GPU", "another kind of device")])
+def test_lesson_07_gathering_cell_checks_every_worker_not_worker_0_only(field, other, match):
+    """The third review's w2: thread pools given to rank 0 only, so worker 1 ran with TensorFlow's defaults
+    (threads [[1, 2], [0, 0]]); or worker 1 on another kind of device. Worker 0's result, the point's own, is
+    as planned: the proof must fail through the gathering cell, which reads every worker's."""
+    multi = _timed("MultiWorkerMirroredStrategy", 2)
+    ok = {**multi}  # every worker as planned: passes
+    bad = {**multi, f"worker_{field}": [multi[f"worker_{field}"][0], other]}
+    for point, expected in ((ok, None), (bad, match)):
+        raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), point],
+               "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+        holds_unless(expected, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
 def _fake_tf(physical_gpus: int):
@@ -79,10 +95,25 @@ def test_lesson_07_plans_each_points_device(visible, physical, logical, kernel, 
     monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     ns = {"gpus": [f"/device:GPU:{i}" for i in range(logical)], "counts": [1, 2], "tf": _fake_tf(physical),
+          "devices": [f"/device:GPU:{i}" for i in range(logical)] or ["/device:CPU:0", "/device:CPU:1"],
           "print": lambda *a, **k: None}
     exec(cell_defining("07_scaling_performance.ipynb", "planned = {"), ns)
     assert ns["planned"] == {("MirroredStrategy", 1): kernel, ("MirroredStrategy", 2): kernel,
                              ("MultiWorkerMirroredStrategy", 2): workers}
+
+
+def test_lesson_07_plans_no_more_mirrored_replicas_than_gpus(monkeypatch):
+    """The third review's finding 1: 2 GPUs and MAX_REPLICAS = 4 (counts 1, 2, 4). local_replicas leaves the 2
+    GPUs unsplit, so MirroredStrategy is planned (and measured) for 1 and 2 replicas only, never a mirrored(4)
+    over 2 devices; the workers go to 4, the 4 on CPU (fewer GPUs than workers, plan_for_local_worker)."""
+    monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    two = ["/device:GPU:0", "/device:GPU:1"]
+    ns = {"gpus": two, "devices": two, "counts": [1, 2, 4], "tf": _fake_tf(2), "print": lambda *a, **k: None}
+    exec(cell_defining("07_scaling_performance.ipynb", "planned = {"), ns)
+    assert ns["mirrored_counts"] == [1, 2]
+    assert ns["planned"] == {("MirroredStrategy", 1): "GPU", ("MirroredStrategy", 2): "GPU",
+                             ("MultiWorkerMirroredStrategy", 2): "GPU", ("MultiWorkerMirroredStrategy", 4): "CPU"}
 
 
 GROUP_SIZES = """
@@ -181,6 +212,6 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
         for p in points[1:]:
             p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
-                     planned=point["device"])
+                     planned=point["device"], worker_threads=[point["threads"]] * 2, worker_devices=[point["device"]] * 2)
         raw = {"points": points, "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
         holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
