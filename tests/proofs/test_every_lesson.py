@@ -131,9 +131,9 @@ def test_every_piece_of_every_proof_is_needed_by_some_broken_case(name):
 
 # Issue 54: the meta-test above removes pieces of a proof but cannot loosen a threshold. Each numeric threshold of
 # lessons 05, 09, 13 and 15's proofs, loosened: by 10 (a bound 10x wider still passes a run whose claim is false;
-# the correct runs measured lie 10x or more inside each bound but lesson 13's gradient, 1.5e-6 of 1e-5), lesson
-# 13's also as the review loosened them, and a bound of exactly zero (or a count) to its nearest looser form. Some
-# broken case the proof fails must then pass, or the threshold is not shown to matter.
+# the correct runs measured lie 10x or more inside each bound but lesson 13's gradient gaps, up to 3.0e-5 of a rank's
+# gradient against 1e-4), lesson 13's also as the review loosened them, and a bound of exactly zero (or a count) to
+# its nearest looser form. Some broken case the proof fails must then pass, or the threshold is not shown to matter.
 LOOSENED = [
     ("01_mirrored_strategy.ipynb", "updated_gap == 0", "updated_gap < 1e-6"),
     ("01_mirrored_strategy.ipynb", "moved > 0", "moved >= 0"),
@@ -163,15 +163,15 @@ LOOSENED = [
     ("09_monitoring.ipynb", 'shares["starved"] > 0.3', 'shares["starved"] > 0.03'),
     ("09_monitoring.ipynb", 'shares["starved"] / 4', 'shares["starved"] / 2'),  # the bound the proof once had
     ("13_from_horovod.ipynb", "n >= 2", "n >= 1"),
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * gradient_size", "gradient_gap < 1e-3 * gradient_size"),
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * gradient_size", "gradient_gap < 5e-2 * gradient_size"),  # the review's
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * gradient_size", "gradient_gap < 1e-5"),  # the absolute bound it was
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * rank_gradient_size", "gradient_gap < 1e-3 * rank_gradient_size"),
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * rank_gradient_size", "gradient_gap < 5e-2 * rank_gradient_size"),  # the review's
+    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * rank_gradient_size", "gradient_gap < 1e-5"),  # the absolute bound it was
     ("13_from_horovod.ipynb", "update_gap < 1e-5", "update_gap < 1e-4"),
     ("13_from_horovod.ipynb", "share_gap < 1e-5 * max(per_rank_loss)", "share_gap < 1e-4 * max(per_rank_loss)"),
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 1e-2 * BASE_LR * n"),
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 0.4 * BASE_LR * n"),  # the review's
-    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-4 * gradient_size", "max(horovod_gaps.values()) < 1e-3 * gradient_size"),
-    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-4 * gradient_size", "max(horovod_gaps.values()) < 1e-1 * gradient_size"),  # the review's
+    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-4 * rank_gradient_size", "max(horovod_gaps.values()) < 1e-3 * rank_gradient_size"),
+    ("13_from_horovod.ipynb", "max(horovod_gaps.values()) < 1e-4 * rank_gradient_size", "max(horovod_gaps.values()) < 1e-1 * rank_gradient_size"),  # the review's
     ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
     ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),

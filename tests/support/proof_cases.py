@@ -258,7 +258,7 @@ OK["12_strategy_tour.ipynb"] = {
 _STEP_1 = ["step-1.data-00000-of-00001", "step-1.index"]  # what tf.train.Checkpoint.write leaves
 OK["13_from_horovod.ipynb"] = {
     "ranks": [0, 1], "world_sizes": [2, 2], "initial_digests": ["i", "i"], "start_gap": 0.0, "gradient_gap": 2e-8,
-    "gradient_size": 0.1, "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05,
+    "rank_gradient_size": 0.1, "update_gap": 3e-9, "rates": [0.1, 0.1], "BASE_LR": 0.05,
     "collective": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,  # mean, gather, broadcast from the last rank
     "checkpoints": [{"dir": "/w/checkpoint", "wrote": _STEP_1, "left": True, "on_read": []},
                     {"dir": "/tmp/t1", "wrote": _STEP_1, "left": False, "on_read": []}],
@@ -1193,10 +1193,12 @@ BROKEN: list[tuple[str, dict, str]] = [
      "Horovod's own run"),
     # issue 54, thresholds: each between its bound and the bound loosened 10x, so also inside the review's
     # loosenings (gradient 1e-5 to 5e-3, rate 1e-3 to 0.4, Horovod 1e-5 to 1e-2); measured here: gradient 1.5e-6,
-    # update 1.5e-7, rate 0.100000 of 0.1. The gradient's bounds are relative to its largest entry (0.1 here)
+    # update 1.5e-7, rate 0.100000 of 0.1. The gradient's bounds are relative to the largest entry of a rank's gradient
+    # (0.1 here: float32 rounding scales with the terms the all-reduce sums; fourth review, finding 2)
     ("13_from_horovod.ipynb", {"gradient_gap": 5e-5}, "Horovod's average"),
-    # a small gradient (largest entry 1e-3) off by 0.5 %: inside the absolute 1e-5 the proof once had, not its relative bound
-    ("13_from_horovod.ipynb", {"gradient_gap": 5e-6, "gradient_size": 1e-3,
+    # small gradients (a rank's largest entry 1e-3) off by 0.5 %: inside the absolute 1e-5 the proof once had, not its
+    # relative bound
+    ("13_from_horovod.ipynb", {"gradient_gap": 5e-6, "rank_gradient_size": 1e-3,
                                "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1e-8}}, "Horovod's average"),
     ("13_from_horovod.ipynb", {"update_gap": 5e-5}, "update differs"),
     ("13_from_horovod.ipynb", {"rates": [0.1, 0.1005]}, "scale with the workers"),  # one worker's rate 0.5 % off
