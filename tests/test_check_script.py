@@ -92,13 +92,28 @@ def test_the_analysis_tells_the_sharding_mistakes_apart():
     detail = _coverage(one, overlapping).detail
     assert "each worker shuffled differently before a manual shard()" in detail
     # b read by both workers in a step; d missing from both steps: counted once over the 2 steps, not per epoch
-    assert "over 2 steps, 1 of the 4 examples were read by two workers in one step, and 1 were missing" in detail, detail
+    assert ("over 2 steps, 1 of the 4 examples were read by two workers in one step (1 in one epoch), and 1 were "
+            "missing") in detail, detail
     # lesson 18's fourth review, findings 2 and 3: the fix that passes comes first (shuffling after the shard with a
     # seed per worker is NOT SEEN without --examples-flag), and the same op seed needs the same global seed
     fix = _coverage(one, overlapping).fix
     assert fix.startswith("give shuffle the same seed on every worker, and the same global seed (tf.random.set_seed)"
                           " or none"), fix
     assert "compared only with --examples-flag" in fix, fix
+
+
+def test_shards_that_overlap_only_over_an_epoch_fail_with_one_example_per_worker_a_step():
+    """Lesson 18's sixth review, finding 1: at a global batch of 2 each worker reads one example a
+    step, so two workers that shuffled differently before shard() rarely read one example in the same
+    step, and the check said NOT SEEN. Over an epoch they do; a shuffle after the shard does not."""
+    one = _run(1, {0: [list("ab"), list("cd")]})  # one epoch of 4 examples
+    # worker 0 the even places of the order a x c x, worker 1 the odd places of x c x b: c read by both
+    before_shard = _run(2, {0: [list("a"), list("c")], 1: [list("c"), list("b")]})
+    finding = _coverage(one, before_shard)
+    assert finding.status == "FAIL" and "the workers' shards overlap" in finding.detail, finding
+    assert "0 of the 4 examples were read by two workers in one step (1 in one epoch)" in finding.detail, finding
+    after_shard = _run(2, {0: [list("c"), list("a")], 1: [list("b"), list("d")]})  # each its own part, reordered
+    assert _coverage(one, after_shard).status == "NOT SEEN"
 
 
 def test_the_analysis_names_a_wrong_batch_either_way():

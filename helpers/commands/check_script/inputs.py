@@ -175,7 +175,9 @@ def _steps_finding(ref: list, each: dict[int, list], n: int, what: str, name: st
 
 def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], name: str) -> tuple[Finding, bool]:
     """Whether the N workers' step s read, together, the examples the one worker's step s read;
-    (finding, whether every step did)."""
+    (finding, whether every step did). Overlap is counted in a step and over an epoch: with one
+    example per worker a step, two workers rarely read one example in the same step, but workers
+    that shuffled differently before a manual shard() read some of the same examples in an epoch."""
     steps = min(len(one), *(len(b) for b in each.values()))
     n = len(each)
     if not steps:
@@ -195,6 +197,7 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
         overlap.update(x for x, count in read_by.items() if count > 1)
         missing |= set(one[s]) - set(union)
         repeats += sum(count - 1 for p in parts for count in p.values())
+    in_epoch = epoch_overlap(one[:steps], {r: b[:steps] for r, b in each.items()})
     if same_step == steps:
         return Finding("PASS", name, f"in each of {steps} steps the {n} workers read, together, exactly the examples "
                        "one worker read, none of them twice"), True
@@ -205,10 +208,11 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
                        "epoch", "shard each worker's input: in distribute_datasets_from_function, dataset.shard("
                        "input_context.num_input_pipelines, input_context.input_pipeline_id) first; with "
                        "experimental_distribute_dataset leave auto-sharding on (no AutoShardPolicy.OFF)"), False
-    if overlap:
+    if overlap or in_epoch:
         return Finding("FAIL", name, f"the workers' shards overlap: over {steps} steps, {len(overlap)} of the "
-                       f"{distinct_one} examples were read by two workers in one step, and {len(missing)} were "
-                       "missing from a step where one worker read them: each worker shuffled differently before a "
+                       f"{distinct_one} examples were read by two workers in one step ({len(in_epoch)} in one epoch), "
+                       f"and {len(missing)} were missing from a step where one worker read them: each worker "
+                       "shuffled differently before a "
                        "manual shard()", "give shuffle the same seed on every worker, and the same global seed "
                        "(tf.random.set_seed) or none: every worker then draws one order, which shard() splits; a "
                        "shuffle after shard() with a seed per worker also reads every example once an epoch, but its "
@@ -226,3 +230,20 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
                    "random augmentation seeded per worker)",
                    to_see="--examples-flag (an epoch of one global batch: a shuffle cannot move an example to another "
                    "step) and the same seed for random augmentation on every worker"), False
+
+
+def epoch_overlap(one: list[list[str]], each: dict[int, list[list[str]]]) -> set:
+    """The examples two workers read within one epoch, its steps those of one worker's epoch (it
+    ends when every example of the stream has been read since the last ended): a shuffle after the
+    shard, or one order split by shard(), gives none."""
+    everything = {x for batch in one for x in batch}
+    read: set = set()
+    start = 0
+    found: set = set()
+    for s, batch in enumerate(one):
+        read |= set(batch)
+        if read == everything or s == len(one) - 1:
+            readers = Counter(x for r in each for x in {x for b in each[r][start:s + 1] for x in b})
+            found |= {x for x, count in readers.items() if count > 1}
+            read, start = set(), s + 1
+    return found
