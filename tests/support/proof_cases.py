@@ -16,6 +16,7 @@ def planted_strategy(replicas: int):
 
 # lesson 01's small CNN: the shapes of its trainable weights, in order
 _CNN_SHAPES = [(3, 3, 3, 32), (32,), (32,), (3, 3, 32, 64), (64,), (64,), (64, 10), (10,)]
+_HISTORY_03 = {"loss": [1.6, 0.6], "accuracy": [0.4, 0.8], "val_loss": [2.1, 1.9], "val_accuracy": [0.3, 0.7]}  # lesson 03: a fit history
 
 
 class PlantedSizes:
@@ -73,7 +74,8 @@ OK: dict[str, dict] = {
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
         "wrote": [True, True], "stats_digests": ["s0", "s1"], "file_stats": ["s0", None],  # the chief's file: its stats
-        "prediction_digests": ["p", "p"], "train_losses": [[1.6, 0.6], [1.6, 0.6]], "uneven_rows": [512, 512],
+        "prediction_digests": ["p", "p"], "uneven_rows": [512, 512],
+        "histories": [_HISTORY_03] * 2,
         # 2 epochs x 2 steps x 32 examples handed on by the fingerprinted pipeline, a few more prefetched on worker 1;
         # the optimizer counted 2 x 2 steps on each
         "fit_read": [128, 160], "iterations": [4, 4], "steps": [2, 2], "step_examples": [[32], [32]],
@@ -557,6 +559,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1, 1]}, "did not form one cluster"),
     # the workers answered from clusters of different sizes (one of them joined another run)
     ("03_multiworker_ipyparallel.ipynb", {"in_sync": [2, 3]}, "did not form one cluster"),
+    # review 7: 3 in sync where the 2 workers hold 1 replica each; two one-worker clusters of 2 local replicas each
+    ("03_multiworker_ipyparallel.ipynb", {"in_sync": [3, 3]}, "did not form one cluster"),
+    ("03_multiworker_ipyparallel.ipynb", {"in_sync": [2, 2], "local_replicas": [2, 2]}, "did not form one cluster"),
     # fit read unsharded data while the fingerprinted pass was sharded, or both read unsharded data
     ("03_multiworker_ipyparallel.ipynb", {"fit_shards": [[(0, 1)], [(0, 1)]]}, "the shard fit read"),
     ("03_multiworker_ipyparallel.ipynb", {"fit_shards": [[(0, 1)], [(0, 1)]], "pass_shards": [[(0, 1)], [(0, 1)]]},
@@ -576,7 +581,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"fit_read": [2112, 2112], "iterations": [62, 62], "steps": [32, 32]},
      "its optimizer counted"),
     ("03_multiworker_ipyparallel.ipynb", {"iterations": [4, 3]}, "its optimizer counted"),  # worker 1 a step short
-    ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1], "task_ids": [0], "seen": [["a"]], "overlap": 0, "moved": [0.5],
+    ("03_multiworker_ipyparallel.ipynb", {"in_sync": [1], "local_replicas": [1], "task_ids": [0], "seen": [["a"]], "overlap": 0,
+                                          "moved": [0.5],
                                           "digests": ["d"], "predicted_rows": [512], "padded": [512],
                                           "val_losses": [[2.1, 1.9]], "found_at": [[0]], "rows": [32],
                                           "fit_shards": [[(0, 1)]], "pass_shards": [[(0, 1)]], "kept": [True]},
@@ -596,7 +602,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the rows gathered in another order (or other rows) on one worker
     ("03_multiworker_ipyparallel.ipynb", {"prediction_digests": ["p", "q"]}, "same predictions"),
     # each worker logging its own shard's loss, not the all-reduced one
-    ("03_multiworker_ipyparallel.ipynb", {"train_losses": [[1.6, 0.6], [1.6, 0.5]]}, "same training loss"),
+    ("03_multiworker_ipyparallel.ipynb", {"histories": [_HISTORY_03, {**_HISTORY_03, "loss": [1.6, 0.5]}]}, "same history"),
+    # review 7: the losses alike, worker 1's accuracy its own (the plot draws worker 0's alone)
+    ("03_multiworker_ipyparallel.ipynb", {"histories": [_HISTORY_03, {**_HISTORY_03, "accuracy": [0.4, 0.7]}]}, "same history"),
     # a test set that filled whole batches: nothing padded, nothing shown
     ("03_multiworker_ipyparallel.ipynb", {"padding_checks": [{**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0],
                                                              "real": 512, "loss": 2.3252931}] * 2}, "need padding"),
