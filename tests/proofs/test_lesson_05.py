@@ -25,20 +25,23 @@ class _Model:
         self.layers = layers  # the public list the lesson walks (review r05-1, finding 9: no private _flatten_layers)
 
 
-@pytest.mark.parametrize("plain,synced,calls,match", [
-    (([0.1], [0.4]), ([0.2], [0.2]), 6, None),
-    (([0.1], [0.4]), ([0.2], [0.21]), 6, "identical statistics"),  # the synchronized layer kept its own
-    (([0.1], [0.1]), ([0.2], [0.2]), 6, "different statistics"),
-    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces"),  # one all-reduce on each replica
-    (([0.1], [0.4]), ([0.2], [0.2]), 7, "3 all-reduces"),  # review P1: one extra call, 7 // 2 == 3
-    (([0.1], [0.4]), ([0.0], [0.0]), 6, "never moved")],  # review P2: BN layers frozen (trainable=False)
-    ids=["as trained", "sync spread", "plain alike", "one all-reduce", "seven calls", "sync frozen at zero"])
-def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(plain, synced, calls, match):
+@pytest.mark.parametrize("plain,synced,calls,match,starts", [
+    (([0.1], [0.4]), ([0.2], [0.2]), 6, None, ["s", "s"]),
+    (([0.1], [0.4]), ([0.2], [0.21]), 6, "identical statistics", ["s", "s"]),  # the synchronized layer kept its own
+    (([0.1], [0.1]), ([0.2], [0.2]), 6, "different statistics", ["s", "s"]),
+    (([0.1], [0.4]), ([0.2], [0.2]), 2, "3 all-reduces", ["s", "s"]),  # one all-reduce on each replica
+    (([0.1], [0.4]), ([0.2], [0.2]), 7, "3 all-reduces", ["s", "s"]),  # review P1: one extra call, 7 // 2 == 3
+    (([0.1], [0.4]), ([0.0], [0.0]), 6, "never moved", ["s", "s"]),  # review P2: BN layers frozen (trainable=False)
+    # review r05-3, finding 4: replica 1 of each run starts elsewhere, the runs alike (run against run passed)
+    (([0.1], [0.4]), ([0.2], [0.2]), 6, "same weights", ["s", "t"])],
+    ids=["as trained", "sync spread", "plain alike", "one all-reduce", "seven calls", "sync frozen at zero",
+         "replica 1 of both runs starts elsewhere"])
+def test_lesson_05_gathering_cell_compares_the_moving_means_of_the_bn_layers(plain, synced, calls, match, starts):
     ok = OK["05_sync_batch_norm.ipynb"]
     raw = {"strategy": ONE_REPLICA_EACH, "gaps": ok["gaps"], "moving_gaps": ok["moving_gaps"], "forward_calls": calls,
            "keras": SimpleNamespace(layers=SimpleNamespace(BatchNormalization=_BN)),
-           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain)), "start": "s"},
-                    "synchronized BN": {"model": _Model(_BN(*synced), object()), "start": "s"}}}
+           "runs": {"ordinary BN": {"model": _Model(object(), _BN(*plain)), "start": starts},
+                    "synchronized BN": {"model": _Model(_BN(*synced), object()), "start": starts}}}
     raw["np"] = np  # the gathering cell's helper is the cell before it, defined on the same planted names
     exec(next(c for c in code_cells("05_sync_batch_norm.ipynb") if c.startswith("def replica_spread")), raw)
     holds_unless(match, gather_and_prove, "05_sync_batch_norm.ipynb", raw)
@@ -141,6 +144,9 @@ NO_FIT = ("    timer = StepTimer(global_batch)\n", '    runs[name] = {"start": s
 # a digest of get_weights() reads replica 0's copy only)
 REPLICA_1_OFF = ("    start = ", "    if synchronized:\n        last = strategy.experimental_local_results(model.weights[0].value)[-1]\n"
                                 "        last.assign(last + 1.0)\n    start = ")
+# the same in both runs: run A's digests equal run B's, replica 1's differ from replica 0's (review r05-3, finding 4)
+REPLICA_1_OFF_BOTH = ("    start = ", "    last = strategy.experimental_local_results(model.weights[0].value)[-1]\n"
+                                     "    last.assign(last + 1.0)\n    start = ")
 
 
 def _run_05_to_where_it_shows(tmp_path, monkeypatch, edits: list[tuple[str, str]], figure: str) -> tuple[str, str]:
@@ -185,8 +191,9 @@ def _run_05_to_where_it_shows(tmp_path, monkeypatch, edits: list[tuple[str, str]
 @pytest.mark.parametrize("edits,figure,match", [
     ([FROZEN, ONLY_SYNCED], "moved_sync", "never moved"),  # review P2
     ([NO_SEED, NO_FIT], "same_start", "same weights"),  # review P3
-    ([NO_FIT, REPLICA_1_OFF], "same_start", "same weights")],  # review r05-2, finding 1
-    ids=["synced BN frozen", "no shared seed", "replica 1 starts elsewhere"])
+    ([NO_FIT, REPLICA_1_OFF], "same_start", "same weights"),  # review r05-2, finding 1
+    ([NO_FIT, REPLICA_1_OFF_BOTH], "same_start", "same weights")],  # review r05-3, finding 4
+    ids=["synced BN frozen", "no shared seed", "replica 1 starts elsewhere", "replica 1 elsewhere in both runs"])
 def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, monkeypatch, edits, figure, match):
     """Lesson 05 run for real with a claim broken, stopped where the failure shows, and the proof's own
     asserts on the figure that shows it. The synchronized model's BN layers frozen (`trainable = False`:
@@ -195,7 +202,8 @@ def test_lesson_05_run_for_real_with_a_broken_claim_fails_the_proof(tmp_path, mo
     the synchronized run alone, one step of one epoch. Without the shared seed (the two ResNet50s start
     from different weights, review P3): both models built, their starts compared, neither trained. With replica
     1's copy of one weight moved in the synchronized model (replica 0's as built; review r05-2, finding 1: the old
-    digest of get_weights() read replica 0's copies only and passed it): the same, built and compared. The
+    digest of get_weights() read replica 0's copies only and passed it): the same, built and compared; and with it
+moved in both runs (review r05-3, finding 4: one digest of all copies per run compared the runs only). The
     whole lesson, its proof passing, runs in the nbval pass."""
     if figure == "moved_sync":
         monkeypatch.setenv("COURSE_EPOCHS", "1")
