@@ -192,6 +192,9 @@ def _checks_18(**changes) -> dict:
      "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
     ({"real run": {"notes.txt": b"overwritten\n"}}, "import tensorflow as tf\n", "only the chief should leave"),
     ({"real run": None}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    # sixth review, finding 8: worker 1 writes run/workertemp_1 and removes it, so what it left shows nothing of where
+    # it wrote: its run/ must be a directory of its own, not a link to the learner's run/
+    ({"worker1 own run": False}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
     # third review, finding 2: the checkpoint fix's check compared the examples (a PASS) instead of saying NOT SEEN
     ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
                                         _PASS_18["input sharding"], _NOT_COMPARED_18[1],
@@ -227,7 +230,7 @@ def _checks_18(**changes) -> dict:
          "named by keras", "a step ran first", "no step, no raise", "step mark renamed", "raised at the checkpoint",
          "a worker exited early", "a worker left no marks", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
          "importlib", "__import__", "alone had a task", "chief-only write", "worker 1 left a checkpoint",
-         "pre-fix: the real run/ written", "notes.txt changed", "run/ gone", "examples compared", "global batch 24", "global batch 24 said 12",
+         "pre-fix: the real run/ written", "notes.txt changed", "run/ gone", "worker 1's run/ a link", "examples compared", "global batch 24", "global batch 24 said 12",
          "traced at the step", "as written ran alone", "as written failed otherwise", "assert with a message",
          "scope fixed: 2 lines only", "scope fixed: no other line", "scope fixed: batch passed", "a check's line missing"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
@@ -240,6 +243,7 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
 
     changes = dict(changes)
     left = changes.pop("left", {"cwd-0": _CHIEF_LEFT_18, "cwd-1": []})  # what the checkpoint fix's workers left
+    worker1_own_run = changes.pop("worker1 own run", True)  # worker 1's run/ a directory, not a link
     first_code, first_stderr = changes.pop("first alone", (1, _FIRST_ALONE_18))  # the script as written, run alone
     global_batch, said = changes.pop("global batch", (12, True))
     real_run = changes.pop("real run", {"notes.txt": _NOTES_18})  # what the real run/ holds after the checks
@@ -271,7 +275,7 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
                   {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks, "GLOBAL_BATCH": global_batch,
                    "NOTES": _NOTES_18,
-                   "left": left, "first_alone": SimpleNamespace(returncode=first_code, stderr=first_stderr),
+                   "left": left, "worker1_own_run": worker1_own_run, "first_alone": SimpleNamespace(returncode=first_code, stderr=first_stderr),
                    "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
 
 
