@@ -136,22 +136,27 @@ def _batch_finding(ref: list[list[str]], each: dict[int, list[list[str]]], n: in
     return Finding("FAIL", name, why, fix), False
 
 
+def _epoch_ends(one: list[list[str]]) -> list[int]:
+    """The one-worker steps (0-based) that end an epoch: every example of the stream has been read
+    since the last epoch ended, or the stream ends."""
+    everything = {x for batch in one for x in batch}
+    read: set = set()
+    ends = []
+    for s, batch in enumerate(one):
+        read |= set(batch)
+        if read == everything or s == len(one) - 1:
+            ends.append(s)
+            read = set()
+    return ends
+
+
 def _steps_off_the_batch(ref: list[list[str]], global_batch: int) -> list[int]:
     """The one-worker steps (0-based) that held other than the global batch. A step may hold fewer
     only as the last of an epoch, where `batch` hands out what is left when the examples are not a
-    whole number of global batches: after it every example of the stream has been read since the
-    last epoch ended (or the stream ends). A shorter step in the middle of an epoch is counted."""
-    everything = {x for batch in ref for x in batch}
-    read: set = set()
-    wrong = []
-    for s, batch in enumerate(ref):
-        read |= set(batch)
-        ends_epoch = read == everything or s == len(ref) - 1
-        if len(batch) > global_batch or (len(batch) < global_batch and not ends_epoch):
-            wrong.append(s)
-        if read == everything:
-            read = set()
-    return wrong
+    whole number of global batches; a shorter step in the middle of an epoch is counted."""
+    ends = set(_epoch_ends(ref))
+    return [s for s, batch in enumerate(ref)
+            if len(batch) > global_batch or (len(batch) < global_batch and s not in ends)]
 
 
 def _sizes(sizes: Counter) -> str:
@@ -233,17 +238,12 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
 
 
 def epoch_overlap(one: list[list[str]], each: dict[int, list[list[str]]]) -> set:
-    """The examples two workers read within one epoch, its steps those of one worker's epoch (it
-    ends when every example of the stream has been read since the last ended): a shuffle after the
-    shard, or one order split by shard(), gives none."""
-    everything = {x for batch in one for x in batch}
-    read: set = set()
-    start = 0
+    """The examples two workers read within one epoch, its steps those of one worker's epoch
+    (`_epoch_ends`): a shuffle after the shard, or one order split by shard(), gives none."""
     found: set = set()
-    for s, batch in enumerate(one):
-        read |= set(batch)
-        if read == everything or s == len(one) - 1:
-            readers = Counter(x for r in each for x in {x for b in each[r][start:s + 1] for x in b})
-            found |= {x for x, count in readers.items() if count > 1}
-            read, start = set(), s + 1
+    start = 0
+    for end in _epoch_ends(one):
+        readers = Counter(x for r in each for x in {x for b in each[r][start:end + 1] for x in b})
+        found |= {x for x, count in readers.items() if count > 1}
+        start = end + 1
     return found
