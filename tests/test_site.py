@@ -285,16 +285,22 @@ def test_the_site_publishes_no_user_host_address_job_or_home_path(tmp_path, monk
            f"files, {len(SECRETS)} planted identities, 0 found; {len(downloads)} downloadable notebooks, scrubbed")
 
 
+# a %%writefile cell whose shell script Python's tokenizer refuses (lesson 16's staging script: an unindent to no
+# outer level); IPython reads the cell as a magic call, and the site must too
+SCRIPT = "%%writefile stage.sh\nif true; then\n    for f in a; do\n      echo $f\n   done\nfi\n"
+
+
 def test_a_value_a_cell_hides_with_a_semicolon_is_not_published(tmp_path):
     """nbval's copies keep the value of a last line ending in `;` (lesson 17's `stopwatch.report();` showed its
     seconds; `engines.view.push(...);` shows `[None, None]`), which JupyterLab hides: the site drops it, and only it."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in
-                                         ("push(x);  # hidden", "total", "print(1);")])
+                                         ("push(x);  # hidden", "total", "print(1);", SCRIPT)])
     value = nbformat.v4.new_output("execute_result", {"text/plain": "[None, None]"}, execution_count=1)
     printed = nbformat.v4.new_output("stream", name="stdout", text="1\n")
     nb.cells[0].outputs, nb.cells[1].outputs, nb.cells[2].outputs = [value], [value], [printed]
+    nb.cells[3].outputs = [nbformat.v4.new_output("stream", name="stdout", text="Writing stage.sh\n")]
     page = tmp_path / "lesson.ipynb"
     nbformat.write(nb, page)
     assert drop_hidden_results(page) == 1
     kept = nbformat.read(page, as_version=4)
-    assert [len(c.outputs) for c in kept.cells] == [0, 1, 1]
+    assert [len(c.outputs) for c in kept.cells] == [0, 1, 1, 1]

@@ -81,13 +81,17 @@ def lay_out(notebooks: Path, source: Path) -> list[Path]:
 
 def drop_hidden_results(page: Path) -> int:
     """Drop the value a cell ending in `;` shows: JupyterLab hides it, but a copy nbval executed keeps it (IPython
-    reads the `;` from its input history, which nbval does not keep). Returns how many were dropped."""
+    reads the `;` from its input history, which nbval does not keep). Returns how many were dropped.
+
+    The `;` is read as IPython reads it, from the cell as parsed: a `%%writefile` cell is a magic call there,
+    not the shell script it holds (which Python's tokenizer refuses)."""
     import nbformat
     from IPython.core.displayhook import DisplayHook
+    from IPython.core.inputtransformer2 import TransformerManager
 
-    nb, dropped = nbformat.read(page, as_version=4), 0
+    nb, dropped, parse = nbformat.read(page, as_version=4), 0, TransformerManager().transform_cell
     for cell in nb.cells:
-        if cell.cell_type == "code" and DisplayHook.semicolon_at_end_of_expression(cell.source):
+        if cell.cell_type == "code" and DisplayHook.semicolon_at_end_of_expression(parse(cell.source)):
             kept = [o for o in cell.outputs if o.output_type != "execute_result"]
             dropped, cell.outputs = dropped + len(cell.outputs) - len(kept), kept
     nbformat.write(nb, page)
