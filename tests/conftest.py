@@ -252,10 +252,15 @@ def _slurm_unavailable(reason: str):
 SUITE_SLURM_DIR = Path(f"/var/tmp/course-slurm-test-{os.getpid()}")
 
 
-def _started_by_the_suite(proc) -> bool:
+def started_by_the_suite(proc) -> bool:
     """The suite's Slurm daemons name its slurm.conf on their command line; its jobs' processes
-    (and the slurmstepd above them) descend from those daemons or carry that SLURM_CONF."""
-    for candidate in (proc, *proc.parents()):
+    (and the slurmstepd above them) descend from those daemons or carry that SLURM_CONF. A process that ended
+    while the machine was read (the Slurm stream's jobs end beside the local streams) is not left behind."""
+    try:
+        lineage = [proc, *proc.parents()]
+    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    for candidate in lineage:
         try:
             if str(SUITE_SLURM_DIR) in " ".join(candidate.cmdline()):
                 return True
@@ -276,7 +281,7 @@ def leftovers() -> list[str]:
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             in_job = False
         if proc.pid != os.getpid() and (in_job or proc.info["name"] in ("slurmd", "slurmctld", "slurmstepd")) \
-                and _started_by_the_suite(proc):
+                and started_by_the_suite(proc):
             found.append(f"{proc.pid} [{proc.info['name']}] {' '.join(proc.info['cmdline'] or [])[:80]}")
     return found
 

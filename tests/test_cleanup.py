@@ -263,3 +263,15 @@ def test_the_kernel_watcher_imports_no_ipyparallel():
                            "print(sorted(m for m in ('ipyparallel', 'tensorflow', 'helpers.engines.cluster') if m in sys.modules))"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_process_that_ends_while_the_leftovers_are_read_is_not_counted():
+    """CI failed once when a slurmstepd of the Slurm stream ended while a local stream read the machine (psutil's
+    NoSuchProcess from its parents): a process gone by then is not left behind, and the check goes on."""
+    from tests.conftest import started_by_the_suite
+
+    child = subprocess.Popen(["sleep", "30"])
+    gone = psutil.Process(child.pid)
+    child.kill()
+    child.wait(timeout=10)
+    assert started_by_the_suite(gone) is False
