@@ -3,9 +3,11 @@
 The modulefile and the job script come from the notebook's own cells; the job script runs in a
 login shell (`bash -l`, as the notebook does where there is Lmod but no Slurm). The module hands
 its packages out through `EBPYTHONPREFIXES` (as EasyBuild 5's modules do when the centre prefers it,
-`--prefer-python-search-path=EBPYTHONPREFIXES`, or for a package built for several Pythons; EasyBuild's
-default is still `PYTHONPATH`) and the venv reads them through a `.pth` file; the same run with a module
-on `PYTHONPATH` shows what that avoids.
+`--prefer-python-search-path=EBPYTHONPREFIXES`, or for a package built for several Pythons, and, from
+easybuild-easyblocks 5.2.0 on, for a Python package whose installation holds a `.pth` file:
+`should_use_ebpythonprefixes` in its `generic/pythonpackage.py`; EasyBuild's default is still `PYTHONPATH`)
+and the venv reads them through a `.pth` file; the same run with a module on `PYTHONPATH` shows what that
+avoids.
 """
 
 import json
@@ -56,11 +58,12 @@ READER_LOOP = """for prefix in os.environ.get("EBPYTHONPREFIXES", "").split(os.p
 
 
 def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None, edits: tuple = (),
-               extra_env: dict | None = None, module_edits: tuple = ()) -> tuple[dict, dict | None, str]:
+               extra_env: dict | None = None, module_edits: tuple = (), need_stack: bool = True) -> tuple[dict, dict | None, str]:
     """The notebook's modulefile (or one on PYTHONPATH; each (old, new) of `module_edits` replaced), its extras and
     stack.sbatch (its .pth reader's loop replaced by `reader` if given, each (old, new) of `edits` replaced), run in a
-    login shell started with `extra_env` on top of this environment."""
-    namespace = {"job_dir": job_dir, "sys": sys, "print": lambda *a: None}
+    login shell started with the lesson's PATH for the job and `extra_env` on top of this environment. Without
+    `need_stack`, a job that reports no STACK line is let through."""
+    namespace = {"job_dir": job_dir, "sys": sys, "os": os, "print": lambda *a: None}
     exec(_cell('modulefiles = job_dir / "modulefiles"'), namespace)
     modulefile: Path = namespace["modulefile"]
     text = modulefile.read_text()
@@ -72,6 +75,7 @@ def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None, edi
         assert old in modulefile.read_text(), f"the modulefile no longer holds {old!r}"
         modulefile.write_text(modulefile.read_text().replace(old, new))
     exec(_cell('extras = job_dir / "extras"'), namespace)
+    exec(_cell("settings_env = "), namespace)  # the lesson's settings for the job: its PATH
     script = job_dir / "stack.sbatch"
     script.write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
                            if name.endswith('"stack.sbatch"}')))
@@ -83,12 +87,13 @@ def _run_stack(job_dir: Path, handed_out_by: str, reader: str | None = None, edi
         script.write_text(script.read_text().replace(old, new))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EBPYTHONPREFIXES", "VIRTUAL_ENV")}
     done = subprocess.run(["bash", "-l", str(script)], cwd=job_dir, capture_output=True, text=True, timeout=600,
-                          env={**env, "MODULES": str(job_dir / "modulefiles"), "VENV": str(job_dir / "venv"),
+                          env={**env, "PATH": namespace["settings_env"].get("PATH", env["PATH"]),
+                               "MODULES": str(job_dir / "modulefiles"), "VENV": str(job_dir / "venv"),
                                "EXTRAS": str(job_dir / "extras"), "TF_CPP_MIN_LOG_LEVEL": "3", **(extra_env or {})})
     log = done.stdout + done.stderr
     stack = next((json.loads(l[6:]) for l in log.splitlines() if l.startswith("STACK ")), None)
     other = next((json.loads(l[6:]) for l in log.splitlines() if l.startswith("OTHER ")), None)
-    assert stack is not None, log[-3000:]
+    assert stack is not None or not need_stack, log[-3000:]
     return stack, other, log
 
 
@@ -107,15 +112,19 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     sites = [p for p in stack["sys_path"] if p.endswith("-packages")]
     assert sites[1] == sysconfig.get_paths()["purelib"] and sites[0].startswith(venv), sites
     assert _needs_module(log), log[-2000:]  # (d) after module unload the venv finds no TensorFlow
-    assert _gathered(log, "job_python", "python_from_module", sys=sys) is True, log[-2000:]  # (h) `python`: the module's
+    assert _gathered(log, "job_python", "python_before", "python_from_module", sys=sys) is True, log[-2000:]  # (h) the module's
     assert _gathered(log, "stack", "venv_from_module_python", sys=sys) is True, stack["base_prefix"]  # (i) the venv made from it
     assert _gathered(log, "ebonly", "through_variable"), log[-2000:]  # (e) ... and finds it with only EBPYTHONPREFIXES
     assert _gathered(log, "stack", "module_site", "venv_site", "built_with", "setuptools_from", "setuptools_as_said", sys=sys,  # (f) the build's setuptools
                      job_dir=tmp_path) is True, stack["setuptools_built_with"]
+    assert _gathered(log, "stack", "module_site", "venv_site", "wheel_command", "wheel_from_module", sys=sys, job_dir=tmp_path) \
+        is True, stack["bdist_wheel_built_with"]  # (j) the build's bdist_wheel: the module's
     assert _gathered(log, "stack", "module_site", "venv_site", "sites", "stdlib_first", sys=sys, job_dir=tmp_path) is True, \
         stack["sys_path"]  # (g) the standard library before every site directory
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
-           f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}")
+           f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}; "
+           f"python before the load {_gathered(log, 'python_before')!r}; myextras built with {stack['setuptools_built_with']} "
+           f"and {stack['bdist_wheel_built_with']}")
 
 
 def _gathered(log: str, *targets: str, **names):
@@ -276,7 +285,7 @@ def test_a_venv_made_from_another_python_is_caught(tmp_path, report):
         pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} of another installation here (~/.pyenv, "
                     "/usr/local/bin, /opt): nothing to make the venv with")
     stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", edits=((VENV_LINE, VENV_LINE.replace("python", other, 1)),))
-    python = _gathered(log, "job_python", "python_from_module", sys=sys)
+    python = _gathered(log, "job_python", "python_before", "python_from_module", sys=sys)
     base = _gathered(log, "stack", "venv_from_module_python", sys=sys)
     report(f"lesson 17, the venv made by {other}: TensorFlow from {stack['tensorflow_from']}, the venv's base_prefix "
            f"{stack['base_prefix']} (the kernel's {sys.base_prefix}); python_from_module {python}, venv_from_module_python {base}")
@@ -295,10 +304,110 @@ def test_a_module_that_puts_nothing_on_path_is_caught(tmp_path, report):
     if not found or found == f"{sys.prefix}/bin/python":
         pytest.skip(f"a login shell here finds {found or 'no'} `python` without the module: no other Python to take its place")
     stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", module_edits=(('prepend_path("PATH", pathJoin(root, "bin"))\n', ""),))
-    python = _gathered(log, "job_python", "python_from_module", sys=sys)
+    python = _gathered(log, "job_python", "python_before", "python_from_module", sys=sys)
     report(f"lesson 17, the module without its PATH line: the job's python {_gathered(log, 'job_python')}, the venv's base_prefix "
            f"{stack['base_prefix']}; python_from_module {python}")
     assert python is False, log[-2000:]
+
+
+PURGE = "\nmodule purge\n"  # the job script's clean slate, once
+
+
+def test_python_kept_first_by_the_login_shell_is_not_taken_for_the_modules(tmp_path, report):
+    """Lesson 17, sixth review, finding 1: a login shell that keeps PATH (RHEL's) with this kernel's venv bin/ first, and
+    the modulefile without its PATH line. `python` after the load is this kernel's all the same, which the proof took
+    for the module's doing (it read only the PYTHON line): the notebook's `python_from_module` must be False now that
+    the job also says which `python` it had before the load (PYTHON_BEFORE)."""
+    _lmod()
+    kept = f"\nexport PATH={sys.prefix}/bin:$PATH  # broken: the login shell kept a PATH with this kernel's venv first\nmodule purge\n"
+    assert _notebook_script().count(PURGE) == 1
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", edits=((PURGE, kept),),
+                               module_edits=(('prepend_path("PATH", pathJoin(root, "bin"))\n', ""),))
+    python = _gathered(log, "job_python", "python_before", "python_from_module", sys=sys)
+    report(f"lesson 17, the venv's bin/ kept first by the login shell, the module without its PATH line: python before the load "
+           f"{_gathered(log, 'python_before')}, after it {_gathered(log, 'job_python')}; python_from_module {python}")
+    assert _gathered(log, "job_python") == f"{sys.prefix}/bin/python", log[-2000:]  # what the old proof passed on
+    assert python is False, log[-2000:]
+
+
+def _notebook_script() -> str:
+    return next(text for name, text in written_programs("17_software_stack.ipynb").items() if name.endswith('"stack.sbatch"}'))
+
+
+def test_solution_2_in_a_login_shell_that_keeps_path_with_the_venv_first(tmp_path, monkeypatch, report):
+    """Lesson 17, sixth review, finding 1: with this kernel's venv bin/ first on its PATH, a login shell that keeps the
+    PATH it is handed (RHEL's; here each shell restores it, with the real Lmod) saw that entry before the load, and
+    solution 2 failed ('what was first comes second'). Its shells now get the lesson's PATH for the job, and it passes."""
+    import shlex
+
+    _lmod()
+    monkeypatch.setenv("PATH", f"{sys.prefix}/bin:{os.environ['PATH']}")
+    namespace = {"job_dir": tmp_path, "sys": sys, "os": os, "print": lambda *a, **k: None}
+    for marker in ('modulefiles = job_dir / "modulefiles"', 'extras = job_dir / "extras"', "settings_env = "):
+        exec(_cell(marker), namespace)
+    handed = []
+
+    def keeping_path(args, **kwargs):  # bash -lc, as a login shell that keeps the PATH it is handed
+        path = (kwargs.get("env") or os.environ)["PATH"]
+        handed.append(path)
+        return subprocess.run([*args[:2], f"export PATH={shlex.quote(path)}; {args[2]}"], **kwargs)
+
+    namespace.update({"lmod_here": True, "lmod_why": "", "subprocess": SimpleNamespace(run=keeping_path)})
+    exec(_cell("# Solution 2:"), namespace)
+    report(f"lesson 17 solution 2, the kernel's PATH starting {sys.prefix}/bin, a login shell that keeps PATH: "
+           f"its shells were handed PATHs starting {[p.split(':')[0] for p in handed]}")
+    assert handed and all(f"{sys.prefix}/bin" not in p.split(":") for p in handed), handed
+
+
+def test_the_venvs_build_takes_the_modules_wheel_and_stops_without_one(tmp_path, report):
+    """Lesson 17, sixth review, finding 2: `pip install --no-build-isolation` installs no build requirements, and the
+    venv's setuptools (Debian's 66.1.1 here) has no bdist_wheel of its own: the build needs a `wheel`. A venv made
+    without --system-site-packages has none, and the build of the lesson's myextras stops. Broken: the job's build run
+    with EBPYTHONPREFIXES empty (the reader adds nothing): it takes another `wheel` (Debian's python3-wheel, through
+    --system-site-packages) and the notebook's `wheel_from_module` must be False; where the system has none, the
+    build stops as above."""
+    _lmod()
+    prose = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                 if c.cell_type == "markdown" and "`#!/bin/bash -l` makes the batch shell" in c.source)
+    assert "--no-build-isolation" in prose and "the module's (TensorFlow's `astunparse` requires it)" in prose, prose
+    namespace = {"job_dir": tmp_path / "alone", "print": lambda *a: None}
+    exec(_cell('extras = job_dir / "extras"'), namespace)
+    bare = tmp_path / "bare"  # a venv of the module's Python that sees nothing else
+    subprocess.run([sys.executable, "-m", "venv", str(bare)], check=True, capture_output=True, timeout=300)
+    alone = subprocess.run([str(bare / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index", "--no-build-isolation",
+                            str(namespace["extras"] / "myextras")], capture_output=True, text=True, timeout=300)
+    pip = '"$VENV/bin/python" -m pip install'
+    stack, _, log = _run_stack(tmp_path / "job", "EBPYTHONPREFIXES", edits=((pip, f"EBPYTHONPREFIXES= {pip}"),), need_stack=False)
+    caught = stack and _gathered(log, "stack", "module_site", "venv_site", "wheel_command", "wheel_from_module", sys=sys,
+                                 job_dir=tmp_path / "job")
+    report(f"lesson 17, myextras built in a venv with no wheel: exit {alone.returncode}, "
+           f"{[l.strip() for l in alone.stderr.splitlines() if 'bdist_wheel' in l][-1:]}; the job's build without the "
+           f"module's packages: bdist_wheel from {stack and stack['bdist_wheel_built_with']}, wheel_from_module {caught}")
+    assert alone.returncode != 0 and "invalid command 'bdist_wheel'" in alone.stderr, alone.stderr[-2000:]
+    if stack is None:  # no wheel on the system's path either
+        assert "invalid command 'bdist_wheel'" in log, log[-3000:]
+    else:
+        assert caught is False, log[-2000:]
+
+
+def test_a_node_whose_module_is_tcl_says_no_lmod_and_the_proof_says_not_checked(tmp_path, report, capsys):
+    """Lesson 17, sixth review, finding 4: on a node whose `module` is Tcl Environment Modules (a stand-in answers
+    `module --version` as Modules 5.2 does), the job prints NO_LMOD with the node and that answer, and stops; the
+    notebook reads it, and its proof passes printing NOT CHECKED for the module with the reason, not a failure."""
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import run_proof
+
+    tcl = 'module() { echo "Modules Release 5.2.0 (2022-11-08)" >&2; }  # Tcl Environment Modules\' answer\n'
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", edits=(("\nif ! module --version", f"\n{tcl}if ! module --version"),),
+                               need_stack=False)
+    not_checked = _gathered(log, "no_lmod", "stack_not_checked", lmod_here=True, use_slurm=True, lmod_why="")  # as on Slurm
+    run_proof("17_software_stack.ipynb", {**OK["17_software_stack.ipynb"], "stack": None, "ran_stack": False, "loaded": False,
+                                          "no_lmod": _gathered(log, "no_lmod"), "stack_not_checked": not_checked})
+    said = capsys.readouterr().out
+    report(f"lesson 17's job where `module` is Tcl: {[l for l in log.splitlines() if l.startswith('NO_LMOD')]}; the proof printed "
+           f"{said.strip().splitlines()[0]!r}")
+    assert stack is None and "Modules Release 5.2.0" in (not_checked or ""), log[-2000:]
+    assert f"NOT CHECKED (the module and the venv on top of it): {not_checked}" in said, said
 
 
 def test_the_setuptools_that_built_myextras_is_read_from_the_build(tmp_path, report):
@@ -356,8 +465,9 @@ def _solution_2_shells(job_dir: Path) -> list[str]:
         shells.append(args[2])
         return subprocess.CompletedProcess(args, 0, next(answers), "")
 
-    namespace = {"lmod_here": True, "job_dir": job_dir, "modulefiles": modulefiles, "modulefile": modulefile,
-                 "os": os, "sys": sys, "subprocess": SimpleNamespace(run=run), "print": lambda *a, **k: None}
+    namespace = {"lmod_here": True, "lmod_why": "", "job_dir": job_dir, "modulefiles": modulefiles, "modulefile": modulefile,
+                 "settings_env": {"PATH": "/usr/bin"}, "os": os, "sys": sys, "subprocess": SimpleNamespace(run=run),
+                 "print": lambda *a, **k: None}
     exec(_cell("# Solution 2:"), namespace)
     return shells
 
@@ -431,11 +541,12 @@ def test_every_keras_worker_reports_where_the_site_kills_a_step_on_a_bad_exit(sl
     assert reports == sorted([("3", 0), ("3", 1), ("--fix", 0), ("--fix", 1), ("2", 0), ("2", 1)]), log[-2000:]
 
 
-def test_the_lessons_apptainer_build_command_runs_from_the_checkout():
-    """Lesson 17, second review, finding 3: the build command as the lesson prints it, run from the course's
-    checkout as it says: the definition is at the path it names, every `%files` source (Apptainer resolves a
-    relative one against the directory the build runs in) exists there, and BASE_DIGEST is the part after
-    `sha256:` (the definition writes `@sha256:{{ BASE_DIGEST }}`). The old command named `tf-hpc-course.def`."""
+def test_the_lessons_apptainer_build_command_names_files_the_checkout_has():
+    """Lesson 17, second review, finding 3: the build command as the lesson prints it, read, not run (no Apptainer
+    here), against the course's checkout, where the lesson says to run it: the definition is at the path it names,
+    every `%files` source (Apptainer resolves a relative one against the directory the build runs in) exists there,
+    and BASE_DIGEST is the part after `sha256:` (the definition writes `@sha256:{{ BASE_DIGEST }}`). The old command
+    named `tf-hpc-course.def`."""
     import re
 
     root = NOTEBOOK.parents[1]

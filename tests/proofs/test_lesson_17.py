@@ -14,7 +14,8 @@ import nbformat
 import pytest
 
 from tests.support.notebooks import written_programs
-from tests.support.proof_cells import NOTEBOOKS, assignment_source, function_source, gather_and_prove, holds_unless
+from tests.support.proof_cells import (NOTEBOOKS, assignment_source, function_source, gather_and_prove, holds_unless,
+                                      solution_source)
 
 
 @pytest.mark.parametrize("log,expected", [
@@ -210,7 +211,8 @@ def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_pur
     (tmp_path / "venv" / "bin" / "python").touch()
     (tmp_path / "modulefiles").mkdir()
     namespace = {"subprocess": _Shell(no_purge, purge, variables), "sys": SimpleNamespace(prefix="/m"), "os": os,
-                 "lmod_here": True, "job_dir": tmp_path, "modulefiles": tmp_path / "modulefiles", "print": lambda *a, **k: None}
+                 "lmod_here": True, "lmod_why": "", "settings_env": {"PATH": "/usr/bin:/bin"}, "job_dir": tmp_path,
+                 "modulefiles": tmp_path / "modulefiles", "print": lambda *a, **k: None}
     holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
 
 
@@ -232,9 +234,109 @@ def test_lesson_17_solution_2_without_lmod_reads_what_the_modulefile_sets(tmp_pa
         text = namespace["modulefile"].read_text()
         assert edit[0] in text, edit
         namespace["modulefile"].write_text(text.replace(*edit))
-    namespace.update({"lmod_here": False, "os": os, "subprocess": None})
+    namespace.update({"lmod_here": False, "lmod_why": "no module here", "settings_env": {"PATH": "/usr/bin:/bin"}, "os": os,
+                      "subprocess": None})
     source = next(c.source for c in cells if c.source.startswith("# Solution 2"))
     holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
+
+
+def _cell_17(marker: str) -> str:
+    """Lesson 17's code cell holding `marker`."""
+    return next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                if c.cell_type == "code" and marker in c.source)
+
+
+def test_lesson_17_one_node_is_refused_with_what_to_set(monkeypatch):
+    """Lesson 17's sixth review, finding 5: NODES = 1 raised a ValueError that said the runs "need 2 or more workers"
+    because fit "fails on 2 or more". It must be the course's one-line CourseError, saying what to set."""
+    from helpers.errors import CourseError
+
+    monkeypatch.delenv("COURSE_MODE", raising=False)
+    with pytest.raises(CourseError, match=r"^NODES = 1: set NODES = 2 or more in the first code cell \(Keras 3 fit under "
+                                          r"MWMS fails only on 2 or more workers\)$"):
+        exec(_cell_17("stopwatch = time_lesson("), {"MODE": None, "NODES": 1})
+
+
+def _settings_env_17(tmp_path: Path, prefix: str) -> dict:
+    """Lesson 17's settings for the stack job (its cell run with this kernel's `sys.prefix` as `prefix`)."""
+    namespace = {"job_dir": tmp_path, "modulefiles": tmp_path / "m", "extras": tmp_path / "e", "os": os,
+                 "sys": SimpleNamespace(prefix=prefix)}
+    exec(_cell_17("settings_env = "), namespace)
+    return namespace["settings_env"]
+
+
+def test_lesson_17_the_job_gets_a_path_without_the_module_s_bin(tmp_path, monkeypatch):
+    """Lesson 17's sixth review, finding 1: a kernel started from the activated venv has the module's bin/ first on PATH,
+    and a login shell that keeps PATH (RHEL's) hands it to the job, where `python` is then the module's whatever the
+    module does. The job's settings carry this kernel's PATH without that entry, the rest in order."""
+    monkeypatch.setenv("PATH", "/m/bin:/usr/local/bin:/usr/bin:/m/bin/:/bin")
+    assert _settings_env_17(tmp_path, "/m")["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+class _Lmod:
+    """subprocess for lesson 17's solution 2, answering as Lmod does from the PATH each shell is given (its `env`, else
+    this process's): the module's bin/ moved first on load (Lmod keeps one entry), and on unload an entry that was
+    there before the load stays (Lmod counts it twice); the venv's einops as a job would see it."""
+
+    def __init__(self):
+        self.paths = []
+
+    def run(self, command, **kwargs):
+        path = (kwargs.get("env") or os.environ)["PATH"]
+        self.paths.append(path)
+        if "module unload" not in command[-1]:
+            return SimpleNamespace(stdout="99.0\n" if "module purge" in command[-1] else "0.1-other\n")
+        before = path.split(":")
+        with_module = ["/m/bin", *[p for p in before if p != "/m/bin"]]
+        after = before if "/m/bin" in before else with_module[1:]
+        return SimpleNamespace(stdout=f"{':'.join(before)}||/your/earlier/root\n{':'.join(with_module)}|/m|/m\n{':'.join(after)}||\n")
+
+
+def test_lesson_17_solution_2_with_the_venv_s_bin_first_on_the_kernel_s_path(tmp_path, monkeypatch):
+    """Lesson 17's sixth review, finding 1: with the venv's bin/ first on the kernel's PATH, a login shell that keeps PATH
+    saw it first before the load, and solution 2 failed ('what was first comes second', and bin/ left after the unload).
+    Its shells now get the job's PATH (lesson 17's settings: without the module's bin/), and it passes."""
+    monkeypatch.setenv("PATH", "/m/bin:/usr/bin:/bin")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    (tmp_path / "modulefiles").mkdir()
+    lmod = _Lmod()
+    namespace = {"subprocess": lmod, "sys": SimpleNamespace(prefix="/m"), "os": os, "lmod_here": True, "lmod_why": "",
+                 "settings_env": _settings_env_17(tmp_path, "/m"), "job_dir": tmp_path, "modulefiles": tmp_path / "modulefiles",
+                 "print": lambda *a, **k: None}
+    exec(compile(solution_source("17_software_stack.ipynb", 2), "17 solution 2", "exec"), namespace)
+    assert lmod.paths == ["/usr/bin:/bin"] * 3, lmod.paths
+
+
+def test_lesson_17_a_site_with_tcl_modules_gets_not_checked_and_why(tmp_path, monkeypatch):
+    """Lesson 17's sixth review, finding 4: the modulefile is Lua and what `module unload` gives back is Lmod's rule.
+    Where a login shell's `module` is Tcl Environment Modules, the lesson asks it and finds no Lmod (it looked for
+    Lmod's init file before); solution 2 says NOT CHECKED for the unload and the forgotten purge, with the reason; a
+    stack job whose node has no Lmod prints NO_LMOD, and the proof says NOT CHECKED with it, not a failure; with no
+    Slurm and no Lmod here the proof says NOT CHECKED and why."""
+    tcl = "Modules Release 5.2.0 (2022-11-08)"
+    monkeypatch.setattr(subprocess, "run", lambda command, **_: SimpleNamespace(stdout="", stderr=tcl + "\n"))  # the cell imports it
+    check = {"print": lambda *a, **k: None}
+    exec(_cell_17("lmod_here = "), check)
+    monkeypatch.undo()
+    assert check["lmod_here"] is False and tcl in check["lmod_why"], check["lmod_why"]
+    said = []
+    namespace = {"job_dir": tmp_path, "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
+    exec(_cell_17('modulefiles = job_dir / "modulefiles"'), namespace)
+    namespace.update({"lmod_here": False, "lmod_why": check["lmod_why"], "settings_env": {"PATH": "/usr/bin"}, "os": os,
+                      "subprocess": None})
+    exec(compile(solution_source("17_software_stack.ipynb", 2), "17 solution 2", "exec"), namespace)
+    assert [line for line in said if line.startswith("NOT CHECKED")] == [
+        f"NOT CHECKED (what module unload gives back, Lmod's rule): {check['lmod_why']}",
+        f"NOT CHECKED (a forgotten module purge): {check['lmod_why']}"], said
+    node = f"'module' on node1 is not Lmod: {tcl}"
+    for changes, reason in (({"stack": None, "log": f"NO_LMOD {node}\n"}, node),
+                            ({"stack": None, "log": "\n", "use_slurm": False, "lmod_here": False, "lmod_why": check["lmod_why"]},
+                             f"neither Slurm nor Lmod here ({check['lmod_why']})")):
+        said.clear()
+        gather_and_prove("17_software_stack.ipynb", {**_gathering_namespace_17(tmp_path, changes),
+                                                     "print": lambda *a, **k: said.append(" ".join(map(str, a)))})
+        assert f"NOT CHECKED (the module and the venv on top of it): {reason}" in said, said
 
 
 def _keras_runs_17(**changes) -> dict:
@@ -257,10 +359,11 @@ _SIBLING_SITE_17 = sysconfig.get_paths()["purelib"].replace(sys.prefix, sys.pref
 
 
 def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="", keras_from="",
-              setuptools_from_module=False, user_site=False, stdlib_last=False, yours_on_path=False) -> dict:
+              setuptools_from_module=False, user_site=False, stdlib_last=False, yours_on_path=False, wheel_in_venv=False) -> dict:
     """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's). `stdlib_last`:
     the standard library moved after the site directories (as EasyBuild's sitecustomize.py moves it); `yours_on_path`:
-    the PYTHONPATH the job was handed (yours) on its Python's path."""
+    the PYTHONPATH the job was handed (yours) on its Python's path; `wheel_in_venv`: the build's bdist_wheel from a wheel
+    package of the venv's own, not the module's."""
     module_site = sysconfig.get_paths()["purelib"]
     venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
     sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
@@ -273,6 +376,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "keras": "3.15.1", "keras_from": keras_from or f"{module_site}/keras/__init__.py",
             "myextras_from": f"{venv_site}/myextras/__init__.py",
             "setuptools_built_with": f"{module_site if setuptools_from_module else venv_site}/setuptools/__init__.py",
+            "bdist_wheel_built_with": f"{venv_site if wheel_in_venv else module_site}/wheel/_bdist_wheel.py",
             "einops": "0.8.2" if einops_from_module else "99.0",
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
             "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
@@ -315,14 +419,25 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     # made from another 3.11 (its base_prefix not the kernel's): both passed before
     ({"job_python": "/root/.pyenv/shims/python"}, "`python` should be the module's"),
     ({"job_python": None}, "`python` should be the module's"),
-    ({"stack_changes": {"base_prefix": "/root/.pyenv/versions/3.11.7"}}, "made from the module's Python")],
+    ({"stack_changes": {"base_prefix": "/root/.pyenv/versions/3.11.7"}}, "made from the module's Python"),
+    # sixth review, finding 1: `python` was this kernel's before the load too (a login shell that kept a PATH with the venv's
+    # bin/ first): the module did not put it there; no PYTHON_BEFORE line proves nothing; another Python before is the case
+    ({"python_before": f"{sys.prefix}/bin/python"}, "`python` should be the module's"),
+    ({"python_before": None}, "`python` should be the module's"),
+    ({"python_before": "/usr/bin/python"}, None),
+    # finding 2: the build's bdist_wheel from a wheel of the venv's own, not the module's
+    ({"wheel_in_venv": True}, "bdist_wheel should come from the module"),
+    # finding 4: the node's `module` is Tcl Environment Modules: NOT CHECKED, not a failure
+    ({"stack": None, "log": "NO_LMOD 'module' on node1 is not Lmod: Modules Release 5.2.0 (2022-11-08)\n"}, None),
+    ({"stack": None, "log": "NO_LMOD\n"}, "should load the module")],  # a line without its reason proves nothing
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing",
          "NoDevFiles counted", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
-         "venv from another python"])
+         "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
+         "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
     """From the job's raw log (module list, HANDED, STACK and OTHER lines) and the workers' KERAS reports:
     each broken raw line must fail the proof through the gathering cell."""
@@ -349,19 +464,21 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     job_dir = tmp_path / "software_stack"
     stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module", "tensorflow_from",
                                                                              "keras_from", "setuptools_from_module", "user_site",
-                                                                             "stdlib_last", "yours_on_path")})
+                                                                             "stdlib_last", "yours_on_path", "wheel_in_venv")})
     stack = changes.get("stack", {**stack, **changes.get("stack_changes", {})})
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
     ebonly = changes.get("ebonly", {"tensorflow": True})
     handed = changes.get("handed", str(job_dir / "your-pythonpath"))
     job_python = changes.get("job_python", f"{sys.prefix}/bin/python")  # `command -v python` after the load
-    stack_log = ((f"HANDED PYTHONPATH={handed}\n" if handed is not None else "")
-                 + f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
-                 + (f"PYTHON {job_python}\n" if job_python is not None else "")
-                 + (f"STACK {json.dumps(stack)}\n" if stack else "") + (f"OTHER {json.dumps(other)}\n" if other else "")
-                 + (f"NO_OTHER {changes['no_other']}\n" if "no_other" in changes else "")
-                 + f"UNLOADED {json.dumps(unloaded)}\n" + (f"EBONLY {json.dumps(ebonly)}\n" if ebonly else ""))
+    python_before = changes.get("python_before", "")  # `command -v python` before it: none
+    stack_log = changes.get("log") or ((f"HANDED PYTHONPATH={handed}\n" if handed is not None else "")
+                                       + (f"PYTHON_BEFORE {python_before}\n" if python_before is not None else "")
+                                       + f"Currently Loaded Modules:\n  {changes.get('module_line', '1) tf-hpc-course/2026.11')}\n\n"
+                                       + (f"PYTHON {job_python}\n" if job_python is not None else "")
+                                       + (f"STACK {json.dumps(stack)}\n" if stack else "") + (f"OTHER {json.dumps(other)}\n" if other else "")
+                                       + (f"NO_OTHER {changes['no_other']}\n" if "no_other" in changes else "")
+                                       + f"UNLOADED {json.dumps(unloaded)}\n" + (f"EBONLY {json.dumps(ebonly)}\n" if ebonly else ""))
     lines = [f"KERAS {json.dumps({**r, 'asked': '2' if 'tf_keras' in name else '3', 'fix': 'fix' in name})}"
              for name, reports in _keras_runs_17(**changes.get("runs", {})).items() for r in reports]
     keras_log = "\n".join(["I0000 00:00 some TensorFlow start-up line", *lines, ""])  # the job's log, as written
@@ -370,7 +487,8 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
         exec(assignment_source("17_software_stack.ipynb", name), keras_runs)
     namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": keras_runs["by_variant"],
                  "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_slurm_gave": 0, "gpus_tf_sees": 0,
-                 "where": "Slurm job 7", "lmod_here": True, "use_slurm": True, "NODES": 2,
+                 "where": "Slurm job 7", "lmod_here": changes.get("lmod_here", True), "lmod_why": changes.get("lmod_why", ""),
+                 "use_slurm": changes.get("use_slurm", True), "NODES": 2,
                  "your_pythonpath": job_dir / "your-pythonpath",
                  **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)

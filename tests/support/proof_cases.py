@@ -358,7 +358,9 @@ OK["17_software_stack.ipynb"] = {
     "imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["tf_keras"]},
     "flagged": _FLAGGED, "where": "this machine", "counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0},
     "other_missing": None, "stdlib_first": True, "pythonpath_dropped": True, "handed": "/j/software_stack/your-pythonpath",
-    "job_python": "/j/.venv/bin/python", "python_from_module": True, "venv_from_module_python": True}
+    "job_python": "/j/.venv/bin/python", "python_from_module": True, "venv_from_module_python": True, "python_before": "",
+    "wheel_command": "/j/.venv/lib/python3.11/site-packages/wheel/_bdist_wheel.py", "wheel_from_module": True,
+    "no_lmod": None, "stack_not_checked": None}
 
 
 _MISTAKES_18 = ("model outside strategy.scope()", "one checkpoint path for all", "global batch as each worker's batch",
@@ -1400,6 +1402,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"python_from_module": False, "job_python": "/root/.pyenv/shims/python"},
      "`python` should be the module's"),
     ("17_software_stack.ipynb", {"venv_from_module_python": False}, "made from the module's Python"),
+    # `python` was this kernel's before the load too (a login shell that kept the venv's bin/ first): not the module's doing
+    ("17_software_stack.ipynb", {"python_from_module": False, "python_before": "/j/.venv/bin/python"}, "`python` should be the module's"),
+    # myextras's bdist_wheel from a wheel package of the venv's own, not the module's
+    ("17_software_stack.ipynb", {"wheel_from_module": False,
+                                 "wheel_command": "/j/software_stack/venv/lib/python3.11/site-packages/wheel/_bdist_wheel.py"},
+     "bdist_wheel should come from the module"),
     ("14_predicting_scaling.ipynb", {"predicted_s": 0.2}, "compute plus the ring"),
     # an all-reduce term without the ring's hops (bytes over bandwidth alone), the model its sum all the same
     ("14_predicting_scaling.ipynb", {"allreduce_s": 0.064, "predicted_s": 0.124}, "compute plus the ring"),
