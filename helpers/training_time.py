@@ -28,8 +28,10 @@ of processes a lesson starts (engines, local workers, each step of a job), the e
 up, a job starting once the reservation gives it nodes (its time in the queue is not counted:
 it depends on the class), and each training's first step (tracing, on a GPU also cuDNN picking
 its kernels). Its figures are measured on the course's CPU machines where they say so, ours
-elsewhere. Plots, data preparation and evaluation are in neither figure. `Stopwatch.report()`
-prints the lesson's whole time next to both.
+elsewhere. Plots, data preparation and evaluation are in neither figure. A lesson that waits or
+times passes by design, whatever the hardware, has a third figure (`timed_reading_seconds`: lesson
+16's simulated shared file system and its parsing passes). `Stopwatch.report()` prints the lesson's
+whole time next to them.
 """
 
 from __future__ import annotations
@@ -65,12 +67,19 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
                  "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (3, 0, 0, 3), "07": (0, 4, 0, 8),
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 2), "11": (0, 0, 3, 5),
                  "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
-                 "16": (0, 0, 2, 2), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}
+                 "16": (0, 0, 2, 1), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}  # 16: its jobs read, only the kernel trains
 # processes that start TensorFlow beyond the kernel and LESSON_STARTS' sets: lesson 17's Keras job's second and third
 # steps (each `srun` starts it again; without Slurm, each variant's local workers do) and its solution 1's five
 # programs, each in a fresh process, one after another
 OTHER_TF_STARTS = {"17": 2 + 5}
 LESSON_13_BATCH = 16  # notebooks/13_from_horovod.ipynb's BATCH as shipped (the table's); the lesson passes its own
+# lesson 16's reading, the same on any hardware: its SIMULATED shared file system as shipped (SHARED_MB_S,
+# SHARED_LATENCY_MS), a record's bytes as its reader counts them (a tf.train.Example of 3,072 image bytes and
+# three numbers: 3,143 bytes on average in its quick-mode files, 2026-11-29), and its parsing's timing, 3 rounds
+# of the two ways, each pass at least 1 s
+LESSON_16_SHARED = (25.0, 10.0)
+LESSON_16_RECORD_BYTES = 3143
+LESSON_16_PARSE_TIMING_S = 3 * 2 * 1.0
 
 
 @dataclass(frozen=True)
@@ -178,10 +187,28 @@ def training_gpus(lesson: str, kernel_gpus: int, nodes: int, per_task: int | Non
     return per_task * nodes
 
 
-def startup_seconds(lesson: str, s: Sizes, gpus: int) -> float:
+def timed_reading_seconds(lesson: str, s: Sizes) -> float:
+    """Seconds a lesson waits or times by design, on any hardware: lesson 16's simulated waits (three plain
+    epochs and the cache's first of TIMED batches, and the staging's one pass over the split, each batch 10 ms
+    plus its bytes at 25 MB/s) and its parsing's timing passes; 0 for every other lesson. Reading the files
+    (the workers' passes, the epochs' own parsing) is not counted: that depends on the machine."""
+    if lesson != "16":
+        return 0.0
+    split = s.train_examples or FULL_TRAIN
+    batch = s.per_replica_batch
+    timed = max(s.steps_per_epoch(split, batch), 32)  # the notebook's TIMED
+    batches, records = 4 * timed + -(-split // batch), 4 * timed * batch + split
+    mb_s, latency_ms = LESSON_16_SHARED
+    return batches * latency_ms / 1000 + records * LESSON_16_RECORD_BYTES / (mb_s * 1e6) + LESSON_16_PARSE_TIMING_S
+
+
+def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True) -> float:
     """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
-    cluster of engines, run of local workers, job and other process it starts, and each training's first step."""
+    cluster of engines, run of local workers, job and other process it starts, and each training's first step.
+    `slurm` False: the lesson runs its jobs' tasks as local processes (no job to start; lesson 16 does)."""
     engines, workers, jobs, first_steps = LESSON_STARTS.get(lesson, (0, 0, 0, 0))
+    if not slurm:
+        workers, jobs = workers + jobs, 0
     tf_starts = 1 + engines + workers + jobs + OTHER_TF_STARTS.get(lesson, 0)  # the kernel's first
     models = {w.model for w in lesson_work(lesson, s, max(gpus, 2))} or {"cnn"}
     first = FIRST_STEP_S["resnet50" if "resnet50" in models else "cnn"]
@@ -202,6 +229,7 @@ class Stopwatch:
     predicted_s: float
     where: str
     startup_s: float = 0.0
+    reading_s: float = 0.0  # timed_reading_seconds: what the lesson waits or times by design
     started: float = field(default_factory=time.perf_counter)
     took: float | None = None  # seconds, set by report()
 
@@ -210,27 +238,31 @@ class Stopwatch:
         alone, also where a trailing `;` does not hide a value (nbval keeps no input history, which IPython reads
         to honour it)."""
         took = self.took = time.perf_counter() - self.started
+        reading = f", {_minutes(self.reading_s)} for its timed reading" if self.reading_s else ""
         print(f"lesson {self.lesson}: took {_minutes(took)} in all on {self.where}, against "
-              f"{_minutes(self.predicted_s)} predicted for its training and {_minutes(self.startup_s)} for its "
+              f"{_minutes(self.predicted_s)} predicted for its training{reading} and {_minutes(self.startup_s)} for its "
               "start-up (not data, a queue or evaluation)")
 
 
-def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None) -> Stopwatch:
+def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, slurm: bool = True) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch. `batch`: the
-    per-replica batch the lesson sets itself, where it does (lesson 13's BATCH)."""
+    per-replica batch the lesson sets itself, where it does (lesson 13's BATCH); `slurm`: False where a job
+    lesson runs its jobs' tasks as local processes (lesson 16 says)."""
     from .gpus import gpu_count_without_tf
 
     kernel_gpus = gpu_count_without_tf()
     gpus = training_gpus(lesson, kernel_gpus, replicas)
     work = lesson_work(lesson, s, max(replicas, gpus, 1), batch)
-    predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus)
+    predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus, slurm)
+    reading = timed_reading_seconds(lesson, s)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     if lesson in JOB_LESSONS and gpus:
         where += f" (the job's: {gpus // replicas} on each of {replicas} nodes)"
     trained = ", ".join(f"{w.images:,} images through {w.model}" for w in work) or "none of the course's models trained"
-    print(f"{s.mode} mode: {trained}; predicted on {where}: training {_minutes(predicted)}, start-up "
+    timed = f", timed reading {_minutes(reading)}" if reading else ""
+    print(f"{s.mode} mode: {trained}; predicted on {where}: training {_minutes(predicted)}{timed}, start-up "
           f"{_minutes(startup)} (not data preparation, a queue or evaluation; helpers.training_time says how)")
-    return Stopwatch(lesson, predicted, where, startup)
+    return Stopwatch(lesson, predicted, where, startup, reading_s=reading)
 
 
 def measure(steps: int = 12) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""Lesson 16's simulated shared file system counts batches by where their files really are, and only shared reads wait."""
+"""Lesson 16's simulated shared file system counts batches by where their files really are, only shared reads wait,
+the waits are kept as asked for, and a staged copy is made through the same reader."""
 
 import pytest
 
@@ -22,10 +23,42 @@ def test_batches_are_counted_by_the_files_real_location_and_shared_reads_wait_fo
     local = _files(tmp_path / "local")
     (tmp_path / "link").symlink_to(shared)  # a "local" path that reaches the shared files
     fs = SimulatedSharedFS(shared, mb_s=1.0, latency_ms=100.0)  # 4 records of 1 kB: 104 ms a batch
-    assert fs.timed_pass(fs.records(local, 4, 4))[1] == {"shared": 0, "node-local": 4}
-    seconds, read = fs.timed_pass(fs.records(shared, 4, 4))
-    assert read == {"shared": 4, "node-local": 0} and seconds >= 4 * 0.104, (read, seconds)
-    assert fs.timed_pass(fs.records(tmp_path / "link", 4, 4))[1] == {"shared": 4, "node-local": 0}
+    local_pass = fs.timed_pass(fs.records(local, 4, 4))
+    assert local_pass.batches == {"shared": 0, "node-local": 4} and local_pass.waited_s == 0, local_pass
+    done = fs.timed_pass(fs.records(shared, 4, 4))
+    assert done.batches == {"shared": 4, "node-local": 0} and done.records == {"shared": 16, "node-local": 0}, done
+    assert done.waited_s == pytest.approx(4 * 0.104) and done.seconds >= done.waited_s, done
+    assert fs.timed_pass(fs.records(tmp_path / "link", 4, 4)).batches == {"shared": 4, "node-local": 0}
+
+
+def test_the_waits_kept_are_those_asked_for_however_long_the_machine_takes(tmp_path, monkeypatch):
+    """A busy machine stretches a pass on the clock (here each sleep takes 50 ms more), not its waits: the
+    proof of lesson 16 reads the waits."""
+    import time
+
+    from helpers import shared_fs
+
+    shared = _files(tmp_path / "shared")
+    fs = SimulatedSharedFS(shared, mb_s=1.0, latency_ms=10.0)  # 4 records of 1 kB: 14 ms a batch
+    idle = fs.timed_pass(fs.records(shared, 4, 4))
+    sleep = time.sleep
+    monkeypatch.setattr(shared_fs.time, "sleep", lambda s: sleep(s + 0.05))
+    loaded = fs.timed_pass(fs.records(shared, 4, 4))
+    assert loaded.seconds >= loaded.waited_s + 4 * 0.05 and loaded.waited_s == pytest.approx(idle.waited_s), (idle, loaded)
+
+
+def test_a_staged_copy_holds_what_its_counted_reads_gave_byte_for_byte(tmp_path):
+    """staged_copy reads each file once through the reader (counted, waited for) and writes the records it read:
+    the copy is the shared files byte for byte, every record once; a destination that exists is refused."""
+    shared = _files(tmp_path / "shared", n=3, records=5)
+    fs = SimulatedSharedFS(shared, mb_s=1e6, latency_ms=1.0)
+    done = fs.timed_pass(fs.staged_copy(shared, tmp_path / "local" / "copy", 4))
+    assert done.records == {"shared": 15, "node-local": 0} and done.batches == {"shared": 6, "node-local": 0}, done
+    assert done.waited_s >= 6 * 0.001, done
+    assert {p.name: p.read_bytes() for p in (tmp_path / "local" / "copy").iterdir()} == \
+        {p.name: p.read_bytes() for p in shared.iterdir()}
+    with pytest.raises(CourseError, match="exists"):
+        fs.timed_pass(fs.staged_copy(shared, tmp_path / "local" / "copy", 4))
 
 
 def test_records_come_in_file_order_and_repeat_to_the_batches_asked_for(tmp_path):

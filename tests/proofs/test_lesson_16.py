@@ -15,7 +15,7 @@ from helpers.settings import value as settings_value
 
 from tests.support.proof_cases import OK
 from tests.support.proof_cells import (
-    assignment_source, cell_defining, function_source, gather_and_prove, holds_unless, solution_source,
+    assignment_source, cell_defining, function_source, gather_and_prove, holds_unless, run_proof, solution_source,
 )
 
 
@@ -233,7 +233,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
             full = [len(indices) // steps] * steps
         batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
         copy_of = dict(list(shared.items())[:7]) if copy_short and rank == 0 else shared
-        reports.append({"rank": rank, "host": f"node{rank + 1}", "shards": mine, "read_from": str(copy.resolve()),
+        reports.append({"rank": rank, "host": f"node{rank + 1}", "read_from": str(copy.resolve()),
                         "read_from_id": [where.st_dev, where.st_ino], "copy": copy_of,
                         "indices": indices + indices[:1] * (repeat_first and rank == 0), "batches": batches,
                         "orders": [list(range(8)) if orders_all else mine,
@@ -251,11 +251,11 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"bind_mounted": True}, "complete copy"),  # another path, the shared directory's inode
     ({"copy_short": True}, "complete copy"),  # a worker's copy that misses a file
     # the passes that show the new orders read every file (AutoShardPolicy.OFF there; the review's broken copy)
-    ({"orders_all": True}, "should be its own"),
+    ({"orders_all": True}, "its own on every pass"),
     ({"stopped": True}, "as many steps"),  # the worker that ran out stopped instead of stepping on
     ({"spread": True}, "empty batches"),  # the worker with fewer examples: its last batch not empty
     # the second staged epoch read half its batches from the shared files (counted per pass)
-    ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staging should read the shared file system once"),
+    ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
     # this kernel's staged copy: half the files copied, or a file whose bytes differ from the shared one's
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short",
@@ -280,11 +280,12 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
     staged_reads = changes.pop("staged_reads", [(128, 0), (0, 64), (0, 64), (0, 64)])
     reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
     ok = OK["16_input_at_scale.ipynb"]
-    raw = {**{k: v for k, v in ok.items() if k not in ("files_of", "expected", "counts", "covered", "staged_everywhere",
+    raw = {**{k: v for k, v in ok.items() if k not in ("took", "expected", "counts", "covered", "staged_everywhere",
                                                         "reshuffled", "read_from", "copy_complete", "staged_files",
                                                         "shared_files", "orders_own", "steps", "ran_out")},
-           "reports": reports, "SHARDS": 8, "train_size": 64, "shared": tmp_path / "shared", "staged": staged, "os": os,
-           "staging_s": 0.03, "print": lambda *a, **k: None,
+           "reports": reports, "SHARDS": 8, "train_size": 64, "staged_records": 64, "shared": tmp_path / "shared",
+           "staged": staged, "os": os,
+           "print": lambda *a, **k: None,
            "reads": {name: [{"shared": shared, "node-local": local} for shared, local in passes] for name, passes in
                      {"shared every epoch": [(64, 0)] * 3, "cache(filename=...)": [(64, 0), (0, 0), (0, 0)],
                       "staged": staged_reads}.items()}}  # fs.timed_pass's counts, pass by pass
@@ -319,3 +320,121 @@ def test_lesson_16_workers_make_enough_passes_that_one_order_by_chance_stays_bel
     if shards == 8:
         assert same_every_pass(7) == (2.0**-20, 21)
         assert 1 / 2 ** (2 - 1) > 1e-6  # two passes at 7 workers on 8 files: one chance in 2
+
+
+def test_lesson_16_proof_checks_the_simulated_waits_not_the_clock(capsys):
+    """Second review, finding 1: other jobs on a busy machine stretch a pass's seconds on the clock (a staged
+    epoch 1.2 s, slower than a shared one; the cache's second epoch 1.0 s), not the waits the simulation asks
+    for: the proof must pass that run. (It failed the proof that compared the clock's seconds.)"""
+    ok = OK["16_input_at_scale.ipynb"]
+    loaded = {**ok, "epochs": {**ok["epochs"], "staged": [0.03, 1.2, 0.02], "cache(filename=...)": [0.97, 1.0, 0.02]},
+              "took": {**ok["took"], "staged": [1.9, 0.03, 1.2, 0.02], "cache(filename=...)": [0.97, 1.0, 0.02]}}
+    run_proof("16_input_at_scale.ipynb", loaded)
+    assert "waiting for nothing against 0.9 s a shared epoch" in capsys.readouterr().out
+
+
+def _one_node_16() -> dict:
+    """A correct run at NODES = 1: 8 files over 1 worker, then 2 (4 each): every run even, nothing runs out."""
+    files = {1: [list(range(8))], 2: [[0, 2, 4, 6], [1, 3, 5, 7]]}
+    return {**OK["16_input_at_scale.ipynb"], "NODES": 1, "reports": {1: [{}], 2: [{}, {}]}, "expected": files,
+            "hidden_first": {1: True, 2: True}, "orders_own": {1: True, 2: True}, "steps": {1: [32], 2: [16]},
+            "ran_out": {1: [], 2: []}, "counts": {1: [2048], 2: [1024, 1024]}, "covered": {1: True, 2: True},
+            "staged_everywhere": {1: True, 2: True}}
+
+
+def test_lesson_16_proof_says_not_shown_where_no_run_is_uneven(capsys):
+    """Second review, finding 3: at NODES = 1 no run is uneven, so no worker runs out and the empty-batch check
+    looks at nobody: the proof must say NOT SHOWN, and its last line must not claim it; at NODES = 2 (a run
+    of 3 workers on 8 files: 3, 3 and 2) it says nothing of the kind."""
+    run_proof("16_input_at_scale.ipynb", _one_node_16())
+    out = capsys.readouterr().out
+    assert "NOT SHOWN (no uneven run)" in out and "ran out stepped on" not in out, out
+    run_proof("16_input_at_scale.ipynb", OK["16_input_at_scale.ipynb"])
+    out = capsys.readouterr().out
+    assert "NOT SHOWN" not in out and "(a worker that ran out stepped on with empty batches)" in out, out
+
+
+@pytest.mark.parametrize("train_size,batch,steps,said", [
+    (2048, 32, 64, ""),  # quick mode: the whole split, in whole batches
+    (50_000, 128, 390, "whole batches: 391 with the last, partial one"),  # workshop: not cut, 390.6 batches
+    (50_000, 128, 4, "cut by COURSE_MAX_STEPS: 391 batches"),  # COURSE_MAX_STEPS=4: 32 read (at least 32)
+    (50_000, 128, 100, "cut by COURSE_MAX_STEPS: 391 batches")])
+def test_lesson_16_figure_title_says_the_epochs_are_cut_only_when_they_are(train_size, batch, steps, said):
+    """Second review, finding 6: the title said "epochs cut" in workshop mode, whose epochs are whole (390 whole
+    batches of 50,000 images; 391 with the last, partial one): it says "cut" only when COURSE_MAX_STEPS cut them."""
+    spec = {"train_size": train_size, "BATCH": batch, "STEPS": steps, "TIMED": max(steps, 32)}
+    exec(assignment_source("16_input_at_scale.ipynb", "ALL"), spec)
+    exec(assignment_source("16_input_at_scale.ipynb", "cut"), spec)
+    assert (said in spec["cut"]) and bool(spec["cut"]) == bool(said), spec["cut"]
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # an epoch's TIMED batches read for the staging (32 of 32 here: ALL too), the copy made apart from the reads;
+    # the batches' count is the split's, the records are not (1,024 read of 1,000: 24 twice)
+    (("staging = fs.timed_pass(fs.staged_copy(shared, staged, BATCH))",
+      "staging = fs.timed_pass(fs.records(shared, BATCH, TIMED)); shutil.copytree(shared, staged)"), "every record"),
+    # staged twice: the split read once more after the copy
+    (("fs.timed_pass(fs.staged_copy(shared, staged, BATCH))",
+      "fs.timed_pass(itertools.chain(fs.staged_copy(shared, staged, BATCH), fs.records(shared, BATCH)))"), "every record"),
+    # no staging read: the files copied beside the reader, nothing read or timed
+    (("staging = fs.timed_pass(fs.staged_copy(shared, staged, BATCH))",
+      "staging = fs.timed_pass([]); shutil.copytree(shared, staged)"), "every record"),
+], ids=["as written", "an epoch's batches", "staged twice", "no staging read"])
+def test_lesson_16_staging_reads_every_record_once_into_the_copy(tmp_path, change, match):
+    """Second review, finding 2: with TIMED == ALL (quick mode's 64 and 64) a staging that read an epoch's batches
+    passed the batch count. The notebook's staging cell, run for real through the simulated file system on
+    1,000 records in 8 files at batch 32 (TIMED = ALL = 32): the proof counts the records staged (the split's,
+    once) and this kernel's copy byte for byte; an epoch's batches (1,024 records), the split twice, or no
+    staging read must fail it."""
+    import itertools
+    import shutil
+
+    from helpers.shared_fs import SimulatedSharedFS
+
+    shards = _lesson_16_shards(tmp_path / "shared", 1000, lambda i: i % 8)
+    source = cell_defining("16_input_at_scale.ipynb", 'staged = node_local / "staged"')
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    (tmp_path / "node-local").mkdir()
+    ok = OK["16_input_at_scale.ipynb"]
+    run = {"fs": SimulatedSharedFS(tmp_path / "shared", mb_s=1e4, latency_ms=1.0), "shared": tmp_path / "shared",
+           "node_local": tmp_path / "node-local", "BATCH": 32, "TIMED": 32, "parse_batch": shards["parse_batch"],
+           "shutil": shutil, "itertools": itertools, "epochs": {name: list(ok["epochs"][name]) for name in ok["epochs"]},
+           "reads": {name: [] for name in ok["epochs"]}, "waits": {name: [] for name in ok["epochs"]}}
+    exec(function_source("16_input_at_scale.ipynb", "record"), run)
+    run["epochs"]["staged"] = []
+    exec(compile(source, "16 staging", "exec"), run)
+    reads = {name: run["reads"][name] or [{"shared": n, "node-local": 0} for n in ok["read_from"][name]["shared"]]
+             for name in run["reads"]}
+    waits = {name: run["waits"][name] or ok["waits"][name] for name in run["waits"]}
+    raw = {**{k: v for k, v in ok.items() if k not in ("took", "read_from", "copy_complete", "staged_files", "shared_files")},
+           "reports": {2: _reports_16(tmp_path, 2, 1000), 3: _reports_16(tmp_path, 3, 1000)}, "train_size": 1000,
+           "TIMED": 32, "replayed": 32, "staged_records": run["staged_records"], "staging_s": run["staging_s"], "staged": run["staged"],
+           "shared": tmp_path / "shared", "epochs": {**ok["epochs"], "staged": run["epochs"]["staged"]}, "reads": reads,
+           "waits": waits, "SHARED_LATENCY_MS": 1.0, "os": os, "print": lambda *a, **k: None}
+    exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
+    raw["read_from"] = {**raw["read_from"], "cache(filename=...)": {"shared": [32, 0, 0], "node-local": "not counted"},
+                        "shared every epoch": {"shared": [32] * 3, "node-local": [0] * 3}}
+    holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
+    if match is None:
+        assert run["staged_records"] == 1000 and run["reads"]["staged"][0]["shared"] == 8 * math.ceil(125 / 32)
+
+
+@pytest.mark.parametrize("first_done", [False, True], ids=["while the first writes", "after the first finished"])
+def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_first_writes(tmp_path, first_done):
+    """Second review, finding 4: the clash is shown, not said: the lesson's cell, run for real, gets
+    AlreadyExistsError from the second pipeline while the first is writing its cache; once the first has
+    finished (its whole pass read) the second reads that cache, the error is gone, and the proof fails."""
+    import tensorflow as tf
+
+    source = cell_defining("16_input_at_scale.ipynb", 'one_name = str(node_local / "one-name")')
+    if first_done:
+        assert "next(first)  #" in source
+        source = source.replace("next(first)  #", "list(first)  #")
+    run = {"tf": tf, "node_local": tmp_path, "print": lambda *a, **k: None}
+    exec(compile(source, "16 clash", "exec"), run)
+    assert run["clash"].startswith("AlreadyExistsError") != first_done, run["clash"]
+    holds_unless("should stop with AlreadyExistsError" if first_done else None, run_proof, "16_input_at_scale.ipynb",
+                 {**OK["16_input_at_scale.ipynb"], "clash": run["clash"]})
