@@ -29,6 +29,8 @@ SHAPES = {
     "NODES": (3,),  # workers of the batch-job lessons (local processes here)
     "WORKERS": (3,),  # lesson 14's engines
 }
+# a notebook's own further shapes: lesson 10 at 3 replicas, which its small global batch of 32 does not divide
+NOTEBOOK_SHAPES = {"10_large_batches.ipynb": ({"CPU_REPLICAS": 3},)}
 
 
 def full_size_data(cache: Path) -> Path:
@@ -65,13 +67,13 @@ def with_parameters(path: Path, values: dict[str, int], out_dir: Path) -> Path:
 
 
 def shapes_of(path: Path) -> list[dict[str, int]]:
-    """The default shape, then each other value of each count the notebook's parameter cell has."""
+    """The default shape, then each other value of each count the notebook's parameter cell has, then its own."""
     import nbformat
 
     first = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code").source
     found = [{name: value} for name, values in SHAPES.items() if re.search(rf"^{name}\s*=", first, re.M)
              for value in values]
-    return [{}, *found]
+    return [{}, *found, *NOTEBOOK_SHAPES.get(path.name, ())]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.proof_cases import LESSON_10_RUNS, OK
-from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless, run_proof
+from tests.support.proof_cells import (
+    NOTEBOOKS, cell_defining, gather_and_prove, holds_unless, run_edited_to_its_proof, run_proof, solution_source,
+)
 
 
 def test_lesson_10_passes_where_linear_scaling_ends_below_the_small_batch():
@@ -57,9 +59,9 @@ def test_lesson_10_gathering_cell_derives_each_steps_loss_from_the_running_means
 @pytest.mark.parametrize("rate,match", [("0.0", None), ("1e-6", "should never move")], ids=["rate 0", "rate 1e-6"])
 def test_lesson_10_proof_fails_when_the_run_at_learning_rate_0_moves(rate, match):
     """The lesson's own cells for the run at learning rate 0 (built, then stepped), for real, on 64 random images
-    in global batches of 16 (2 warm-up steps and the next) under the default strategy: at a rate of 1e-6 instead
-    of 0 its weights move, if little (fourth review: the lesson said they never move and nothing checked it), and
-    the proof must say so; at 0 none moves."""
+    in global batches of 16 (2 warm-up steps and the next, stopped in the first of 2 epochs of 4) under the default
+    strategy: at a rate of 1e-6 instead of 0 its weights move, if little (fourth review: the lesson said they never
+    move and nothing checked it), and the proof must say so; at 0 none moves."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -71,13 +73,14 @@ def test_lesson_10_proof_fails_when_the_run_at_learning_rate_0_moves(rate, match
     images = np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3), dtype=np.uint8)
     labels = np.random.default_rng(1).integers(0, 10, 64)
     namespace = {"keras": keras, "small_cnn": small_cnn, "training_dataset": training_dataset, "large": 16,
+                 "epochs": 2, "per_epoch": 64,  # the runs' 2 epochs of 4 steps, which the yardstick's fit takes too
                  "strategy": tf.distribute.get_strategy(), "warmup_steps_of": lambda batch: 2,
                  "examples": tf.data.Dataset.from_tensor_slices((images, labels)), "print": lambda *a, **k: None}
     cells = (cell_defining("10_large_batches.ipynb", "class StepLog"), build.replace("CosineDecay(0.0,", f"CosineDecay({rate},"),
              cell_defining("10_large_batches.ipynb", "frozen_moved = "))  # the callback, the run built, its steps
     for source in cells:
         exec(compile(source, "10 frozen", "exec"), namespace)
-    assert len(namespace["frozen_means"][0]) == 3  # its 3 steps, all taken
+    assert [len(m) for m in namespace["frozen_means"]] == [3]  # its 3 steps, all taken, then stopped mid-epoch
     holds_unless(match, run_proof, "10_large_batches.ipynb", {**OK["10_large_batches.ipynb"],
                                                               "frozen_moved": namespace["frozen_moved"]})
 
@@ -138,3 +141,111 @@ def test_lesson_10_proof_fails_when_a_schedule_is_not_a_cosine_to_0_at_its_run_s
     found the halfway check this replaced caught nothing the curve did not)."""
     measured = _schedules_measured(**changes)
     holds_unless(match, run_proof, "10_large_batches.ipynb", {**OK["10_large_batches.ipynb"], **measured})
+
+
+def test_lesson_10_runs_on_3_replicas(tmp_path, monkeypatch):
+    """Fifth review, finding 1: lesson 10 at CPU_REPLICAS = 3, quick mode, run for real up to its proof. SMALL = 32
+    does not split evenly over 3 replicas (11, 11 and 10 images), and Keras 3.15 builds the model from the replicas'
+    first shares averaged element by element (`strategy.reduce("MEAN", ..., axis=None)` in
+    `_maybe_symbolic_build`, keras/src/backend/tensorflow/trainer.py): the first `fit` failed there. The lesson
+    now rounds SMALL up to a multiple of the replicas, says so, and its proof holds."""
+    import nbformat
+
+    monkeypatch.setenv("COURSE_MODE", "quick")
+    status, detail = run_edited_to_its_proof("10_large_batches.ipynb", "CPU_REPLICAS = 2", "CPU_REPLICAS = 3",
+                                             "left < gap / 2", tmp_path, monkeypatch, timeout=900)
+    assert status == "ok", detail
+    ran = nbformat.read(tmp_path / "out" / "10_large_batches.ipynb", as_version=4)
+    shown = "".join(o.get("text", "") for c in ran.cells if c.cell_type == "code" for o in c.outputs)
+    assert "rounded up to 33" in shown and "global batches 33 and 528" in shown, shown[-3000:]
+
+
+def test_make_fullcheck_runs_lesson_10_on_3_replicas():
+    """Fifth review, finding 1: `make fullcheck` runs lesson 10 at CPU_REPLICAS = 3 too, a count 32 does not divide."""
+    from helpers.commands.fullcheck import shapes_of
+
+    assert {"CPU_REPLICAS": 3} in shapes_of(NOTEBOOKS / "10_large_batches.ipynb")
+    assert {"CPU_REPLICAS": 3} not in shapes_of(NOTEBOOKS / "12_strategy_tour.ipynb")  # lesson 10's case only
+
+
+def _anew_each_epoch(monkeypatch) -> None:
+    """Keras as if its `fit` made a new iterator over the dataset every epoch (Keras 3.15 keeps one across epochs when
+    `steps_per_epoch` is given: `EpochIterator._enumerate_iterator`, keras/src/trainers/epoch_iterator.py)."""
+    from keras.src.trainers import epoch_iterator
+
+    keeping = epoch_iterator.EpochIterator._enumerate_iterator
+
+    def anew(self):
+        self._current_iterator = None
+        return keeping(self)
+
+    monkeypatch.setattr(epoch_iterator.EpochIterator, "_enumerate_iterator", anew)
+
+
+@pytest.mark.parametrize("anew", [False, True], ids=["Keras 3.15", "a new iterator every epoch"])
+def test_lesson_10_yardstick_loses_what_a_run_s_starting_weights_lose_on_that_run_s_batches(anew, monkeypatch):
+    """Fifth review, finding 4: the run at learning rate 0 (the yardstick) must read, at each step of the window
+    (steps 1 to W + 1), the batch a run reads at that step. The lesson's own cells, for real, on 64 random images in
+    global batches of 16 (4 a pass), under the default strategy: a run at rate 0 (the runs' cell: 3 epochs of 3 steps),
+    then the yardstick (its cells), with W = 3, so that the window crosses the end of the runs' first epoch. Their
+    step losses must agree. Fitted as one epoch of W + 1 steps, the yardstick read the runs' batches only because
+    Keras keeps the iterator across epochs; under a Keras that makes a new one every epoch, it read others (step 4)."""
+    import time
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from helpers.lesson import small_cnn, training_dataset
+
+    if anew:
+        _anew_each_epoch(monkeypatch)
+    images = np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3), dtype=np.uint8)
+    labels = np.random.default_rng(1).integers(0, 10, 64)
+    namespace = {"keras": keras, "time": time, "small_cnn": small_cnn, "training_dataset": training_dataset,
+                 "strategy": tf.distribute.get_strategy(), "large": 16, "epochs": 3, "per_epoch": 48,
+                 "warmup_steps_of": lambda batch: 3, "runs": {"rate 0": (16, "none", False)},
+                 "schedule": lambda batch, rule, warmup: keras.optimizers.schedules.CosineDecay(0.0, decay_steps=1),
+                 "examples": tf.data.Dataset.from_tensor_slices((images, labels)), "print": lambda *a, **k: None}
+    for marker in ("class StepLog", "histories, took", "frozen = small_cnn()", "frozen_moved = ", "def own_losses"):
+        exec(compile(cell_defining("10_large_batches.ipynb", marker), f"10 {marker}", "exec"), namespace)
+    run, yardstick = namespace["step_loss"]["rate 0"][:4], namespace["frozen_loss"]
+    assert len(yardstick) == 4, yardstick
+    assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(run, yardstick)), (run, yardstick)
+
+
+def _solution_1(schedule=None) -> None:
+    """Lesson 10's solution 1 on quick mode's large batch (512, a warm-up of 8 steps), with the lesson's own schedule or
+    `schedule`."""
+    import keras
+
+    namespace = {"keras": keras, "math": math, "SMALL": 32, "FACTOR": 16, "large": 512, "base_lr": 0.025, "epochs": 4,
+                 "per_epoch": 4096, "sizes": SimpleNamespace(warmup_fraction=0.25), "print": lambda *a, **k: None}
+    for marker in ("def run_steps", "def schedule("):
+        exec(compile(cell_defining("10_large_batches.ipynb", marker), f"10 {marker}", "exec"), namespace)
+    assert namespace["warmup_steps_of"](512) == 8
+    if schedule:
+        namespace["schedule"] = schedule(namespace["schedule"])
+    exec(compile(solution_source("10_large_batches.ipynb", 1), "10 solution 1", "exec"), namespace)
+
+
+def _bowed(schedule):
+    """The lesson's schedules with a warm-up of 8 steps bowed: right at its start, middle and end, off its line between."""
+    def bowed(batch, rule, warmup):
+        straight = schedule(batch, rule, warmup)
+        ramp = 8
+
+        def rate(step):
+            step = float(step)
+            bow = 0.1 * float(straight(ramp)) * math.sin(2 * math.pi * step / ramp) if step < ramp else 0.0
+            return float(straight(step)) + bow
+        return rate
+    return bowed
+
+
+@pytest.mark.parametrize("bowed", [False, True], ids=["the lesson's schedule", "a warm-up bowed between its ends"])
+def test_lesson_10_solution_1_checks_the_whole_warm_up(bowed):
+    """Fifth review, finding 5: solution 1 says the warm-up is a straight line from the small batch's rate to the
+    peak; it checked the midpoint only, and a warm-up bowed 10 % of the peak off the line between its start, middle
+    and end passed."""
+    holds_unless("straight line" if bowed else None, _solution_1, _bowed if bowed else None)
