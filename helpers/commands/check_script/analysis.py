@@ -7,9 +7,11 @@ docs/check-your-script.md.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .files import write_findings
 from .findings import Finding
-from .inputs import input_findings
+from .inputs import input_findings, training_key
 from .launch import Run
 from .options import Options
 
@@ -227,31 +229,68 @@ def tolerance(steps: int, w_norm: float, moved: float) -> float:
       steps, 4 eps S ||w|| with a margin of 2. Relative to the update it is 4 eps ||w|| / (||w_1 -
       w_0|| / S), float32's resolution of the weights over the mean step: it grows when the
       steps are small next to the weights, where float32 cannot tell the runs apart any better.
-    Training carries a difference on from step to step; over a check's few steps the correct
-    scripts here stay far inside (docs/check-your-script.md has the figures); every mistake the
-    command names moves the weights by a large part of the update.
+    Training carries a difference on from step to step and can amplify it past any bound, so the
+    runs are judged step by step (`_weights_finding`); every mistake the command names moves the
+    weights by a large part of the update from the first step.
     """
     return 64 * EPS32 + 4 * EPS32 * steps * w_norm / moved
 
 
-def _displacements(ref: Run, run: Run, model: int) -> tuple | None:
+class Apart(NamedTuple):
+    """The N workers' weights against one worker's after `step` steps: their difference and its
+    tolerance, and how far the N workers moved them along one worker's update (1: as far), each
+    relative to one worker's update since the first step."""
+    step: int
+    rel: float
+    tol: float
+    ratio: float
+
+
+def _trail(ref: Run, run: Run, model: int, steps: int) -> list[Apart] | None:
+    """How far apart the runs' weights of `model` were after each step both recorded (the first
+    steps of the training stream, `worker.snapshot_weights`), then after the last; None when the
+    weights cannot be paired. A step after which one worker's weights had not moved is left out."""
     import numpy as np
 
     a, b = ref.weights.get(0, {}), run.weights.get(0, {})
-    names = sorted(k for k in a if k.startswith(f"final_{model}_"))
-    if not names or any(k not in b or k.replace("final_", "init_") not in a or a[k].shape != b[k].shape
+    names = sorted(k[len("final_"):] for k in a if k.startswith(f"final_{model}_"))
+    if not names or any(f"final_{k}" not in b or f"init_{k}" not in a or a[f"final_{k}"].shape != b[f"final_{k}"].shape
                         for k in names):
         return None
-    w1 = np.concatenate([a[k].ravel() for k in names]).astype(np.float64)
-    wn = np.concatenate([b[k].ravel() for k in names]).astype(np.float64)
-    w0 = np.concatenate([a[k.replace("final_", "init_")].ravel() for k in names]).astype(np.float64)
-    return w0, w1, wn
+
+    def flat(weights: dict, prefix: str):
+        return np.concatenate([weights[prefix + k].ravel() for k in names]).astype(np.float64)
+
+    w0 = flat(a, "init_")
+    points = [(j - 1, flat(a, ours), flat(b, theirs)) for j, ours, theirs in _fed_pairs(ref, run, names, steps)]
+    trail = []
+    for step, w1, wn in points + [(steps, flat(a, "final_"), flat(b, "final_"))]:
+        moved = float(np.linalg.norm(w1 - w0))
+        if moved > 0:
+            tol = tolerance(step, float(max(np.linalg.norm(w0), np.linalg.norm(w1))), moved)
+            apart = float(np.linalg.norm(wn - w1)) / moved
+            trail.append(Apart(step, apart, tol, float(np.dot(wn - w0, w1 - w0)) / moved ** 2))
+    return trail
+
+
+def _fed_pairs(ref: Run, run: Run, names: list[str], steps: int) -> list[tuple[int, str, str]]:
+    """(feed j, one worker's prefix, the N workers' prefix) of the weights both runs recorded as
+    the j-th step of the training stream was fed (after j - 1 steps), for j - 1 below `steps`."""
+    key = training_key(ref.reports.get(0, {}))
+    places = [next((i for i, e in enumerate(r.reports.get(0, {}).get("fed", [])) if (e["phase"], e["fn"]) == key),
+                   None) for r in (ref, run)]
+    if key is None or None in places:
+        return []
+    pairs, j = [], 2
+    while j - 1 < steps and all(f"fed{places[0]}_{j}_{k}" in ref.weights[0] and f"fed{places[1]}_{j}_{k}" in
+                                run.weights[0] for k in names):
+        pairs.append((j, f"fed{places[0]}_{j}_", f"fed{places[1]}_{j}_"))
+        j += 1
+    return pairs
 
 
 def weight_findings(ref: Run, run: Run, comparable: bool) -> list[Finding]:
     """The N workers' trained weights against one worker's, relative to one worker's update."""
-    import numpy as np
-
     n, steps = run.workers, run_steps(run) or 0
     report = run.reports.get(0, {})
     models = unique_models(report)
@@ -270,50 +309,80 @@ def weight_findings(ref: Run, run: Run, comparable: bool) -> list[Finding]:
                         "weights on every worker)", to_see="the fix of the identical weights line")]
     bn = [layer["name"] for _, m in models for layer in m.get("batch_norm", []) if not layer["synchronized"]]
     dropout = sorted(set(report.get("dropout_off", [])))
+    notes = (f"; dropout turned off in {', '.join(dropout)}" if dropout else "")
     findings = []
     for index, model in models:
-        found = _displacements(ref, run, index)
-        if found is None:
+        trail = _trail(ref, run, index, steps)
+        if trail is None:
             findings.append(Finding("NOT SEEN", name, f"model '{model['name']}': the runs' weights cannot be paired "
                                     "(different shapes, or not built before the first step)",
                                     to_see="build the model before training (keras.Input, or model.build)"))
-            continue
-        w0, w1, wn = found
-        moved = float(np.linalg.norm(w1 - w0))
-        if moved == 0:
+        elif not trail or trail[-1].step != steps:
             findings.append(Finding("NOT SEEN", name, f"model '{model['name']}' did not move in {steps} steps with "
                                     "one worker", to_see="a learning rate and data that move the weights"))
-            continue
-        tol = tolerance(steps, float(max(np.linalg.norm(w0), np.linalg.norm(w1))), moved)
-        rel = float(np.linalg.norm(wn - w1) / moved)
-        ratio = float(np.dot(wn - w0, w1 - w0) / moved ** 2)
-        notes = (f"; dropout turned off in {', '.join(dropout)}" if dropout else "")
-        if bn:
+        elif bn:
+            last = trail[-1]
             findings.append(Finding("NOT SEEN", name, f"not exact: batch-norm layers {', '.join(bn)} normalise each "
-                                    f"replica's examples alone; difference {rel:.1e} of the update after {steps} steps "
-                                    f"(tolerance {tol:.1e}){notes}",
+                                    f"replica's examples alone; difference {last.rel:.1e} of the update after {steps} "
+                                    f"steps (tolerance {last.tol:.1e}){notes}",
                                     to_see="BatchNormalization(synchronized=True) (see the batch norm line)"))
-        elif rel <= tol:
-            findings.append(Finding("PASS", name, f"after {steps} steps the {n} workers' weights differ from one "
-                                    f"worker's by {rel:.1e} of the update (tolerance {tol:.1e}: float32 rounding, "
-                                    f"relative to the update){notes}"))
-        elif abs(ratio - n) < 0.3 * n:
-            findings.append(Finding("FAIL", name, f"the {n} workers moved the weights {ratio:.2f} times as far as one "
-                                    f"worker over the same {steps} steps: the loss is averaged over each replica's "
-                                    "batch, and the strategy then sums the replicas' gradients",
-                                    "divide the per-example losses by the global batch: tf.nn.compute_average_loss("
-                                    "per_example_loss, global_batch_size=GLOBAL_BATCH)"))
-        elif abs(ratio - 1 / n) < 0.3 / n:
-            findings.append(Finding("FAIL", name, f"the {n} workers moved the weights {ratio:.2f} times as far as one "
-                                    "worker: the gradients are averaged twice", "sum the per-example losses over the "
-                                    "global batch once (tf.nn.compute_average_loss); do not divide by "
-                                    "num_replicas_in_sync again"))
         else:
-            findings.append(Finding("FAIL", name, f"after {steps} steps the {n} workers' weights differ from one "
-                                    f"worker's by {rel:.1e} of the update (tolerance {tol:.1e}){notes}",
-                                    "look at the other FAIL lines first; a loss or an update that depends on the "
-                                    "worker or on its share of the batch does this"))
+            findings.append(_weights_finding(trail, n, notes))
     return findings
+
+
+def _weights_finding(trail: list[Apart], n: int, notes: str) -> Finding:
+    """The verdict on one model from the runs' trail, judged step by step. Both runs start from the
+    same weights and are fed the same examples, so after the first step they differ by the order
+    of float32 sums alone; from then on training amplifies that difference (a ReLU whose input is
+    on the kink in one run and not in the other passes one example's gradient in one run only; a
+    batch norm over a few examples divides by a small spread), as it would a real difference that
+    starts there. So a difference past the tolerance FAILs at the first step, or when it moves
+    the weights as a named mistake does; past it only later, the steps from there are NOT SEEN."""
+    name, last, first = "same weights as one worker", trail[-1], trail[0]
+    parted = next((apart for apart in trail if apart.rel > apart.tol), None)
+    if parted is None:
+        also = f"; within it after each of the first {len(trail) - 1} steps too" if len(trail) > 1 else ""
+        return Finding("PASS", name, f"after {last.step} steps the {n} workers' weights differ from one worker's by "
+                       f"{last.rel:.1e} of the update (tolerance {last.tol:.1e}: float32 rounding, relative to the "
+                       f"update){also}{notes}")
+    at_first = f" ({first.ratio:.2f} times in the first step)" if first.step == 1 and last.step > 1 else ""
+    if parted is first and abs(first.ratio - n) < 0.3 * n:
+        return Finding("FAIL", name, f"the {n} workers moved the weights {last.ratio:.2f} times as far as one worker "
+                       f"over the same {last.step} steps: the loss is averaged over each replica's batch, and the "
+                       f"strategy then sums the replicas' gradients{at_first}",
+                       "divide the per-example losses by the global batch: tf.nn.compute_average_loss("
+                       "per_example_loss, global_batch_size=GLOBAL_BATCH)")
+    if parted is first and abs(first.ratio - 1 / n) < 0.3 / n:
+        return Finding("FAIL", name, f"the {n} workers moved the weights {last.ratio:.2f} times as far as one worker: "
+                       f"the gradients are averaged twice{at_first}", "sum the per-example losses over the global "
+                       "batch once (tf.nn.compute_average_loss); do not divide by num_replicas_in_sync again")
+    if parted.step == 1:
+        later = f"; {last.rel:.1e} after {last.step} steps" if last.step > 1 else ""
+        return Finding("FAIL", name, f"after the first step the {n} workers' weights differ from one worker's by "
+                       f"{parted.rel:.1e} of the update (tolerance {parted.tol:.1e}: both runs started from the same "
+                       f"weights, so no rounding was amplified yet){later}{notes}",
+                       "look at the other FAIL lines first; a loss or an update that depends on the worker or on its "
+                       "share of the batch does this")
+    return _parted_finding(trail, trail.index(parted), n, notes)
+
+
+def _parted_finding(trail: list[Apart], at: int, n: int, notes: str) -> Finding:
+    """NOT SEEN from the step the runs parted at, `trail[at]`, when that was not the first: the
+    steps before it are compared, the rest cannot be told from rounding amplified by training."""
+    parted, last, agreed = trail[at], trail[-1], trail[:at]
+    if agreed:
+        before = (f"compared for {agreed[-1].step} of {last.step} steps: the {n} workers' weights equalled one "
+                  f"worker's to float32 rounding after each of the first {agreed[-1].step} steps (at most "
+                  f"{max(a.rel for a in agreed):.1e} of the update), then parted at step {parted.step}")
+    else:
+        before = f"compared only after the last step: the {n} workers' weights had parted by then"
+    return Finding("NOT SEEN", "same weights as one worker",
+                   f"{before} ({parted.rel:.1e}, tolerance {parted.tol:.1e}; {last.rel:.1e} after {last.step} steps): "
+                   "training amplifies float32 rounding (an input on a ReLU's kink in one run only, a batch norm over "
+                   "few examples) as it would a difference that starts there, and the check cannot tell them apart"
+                   f"{notes}", to_see="fewer steps (fewer epochs or examples), so that every step is compared"
+                   + (f" (up to {agreed[-1].step} here)" if agreed else ""))
 
 
 # ------------------------------------------------------------------ metrics and returned values

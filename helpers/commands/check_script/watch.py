@@ -30,7 +30,7 @@ from .record import STATE, SEED, called_by_script, mark, note_not_seen, phase, r
 MODELS: list = []
 OPTIMIZERS: list = []
 METRICS: list = []
-_FIRST_STEP: list = []  # what to call as the first step is fed (the worker's initial weights)
+_EACH_STEP: list = []  # what to call as each step is fed (the worker's weights: initial, then after each step)
 
 
 def install() -> None:
@@ -120,9 +120,10 @@ def hide_gpus() -> None:
 
 
 # ---------------------------------------------------------------- what each step consumes
-def on_first_step(call: Callable[[], object]) -> None:
-    """Call `call()` once, as the first step of the script is fed (before it runs)."""
-    _FIRST_STEP.append(call)
+def on_each_step(call: Callable[[int, int, str], object]) -> None:
+    """Call `call(stream, step, phase)` as each step of the script is fed (before it runs, after the
+    steps before it): the stream's place in STATE["fed"], the step's number in it (from 1)."""
+    _EACH_STEP.append(call)
 
 
 def rows_of(arrays: list) -> list[str]:
@@ -177,11 +178,11 @@ def _steps(tf) -> None:
             return structure
 
         def record(*values):
-            while _FIRST_STEP:
-                _FIRST_STEP.pop(0)()
             rows = rows_of([v.numpy() for v in values])
             entry = stream(phase(), fn)
             entry["batches"].append(rows)
+            for call in _EACH_STEP:
+                call(STATE["fed"].index(entry), len(entry["batches"]), phase())
             mark(f"step {len(entry['batches'])} of strategy.run({fn}) in {phase() or 'the script'}: "
                  f"{len(rows)} examples")
             return np.int64(0)

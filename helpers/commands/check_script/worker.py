@@ -27,6 +27,8 @@ from .record import SEED, STATE, WHERE, audit, mark, start
 from . import watch as check_watch
 
 _INITIAL: dict = {}
+_STEPS: dict = {}  # the trainable weights as each training step is fed, fed{stream}_{step}_{model}_{weight}
+STEP_BYTES = 32 * 2 ** 20  # what those may hold (the first step always taken): 48 steps of a 173k-weight model
 _FRAME = re.compile(r'^ +File "(.+)", line (\d+), in (\S+)')  # a frame of autograph's "in user code:" message
 
 
@@ -116,17 +118,44 @@ def _unique_models() -> list:
     return unique
 
 
-def snapshot_initial() -> None:
-    """The trainable weights before the first step (taken as the first step is fed)."""
-    if _INITIAL:
+def snapshot_weights(stream: int, step: int, phase: str) -> None:
+    """As each step is fed: the trainable weights before the first step (init_), then as each
+    training step of a stream is fed (fed{stream}_{step}_, after the steps before it), while they
+    fit in STEP_BYTES. Keyed by the feed, not by the optimizer's step count: a step's
+    `iterations.assign_add` waits for nothing the feed does, and read here it gave keys that did
+    not match between the runs. The analysis compares the runs step by step: training amplifies
+    float32 rounding, so the first steps are where the runs can be told equal or not."""
+    if not _INITIAL:
+        _INITIAL.update(_trainable("init_"), taken=1)
         return
+    if step < 2 or "evaluate" in phase or "predict" in phase:  # a stream's first feed: no step of it before
+        return
+    if _STEPS and sum(a.nbytes for a in _STEPS.values()) > STEP_BYTES:
+        return
+    _STEPS.update(_trainable(f"fed{stream}_{step}_"))
+
+
+def _trainable(prefix: str) -> dict:
+    """{prefix + f"{model}_{weight}": array} of every registered model's trainable weights."""
+    arrays = {}
     for i, model, _ in _unique_models():
         try:
             for j, weight in enumerate(model.trainable_weights):
-                _INITIAL[f"init_{i}_{j}"] = weight.numpy()
+                arrays[f"{prefix}{i}_{j}"] = weight.numpy()
         except Exception:
             continue
-    _INITIAL.setdefault("taken", 1)
+    return arrays
+
+
+def _optimizer_steps() -> int | None:
+    """The steps the script's optimizers took (the most of any), or None when none can be read."""
+    steps = []
+    for optimizer in check_watch.OPTIMIZERS:
+        try:
+            steps.append(int(optimizer.iterations.numpy()))
+        except Exception:
+            continue
+    return max(steps) if steps else None
 
 
 def _collect() -> dict:
@@ -136,7 +165,7 @@ def _collect() -> dict:
     import tensorflow as tf
     import keras
 
-    arrays = {k: v for k, v in _INITIAL.items() if k != "taken"}
+    arrays = {k: v for k, v in {**_INITIAL, **_STEPS}.items() if k != "taken"}
     for i, model, info in _unique_models():
         try:
             trainable, other = model.trainable_weights, model.non_trainable_weights
@@ -152,13 +181,7 @@ def _collect() -> dict:
             info["dropout"] = [layer.name for layer in _layers(model) if isinstance(layer, keras.layers.Dropout)]
         except Exception as exc:
             info["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    steps = []
-    for optimizer in check_watch.OPTIMIZERS:
-        try:
-            steps.append(int(optimizer.iterations.numpy()))
-        except Exception:
-            continue
-    STATE["steps"] = max(steps) if steps else None
+    STATE["steps"] = _optimizer_steps()
     for metric, info in zip(check_watch.METRICS, STATE["metrics"]):
         if not info["in_scope"]:  # a variable of the scope would be read summed over the workers: a collective
             try:
@@ -261,7 +284,7 @@ def run(out: str, script: str, argv: list[str], real_cwd: str = "") -> int:
     mark("script starting")
     check_watch.hide_gpus()
     _full_tracebacks()
-    check_watch.on_first_step(snapshot_initial)
+    check_watch.on_each_step(snapshot_weights)
     sys.addaudithook(audit)
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
