@@ -283,11 +283,16 @@ def test_lesson_03_uneven_test_set_needs_padding_in_every_mode(cut, unpadded, ou
 
 
 class _PlainModel:
-    """A model whose answer each image holds: its first pixel, before `normalize`, is the class answered."""
+    """A model whose answer each image holds: its first pixel, before `normalize`, is the class answered; it notes
+    the size of each batch it is called on."""
+
+    def __init__(self):
+        self.batches = []
 
     def __call__(self, images, training=False):
         import tensorflow as tf
 
+        self.batches.append(len(images))
         answers = np.rint(np.asarray(images)[:, 0, 0, 0] * 255).astype(int)
         return tf.convert_to_tensor(np.eye(10)[answers], tf.float32)
 
@@ -295,9 +300,11 @@ class _PlainModel:
         return {"accuracy": 0.0, "loss": 1.0}  # the distributed figures: not what this test compares
 
 
-def _padding_check(count: int, global_batch: int, right: np.ndarray, order: str | None) -> dict:
+def _padding_check(count: int, global_batch: int, right: np.ndarray, order: str | None, replicas: int = 2,
+                   model: _PlainModel | None = None) -> dict:
     """Lesson 03's uneven-set cells as written (sized, reordered, scored), on `count` test images of which the
-    plain pass gets `right` right; `order` replaces the cell's choice of images."""
+    plain pass of `model` gets `right` right, under a strategy of `replicas` replicas in sync; `order` replaces the
+    cell's choice of images."""
     import keras
     import tensorflow as tf
 
@@ -308,9 +315,10 @@ def _padding_check(count: int, global_batch: int, right: np.ndarray, order: str 
     images[:, 0, 0, 0] = np.where(right, labels, (labels + 1) % 10)  # the class the model answers
     namespace = {"tf": tf, "np": np, "keras": keras, "normalize": normalize, "print": lambda *a, **k: None,
                  "test_examples": tf.data.Dataset.from_tensor_slices((images, labels)), "global_batch": global_batch,
-                 "sizes": SimpleNamespace(max_steps=None), "same_everywhere": _PlainModel(),
+                 "sizes": SimpleNamespace(max_steps=None), "same_everywhere": model or _PlainModel(),
                  "evaluation_dataset": lambda *args: None,
-                 "strategy": SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(None))}
+                 "strategy": SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(None),
+                                             num_replicas_in_sync=replicas)}
     order_cell = cell_defining("03_multiworker_ipyparallel.ipynb", "uneven = tf.data.Dataset.from_tensor_slices(")
     if order is not None:
         chosen = order_cell.split("chosen = ")[1].split("  #")[0]
@@ -334,6 +342,16 @@ def test_lesson_03_padding_copies_right_images_so_counting_it_moves_the_accuracy
     check = _padding_check(128, 64, right, order)
     assert check["real"] == 112 and check["padded"] == 128 and 0 < check["plain accuracy"] < 1, check
     assert (abs(check["padding counted"] - check["plain accuracy"]) > 1e-6) is moves, check
+
+
+def test_lesson_03_plain_pass_batches_as_each_replica_evaluates():
+    """Issue 56 (03, a fresh review, finding 5): the plain pass batched by 256 while each replica in `evaluate`
+    scores a global batch over the replicas; on a GPU (TF32) other shapes may take other kernels and flip a near-tie
+    between the two. The cells as written, at 4 replicas and a global batch of 128 on 200 test images: the model
+    sees batches of 32."""
+    model = _PlainModel()
+    _padding_check(200, 128, np.arange(200) % 8 == 0, None, replicas=4, model=model)
+    assert model.batches == [32] * 6 + [8], model.batches
 
 
 @pytest.mark.parametrize("counted,accuracy,says", [(0.0859375, 0.0895833, False), (0.125, 0.125, True), (0.125, 0.25, True)],
