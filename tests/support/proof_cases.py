@@ -1502,6 +1502,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("18_your_own_script.ipynb", {"codes": [1, 1, 0, 1, 0]}, "with a mistake left should fail"),
     # the fixed script: the command exited 1 (a FAIL the parser missed), a check missing, a line not PASS
     ("18_your_own_script.ipynb", {"codes": [1, 1, 1, 1, 1]}, "should pass every check"),
+    # issue 53: the fixed script's weights parted from one worker's only after a later step: NOT SEEN, exit 3
+    ("18_your_own_script.ipynb", {"codes": [1, 1, 1, 1, 3], "not_passed": ["same weights as one worker"],
+                                  "passed": sorted(set(_CHECKS_18) - {"same weights as one worker"})},
+     "should pass every check"),
     ("18_your_own_script.ipynb", {"passed": sorted(_CHECKS_18)[1:]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"not_passed": ["batch norm"]}, "should pass every check"),
     ("18_your_own_script.ipynb", {"on_two_workers": False}, "run 2 workers"),
