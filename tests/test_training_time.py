@@ -185,3 +185,24 @@ def test_lesson_16_counts_its_timed_reading_and_its_jobs_where_they_run(capsys, 
     assert "timed reading 10 s, start-up 20 s" in said and clock.reading_s == pytest.approx(10.49, abs=0.01), said
     clock.report()
     assert "<1 s predicted for its training, 10 s for its timed reading and 20 s for its start-up" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", ["quick", "workshop"])
+def test_lesson_16_counts_the_25_steps_its_step_timing_fits_however_epochs_are_cut(mode, monkeypatch):
+    """Third review, finding 1: the stopwatch counted min(25, an epoch's steps) images through the CNN, but the
+    lesson's timing cell fits min(TIMED, 24) + 1 steps with TIMED = max(STEPS, 32): 25 always. With
+    COURSE_MAX_STEPS=4 it predicted 128 images (quick) and 512 (workshop); the runs trained 800 and 3,200."""
+    import json
+
+    from helpers.training_time import Work
+
+    cells = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "16_input_at_scale.ipynb").read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert "TIMED = max(STEPS, 32)" in code and "steps_per_epoch=min(TIMED, 24) + 1," in code, "the notebook as shipped"
+    monkeypatch.setenv("COURSE_MAX_STEPS", "4")
+    sizes = mode_sizes(mode)
+    assert sizes.steps_per_epoch(sizes.train_examples or 50_000, sizes.per_replica_batch) == 4
+    images = {"quick": 800, "workshop": 3200}[mode]
+    assert lesson_work("16", sizes, 2) == [Work("cnn", images, sizes.per_replica_batch)]
+    monkeypatch.delenv("COURSE_MAX_STEPS")
+    assert lesson_work("16", mode_sizes(mode), 2) == [Work("cnn", images, sizes.per_replica_batch)]
