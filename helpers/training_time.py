@@ -66,8 +66,10 @@ FIRST_STEP_S = {"cnn": 5.0, "resnet50": 20.0}
 LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03": (1, 0, 0, 2),
                  "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (3, 0, 0, 3), "07": (0, 4, 0, 8),
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 2), "11": (0, 0, 3, 5),
-                 "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
+                 "12": (2, 0, 0, 3), "13": (1, 1, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
                  "16": (0, 0, 2, 1), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}  # 16: its jobs read, only the kernel trains
+# 13's local run: its solution 1's two workers; horovodrun's run and its step count too where Horovod is built
+# (`time_lesson`; the fifth review measured the lesson's whole time at 27 s without Horovod, 70 s with it at 2 workers)
 # processes that start TensorFlow beyond the kernel and LESSON_STARTS' sets: lesson 17's Keras job's second and third
 # steps (each `srun` starts it again; without Slurm, each variant's local workers do) and its solution 1's five
 # programs, each in a fresh process, one after another
@@ -203,17 +205,27 @@ def timed_reading_seconds(lesson: str, s: Sizes) -> float:
     return batches * latency_ms / 1000 + records * LESSON_16_RECORD_BYTES / (mb_s * 1e6) + LESSON_16_PARSE_TIMING_S
 
 
-def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True) -> float:
+def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True, horovod: bool = False) -> float:
     """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
     cluster of engines, run of local workers, job and other process it starts, and each training's first step.
-    `slurm` False: the lesson runs its jobs' tasks as local processes (no job to start; lesson 16 does)."""
+    `slurm` False: the lesson runs its jobs' tasks as local processes (no job to start; lesson 16 does). `horovod`:
+    lesson 13 also runs Horovod's step (where `make horovod` has run), a run of local processes and its first step."""
     engines, workers, jobs, first_steps = LESSON_STARTS.get(lesson, (0, 0, 0, 0))
+    if horovod and lesson == "13":
+        workers, first_steps = workers + 1, first_steps + 1  # horovodrun's processes, and Horovod's step
     if not slurm:
         workers, jobs = workers + jobs, 0
     tf_starts = 1 + engines + workers + jobs + OTHER_TF_STARTS.get(lesson, 0)  # the kernel's first
     models = {w.model for w in lesson_work(lesson, s, max(gpus, 2))} or {"cnn"}
     first = FIRST_STEP_S["resnet50" if "resnet50" in models else "cnn"]
     return TF_START_S * tf_starts + ENGINES_START_S * engines + JOB_START_S * jobs + first * first_steps
+
+
+def _horovod_built() -> bool:
+    """Whether `make horovod` has run here: lesson 13 then runs Horovod's step too (where local runs are allowed)."""
+    from .horovod_env import site_dir
+
+    return site_dir() is not None
 
 
 def _minutes(s: float) -> str:
@@ -254,7 +266,8 @@ def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = No
     kernel_gpus = gpu_count_without_tf()
     gpus = training_gpus(lesson, kernel_gpus, replicas)
     work = lesson_work(lesson, s, max(replicas, gpus, 1), batch)
-    predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus, slurm)
+    horovod = lesson == "13" and _horovod_built()
+    predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus, slurm, horovod)
     reading = timed_reading_seconds(lesson, s)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     if lesson in JOB_LESSONS and gpus:

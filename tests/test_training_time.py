@@ -155,6 +155,26 @@ def test_lesson_13_counts_its_own_batch_on_any_number_of_workers(capsys, monkeyp
     assert f"\nBATCH = {LESSON_13_BATCH} " in first, "the table's batch for 13 is the notebook's BATCH as shipped"
 
 
+def test_lesson_13_counts_its_solution_s_workers_and_horovod_s_run_where_it_is_built(monkeypatch):
+    """Lesson 13's fifth review: the stopwatch predicted 22 s of start-up whether Horovod ran or not (the lesson took
+    27 s without Horovod, 70 s with it at 2 workers). Its solution 1 runs two local workers (TensorFlow started);
+    where `make horovod` has run, horovodrun's processes start TensorFlow too, and Horovod's step is a first step.
+    The class's plans (`predicted_minutes`) assume no Horovod; only the lesson's own stopwatch asks."""
+    from helpers import horovod_env
+    from helpers.training_time import ENGINES_START_S, FIRST_STEP_S, TF_START_S, predicted_minutes, startup_seconds
+
+    quick = mode_sizes("quick")
+    without = 3 * TF_START_S + ENGINES_START_S + FIRST_STEP_S["cnn"]  # the kernel, the engines, solution 1's workers
+    assert startup_seconds("13", quick, 0) == pytest.approx(without) and without == pytest.approx(26.5)
+    assert startup_seconds("13", quick, 0, horovod=True) == pytest.approx(without + TF_START_S + FIRST_STEP_S["cnn"])
+    assert startup_seconds("12", quick, 0, horovod=True) == startup_seconds("12", quick, 0)  # lesson 13's only
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    for built, startup in ((None, without), (Path("/built"), without + 10.0)):
+        monkeypatch.setattr(horovod_env, "site_dir", lambda built=built: built)
+        assert time_lesson("13", quick, 2).startup_s == pytest.approx(startup), built
+        assert predicted_minutes("13", "quick", 0)[1] == pytest.approx(without / 60), built
+
+
 def test_lesson_16_counts_its_timed_reading_and_its_jobs_where_they_run(capsys, monkeypatch):
     """Lesson 16 trains 25 steps but waits for its simulated shared file system and times its parsing by design:
     in quick mode 4 epochs of 64 batches and the staging's 64, 10 ms each plus 10,240 records' 3,143 bytes at

@@ -4,6 +4,7 @@ return), and real runs with a claim broken, must fail the proof through the cell
 not a planted final value."""
 
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -31,44 +32,84 @@ def test_lesson_13_proof_without_horovod_says_it_did_not_compare_and_fails_where
     assert ("NOT CHECKED (Horovod): Horovod's own run not compared" in out) == (match is None), out
 
 
-def _lesson_13_solution_1(sizes, devices, count=None, workers=(2, 2)) -> None:
+def _lesson_13_solution_1(sizes, devices, workers=(2, 2), outputs=None, change=None) -> dict:
     """Lesson 13's solution 1 on a run of 2 engines that measured `sizes` replicas in sync, `devices` devices each and
-    `workers` workers in their cluster specs, with TensorFlow's count of a 4-GPU task's replicas
-    (MultiWorkerMirroredStrategy's num_replicas_in_sync) replaced by `count` (None: TensorFlow's own)."""
-    from types import SimpleNamespace
+    `workers` workers in their cluster specs; its two local workers run for real (`outputs` None; `change`: (old, new)
+    in the solution's source), or report `outputs` (planted: what each worker printed; a CourseError: refused)."""
     from unittest import mock
 
-    import tensorflow as tf
+    import helpers.local_workers
+    from helpers.local_workers import WorkerOutcome
 
-    namespace = {"tf": tf, "ranks": [0, 1], "world_sizes": sizes, "engine_devices": devices,
-                 "engine_workers": list(workers), "BASE_LR": 0.05, "print": lambda *a, **k: None}
-    source = compile(solution_source("13_from_horovod.ipynb", 1), "13 solution 1", "exec")
-    if count is None:
-        exec(source, namespace)
-        return
-    with mock.patch.object(tf.distribute, "MultiWorkerMirroredStrategy",
-                           lambda cluster_resolver: SimpleNamespace(num_replicas_in_sync=count)):
-        exec(source, namespace)
+    said = []
+    namespace = {"world_sizes": sizes, "engine_devices": devices, "engine_workers": list(workers), "BASE_LR": 0.05,
+                 "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
+    source = solution_source("13_from_horovod.ipynb", 1)
+    if change is not None:
+        assert change[0] in source, change[0]
+        source = source.replace(*change)
+    code = compile(source, "13 solution 1", "exec")
+    if outputs is None:
+        exec(code, namespace)
+        return {**namespace, "said": said}
+
+    def planted(args, n, **kwargs):
+        if isinstance(outputs, Exception):
+            raise outputs
+        return [WorkerOutcome(rank, 0, out) for rank, out in enumerate(outputs)]
+
+    with mock.patch.object(helpers.local_workers, "run_local_workers", planted):
+        exec(code, namespace)
+    return {**namespace, "said": said}
 
 
-@pytest.mark.parametrize("sizes,devices,count,workers,match", [
-    ([2, 2], [1, 1], None, (2, 2), None),
-    ([2, 2], [1, 1], 1, (2, 2), "^\\(2, 2\\)$"),  # ignores the task's GPUs: one per worker, as Horovod's size
-    ([2, 2], [2, 2], None, (2, 2), "its devices"),  # engines of 2 devices each, yet 2 replicas in all: Horovod's count
-    ([4, 4], [1, 1], None, (2, 2), "its devices"),  # engines that counted 4 replicas from a device each
-    ([1, 1], [1, 1], None, (2, 2), "its devices"),  # each engine alone: its own device, not the cluster's workers
-    # third review, finding 5: the old rule, the sum of every engine's devices (1 + 2 = 3), passed this; TensorFlow
-    # multiplies each worker's own devices by the workers (2 and 4), so unequal workers cannot hold 3 replicas each
-    ([3, 3], [1, 2], None, (2, 2), "its devices")],
-    ids=["as TensorFlow counts", "GPUs not counted", "devices not counted", "other engines", "each engine alone",
-         "devices summed"])
-def test_lesson_13_solution_1_takes_its_count_from_tensorflow(sizes, devices, count, workers, match):
-    """Issue 54 (13 cell 53: the solution asserted its own arithmetic; review 2: then it called TensorFlow's private
-    CollectiveAllReduceExtended). Now through the public API: TensorFlow's own count of a task told of 4 GPUs (a
-    MultiWorkerMirroredStrategy built, never run), and TensorFlow's rule that num_replicas_in_sync is a worker's own
-    devices times the workers (third review: not a sum of every worker's devices), checked on each engine's measured
-    size, devices and workers; a count or a rule other than TensorFlow's fails it."""
-    holds_unless(match, _lesson_13_solution_1, sizes, devices, count, workers)
+_COUNTED = ["COUNT [2, 8, 4]\n"] * 2  # what each of the two local workers printed (a real run's)
+
+
+@pytest.mark.parametrize("sizes,devices,outputs,match", [
+    ([2, 2], [1, 1], _COUNTED, None),
+    ([2, 2], [2, 2], _COUNTED, "its devices"),  # engines of 2 devices each, yet 2 replicas in all: Horovod's count
+    ([4, 4], [1, 1], _COUNTED, "its devices"),  # engines that counted 4 replicas from a device each
+    ([1, 1], [1, 1], _COUNTED, "its devices"),  # each engine alone: its own device, not the cluster's workers
+    # fifth review, P3: the old solution multiplied its own 2 by a lone task's count, so (2, 8) held whatever a
+    # cluster of two workers counts; now the workers' own counts decide
+    ([2, 2], [1, 1], ["COUNT [1, 4, 4]\n"] * 2, "\\[\\[1, 4, 4\\]"),  # each worker alone in its cluster
+    ([2, 2], [1, 1], ["COUNT [2, 2, 1]\n"] * 2, "\\[\\[2, 2, 1\\]"),  # the 4 GPUs not counted
+    ([2, 2], [1, 1], ["COUNT [2, 8, 4]\n", "Traceback (most recent call last): ..."], "both workers")],
+    ids=["as TensorFlow counts", "devices not counted", "other engines", "each engine alone", "each worker alone",
+         "GPUs not counted", "one worker silent"])
+def test_lesson_13_solution_1_takes_its_count_from_the_workers(sizes, devices, outputs, match):
+    """Issue 54 (13's solution 1 asserted its own arithmetic; review 2: then it called TensorFlow's private
+    CollectiveAllReduceExtended; fifth review: a lone task's count times a literal 2 workers, (2, 8) by construction).
+    Now two local workers of one cluster, each told of 4 GPUs, report what MultiWorkerMirroredStrategy counts (planted
+    here: a real run's lines, and lines a wrong count would print), and each engine's measured size must be its
+    devices times its workers (every worker drives as many devices: MWMS's docstring; the third review's unequal
+    'devices summed' case is dropped, its behaviour undefined)."""
+    holds_unless(match, _lesson_13_solution_1, sizes, devices, (2, 2), outputs)
+
+
+def test_lesson_13_solution_1_says_it_did_not_measure_where_local_workers_are_refused():
+    """On a login node run_local_workers refuses (one line): the solution says it did not measure, and checks nothing."""
+    from helpers.errors import CourseError
+
+    ran = _lesson_13_solution_1([2, 2], [1, 1], (2, 2), CourseError("2 local workers: not on a login node"))
+    assert any(line.startswith("NOT MEASURED here (2 local workers: not on a login node)") for line in ran["said"]), ran["said"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("change,counts", [(None, [[2, 8, 4]] * 2),
+                                           (("cluster_resolver=told", "cluster_resolver=tf_config"), [[2, 2, 1]] * 2)],
+                         ids=["told of 4 GPUs", "TF_CONFIG's resolver: the CPU only"])
+def test_lesson_13_solution_1_measures_two_workers_for_real(change, counts):
+    """Fifth review, P3: the solution's two local workers run for real (about 10 s): told of 4 GPUs each, TensorFlow
+    counts 8 replicas in sync, 4 local, 2 workers; handed TF_CONFIG's own resolver (this CPU: one device each), it
+    counts 2 and the solution fails."""
+    if change is None:
+        ran = _lesson_13_solution_1([2, 2], [1, 1], change=change)
+        assert ran["counts"] == counts and "2 workers of 4 replicas each, 8 replicas in sync" in ran["said"][-1], ran["said"]
+    else:
+        with pytest.raises(AssertionError, match=re.escape(str(counts))):
+            _lesson_13_solution_1([2, 2], [1, 1], change=change)
 
 
 LESSON_13_SOLUTION_2 = """
@@ -201,7 +242,7 @@ def test_lesson_13_does_not_run_horovodrun_where_classmates_share_the_node(layou
     import sys
 
     nb = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4)
-    cell = next(c.source for c in nb.cells if c.source.startswith("from helpers import horovod_env"))
+    cell = next(c.source for c in nb.cells if "from helpers import horovod_env" in c.source)
     planted = _PlantedHorovod()
     monkeypatch.setitem(sys.modules, "helpers.horovod_env", planted)
     monkeypatch.setattr(__import__("helpers"), "horovod_env", planted, raising=False)
@@ -226,7 +267,7 @@ CONTIGUOUS_LOSSES = [2.2699, 2.3047]  # the same batch split into its halves (me
 
 def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",), rate=0.1,
                  reports=None, own_losses=STRIDED_LOSSES, own_digests=("i", "o1"), rank_spread=0.0,
-                 horovod_off=None) -> dict:
+                 horovod_off=None, seeds=(0, 1)) -> dict:
     """Lesson 13's raw results from 2 engines: the weights each started from, its averaged gradient
     and updated weights (a step at `rate`), next to the recipe computed by hand at the same rate (its ranks'
     gradients `rank_spread` above and below their average), each engine's checkpoint report (`reports`, else the
@@ -248,7 +289,7 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
               "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,
               "checkpoint_report": reports, "own_digest": list(own_digests),
               "own_loss": [loss / 2 for loss in own_losses], "devices": [1, 1],  # a share's sum / the global batch
-              "workers": [2, 2]}
+              "workers": [2, 2], "asked_seed": list(seeds)}
     return {"engines": PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
             "work_dir": tmp_path, "horovod_result": horovod, "BASE_LR": 0.05, "per_rank_loss": STRIDED_LOSSES,
             "per_rank": per_rank}
@@ -265,6 +306,8 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     ({"own_losses": CONTIGUOUS_LOSSES}, "Horovod's rank's on the same share"),
     ({"own_losses": STRIDED_LOSSES[::-1]}, "Horovod's rank's on the same share"),  # rank 0 trained on rank 1's share
     ({"own_digests": ("i", "i")}, "own seed"),  # one seed everywhere: the same start without any broadcast
+    # fifth review, P1: make_model(seed=0) in the scope on every worker, each own digest from a call of its own seed
+    ({"seeds": (0, 0)}, "own seed"),
     # fourth review, finding 2: float32 rounding scales with the ranks' gradients (largest entry 5.0 here), not with
     # their average (0.5), which is small where they cancel: a gap of 1e-4 is rounding there (BATCH 64, 10 workers
     # measured 1.8e-6, 1.0e-4 of the average's largest entry), and failed the bound taken from the average
@@ -274,7 +317,7 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     ({"horovod_off": 1e-4}, "Horovod's own run"),
     ({"rank_spread": 4.5, "gradient_off": 1e-3}, "Horovod's average")],  # 10x more: not rounding
     ids=["as run", "no broadcast", "gradient off", "no checkpoint", "rate not scaled", "contiguous split",
-         "shares swapped", "one seed", "ranks cancel, rounding", "ranks cancel, Horovod's rounding",
+         "shares swapped", "one seed", "one seed asked for", "ranks cancel, rounding", "ranks cancel, Horovod's rounding",
          "the same gap, no cancelling", "Horovod's gap, no cancelling", "ranks cancel, 10x the gap"])
 def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
@@ -382,3 +425,64 @@ def test_lesson_13_run_for_real_on_a_contiguous_split_fails_the_proof(tmp_path, 
         "examples.skip(context.input_pipeline_id * BATCH).take(BATCH)", "reproduces Horovod's recipe", tmp_path,
         monkeypatch, timeout=600)
     assert status == "FAILED" and "Horovod's rank's on the same share" in detail, (status, detail)
+
+
+@pytest.mark.multiprocess
+def test_lesson_13_run_for_real_with_one_seed_in_the_scope_fails_the_proof(tmp_path, monkeypatch):
+    """Fifth review, P1: with `make_model(seed=0)` in the scope on every worker the strategy has nothing to broadcast,
+    yet each own digest, from a call of its own with `seed=rank`, differed and the proof passed (run for real). The
+    seed is now read back from the model built in the scope: run for real, the proof fails."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    status, detail = run_edited_to_its_proof(
+        "13_from_horovod.ipynb", "    model = make_model(seed=rank)", "    model = make_model(seed=0)",
+        "reproduces Horovod's recipe", tmp_path, monkeypatch, timeout=600)
+    assert status == "FAILED" and "each worker should ask for its own seed" in detail, (status, detail)
+
+
+class _HorovodWriting(_PlantedHorovod):
+    """Horovod built and allowed, whose run exits 0 having written `writes` into the result file it is given:
+    None (nothing), "this" (this run's nonce) or another word (another run's)."""
+
+    def __init__(self, writes):
+        super().__init__()
+        self.writes = writes
+
+    def run(self, script, n, args):
+        import subprocess
+
+        self.runs.append(args)
+        if self.writes is not None:
+            nonce = args[3] if self.writes == "this" else self.writes
+            np.savez(args[1], nonce=nonce, grad0=np.full(2, 0.5, "float32"), weight0=np.ones(2, "float32"))
+        return subprocess.CompletedProcess(args, 0, "[0]<stdout>:rank 0 of 2: loss 2.2774\n", "")
+
+
+@pytest.mark.parametrize("stale,writes,match", [
+    (False, "this", None), (True, "this", None),
+    (True, None, "left no result of this run"),  # an earlier run's file, and a run that wrote nothing
+    (False, None, "left no result of this run"),
+    (False, "3f2a9c0d1e5b7a64", "left no result of this run")],  # a file another run wrote
+    ids=["this run's", "this run's over a stale one", "stale, nothing written", "nothing written", "another run's"])
+def test_lesson_13_takes_only_this_runs_horovod_result(tmp_path, monkeypatch, stale, writes, match):
+    """Fifth review, P2: Horovod's result file could be an earlier run's: with the script's save never reached
+    (`if hvd.rank() == 99:`) and an old horovod_result.npz in the work directory, the proof passed on the old file.
+    The cell now removes the file before the run and takes only a result carrying the nonce it handed the script."""
+    import sys
+
+    nb = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if "from helpers import horovod_env" in c.source)
+    planted = _HorovodWriting(writes)
+    monkeypatch.setitem(sys.modules, "helpers.horovod_env", planted)
+    monkeypatch.setattr(__import__("helpers"), "horovod_env", planted, raising=False)
+    monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
+    if stale:  # what the script wrote before the nonce, from an earlier run
+        np.savez(tmp_path / "horovod_result.npz", grad0=np.full(2, 0.5, "float32"), weight0=np.ones(2, "float32"))
+    namespace = {"N_ENGINES": 2, "work_dir": tmp_path, "horovod_script": tmp_path / "horovod_step.py", "BASE_LR": 0.05,
+                 "np": np, "horovod_gradient": [np.zeros(2, "float32")], "print": lambda *a, **k: None}
+    if match is None:
+        exec(compile(cell, "13 Horovod cell", "exec"), namespace)
+        assert [w.tolist() for w in namespace["horovod_result"]["weights"]] == [[1.0, 1.0]]
+    else:
+        with pytest.raises(RuntimeError, match=match):
+            exec(compile(cell, "13 Horovod cell", "exec"), namespace)
+    assert len(planted.runs) == 1
