@@ -143,6 +143,7 @@ def test_lesson_10_proof_fails_when_a_schedule_is_not_a_cosine_to_0_at_its_run_s
     holds_unless(match, run_proof, "10_large_batches.ipynb", {**OK["10_large_batches.ipynb"], **measured})
 
 
+@pytest.mark.fullcheck  # the whole lesson once more (about 4 min under load): with `make fullcheck`'s 3-replica runs
 def test_lesson_10_runs_on_3_replicas(tmp_path, monkeypatch):
     """Fifth review, finding 1: lesson 10 at CPU_REPLICAS = 3, quick mode, run for real up to its proof. SMALL = 32
     does not split evenly over 3 replicas (11, 11 and 10 images), and Keras 3.15 builds the model from the replicas'
