@@ -114,6 +114,8 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     assert _needs_module(log), log[-2000:]  # (d) after module unload the venv finds no TensorFlow
     assert _gathered(log, "job_python", "python_before", "python_from_module", sys=sys) is True, log[-2000:]  # (h) the module's
     assert _gathered(log, "stack", "venv_from_module_python", sys=sys) is True, stack["base_prefix"]  # (i) the venv made from it
+    assert _gathered(log, "stack", "venv_command", "venv_by_module_python", sys=sys) is \
+        (True if sys.version_info >= (3, 11) else None), stack["pyvenv_cfg"]  # (k) ... by the module's `python` itself
     assert _gathered(log, "ebonly", "through_variable"), log[-2000:]  # (e) ... and finds it with only EBPYTHONPREFIXES
     assert _gathered(log, "stack", "module_site", "venv_site", "built_with", "setuptools_from", "setuptools_as_said", sys=sys,  # (f) the build's setuptools
                      job_dir=tmp_path) is True, stack["setuptools_built_with"]
@@ -291,6 +293,27 @@ def test_a_venv_made_from_another_python_is_caught(tmp_path, report):
            f"{stack['base_prefix']} (the kernel's {sys.base_prefix}); python_from_module {python}, venv_from_module_python {base}")
     assert stack["tensorflow_from"].startswith(sys.prefix) and stack["base_prefix"] != sys.base_prefix, stack
     assert python is True and base is False, log[-2000:]
+
+
+def test_a_venv_made_by_the_system_python_is_caught(tmp_path, report):
+    """Lesson 17, seventh review, finding 1: the job's venv made by `/usr/bin/python3 -m venv`, the module loaded all the
+    same. The module's Python is itself a venv of /usr/bin/python3, so this venv's base_prefix is the kernel's too and
+    the proof passed. Only the `command` line of its pyvenv.cfg (Python 3.11+) names the python that made it: the
+    notebook's `venv_by_module_python` must be False (its `venv_from_module_python` stays True)."""
+    _lmod()
+    _system_python("no other python of the module's installation to make the venv with")
+    system_base = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True,
+                                 timeout=60).stdout.strip()
+    if sys.version_info < (3, 11) or system_base != sys.base_prefix:
+        pytest.skip(f"Python {sys.version_info[0]}.{sys.version_info[1]} (no command line before 3.11), /usr/bin/python3's "
+                    f"base {system_base} (the kernel's {sys.base_prefix}): not the case of the review")
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", edits=((VENV_LINE, VENV_LINE.replace("python", "/usr/bin/python3", 1)),))
+    base = _gathered(log, "stack", "venv_from_module_python", sys=sys)
+    made_by = _gathered(log, "stack", "venv_command", "venv_by_module_python", sys=sys)
+    report(f"lesson 17, the venv made by /usr/bin/python3: its base_prefix {stack['base_prefix']} (the kernel's {sys.base_prefix}), "
+           f"pyvenv.cfg's {_gathered(log, 'stack', 'venv_command')!r}; venv_from_module_python {base}, venv_by_module_python {made_by}")
+    assert stack["tensorflow_from"].startswith(sys.prefix) and base is True, stack
+    assert made_by is False, stack["pyvenv_cfg"]
 
 
 def test_a_module_that_puts_nothing_on_path_is_caught(tmp_path, report):

@@ -84,7 +84,7 @@ def test_lesson_17_stack_job_asks_for_no_gpu_the_keras_job_for_the_class_s(monke
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
     monkeypatch.delenv("COURSE_CLASS_LAYOUT", raising=False)
     cells = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
-    namespace = {"SUBMIT_TO_SLURM": True, "job_dir": tmp_path, "modulefiles": tmp_path / "m", "extras": tmp_path / "e"}
+    namespace = {"use_slurm": True, "job_dir": tmp_path, "modulefiles": tmp_path / "m", "extras": tmp_path / "e"}
     exec(next(c.source for c in cells if c.cell_type == "code" and "added = job_options(" in c.source), namespace)
     script = next(text for name, text in written_programs("17_software_stack.ipynb").items() if name.endswith('"stack.sbatch"}'))
     submitted = []
@@ -359,8 +359,10 @@ _SIBLING_SITE_17 = sysconfig.get_paths()["purelib"].replace(sys.prefix, sys.pref
 
 
 def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="", keras_from="",
-              setuptools_from_module=False, user_site=False, stdlib_last=False, yours_on_path=False, wheel_in_venv=False) -> dict:
-    """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's). `stdlib_last`:
+              setuptools_from_module=False, user_site=False, stdlib_last=False, yours_on_path=False, wheel_in_venv=False,
+              made_by: str = f"{sys.prefix}/bin/python") -> dict:
+    """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's), made by `made_by`
+    (the command its pyvenv.cfg records: Python 3.11+ writes it; "" for none). `stdlib_last`:
     the standard library moved after the site directories (as EasyBuild's sitecustomize.py moves it); `yours_on_path`:
     the PYTHONPATH the job was handed (yours) on its Python's path; `wheel_in_venv`: the build's bdist_wheel from a wheel
     package of the venv's own, not the module's."""
@@ -379,7 +381,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "bdist_wheel_built_with": f"{venv_site if wheel_in_venv else module_site}/wheel/_bdist_wheel.py",
             "einops": "0.8.2" if einops_from_module else "99.0",
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
-            "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
+            "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n" + (
+                f"command = {made_by} -m venv --system-site-packages {job_dir / 'venv'}\n" if made_by else ""),
             "sys_path": sys_path, "stdlib": stdlib}
 
 
@@ -429,7 +432,11 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"wheel_in_venv": True}, "bdist_wheel should come from the module"),
     # finding 4: the node's `module` is Tcl Environment Modules: NOT CHECKED, not a failure
     ({"stack": None, "log": "NO_LMOD 'module' on node1 is not Lmod: Modules Release 5.2.0 (2022-11-08)\n"}, None),
-    ({"stack": None, "log": "NO_LMOD\n"}, "should load the module")],  # a line without its reason proves nothing
+    ({"stack": None, "log": "NO_LMOD\n"}, "should load the module"),  # a line without its reason proves nothing
+    # seventh review, finding 1: the venv made by /usr/bin/python3 -m venv (its base /usr, the module's too: passed before),
+    # or a pyvenv.cfg without the command line Python 3.11+ writes
+    ({"made_by": "/usr/bin/python3"}, "made by the module's `python`"),
+    ({"made_by": ""}, "made by the module's `python`")],
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
@@ -437,7 +444,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "NoDevFiles counted", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
-         "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason"])
+         "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason", "venv by /usr/bin/python3",
+         "no command line"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
     """From the job's raw log (module list, HANDED, STACK and OTHER lines) and the workers' KERAS reports:
     each broken raw line must fail the proof through the gathering cell."""
@@ -464,7 +472,8 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     job_dir = tmp_path / "software_stack"
     stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module", "tensorflow_from",
                                                                              "keras_from", "setuptools_from_module", "user_site",
-                                                                             "stdlib_last", "yours_on_path", "wheel_in_venv")})
+                                                                             "stdlib_last", "yours_on_path", "wheel_in_venv",
+                                                                             "made_by")})
     stack = changes.get("stack", {**stack, **changes.get("stack_changes", {})})
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
@@ -494,3 +503,63 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)
     exec(function_source("17_software_stack.ipynb", "gpus_given").replace(*changes.get("gpus_given", ("", ""))), namespace)
     return namespace
+
+
+def _said_lines() -> tuple[list[str], object]:
+    """A `print` for a cell that keeps each printed line (its `sep` and `end` as print has them)."""
+    said = []
+
+    def keep(*args, sep=" ", end="\n", **_):
+        said.extend((sep.join(map(str, args)) + end).splitlines())
+    return said, keep
+
+
+def test_lesson_17_before_python_3_11_which_python_made_the_venv_is_not_checked(tmp_path):
+    """Lesson 17's seventh review, finding 1: only pyvenv.cfg's `command` line (written by Python 3.11 and later) tells a
+    venv made by the module's `python` from one made by /usr/bin/python3, both with base /usr. Before 3.11 there is no such
+    line: the proof passes and says NOT CHECKED, with why (on 3.11+ the same pyvenv.cfg fails it: 'no command line')."""
+    said, keep = _said_lines()
+    old = SimpleNamespace(prefix=sys.prefix, base_prefix=sys.base_prefix, version_info=(3, 10, 14))
+    gather_and_prove("17_software_stack.ipynb", {**_gathering_namespace_17(tmp_path, {"made_by": ""}), "sys": old, "print": keep})
+    assert "NOT CHECKED (which python made the venv: Python before 3.11 records none in its pyvenv.cfg)" in said, said
+
+
+@pytest.mark.parametrize("submit,startup", [(True, 60.0), (False, 40.0)], ids=["slurm", "this machine"])
+def test_lesson_17_start_up_counts_job_starts_on_slurm_only_and_not_solution_1(monkeypatch, submit, startup):
+    """Lesson 17's seventh review, finding 3: the set-up predicted 85 s of start-up wherever it ran: 20 s of job starts
+    where no job runs (no Slurm), and solution 1's five programs (25 s), which run after the lesson's time is taken.
+    Five TensorFlow starts, three first steps, and the two jobs' starts on Slurm only."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("COURSE_MODE", "quick")
+    namespace = {"MODE": None, "NODES": 2, "SUBMIT_TO_SLURM": submit}
+    exec(_cell_17("stopwatch = time_lesson("), namespace)
+    assert namespace["stopwatch"].startup_s == pytest.approx(startup), namespace["stopwatch"].startup_s
+    assert namespace["use_slurm"] is submit
+
+
+def test_lesson_17_the_job_log_is_shown_in_whole_lines_the_stack_one_entry_a_line(tmp_path):
+    """Lesson 17's seventh review, finding 2: the cell showed the log's last 2,000 characters, and on Slurm (a STACK line
+    of about 1,900) the HANDED line the prose points to was cut off. Every line is shown whole, the STACK line one
+    entry a line."""
+    import json
+
+    stack = _stack_17(tmp_path / "software_stack")
+    stack["sys_path"] += [f"/opt/site/{i}/lib/python3.11/site-packages" for i in range(30)]  # a long path, as a centre's
+    handed = f"HANDED PYTHONPATH={tmp_path}/software_stack/your-pythonpath"
+    log = f"{handed}\nPYTHON_BEFORE \nCurrently Loaded Modules:\n  1) tf-hpc-course/2026.11\n\nSTACK {json.dumps(stack)}\n" \
+          'UNLOADED {"tensorflow": false, "EBPYTHONPREFIXES": ""}\n'
+    assert len(log) > 2200, len(log)
+    said, keep = _said_lines()
+    namespace = {"use_slurm": True, "where": "Slurm job 7", "added": [], "stack_log": log, "print": keep}
+    exec(_stack_job_cells_17()[1], namespace)
+    assert said[1] == handed and said[-1].startswith("UNLOADED "), said[:3]
+    assert all(f"  {key}: {json.dumps(value)}" in said for key, value in stack.items()), said
+
+
+def test_lesson_17_the_gathering_prints_one_finding_a_line(tmp_path):
+    """Lesson 17's seventh review, finding 4: the gathering cell printed the stack job's findings as one line of about
+    1,500 characters. Each finding now has its line, under its group (stack job, Keras runs, pre-flight)."""
+    said, keep = _said_lines()
+    gather_and_prove("17_software_stack.ipynb", {**_gathering_namespace_17(tmp_path, {}), "print": keep})
+    assert {"stack job:", "Keras runs:", "pre-flight:"} <= set(said) and max(map(len, said)) <= 200, \
+        sorted(said, key=len)[-1][:300]

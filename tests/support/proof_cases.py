@@ -364,6 +364,8 @@ OK["17_software_stack.ipynb"] = {
     "flagged": _FLAGGED, "where": "this machine", "counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0},
     "other_missing": None, "stdlib_first": True, "pythonpath_dropped": True, "handed": "/j/software_stack/your-pythonpath",
     "job_python": "/j/.venv/bin/python", "python_from_module": True, "venv_from_module_python": True, "python_before": "",
+    "venv_command": "command = /j/.venv/bin/python -m venv --system-site-packages /j/software_stack/venv",
+    "venv_by_module_python": True,
     "wheel_command": "/j/.venv/lib/python3.11/site-packages/wheel/_bdist_wheel.py", "wheel_from_module": True,
     "no_lmod": None, "stack_not_checked": None}
 
@@ -1422,6 +1424,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"python_from_module": False, "job_python": "/root/.pyenv/shims/python"},
      "`python` should be the module's"),
     ("17_software_stack.ipynb", {"venv_from_module_python": False}, "made from the module's Python"),
+    # seventh review, finding 1: the venv made by /usr/bin/python3 -m venv, whose base is the module's (/usr) too
+    ("17_software_stack.ipynb", {"venv_by_module_python": False,
+                                 "venv_command": "command = /usr/bin/python3 -m venv --system-site-packages /j/software_stack/venv"},
+     "made by the module's `python`"),
     # `python` was this kernel's before the load too (a login shell that kept the venv's bin/ first): not the module's doing
     ("17_software_stack.ipynb", {"python_from_module": False, "python_before": "/j/.venv/bin/python"}, "`python` should be the module's"),
     # myextras's bdist_wheel from a wheel package of the venv's own, not the module's
