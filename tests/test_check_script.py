@@ -368,6 +368,48 @@ def test_the_worker_keeps_tensorflows_own_frames_in_tracebacks():
     assert done.stdout.strip().splitlines()[-1:] == ["(True, True) (False, False)"], done.stdout + done.stderr[-2000:]
 
 
+_CALLERS_TF_CONFIG = json.dumps({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 0}})
+
+
+def test_a_slurm_step_is_handed_no_tf_config_of_the_callers(tmp_path, monkeypatch):
+    """Lesson 18, seventh review, finding 1: with --slurm, a TF_CONFIG in the caller's environment (a shell, a job
+    script) went on to the step's tasks, and a task built the check's only when none was set: every task ran with
+    the caller's task index. The environment handed to srun (here a stand-in that records it) holds none."""
+    bin_dir, seen = tmp_path / "bin", tmp_path / "handed.json"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(f"#!{sys.executable}\nimport json, os\njson.dump(dict(os.environ), open({str(seen)!r}, 'w'))\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TF_CONFIG", _CALLERS_TF_CONFIG)
+    cl.run_slurm(tmp_path / "train.py", [], 2, tmp_path / "out", deadline_s=60)
+    handed = json.loads(seen.read_text())
+    assert handed.get("CHECK_SCRIPT_SLURM") == "1" and "TF_CONFIG" not in handed, handed.get("TF_CONFIG")
+
+
+def test_a_slurm_task_runs_with_the_checks_tf_config_over_one_it_inherited(tmp_path):
+    """Finding 1's other half: a task of `check-script --slurm` that inherits a TF_CONFIG all the same (a task
+    prolog, srun --export) builds the check's from its step: rank 1 of two nodes, the step's port. The worker's
+    own start-up, in a process of its own, up to where it would import TensorFlow."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "job").mkdir()
+    (tmp_path / "scratch" / "run-1").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(ROOT), CHECK_SCRIPT_SLURM="1", CUDA_VISIBLE_DEVICES="", TF_CONFIG=_CALLERS_TF_CONFIG,
+               COURSE_PORT_RANGE=f"{port}-{port}", SLURM_JOB_ID="7", SLURM_PROCID="1", SLURM_STEP_NUM_TASKS="2",
+               SLURM_STEP_NODELIST="node[1-2]", SLURM_STEP_TASKS_PER_NODE="1(x2)")
+    code = ("import os, sys\nfrom helpers.commands.check_script import worker\n"
+            "worker.prepare = lambda: (print(os.environ['TF_CONFIG'], flush=True), os._exit(0))\nworker.main(sys.argv[1:])\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "scratch" / "run-1"), "train.py"], env=env,
+                          cwd=tmp_path / "job", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"cluster": {"worker": [f"node1:{port}", f"node2:{port}"]},
+                                       "task": {"type": "worker", "index": 1}}, done.stdout
+
+
 def test_three_verdicts_each_with_its_exit_status():
     """passed only when every check ran and passed; a NOT SEEN makes it incomplete (exit 3), naming
     the checks not seen and what would let them be seen; a FAIL makes it FAILED (exit 1)."""

@@ -74,12 +74,14 @@ def created_files(own: Path) -> list[str]:
 
 
 def worker_environment() -> dict:
-    """The workers' environment: this one without proxies and the hub's secrets, deterministic ops,
-    a fixed hash seed (Slurm tasks), quiet logs, the course on PYTHONPATH (`-m helpers.commands.check_script.worker`)."""
+    """The workers' environment: this one without proxies, the hub's secrets and TF_CONFIG, deterministic
+    ops, a fixed hash seed (Slurm tasks), quiet logs, the course on PYTHONPATH (`-m helpers.commands.check_script.worker`).
+    Each worker is given a TF_CONFIG of its own (`_worker`; a Slurm task's `worker.main`): the caller's, passed on
+    to the tasks of a step, would give every one of them its task index."""
     from ... import HUB_SECRETS
     from ...environment import PROXY_VARIABLES
 
-    env = {k: v for k, v in os.environ.items() if k not in (*PROXY_VARIABLES, *HUB_SECRETS)}
+    env = {k: v for k, v in os.environ.items() if k not in (*PROXY_VARIABLES, *HUB_SECRETS, "TF_CONFIG")}
     env.update(TF_DETERMINISTIC_OPS="1", PYTHONHASHSEED="1234")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     root = str(Path(__file__).resolve().parents[2])

@@ -320,7 +320,7 @@ def main(argv: list[str]) -> int:
     if not os.path.isdir(out):  # e.g. a scratch directory on another node's own disk
         print(f"check-script worker: the scratch directory {out} is not visible here", file=sys.stderr)
         return 3
-    if os.environ.get("CHECK_SCRIPT_SLURM") == "1" and not os.environ.get("TF_CONFIG"):
+    if os.environ.get("CHECK_SCRIPT_SLURM") == "1":  # the check's, over any the task inherited
         _tf_config_from_slurm()
     rank = rank_from_environment()
     tmp = os.path.join(out, f"tmp-{rank}")
