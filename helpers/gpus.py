@@ -37,7 +37,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import CourseError
 from .host import GPU_MEMORY_ENV, tensorflow_is_cpu_build
@@ -274,6 +274,20 @@ def plan_for_local_worker(workers_on_host: int, index: int, environ: dict | None
     mine, idle = _equal_share(visible, index, workers_on_host, workers_on_host)
     return GpuPlan(mine, "shared" if workers_on_host > 1 else "all",
                    f"{idle} GPU(s) stay idle" if idle else "")
+
+
+def at_most(plan: GpuPlan, most: int | None) -> GpuPlan:
+    """`plan` with its first `most` GPUs only (None: as it is), the others idle, and a note that says so.
+
+    For code that runs one replica per process whatever the process sees: `ParameterServerStrategy` makes a
+    replica of every GPU a worker has (`parameter_server_strategy_v2.py`, `_set_num_gpus`), and with two or
+    more its variables refuse an update inside a replica without an aggregation (`ps_values.py`, lesson 12)."""
+    if most is None or len(plan.gpus) <= most:
+        return plan
+    if most < 1:
+        raise CourseError(f"at most {most} GPUs per process: ask for 1 or more (no GPU: hide them instead)")
+    idle = f"{len(plan.gpus) - most} of its {len(plan.gpus)} GPUs stay idle: one replica per process here"
+    return replace(plan, gpus=plan.gpus[:most], note="; ".join(n for n in (plan.note, idle) if n))
 
 
 def apply(plan: GpuPlan) -> GpuPlan:

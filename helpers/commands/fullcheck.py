@@ -28,6 +28,7 @@ SHAPES = {
     "N_ENGINES": (3, 4),  # workers of the engine lessons (4: lesson 15's kernel then has 3 replicas, lcm 12)
     "NODES": (3,),  # workers of the batch-job lessons (local processes here)
     "WORKERS": (3,),  # lesson 14's engines
+    "PS_WORKERS": (3,),  # lesson 12's parameter-server workers
 }
 # a notebook's own further shapes: lesson 10 at 3 replicas, which its small global batch of 32 does not divide
 NOTEBOOK_SHAPES = {"10_large_batches.ipynb": ({"CPU_REPLICAS": 3},)}

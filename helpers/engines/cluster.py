@@ -144,7 +144,7 @@ class Engines:
                           enumerate(sorted(ids, key=lambda i: i["engine_id"]))}
         return self.ranks
 
-    def setup_multiworker(self, use_slurm_resolver: bool | None = None) -> list[dict]:
+    def setup_multiworker(self, use_slurm_resolver: bool | None = None, most_gpus: int | None = None) -> list[dict]:
         """Prepare every engine to be one MultiWorkerMirroredStrategy worker.
 
         Each engine gets its rank (`COURSE_RANK`), rank-prefixed output and a TF_CONFIG naming
@@ -154,6 +154,8 @@ class Engines:
         `helpers.resolver.slurm_resolver` gives them (and its GPUs bound); otherwise a free port
         on each engine's host. Must run before the engines create their strategy (TF_CONFIG is read
         then; importing TensorFlow first is fine), and before TensorFlow first touches a GPU there.
+        `most_gpus` caps each engine's share of GPUs (`gpus.at_most`; TF_CONFIG engines only: under the
+        Slurm resolver Slurm binds them): lesson 12's parameter-server workers take one each.
         """
         from ..resolver import make_tf_config
 
@@ -164,6 +166,9 @@ class Engines:
         if slurm and not in_step:
             raise CourseError("the Slurm resolver was asked for, but the engines do not run "
                               "inside a Slurm step: start them with slurm=True or use TF_CONFIG")
+        if slurm and most_gpus is not None:
+            raise CourseError("most_gpus caps the GPUs of TF_CONFIG engines; under the Slurm resolver Slurm binds "
+                              "them: call setup_multiworker(use_slurm_resolver=False, most_gpus=...)")
         by_rank = sorted(ids, key=self.ranks.__getitem__)
         addresses = (_step_addresses(self.client, by_rank, self.ranks) if slurm
                      else _distinct_ports(self.client, by_rank, ids))
@@ -174,7 +179,7 @@ class Engines:
             config = make_tf_config(addresses, rank)
             # under Slurm the resolver binds GPUs (helpers.gpus.plan_for_task); here: a share each
             share = None if slurm else (hosts.count(ids[eid]["host"]), hosts[:rank].count(ids[eid]["host"]))
-            gpus[eid] = self.client[eid].apply_sync(on_engine.configure, rank, config, share)
+            gpus[eid] = self.client[eid].apply_sync(on_engine.configure, rank, config, share, most_gpus)
         return [{"rank": self.ranks[e], "engine": e, "host": ids[e]["host"],
                  "address": addresses[self.ranks[e]], "gpus": gpus[e]} for e in by_rank]
 

@@ -40,8 +40,10 @@ def slurm_tf_config() -> dict:
     return make_tf_config(workers, layout.rank)
 
 
-def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | None = None) -> str:
-    """Make this engine worker `rank`; returns the GPUs it uses ("" on CPU)."""
+def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | None = None,
+              most_gpus: int | None = None) -> str:
+    """Make this engine worker `rank`, with at most `most_gpus` of its share of GPUs (None: all of
+    its share); returns the GPUs it uses ("" on CPU)."""
     import json
     import logging
     import os
@@ -52,7 +54,7 @@ def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | No
     from helpers.host import import_tensorflow
 
     if gpu_share is not None:
-        plan = gpus.apply(gpus.plan_for_local_worker(*gpu_share))
+        plan = gpus.apply(gpus.at_most(gpus.plan_for_local_worker(*gpu_share), most_gpus))
         if plan.note and rank == 0:
             print(f"note: {plan.note}")
     remove_proxies()

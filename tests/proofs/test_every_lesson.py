@@ -210,17 +210,17 @@ LOOSENED = [
     ("14_predicting_scaling.ipynb", "extra_s / 2 <", "extra_s / 20 <"),
     ("14_predicting_scaling.ipynb", "< 2 * extra_s", "< 20 * extra_s"),
     ("14_predicting_scaling.ipynb", ">= 0.9 > max(alone)", ">= 0.8 > max(alone)"),
-    # lesson 12: "a fifth" to "any fall", fit's history's fifth 10x, a count or a zero to its nearest looser form.
+    # lesson 12: "a fifth" to "any fall", fit's history's half of Mirrored's fall 10x, a count or a zero to its nearest looser form.
     # The Mean's 1e-6 is a bound of float32 rounding (5/3 holds to 2**-23 relative), loosened as the review did:
     # the Mean off by 1e-3 gets through
     ("12_strategy_tour.ipynb", "last < 0.8 * first", "last < first"),
     ("12_strategy_tour.ipynb", "sync_last < 0.8 * sync_first", "sync_last < sync_first"),
     ("12_strategy_tour.ipynb", "evaluated[n] < 0.8 * before[n]", "evaluated[n] < before[n]"),
-    ("12_strategy_tour.ipynb", '< 0.8 * before["CentralStorage"]', '< 0.08 * before["CentralStorage"]'),
+    ("12_strategy_tour.ipynb", '>= fell["Mirrored"] / 2', '>= fell["Mirrored"] * 5'),
     ("12_strategy_tour.ipynb", "0 < optimizer_count", "0 <= optimizer_count"),
     ("12_strategy_tour.ipynb", "optimizer_count <= applied_updates", "optimizer_count <= applied_updates + 1"),
     ("12_strategy_tour.ipynb", "overlapping > 0", "overlapping >= 0"),
-    ("12_strategy_tour.ipynb", "max(staleness) > 0", "max(staleness) >= 0"),
+    ("12_strategy_tour.ipynb", "max(staleness) >= PS_WORKERS", "max(staleness) >= PS_WORKERS - 1"),  # a barrier's bound
     ("12_strategy_tour.ipynb", "(replicas + 1)) < 1e-6", "(replicas + 1)) < 1e-1"),  # the review's
     ("12_strategy_tour.ipynb", "replicas >= 2:", "replicas >= 3:"),  # the if-guard
     # lesson 16: batch-first parsing at least twice as fast, to faster at all (what it was: passed by chance)
