@@ -139,29 +139,37 @@ def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_
 
 @pytest.mark.parametrize("where,held", [("its copy", True), ("the shared directory", False),
                                         ("a link to it", False), ("a bind mount of it", False),
-                                        ("a copy with other bytes", False)])
-def test_lesson_16_a_copy_is_told_from_the_shared_directory_by_path_and_by_inode(tmp_path, where, held):
+                                        ("a copy with other bytes", False), ("one file not opened", False),
+                                        ("one file opened twice", False),
+                                        ("the shared directory, from another machine", False)])
+def test_lesson_16_a_copy_is_told_from_the_shared_files_by_path_and_by_inode(tmp_path, where, held):
+    """staged_everywhere reads the files each worker's pipeline opened, as read_shards.py reports them (path, links
+    resolved; device and inode; SHA-256): a file under the shared directory, reached through a link to it, or the
+    same file under another name (a bind mount: another path, a shared file's inode) is not a copy, nor a shared
+    file read on another machine (its device numbers are that machine's: the path tells); nor is a copy with other
+    bytes; and a run's workers must open every shared file once (a worker that kept no names, or two
+    that read one file, fail)."""
     import hashlib
-    """staged_everywhere compares the resolved path and the device and inode a worker reports with
-    the shared directory's: a link to it, or the same directory under another name (a bind mount,
-    here a report with another path and the shared directory's inode), is not a copy; nor is a copy
-    whose files' checksums (the worker's) are not the shared files'."""
     import os
 
     shared, copy = tmp_path / "shared", tmp_path / "copy"
     shared.mkdir(), copy.mkdir()
-    (shared / "a.tfrecord").write_bytes(b"shared bytes")
+    for name in ("a.tfrecord", "b.tfrecord"):
+        (shared / name).write_bytes(b"shared bytes of " + name.encode())
+        (copy / name).write_bytes(b"shared bytes of " + name.encode())
     (tmp_path / "link").symlink_to(shared)
-    path = {"its copy": copy, "the shared directory": shared, "a link to it": tmp_path / "link",
-            "a bind mount of it": copy, "a copy with other bytes": copy}[where]
-    stat = os.stat(shared if where == "a bind mount of it" else path)
-    read = b"other bytes" if where == "a copy with other bytes" else b"shared bytes"
-    report = {"read_from": os.path.realpath(path), "read_from_id": [stat.st_dev, stat.st_ino],
-              "copy": {"a.tfrecord": hashlib.sha256(read).hexdigest()}}  # as read_shards.py reports it
-    namespace = {"os": os, "hashlib": hashlib, "shared": shared, "SHARDS": 8, "reports": {2: [report]}}
-    exec(assignment_source("16_input_at_scale.ipynb", "shared_id"), namespace)
-    exec(assignment_source("16_input_at_scale.ipynb", "shared_files"), namespace)
-    exec(assignment_source("16_input_at_scale.ipynb", "staged_everywhere"), namespace)
+    folder = {"a link to it": tmp_path / "link"}.get(where, shared if where.startswith("the shared") else copy)
+    opened = []
+    for name in ("a.tfrecord", "b.tfrecord")[:1 if where == "one file not opened" else 2]:
+        path = os.path.realpath(folder / name)  # the worker resolves links
+        stat = os.stat(shared / name if where == "a bind mount of it" else path)
+        read = b"other bytes" if where == "a copy with other bytes" else (shared / name).read_bytes()
+        device = stat.st_dev + 1000 * where.endswith("another machine")  # its device numbers are its machine's
+        opened.append({"path": path, "id": [device, stat.st_ino], "sha256": hashlib.sha256(read).hexdigest()})
+    reports = [{"opened": opened[:1]}, {"opened": opened[1:] + opened[:where == "one file opened twice"]}]
+    namespace = {"os": os, "hashlib": hashlib, "shared": shared, "SHARDS": 8, "reports": {2: reports}}
+    for name in ("shared_ids", "shared_files", "opened", "staged_everywhere"):
+        exec(assignment_source("16_input_at_scale.ipynb", name), namespace)
     assert namespace["staged_everywhere"] == {2: held}
 
 
@@ -211,30 +219,35 @@ def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, 
 
 
 def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
-                same_order=False, bind_mounted=False, copy_short=False, orders_all=False, stopped=False,
+                same_order=False, bind_mounted=False, copy_altered=False, orders_all=False, stopped=False,
                 spread=False) -> list[dict]:
     """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
     the files r, r + W, ... (FILE sharding of 8 files), their examples (i in file i % 8) in steps of
     4 (a worker that ran out steps on with empty batches), the order of its files on two passes, the
-    node-local copy it read (its path, device and inode, each file's SHA-256)."""
+    files its pipeline opened in its node-local copy (path, device and inode, SHA-256)."""
     import hashlib
 
-    shared = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "shared").glob("*.tfrecord")}
+    names = sorted(p.name for p in (tmp_path / "shared").glob("*.tfrecord"))
     steps = math.ceil(train_size / 8 * math.ceil(8 / workers) / 4)  # the most examples a worker has, 4 a step
     reports = []
     for rank in range(workers):
         mine = shards_of(rank) if shards_of else [k for k in range(8) if k % workers == rank]
         copy = tmp_path / f"node{rank + 1}-local" / f"shards-7.{workers}"
         copy.mkdir(parents=True)
-        where = os.stat(tmp_path / "shared" if bind_mounted and rank == 0 else copy)  # a bind mount: the shared inode
+        opened = []
+        for k in mine:
+            (copy / names[k]).write_bytes((tmp_path / "shared" / names[k]).read_bytes())
+            bind = bind_mounted and rank == 0 and k == mine[0]  # a bind mount: another path, the shared file's inode
+            where = os.stat(tmp_path / "shared" / names[k] if bind else copy / names[k])
+            read = b"other bytes" if copy_altered and rank == 0 and k == mine[0] else (copy / names[k]).read_bytes()
+            opened.append({"path": str((copy / names[k]).resolve()), "id": [where.st_dev, where.st_ino],
+                           "sha256": hashlib.sha256(read).hexdigest()})
         indices = [i for i in range(train_size) if i % 8 in mine]
         full = [4] * math.ceil(len(indices) / 4)
         if spread and len(full) < steps:  # its examples spread over every step: no empty batch at the end
             full = [len(indices) // steps] * steps
         batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
-        copy_of = dict(list(shared.items())[:7]) if copy_short and rank == 0 else shared
-        reports.append({"rank": rank, "host": f"node{rank + 1}", "read_from": str(copy.resolve()),
-                        "read_from_id": [where.st_dev, where.st_ino], "copy": copy_of,
+        reports.append({"rank": rank, "host": f"node{rank + 1}", "opened": opened,
                         "indices": indices + indices[:1] * (repeat_first and rank == 0), "batches": batches,
                         "orders": [list(range(8)) if orders_all else mine,
                                    (list(range(8)) if orders_all else mine)[::1 if same_order else -1]]})
@@ -248,8 +261,8 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"shards_of": lambda r: [[0, 2, 4, 6], [3, 4, 5, 7], [1]][r]}, "FILE sharding should give"),
     ({"repeat_first": True}, "disjoint and cover"),  # one example read twice, from the right files
     ({"same_order": True}, "should be shuffled"),  # every worker's files in one order on both passes
-    ({"bind_mounted": True}, "complete copy"),  # another path, the shared directory's inode
-    ({"copy_short": True}, "complete copy"),  # a worker's copy that misses a file
+    ({"bind_mounted": True}, "should be a copy of a shared file"),  # a file: another path, the shared file's inode
+    ({"copy_altered": True}, "should be a copy of a shared file"),  # a file a worker read with other bytes
     # the passes that show the new orders read every file (AutoShardPolicy.OFF there; the review's broken copy)
     ({"orders_all": True}, "its own on every pass"),
     ({"stopped": True}, "as many steps"),  # the worker that ran out stopped instead of stepping on
@@ -258,8 +271,8 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
     # this kernel's staged copy: half the files copied, or a file whose bytes differ from the shared one's
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
-    ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount", "copy short",
-         "orders of every file", "stopped early", "no empty batch at the end",
+    ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount",
+         "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end",
          "staged epoch reads shared", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
@@ -322,15 +335,17 @@ def test_lesson_16_workers_make_enough_passes_that_one_order_by_chance_stays_bel
         assert 1 / 2 ** (2 - 1) > 1e-6  # two passes at 7 workers on 8 files: one chance in 2
 
 
-def test_lesson_16_proof_checks_the_simulated_waits_not_the_clock(capsys):
+def test_lesson_16_proof_reads_the_counts_not_the_clock_nor_the_simulated_waits(capsys):
     """Second review, finding 1: other jobs on a busy machine stretch a pass's seconds on the clock (a staged
-    epoch 1.2 s, slower than a shared one; the cache's second epoch 1.0 s), not the waits the simulation asks
-    for: the proof must pass that run. (It failed the proof that compared the clock's seconds.)"""
+    epoch 1.2 s, slower than a shared one; the cache's second epoch 1.0 s): the proof must pass that run. Third
+    review, P1: the simulated waits follow from the counts by helpers/shared_fs.py's construction (it sleeps exactly
+    when a batch's files are shared; tests/test_shared_fs.py checks it): the proof prints them, proves nothing
+    with them, and passes whatever they are."""
     ok = OK["16_input_at_scale.ipynb"]
     loaded = {**ok, "epochs": {**ok["epochs"], "staged": [0.03, 1.2, 0.02], "cache(filename=...)": [0.97, 1.0, 0.02]},
-              "took": {**ok["took"], "staged": [1.9, 0.03, 1.2, 0.02], "cache(filename=...)": [0.97, 1.0, 0.02]}}
+              "waits": {**ok["waits"], "staged": [1.8, 0.02, 0.0, 0.0], "shared every epoch": [0.3, 0.3, 0.3]}}
     run_proof("16_input_at_scale.ipynb", loaded)
-    assert "waiting for nothing against 0.9 s a shared epoch" in capsys.readouterr().out
+    assert "their later epochs never (simulated waits: the staging 1.8 s, a shared epoch 0.3 s)" in capsys.readouterr().out
 
 
 def _one_node_16() -> dict:
@@ -349,16 +364,20 @@ def test_lesson_16_proof_says_not_shown_where_no_run_is_uneven(capsys):
     run_proof("16_input_at_scale.ipynb", _one_node_16())
     out = capsys.readouterr().out
     assert "NOT SHOWN (no uneven run)" in out and "ran out stepped on" not in out, out
+    # third review, finding 7: with one worker nothing is split
+    assert "each of 2 workers its own files (the 1 worker read all 8 files)" in out and "each of 1 and" not in out, out
     run_proof("16_input_at_scale.ipynb", OK["16_input_at_scale.ipynb"])
     out = capsys.readouterr().out
     assert "NOT SHOWN" not in out and "(a worker that ran out stepped on with empty batches)" in out, out
+    assert "FILE sharding gave each of 2 and 3 workers its own files, every example once" in out, out
 
 
 @pytest.mark.parametrize("train_size,batch,steps,said", [
     (2048, 32, 64, ""),  # quick mode: the whole split, in whole batches
     (50_000, 128, 390, "whole batches: 391 with the last, partial one"),  # workshop: not cut, 390.6 batches
-    (50_000, 128, 4, "cut by COURSE_MAX_STEPS: 391 batches"),  # COURSE_MAX_STEPS=4: 32 read (at least 32)
-    (50_000, 128, 100, "cut by COURSE_MAX_STEPS: 391 batches")])
+    # third review, finding 6: "reading 32 batches per epoch (epochs cut by COURSE_MAX_STEPS ...)" at a cap of 4
+    (50_000, 128, 4, "COURSE_MAX_STEPS=4 cuts the epochs of 391 batches; read here: at least 32"),
+    (50_000, 128, 100, "COURSE_MAX_STEPS=100 cuts the epochs of 391 batches; read here: at least 32")])
 def test_lesson_16_figure_title_says_the_epochs_are_cut_only_when_they_are(train_size, batch, steps, said):
     """Second review, finding 6: the title said "epochs cut" in workshop mode, whose epochs are whole (390 whole
     batches of 50,000 images; 391 with the last, partial one): it says "cut" only when COURSE_MAX_STEPS cut them."""
@@ -438,3 +457,72 @@ def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_f
     assert run["clash"].startswith("AlreadyExistsError") != first_done, run["clash"]
     holds_unless("should stop with AlreadyExistsError" if first_done else None, run_proof, "16_input_at_scale.ipynb",
                  {**OK["16_input_at_scale.ipynb"], "clash": run["clash"]})
+
+
+def test_lesson_16_figure_draws_the_staging_bar_on_its_job_start_tick(tmp_path, monkeypatch):
+    """Third review, finding 6: the staging bar was drawn at x = -1 + width (-0.75), off its "job start" tick at -1.
+    The figure's cell, run on a correct run's figures: the staging bar stands on the tick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("COURSE_FIGURES_DIR", str(tmp_path))
+    ok = OK["16_input_at_scale.ipynb"]
+    run = {"epochs": ok["epochs"], "staging_s": ok["staging_s"], "staged_records": 4096, "training_s": 0.5,
+           "TIMED": 64, "step_s": 0.008, "train_size": 4096, "BATCH": 32, "STEPS": 128, "SHARED_MB_S": 25.0,
+           "SHARED_LATENCY_MS": 10.0, "dataset": SimpleNamespace(label="synthetic")}
+    exec(compile(cell_defining("16_input_at_scale.ipynb", 'plots.save(fig, "16_shared_file_system")'), "16 figure",
+                 "exec"), run)
+    bars = {c.get_label(): [p.get_x() + p.get_width() / 2 for p in c.patches] for c in run["ax"].containers}
+    staging = next(x for label, x in bars.items() if label.startswith("staging"))
+    ticks = dict(zip((t.get_text() for t in run["ax"].get_xticklabels()), run["ax"].get_xticks()))
+    plt.close(run["fig"])
+    assert staging == [pytest.approx(ticks["job start"])] and ticks["job start"] == -1, (staging, ticks)
+    assert bars["staged"] == [pytest.approx(e + 0.25) for e in range(3)], bars  # the epochs' bars as they were
+
+
+@pytest.mark.parametrize("reads,match", [("its copy", None), ("$SHARED", "should be a copy of a shared file")])
+def test_lesson_16_workers_report_the_files_their_pipeline_opened(tmp_path, reads, match):
+    """Third review, finding 2: each worker reported the directory it was handed (--files), resolved, and the
+    checksums of the files in it, not what its pipeline read: a read_shards.py that globbed $SHARED instead (a
+    Slurm job's environment carries it) passed the proof. The program as the lesson writes it, run for real as one
+    worker (MWMS alone) with SHARED set in its environment and its copy as --files; its report goes through the
+    lesson's gathering cell and proof: as written it opened its copy's 8 files, each a copy, and the proof passes;
+    the variant that reads $SHARED opened the shared files, and the proof fails."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from helpers.take_home import copy_beside
+    from tests.support.notebooks import written_programs
+
+    programs = written_programs("16_input_at_scale.ipynb")
+    program = programs['"read_shards.py"}']
+    if reads == "$SHARED":
+        line = 'pattern = os.path.join(args.files, "*.tfrecord")'
+        assert program.count(line) == 1, line
+        program = program.replace(line, 'pattern = os.path.join(os.environ.get("SHARED", args.files), "*.tfrecord")')
+    (tmp_path / "read_shards.py").write_text(program)
+    (tmp_path / "shards.py").write_text(programs['"shards.py"}'])
+    copy_beside(tmp_path)
+    shared, copy = tmp_path / "shared", tmp_path / "node-local" / "copy"
+    _lesson_16_shards(shared, 64, lambda i: i % 8)
+    shutil.copytree(shared, copy)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
+    done = subprocess.run([sys.executable, str(tmp_path / "read_shards.py"), "--files", str(copy), "--out",
+                           str(tmp_path / "out"), "--per-replica-batch", "4"],
+                          env={**env, "SHARED": str(shared), "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "worker-0.json").read_text())
+    ok = OK["16_input_at_scale.ipynb"]
+    raw = {**{k: v for k, v in ok.items() if k not in ("expected", "counts", "covered", "staged_everywhere", "reshuffled",
+                                                        "copy_complete", "staged_files", "shared_files", "orders_own",
+                                                        "steps", "ran_out")},
+           "NODES": 1, "reports": {1: [report]}, "hidden_first": {1: True}, "SHARDS": 8, "train_size": 64,
+           "staged_records": 64, "shared": shared, "staged": copy, "os": os}
+    holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
+    folders = {os.path.dirname(f["path"]) for f in report.get("opened", [])}
+    assert folders == {str((shared if reads == "$SHARED" else copy).resolve())}, folders

@@ -329,19 +329,19 @@ _FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
 _READS = {"shared every epoch": {"shared": [64, 64, 64], "node-local": [0, 0, 0]},
           "cache(filename=...)": {"shared": [64, 0, 0], "node-local": "from the cache file (not counted)"},
           "staged": {"shared": [128, 0, 0, 0], "node-local": [0, 64, 64, 64]}}
-# the simulated waits (10 ms + bytes a batch), each pass's seconds on the clock (the staged way's first: the staging)
+# the simulated waits (10 ms + bytes a batch; the staged way's first: the staging), printed by the proof, not proved
 _WAITS = {"shared every epoch": [0.9, 0.9, 0.9], "cache(filename=...)": [0.9, 0.0, 0.0], "staged": [1.8, 0.0, 0.0, 0.0]}
-_TOOK = {"shared every epoch": [0.96, 0.96, 0.97], "cache(filename=...)": [0.97, 0.03, 0.02], "staged": [1.9, 0.03, 0.03, 0.02]}
 OK["16_input_at_scale.ipynb"] = {
     "NODES": 2, "STEPS": 64, "TIMED": 64, "ALL": 128, "reports": {2: [{}, {}], 3: [{}, {}, {}]},
     "expected": _FILES, "reshuffled": True, "hidden_first": {2: True, 3: True}, "orders_own": {2: True, 3: True},
     "steps": {2: [16], 3: [12]}, "ran_out": {2: [], 3: [True]}, "replayed": 64,
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
-    "staged_everywhere": {2: True, 3: True}, "read_from": _READS, "copy_complete": True, "SHARDS": 8,
+    "staged_everywhere": {2: True, 3: True}, "opened": {w: [{"path": f"/local/shards-7/f{k}"} for k in range(8)] for w in (2, 3)},
+    "read_from": _READS, "copy_complete": True, "SHARDS": 8,
     "staged_files": {f"f{k}": "d" for k in range(8)}, "shared_files": {f"f{k}": "d" for k in range(8)},
     "epochs": {"shared every epoch": [0.96, 0.96, 0.97], "cache(filename=...)": [0.97, 0.03, 0.02],
-               "staged": [0.03, 0.03, 0.02]}, "staging_s": 1.9, "took": _TOOK, "waits": _WAITS, "SHARED_LATENCY_MS": 10.0,
+               "staged": [0.03, 0.03, 0.02]}, "staging_s": 1.9, "waits": _WAITS, "SHARED_LATENCY_MS": 10.0,
     "train_size": 4096, "staged_records": 4096, "clash": "AlreadyExistsError: There appears to be a concurrent caching iterator",
     "same_data": True, "rate": {"map, then batch": 32000.0, "batch, then map": 65000.0}}
 
@@ -1306,7 +1306,9 @@ BROKEN: list[tuple[str, dict, str]] = [
      "best epoch's val_loss"),
     ("16_input_at_scale.ipynb", {"reports": {2: [{}], 3: [{}, {}, {}]}}, "not every worker reported"),
     ("16_input_at_scale.ipynb", {"covered": {2: True, 3: False}}, "disjoint and cover"),
-    ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "complete copy, not the shared"),
+    # a worker whose pipeline opened a shared file (read_shards.py globbing $SHARED, which a Slurm job's environment
+    # carries: the third review's variant, run for real in test_lesson_16)
+    ("16_input_at_scale.ipynb", {"staged_everywhere": {2: False, 3: True}}, "should be a copy of a shared file"),
     # workers whose file lists came in one order on both passes: nothing shows that they shuffled
     # (read_shards.py with sharded_dataset(..., shuffle=False) reports so)
     ("16_input_at_scale.ipynb", {"reshuffled": False}, "should be shuffled"),
@@ -1327,8 +1329,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a cache that read (and waited for) the shared files every epoch
     ("16_input_at_scale.ipynb", {"read_from": {**_READS, "cache(filename=...)": {"shared": [64, 64, 64],
                                                                                  "node-local": "not counted"}},
-                                 "waits": {**_WAITS, "cache(filename=...)": [0.9, 0.9, 0.9]},
-                                 "took": {**_TOOK, "cache(filename=...)": [0.97, 0.96, 0.98]}},
+                                 "waits": {**_WAITS, "cache(filename=...)": [0.9, 0.9, 0.9]}},
      "first epoch only"),
     # a staging that read the timed epoch's batches (COURSE_MAX_STEPS cuts them), not every record: half the split
     ("16_input_at_scale.ipynb", {"staged_records": 2048}, "every record of the split"),
@@ -1346,8 +1347,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a staged epoch that read its batches from the copy and 32 more from the shared files besides (and waited)
     ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [128, 0, 32, 0],
                                                                     "node-local": [0, 64, 64, 64]}},
-                                 "waits": {**_WAITS, "staged": [1.8, 0.0, 0.45, 0.0]},
-                                 "took": {**_TOOK, "staged": [1.9, 0.03, 0.5, 0.02]}},
+                                 "waits": {**_WAITS, "staged": [1.8, 0.0, 0.45, 0.0]}},
      "staged epochs should read nothing from the shared"),
     # staged epochs that read nothing at all (an empty copy, a pipeline cut short) are not "local reads"
     ("16_input_at_scale.ipynb", {"read_from": {**_READS, "staged": {"shared": [128, 0, 0, 0],
@@ -1361,12 +1361,6 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"copy_complete": False}, "byte for byte"),
     # two pipelines of one cache name at once that both ran (the second started after the first had finished)
     ("16_input_at_scale.ipynb", {"clash": "no error"}, "should stop with AlreadyExistsError"),
-    # waits counted but not slept in the pass (the clock's seconds fall short of them)
-    ("16_input_at_scale.ipynb", {"waits": {**_WAITS, "shared every epoch": [0.9, 0.9, 1.5]}}, "at least its simulated waits"),
-    # shared reads that waited less than the stated latency a batch (64 batches: at least 0.64 s)
-    ("16_input_at_scale.ipynb", {"waits": {**_WAITS, "shared every epoch": [0.3, 0.3, 0.3]}}, "should wait at least 10.0 ms"),
-    # a simulation that made a node-local read wait too (a staged epoch that read no shared file waited)
-    ("16_input_at_scale.ipynb", {"waits": {**_WAITS, "staged": [1.8, 0.02, 0.0, 0.0]}}, "should wait for nothing"),
     ("16_input_at_scale.ipynb", {"same_data": False}, "same data"),
     ("16_input_at_scale.ipynb", {"rate": {"map, then batch": 65000.0, "batch, then map": 32000.0}},
      "parsing batches should be at least twice"),
