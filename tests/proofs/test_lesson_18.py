@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless, solution_source
+from tests.support.proof_cells import NOTEBOOKS, cell_defining, gather_and_prove, holds_unless, solution_source
 
 
 def _check_18(*lines: str, workers: int = 2) -> str:
@@ -58,6 +58,24 @@ _PARTED_18 = ("NOT SEEN same weights as one worker: compared for 3 of {steps} st
               "at step 4 (7.4e-05, tolerance 6.4e-06; 3.2e-02 after {steps} steps)")  # as printed at GLOBAL_BATCH = 2
 _CHIEF_LEFT_18 = ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]
 _NOTES_18 = b"lr 0.1 looked best\n"  # the learner's file in the real run/ (cell 3)
+_AS_MADE_18 = ({"run": 1795937500000000000}, {"run/notes.txt": _NOTES_18})  # run_state() of the run/ cell 3 made
+
+
+def _run_seen_18(*effects) -> list:
+    """Cell 11's RUN_SEEN over the five checks: run_state() of the real run/ before and after each, each check's
+    before its predecessor's after. `effects` gives, check by check (the rest leave run/ as it is), what one did to
+    it: (whether a directory's modification time moved, the files it then held), or None: run/ gone."""
+    seen, state = [], _AS_MADE_18
+    for k in range(5):
+        effect = effects[k] if k < len(effects) else (False, state[1])
+        after = ({}, {}) if effect is None else ({d: t + 1_000_000 * effect[0] for d, t in state[0].items()}, effect[1])
+        seen.append((state, after))
+        state = after
+    return seen
+
+
+_KEPT_18 = (False, {"run/notes.txt": _NOTES_18})  # a check that left run/ as it was
+_TOUCHED_18 = (True, {"run/notes.txt": _NOTES_18})  # an entry made in run/ and removed again: only the time moved
 _FIRST_ALONE_18 = ('  File "/x/train.py", line 26, in dataset_fn\n    dataset = dataset.shuffle(len(x), seed=args.seed + '
                    "task_id)  # each worker its own order\nTypeError: unsupported operand type(s) for +: 'int' and "
                    "'NoneType'\n")
@@ -191,10 +209,21 @@ def _checks_18(**changes) -> dict:
     # fourth review, finding 5: check-script before da9c3db linked an existing run/ into each worker's directory, and a
     # check with the real run/ present (measured: old code, fixed script) left the chief's checkpoint in it; the
     # learner's notes.txt changed, or run/ gone
-    ({"real run": {"notes.txt": _NOTES_18, "ckpt.data-00000-of-00001": b"d", "ckpt.index": b"i"}},
+    ({"run seen": _run_seen_18(_KEPT_18, *[(True, {"run/notes.txt": _NOTES_18, "run/ckpt.data-00000-of-00001": b"d",
+                                                  "run/ckpt.index": b"i"})] * 4)},
      "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
-    ({"real run": {"notes.txt": b"overwritten\n"}}, "import tensorflow as tf\n", "only the chief should leave"),
-    ({"real run": None}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    ({"run seen": _run_seen_18(*[_KEPT_18] * 4, (False, {"run/notes.txt": b"overwritten\n"}))}, "import tensorflow as tf\n",
+     "only the chief should leave"),
+    ({"run seen": _run_seen_18(*[_KEPT_18] * 4, None)}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    # seventh review, finding 2: worker 1 stood in the real directory from the checkpoint fix on (launch skipping its
+    # chdir): its run/workertemp_1, made and removed, left every file as it was and only moved run/'s modification time;
+    # finding 3: a check's write into run/ removed by a later check (the real run/ read only after the last one passed
+    # both); check() no longer recording run/ (no reading, nothing compared)
+    ({"run seen": _run_seen_18(_KEPT_18, _KEPT_18, _TOUCHED_18, _TOUCHED_18, _TOUCHED_18)}, "import tensorflow as tf\n",
+     "only the chief should leave a checkpoint"),
+    ({"run seen": _run_seen_18(_KEPT_18, (True, {"run/notes.txt": _NOTES_18, "run/ckpt.index": b"i"}), _TOUCHED_18)},
+     "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
+    ({"run seen": []}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
     # sixth review, finding 8: worker 1 writes run/workertemp_1 and removes it, so what it left shows nothing of where
     # it wrote: its run/ must be a directory of its own, not a link to the learner's run/
     ({"worker1 own run": False}, "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
@@ -237,7 +266,8 @@ def _checks_18(**changes) -> dict:
          "named by keras", "a step ran first", "no step, no raise", "step mark renamed", "raised at the checkpoint",
          "a worker exited early", "a worker left no marks", "weights not kept", "a run failed", "no step of 24", "import os, helpers",
          "importlib", "__import__", "alone had a task", "chief-only write", "worker 1 left a checkpoint",
-         "pre-fix: the real run/ written", "notes.txt changed", "run/ gone", "worker 1's run/ a link", "examples compared", "global batch 24", "global batch 24 said 12",
+         "pre-fix: the real run/ written", "notes.txt changed", "run/ gone", "worker 1 in the real run/",
+         "a check's write removed later", "run/ not read", "worker 1's run/ a link", "examples compared", "global batch 24", "global batch 24 said 12",
          "traced at the step", "as written ran alone", "as written failed otherwise", "assert with a message",
          "scope fixed: 2 lines only", "scope fixed: no other line", "scope fixed: batch passed", "a check's line missing",
          "fixed: weights parted later"])
@@ -254,11 +284,7 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     worker1_own_run = changes.pop("worker1 own run", True)  # worker 1's run/ a directory, not a link
     first_code, first_stderr = changes.pop("first alone", (1, _FIRST_ALONE_18))  # the script as written, run alone
     global_batch, said = changes.pop("global batch", (12, True))
-    real_run = changes.pop("real run", {"notes.txt": _NOTES_18})  # what the real run/ holds after the checks
-    if real_run is not None:
-        (tmp_path / "run").mkdir()
-        for name, data in real_run.items():
-            (tmp_path / "run" / name).write_bytes(data)
+    run_seen = changes.pop("run seen", _run_seen_18())  # the real run/ before and after each check (cell 11)
     files = changes.pop("alone files", ["ckpt.data-00000-of-00001", "ckpt.index"])
     alone_code = changes.pop("alone code", 0)
     alone_stdout = changes.pop("alone stdout", "worker None, epoch 0: loss 1.3427\nworker None, epoch 1: loss 1.0213\n")
@@ -282,7 +308,7 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
                           marks) for label, (c, out, marks) in checks.items()}
     holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
                   {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks, "GLOBAL_BATCH": global_batch,
-                   "NOTES": _NOTES_18,
+                   "NOTES": _NOTES_18, "RUN_SEEN": run_seen,
                    "left": left, "worker1_own_run": worker1_own_run, "first_alone": SimpleNamespace(returncode=first_code, stderr=first_stderr),
                    "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
 
@@ -380,3 +406,17 @@ def test_lesson_18_check_stops_at_a_refusal_with_its_one_line(tmp_path):
     exec(compile(cell_defining("18_your_own_script.ipynb", "def check("), "18 check", "exec"), namespace)
     with pytest.raises(RuntimeError, match="^error: 2 local workers would run multi-worker TensorFlow here"):
         namespace["check"]()
+
+
+def test_make_fullcheck_runs_lesson_18_at_a_global_batch_of_18(tmp_path):
+    """Seventh review, finding 10: `make fullcheck` runs lesson 18 at GLOBAL_BATCH = 18 too (48 examples: an epoch's
+    last step shorter, 18, 18, 12), not at 2, where solution 2 ends incomplete; the copy it runs says 18."""
+    import nbformat
+
+    from helpers.commands.fullcheck import shapes_of, with_parameters
+
+    assert {"GLOBAL_BATCH": 18} in shapes_of(NOTEBOOKS / "18_your_own_script.ipynb")
+    assert {"GLOBAL_BATCH": 18} not in shapes_of(NOTEBOOKS / "10_large_batches.ipynb")  # lesson 18's case only
+    copy = with_parameters(NOTEBOOKS / "18_your_own_script.ipynb", {"GLOBAL_BATCH": 18}, tmp_path)
+    first = next(c for c in nbformat.read(copy, as_version=4).cells if c.cell_type == "code").source
+    assert "\nGLOBAL_BATCH = 18 " in first, first

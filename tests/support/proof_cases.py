@@ -387,7 +387,7 @@ OK["18_your_own_script.ipynb"] = {
     "to_the_end": {"scope fixed": True, "checkpoint fixed": True, "batch fixed": True}, "alone_task_none": True,
     "alone": SimpleNamespace(stdout="worker None, epoch 0: loss 1.3427\n"),
     "only_chief_left": True, "left": {"cwd-0": ["run/ckpt.data-00000-of-00001", "run/ckpt.index"], "cwd-1": []},
-    "real_run": {"run/notes.txt": b"lr 0.1 looked best\n"},
+    "real_run": [{"run/notes.txt": b"lr 0.1 looked best\n"}] * 5,  # after each check: its files
     "not_compared": {"input sharding": "NOT SEEN input sharding: not compared: see the batch line above",
                      "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."},
     "stopped_at_seed": True, "alone_error": "TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'"}
