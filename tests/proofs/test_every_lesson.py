@@ -196,10 +196,10 @@ LOOSENED = [
     ("04_custom_training_loop.ipynb", '0.5 < precision[p]["moved', '0.05 < precision[p]["moved'),
     ("04_custom_training_loop.ipynb", '"moved vs float32"] < 0.01', '"moved vs float32"] < 0.1'),
     ("04_custom_training_loop.ipynb", "< 2 for p", "< 20 for p"),
-    # lesson 07: the share of the span inside timed steps (its floor 0.8: correct runs measured 0.97-1.00, the
-    # test's callback sleeping 0.3 s after each 24-29 ms step 0.09; no ceiling: the steps lie inside the span),
+    # lesson 07: the share of the span inside timed steps (its floor 0.9: the lesson's runs measured 0.999-1.00, the
+    # test's 14 ms steps 0.96, its callback sleeping 15 % of each step after it 0.72; no ceiling: the steps lie inside),
     # the input alone's share of a step, the count of replicas; 10x or the nearest looser form
-    ("07_scaling_performance.ipynb", "0.8 <= in_steps", "0.08 <= in_steps"),
+    ("07_scaling_performance.ipynb", "0.9 <= in_steps", "0.09 <= in_steps"),
     ("07_scaling_performance.ipynb", "< 0.25", "< 2.5"),
     ("07_scaling_performance.ipynb", "for p in points) >= 2", "for p in points) >= 1"),
     ("10_large_batches.ipynb", "max(last_rate.values()) < 1e-6", "max(last_rate.values()) < 1e-5"),

@@ -29,7 +29,8 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
 def test_lesson_07_gathering_cell_keeps_two_multi_worker_runs_of_as_many_replicas_apart(inside, match):
     """A GPU node of 4 GPUs, MAX_REPLICAS = 4: 2 workers of 2 GPUs have 4 replicas, like 4 workers of one. The
     first run's steps cover half its span: the proof must fail, not read the second run's figures for both."""
-    two = {**_timed("MultiWorkerMirroredStrategy", 4, inside), "asked": 2, "workers": 2, "replica_batches": [32, 32]}
+    two = {**_timed("MultiWorkerMirroredStrategy", 4, inside), "asked": 2, "workers": 2, "replica_batches": [32, 32],
+           "worker_kept": ["batches0", "batches1"]}  # one input pipeline per worker
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), _timed("MirroredStrategy", 4),
                       two, _timed("MultiWorkerMirroredStrategy", 4)], "per_replica": 32, "STEPS": 10, "counts": [1, 2, 4]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
@@ -161,11 +162,12 @@ import tensorflow as tf
 
 
 class BetweenSteps(ns["StepTimes"]):  # the program's own timer, then work no timer sees
-    sleep = 0.0
+    sleep = 0.0  # a share of the step just timed, after each step but the first (tracing)
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
-        time.sleep(self.sleep)
+        if len(self.durations) > 1:
+            time.sleep(self.sleep * self.durations[-1])
 
 
 def slow(seconds):
@@ -173,8 +175,8 @@ def slow(seconds):
     return np.float32(0.0)
 
 
-def slow_batches(examples, global_batch, context, batches=4):  # the program's batches, each read late
-    kept = in_memory_batches(examples, global_batch, context, batches)
+def slow_batches(examples, global_batch, context, batches=4, **kept):  # the program's batches, each read late
+    kept = in_memory_batches(examples, global_batch, context, batches, **kept)
     late = lambda images, labels: (images + tf.reshape(tf.numpy_function(lambda: slow(input_s), [], tf.float32), []),
                                    labels)
     return kept.map(late) if input_s else kept
@@ -191,8 +193,9 @@ for variant in sys.argv[1:]:  # one process, one TensorFlow start, a measurement
 
 
 def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_input():
-    """The real measurement with a callback that sleeps 0.3 s after each step's end: the timed steps no
-    longer account for the span, and the proof must say so; with an input stage of 0.1 s a batch, the
+    """The real measurement with a callback that sleeps 15 % of the step just timed after each step's end
+    (fourth review's P2: the old bound of 80 % let it pass): the timed steps no longer account for the span
+    (about 0.87 of it), and the proof must say so; with an input stage of 0.1 s a batch, the
     steps account for the span but the input alone is a large share of a step, and the proof must say
     that; with the same callback sleeping 0 s and no input stage, measured in the same process first,
     it passes (the replacements alone change nothing)."""
@@ -202,7 +205,7 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
 
     from tests.conftest import ROOT
 
-    done = subprocess.run([sys.executable, "-c", LESSON_07_SLEEPY, "0:0", "0.3:0", "0:0.1"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", LESSON_07_SLEEPY, "0:0", "0.15:0", "0:0.1"], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**__import__("os").environ, "COURSE_MODE": "quick"})
     assert done.returncode == 0, done.stderr[-3000:]
     measured = [json.loads(l[6:]) for l in done.stdout.splitlines() if l.startswith("POINT ")]
@@ -215,3 +218,68 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
                      planned=point["device"], worker_threads=[point["threads"]] * 2, worker_devices=[point["device"]] * 2)
         raw = {"points": points, "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
         holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+LESSON_07_SHARES = """
+import hashlib, sys
+from types import SimpleNamespace
+import nbformat
+from helpers.data import ensure_data, load_split
+
+nb = nbformat.read("notebooks/07_scaling_performance.ipynb", as_version=4)
+program = next(c.source for c in nb.cells if c.source.startswith("%%writefile")).split("\\n", 1)[1]
+shard = ".shard(context.num_input_pipelines, context.input_pipeline_id)"
+assert program.count(shard) == 1
+ns = {"__name__": "measure_07"}
+exec(compile(program.replace(shard, "") if sys.argv[1] == "no-shard" else program, "07_measure", "exec"), ns)
+examples = load_split("train", ensure_data(True).data_dir, limit=512)
+for rank in range(2):  # what each of 2 workers' input pipelines keeps, as distribute_datasets_from_function asks
+    context = SimpleNamespace(num_input_pipelines=2, input_pipeline_id=rank, get_per_replica_batch_size=lambda g: g)
+    kept = []
+    ns["in_memory_batches"](examples, 32, context, kept_digests=kept)
+    print("KEPT " + kept[0])
+"""
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("no-shard", "kept the same batches")])
+def test_lesson_07_proof_fails_when_the_workers_do_not_shard(variant, match):
+    """Fourth review's P1: with `.shard(...)` removed from the program, 2 workers trained on the same batches and
+    the old proof passed (identical weights). The program's own input function, for input pipelines 0 and 1 of 2,
+    as written and without its shard: each worker's digest of its kept batches, planted in a 2-worker point."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_07_SHARES, variant], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**__import__("os").environ, "COURSE_MODE": "quick"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    kept = [line[5:] for line in done.stdout.splitlines() if line.startswith("KEPT ")]
+    assert len(kept) == 2, done.stdout[-3000:]
+    multi = {**_timed("MultiWorkerMirroredStrategy", 2), "worker_kept": kept}
+    raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), multi],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+def _solution_1(edit=("", "")) -> None:
+    """Lesson 07's solution 1 on planted measurements: mirrored(n) has n replicas, each given its batch."""
+    from tests.support.proof_cells import solution_source
+
+    def measure(strategy, examples, model, per_replica, steps):
+        return {"replicas": strategy.n, "replica_batches": [per_replica] * strategy.n, "images_per_s": 90.0 * strategy.n}
+
+    namespace = {"mirrored": lambda n: SimpleNamespace(n=n), "measure": measure, "mirrored_counts": [1, 2],
+                 "train_examples": None, "MODEL": "cnn", "per_replica": 32, "STEPS": 10, "single": 100.0,
+                 "points": [{"images_per_s": 100.0}, {"images_per_s": 180.0}], "print": lambda *a, **k: None}
+    source = solution_source("07_scaling_performance.ipynb", 1)
+    assert source.count(edit[0]) >= 1
+    exec(compile(source.replace(*edit), "07 solution 1", "exec"), namespace)
+
+
+@pytest.mark.parametrize("edit,match", [(("", ""), None),
+                                        (("mirrored(mirrored_counts[-1])", "mirrored(1)"), "not all 2")])
+def test_lesson_07_solution_1_measures_all_replicas(edit, match):
+    """Fourth review's P3: solution 1 says MirroredStrategy over all replicas; measured over one, its asserts
+    (each replica's batch) passed. Now it must fail."""
+    holds_unless(match, _solution_1, edit)
