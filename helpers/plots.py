@@ -54,20 +54,28 @@ def curves(runs: dict[str, dict[str, list[float]]], data_label: str, title: str 
 def throughput(points: list[dict], data_label: str, title: str = "Throughput"):
     """Images/s and scaling efficiency against the number of replicas or workers.
 
-    Each point: {"replicas": int, "images_per_s": float, "label": str (optional)}.
+    Each point: {"replicas": int, "images_per_s": float, "label": str (optional), "baseline": str (optional)}.
+    One curve per label; efficiency is per replica over the smallest run of the points sharing its
+    `baseline` (default: its label), so curves of one model share one base: a sweep's one-worker run is
+    recorded as MirroredStrategy, and the multi-worker curve is measured against it, not its own 2 workers.
     """
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     groups: dict[str, list[dict]] = {}
+    bases: dict[str, dict] = {}
     for p in points:
         groups.setdefault(p.get("label", "measured"), []).append(p)
+        key = p.get("baseline", p.get("label", "measured"))
+        if key not in bases or p["replicas"] < bases[key]["replicas"]:
+            bases[key] = p
     for label, group in groups.items():
         group = sorted(group, key=lambda p: p["replicas"])
         xs = [p["replicas"] for p in group]
         ys = [p["images_per_s"] for p in group]
         ax1.plot(xs, ys, marker="o", label=label)
-        base = ys[0] / xs[0]
+        first = bases[group[0].get("baseline", label)]
+        base = first["images_per_s"] / first["replicas"]
         ax2.plot(xs, [y / (base * x) for x, y in zip(xs, ys)], marker="o", label=label)
     ax1.set_xlabel("replicas")
     ax1.set_ylabel("images/s")

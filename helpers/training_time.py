@@ -99,11 +99,13 @@ def _epoch(s: Sizes, limit: int | None, global_batch: int) -> int:
     return s.steps_per_epoch(limit or FULL_TRAIN, global_batch) * global_batch
 
 
-def lesson_work(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None) -> list[Work]:
+def lesson_work(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, model: str = "cnn",
+                steps: int = 30) -> list[Work]:
     """What lesson `lesson` ("00", "01", ...) trains in the sizes `s`, with `replicas` replicas in all; `batch`: the
-    per-replica batch a lesson sets itself (lesson 13's BATCH), else its default. Only that lesson's work is computed:
+    per-replica batch a lesson sets itself (lesson 13's BATCH), else its default; `model`, `steps`: lesson 07's
+    MODEL and STEPS. Only that lesson's work is computed:
     another lesson's sizes need not fit these replicas (lesson 05's 64 ResNet images fill no global batch of 9 x 8)."""
-    work = _course_work(s, replicas, batch).get(lesson)
+    work = _course_work(s, replicas, batch, model, steps).get(lesson)
     return work() if work else []
 
 
@@ -112,7 +114,8 @@ def _counts(replicas: int) -> list[int]:
     return [n for n in (1, 2, 4, 8) if n <= max(1, replicas)]
 
 
-def _course_work(s: Sizes, replicas: int, batch: int | None = None) -> dict[str, Callable[[], list[Work]]]:
+def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str = "cnn",
+                 steps: int = 30) -> dict[str, Callable[[], list[Work]]]:
     """Every lesson's work, by lesson number: the one list of the lessons that train, each computed when asked for."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
 
@@ -134,9 +137,9 @@ def _course_work(s: Sizes, replicas: int, batch: int | None = None) -> dict[str,
         "04": lambda: [cnn(2 * s.epochs * epoch())],  # one process, then the engines
         "05": lambda: [Work("resnet50", 2 * s.resnet_epochs * resnet_epoch(), s.resnet_per_replica_batch)],
         "06": lambda: [cnn(int((s.fault_epochs + 0.5) * epoch()))],  # to the crash in mid-run, then the rest
-        # STEPS + 1 = 31 steps (the notebook's STEPS = 30, MODEL = "cnn") of each replica count 1, 2, 4, 8 up to
-        # `replicas` under MirroredStrategy, each above 1 again as workers, then solution 1's two at twice the batch
-        "07": lambda: [cnn(31 * b * (2 * sum(_counts(replicas)) - 1 + 2 * (_counts(replicas)[-1] + 1)))],
+        # STEPS + 1 steps of MODEL for each replica count 1, 2, 4, 8 up to `replicas` under MirroredStrategy, each
+        # above 1 again as workers; solution 1 runs after the stopwatch's report, so it is not counted
+        "07": lambda: [Work(model, (steps + 1) * b * (2 * sum(_counts(replicas)) - 1), b)],
         "08": lambda: [Work(s.job_model, s.epochs * epoch(), b)],
         "09": lambda: [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
         "10": lambda: [Work("cnn", s.schedule_epochs * large(), 32 // replicas),  # the small batch, then 4 runs of the large
@@ -258,15 +261,16 @@ class Stopwatch:
               "start-up (not data, a queue or evaluation)")
 
 
-def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, slurm: bool = True) -> Stopwatch:
+def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, slurm: bool = True,
+                model: str = "cnn", steps: int = 30) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch. `batch`: the
     per-replica batch the lesson sets itself, where it does (lesson 13's BATCH); `slurm`: False where a job
-    lesson runs its jobs' tasks as local processes (lesson 16 says)."""
+    lesson runs its jobs' tasks as local processes (lesson 16 says); `model`, `steps`: lesson 07's MODEL, STEPS."""
     from .gpus import gpu_count_without_tf
 
     kernel_gpus = gpu_count_without_tf()
     gpus = training_gpus(lesson, kernel_gpus, replicas)
-    work = lesson_work(lesson, s, max(replicas, gpus, 1), batch)
+    work = lesson_work(lesson, s, max(replicas, gpus, 1), batch, model, steps)
     horovod = lesson == "13" and _horovod_built()
     predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus, slurm, horovod)
     reading = timed_reading_seconds(lesson, s)
