@@ -405,8 +405,10 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
     ('weighted_metrics=["accuracy"])', 'metrics=["accuracy"])', "compile_args = dict", {"COURSE_MAX_STEPS": "1"},
      "count for nothing"),
     ('weighted_metrics=["accuracy"])', 'metrics=["accuracy"])', "compile_args = dict",
-     {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"}, "count for nothing")],
-    ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps"])
+     {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"}, "count for nothing"),
+    ("    model = small_cnn(seed=seed)", "    model = small_cnn()", "compile_args = dict", {"COURSE_MAX_STEPS": "1"},
+     "ask for its own seed")],
+    ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps", "one seed in the scope"])
 def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, monkeypatch, old, new, where, environ,
                                                                       expected):
     """Review 6 (03, findings 1 and 3), run for real in quick mode at 2 workers: fit given one step fewer per epoch
@@ -415,7 +417,8 @@ def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, mo
     and at COURSE_EPOCHS=1 COURSE_MAX_STEPS=2 (the copied images scored as all did: 0.125 both): both passed as
     NOT CHECKED. Each must now fail the proof. Review 7 (finding 1): the edit is to the trained model's compile
     (`compile_args`, cell 25), which the proof's copy shares; when the copy compiled its own text, `metrics=` in the
-    trained model's compile alone passed the proof."""
+    trained model's compile alone passed the proof. Review 10 (finding 1): `small_cnn()` in the scope (seed 42 on every
+    worker) passed too, each own digest built from `seed` = 42 + rank; the seed is now read back from the model."""
     monkeypatch.setenv("COURSE_MODE", "quick")
     for name, value in environ.items():
         monkeypatch.setenv(name, value)

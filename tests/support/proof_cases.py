@@ -73,6 +73,7 @@ OK: dict[str, dict] = {
         "val_losses": [[2.1, 1.9], [2.1, 1.9]], "sizes": PlantedSizes(epochs=2), "found_at": [[0], [32]],
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
+        "asked_seeds": [42, 43],  # the seed each worker's model in the scope was built with: 42 + rank
         "wrote": [True, True], "stats_digests": ["s0", "s1"], "file_stats": ["s0", None],  # the chief's file: its stats
         "prediction_digests": ["p", "p"], "uneven_rows": [512, 512],
         "histories": [_HISTORY_03] * 2,
@@ -628,6 +629,9 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                              "loss": 2.3252931}] * 2}, "real rows / all rows"),
     # one seed on every worker: identical starts would follow without any broadcast
     ("03_multiworker_ipyparallel.ipynb", {"own_digests": ["a", "a"]}, "own seeds should give different"),
+    # tenth review: small_cnn() (seed 42) in the scope on every worker, each own digest from `seed` = 42 + rank:
+    # nothing to broadcast, yet the old proof passed (run for real)
+    ("03_multiworker_ipyparallel.ipynb", {"asked_seeds": [42, 42]}, "ask for its own seed"),
     ("03_multiworker_ipyparallel.ipynb", {"predicted_rows": [256, 256]}, "all workers' rows"),
     # predict on the padded test set dropped the 32 rows of padding (at 2 or 4 workers the test set has none)
     ("03_multiworker_ipyparallel.ipynb", {"uneven_rows": [480, 480]}, "should return the padding too"),
