@@ -486,3 +486,56 @@ def test_lesson_13_takes_only_this_runs_horovod_result(tmp_path, monkeypatch, st
         with pytest.raises(RuntimeError, match=match):
             exec(compile(cell, "13 Horovod cell", "exec"), namespace)
     assert len(planted.runs) == 1
+
+
+@pytest.mark.parametrize("changes,match", [
+    # a real run at BASE_LR 1.0 and 4 workers (measured): the step right, the rate 4, the gradient 2.61e-6 off, the
+    # weights 1.04e-5 (the rate times the gradient's rounding); the absolute bound 1e-5 failed it
+    ({"ranks": [0, 1, 2, 3], "world_sizes": [4] * 4, "initial_digests": ["i"] * 4, "own_digests": ["i", "o1", "o2", "o3"],
+      "seeds": [0, 1, 2, 3], "per_rank_loss": [2.3017, 2.3159, 2.283, 2.3072], "BASE_LR": 1.0, "rates": [4.0] * 4,
+      "gradient_gap": 2.61e-6, "rank_gradient_size": 0.154, "update_gap": 1.04e-5,
+      "collective": [[[11.5], [10.0, 11.0, 12.0, 13.0], [13.0, -13.0]]] * 4,
+      "checkpoints": [{"dir": "/w/checkpoint", "wrote": ["step-1.index"], "left": True, "on_read": []}]
+      + [{"dir": f"/tmp/t{r}", "wrote": ["step-1.index"], "left": False, "on_read": []} for r in (1, 2, 3)]}, None),
+    ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "update_gap": 1e-5}, None),  # rate 2: the bound 2.1e-5
+    ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "update_gap": 1e-4}, "update differs")],  # 5x that bound
+    ids=["rate 4, as measured", "rate 2", "rate 2, 5x the bound"])
+def test_lesson_13_update_bound_scales_with_the_rate(changes, match, monkeypatch):
+    """Sixth review, finding 1: the weights' gap is the rate times the gradient's rounding, so a correct run at a
+    large rate (BASE_LR 1.0, 4 workers) failed the absolute bound 1e-5; the bound now scales with BASE_LR x n."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    holds_unless(match, run_proof, "13_from_horovod.ipynb", {**OK["13_from_horovod.ipynb"], **changes})
+
+
+LESSON_13_BROADCAST = """
+import sys
+import nbformat
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+cell = next(c.source for c in nbformat.read("notebooks/13_from_horovod.ipynb", as_version=4).cells
+            if c.source.startswith("%%px\\n# Horovod: hvd.allreduce(x)")).removeprefix("%%px\\n")
+old = "pair = tf.concat([mine, -mine], axis=0)"
+assert old in cell, old
+if sys.argv[1] == "inf":  # rank 0 (not the root) holds (inf, -inf)
+    cell = cell.replace(old, old + " * tf.where(ctx.replica_id_in_sync_group == 0, float('inf'), 1.0)")
+ns = {"tf": tf, "strategy": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
+exec(cell, ns)
+print("BROADCAST", ns["collective_results"][2])
+"""
+
+
+@pytest.mark.parametrize("holding", ["finite", "inf"])
+def test_lesson_13_broadcast_ignores_what_other_ranks_hold(holding):
+    """Sixth review, finding 2: the broadcast was coded as pair x is_root, and 0 x inf is NaN: a rank holding inf
+    turned the broadcast into NaN. Run for real on 2 replicas (about 10 s), the last rank's (11, -11) must arrive
+    whatever rank 0 holds."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_13_BROADCAST, holding], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "BROADCAST [11.0, -11.0]" in done.stdout, done.stdout[-2000:]

@@ -1250,6 +1250,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"gradient_gap": 5e-6, "rank_gradient_size": 1e-3,
                                "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1e-8}}, "Horovod's average"),
     ("13_from_horovod.ipynb", {"update_gap": 5e-5}, "update differs"),
+    # sixth review: the update's bound is the rate (BASE_LR x n, 0.1 here) times the gradient's, plus 1e-6 of the weights'
+    # rounding: 2e-6 here; 1e-5 is inside that bound loosened 10x
+    ("13_from_horovod.ipynb", {"update_gap": 1e-5}, "update differs"),
     ("13_from_horovod.ipynb", {"rates": [0.1, 0.1005]}, "scale with the workers"),  # one worker's rate 0.5 % off
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 5e-5, "weights": 7e-9, "recipe": 1.5e-6}},
      "Horovod's own run"),
