@@ -7,7 +7,9 @@ that use it see it, on PYTHONPATH. Lesson 13 runs the Horovod recipe for real wh
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -33,10 +35,38 @@ def importable(site: Path) -> bool:
     return any((Path(site) / "horovod" / "tensorflow").glob("mpi_lib*.so"))
 
 
+def cache_dir() -> Path:
+    """Where this machine keeps the build for exactly these versions (`make horovod` copies it from there)."""
+    root = Path(value("COURSE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                / "tf-hpc-course")
+    python = ".".join(platform.python_version_tuple()[:2])
+    return root / f"horovod-{VERSION}-tensorflow-{tensorflow_version()}-py{python}-{platform.machine()}"
+
+
+def tensorflow_version() -> str:
+    """The installed TensorFlow's version: a build runs against this one only."""
+    for distribution in ("tensorflow-cpu", "tensorflow"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise CourseError("TensorFlow is not installed here: Horovod is built against it (make install first)")
+
+
+def searched_sites() -> list[Path]:
+    """Where a finished build may be, in order: the output directory's (`COURSE_OUTPUT_DIR` moves it), the
+    checkout's build/ (another owner's checkout included), and the user's cache, which a build fills."""
+    sites = [default_dir() / "site", Path(__file__).resolve().parents[1] / "build" / "horovod" / "site"]
+    try:
+        sites.append(cache_dir() / "site")
+    except CourseError:  # no TensorFlow: no cache key, and nothing built against it
+        pass
+    return list(dict.fromkeys(sites))
+
+
 def site_dir() -> Path | None:
-    """The built Horovod's directory, or None when `make horovod` has not run."""
-    site = default_dir() / "site"
-    return site if importable(site) else None
+    """The built Horovod's directory, or None when `make horovod` has not run (anywhere `searched_sites` looks)."""
+    return next((site for site in searched_sites() if importable(site)), None)
 
 
 def refusal(n: int) -> str | None:
@@ -60,8 +90,8 @@ def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
 
     site = site_dir()
     if site is None:
-        raise CourseError(f"Horovod is not built here: run `make horovod` (or `python -m helpers horovod build`), "
-                          f"which compiles it into {default_dir()}")
+        raise CourseError(f"Horovod is not built here (looked in {', '.join(map(str, searched_sites()))}): run "
+                          f"`make horovod` (or `python -m helpers horovod build`), which compiles it into {default_dir()}")
     check_local_workers(f"horovodrun with {n} processes")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "TF_CPP_MIN_LOG_LEVEL": "2"}

@@ -9,6 +9,7 @@ build/horovod, where lesson 13 finds it when nbval runs the notebooks after thes
 import os
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +38,29 @@ def test_another_horovod_is_refused(tmp_path):
 
 def test_running_without_a_build_says_how_to_build(tmp_path, monkeypatch):
     monkeypatch.setenv(horovod_env.DIR_ENV, str(tmp_path / "nothing"))
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
+    real = horovod_env.importable  # a build in this checkout's build/ is not this test's
+    monkeypatch.setattr(horovod_env, "importable", lambda site: tmp_path in Path(site).parents and real(site))
     assert horovod_env.site_dir() is None
     with pytest.raises(CourseError, match="make horovod"):
         horovod_env.run(tmp_path / "x.py", 2)
+
+
+def test_a_build_in_the_cache_is_found_where_the_output_directory_is_elsewhere(tmp_path, monkeypatch):
+    """Sixth review of lesson 13, finding 3: with COURSE_OUTPUT_DIR set (or another owner's checkout) the output
+    directory holds no build, yet a finished one sits in the user's cache: lesson 13 said Horovod was not built.
+    (Only sites under tmp_path count here, so a build in this checkout's build/ does not decide the test.)"""
+    real = horovod_env.importable
+    monkeypatch.setattr(horovod_env, "importable", lambda site: tmp_path in Path(site).parents and real(site))
+    monkeypatch.delenv(horovod_env.DIR_ENV, raising=False)
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "output"))
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(CourseError, match=f"looked in {tmp_path / 'output' / 'horovod' / 'site'}, .*{tmp_path / 'cache'}"):
+        horovod_env.run(tmp_path / "x.py", 2)
+    planted = horovod_env.cache_dir() / "site"
+    (planted / "horovod" / "tensorflow").mkdir(parents=True)
+    (planted / "horovod" / "tensorflow" / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"planted")
+    assert horovod_env.site_dir() == planted
 
 
 def test_a_login_node_refuses_horovodrun_with_a_reason_lesson_13_prints(monkeypatch):
@@ -185,7 +206,7 @@ def test_a_cached_build_is_copied_not_compiled(tmp_path, monkeypatch, capsys):
     site = horovod_build.build(tmp_path / "checkout" / "horovod")
     assert (site / "horovod" / "tensorflow" / "mpi_lib.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"planted"
     assert "copied from the build cache" in capsys.readouterr().out
-    monkeypatch.setattr(horovod_build, "_tensorflow_version", lambda: "9.99.0")  # another TensorFlow
+    monkeypatch.setattr(horovod_env, "tensorflow_version", lambda: "9.99.0")  # another TensorFlow
     with pytest.raises(pytest.fail.Exception, match="it compiled"):
         horovod_build.build(tmp_path / "other" / "horovod")
 

@@ -26,9 +26,7 @@ on the same machine (CI's clean clone) copies it instead of compiling again (87 
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -38,7 +36,7 @@ from pathlib import Path
 
 from ..errors import CourseError
 from .apt import apt_install
-from ..horovod_env import VERSION, default_dir, importable
+from ..horovod_env import VERSION, cache_dir, default_dir, importable
 from ..settings import value
 
 # PyPI's sha256 of horovod-0.28.1.tar.gz, the only archive this recipe builds
@@ -78,23 +76,6 @@ def build(into: Path | None = None, *, quiet: bool = False) -> Path:
     _say(quiet, f"Horovod {VERSION} built in {time.perf_counter() - started:.0f} s: {site}")
     _keep_in_cache(site)
     return site
-
-
-def cache_dir() -> Path:
-    """Where this machine keeps the build for exactly these versions."""
-    root = Path(value("COURSE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                / "tf-hpc-course")
-    python = ".".join(platform.python_version_tuple()[:2])
-    return root / f"horovod-{VERSION}-tensorflow-{_tensorflow_version()}-py{python}-{platform.machine()}"
-
-
-def _tensorflow_version() -> str:
-    for distribution in ("tensorflow-cpu", "tensorflow"):
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    raise CourseError("TensorFlow is not installed here: Horovod is built against it (make install first)")
 
 
 def _keep_in_cache(site: Path) -> None:
