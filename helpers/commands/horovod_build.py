@@ -37,7 +37,6 @@ from pathlib import Path
 from ..errors import CourseError
 from .apt import apt_install
 from ..horovod_env import VERSION, cache_dir, default_dir, importable
-from ..settings import value
 
 # PyPI's sha256 of horovod-0.28.1.tar.gz, the only archive this recipe builds
 SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
