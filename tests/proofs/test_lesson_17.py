@@ -257,18 +257,6 @@ def test_lesson_17_one_node_is_refused_with_what_to_set(monkeypatch):
         exec(_cell_17("stopwatch = time_lesson("), {"MODE": None, "NODES": 1})
 
 
-def test_lesson_17_reports_the_keras_read_after_the_import_that_rebinds_tf_keras():
-    """Lesson 17's eighth review, finding 1: the report's `module` (shown as "the Keras it ran") was read from
-    `tf.keras` before `from tensorflow.keras import Sequential`, which rebinds `tf.keras` (cell 28); it must be read
-    after that import, so that it names the Keras that builds the model."""
-    import ast
-
-    body = ast.parse(_cell_17('%%writefile {job_dir / "keras_versions.py"}').split("\n", 1)[1]).body  # the program, without %%writefile
-    line = {"import": next(n.lineno for n in body if isinstance(n, ast.ImportFrom) and n.module == "tensorflow.keras"),
-            "package": next(n.lineno for n in body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "package")}
-    assert line["package"] > line["import"], f"package is read from tf.keras before the import that rebinds it: {line}"
-
-
 def _settings_env_17(tmp_path: Path, prefix: str) -> dict:
     """Lesson 17's settings for the stack job (its cell run with this kernel's `sys.prefix` as `prefix`)."""
     namespace = {"job_dir": tmp_path, "modulefiles": tmp_path / "m", "extras": tmp_path / "e", "os": os,
