@@ -267,6 +267,7 @@ def test_lesson_09_finds_the_gpu_kernels_time(tmp_path, gpu):
 
 
 LESSON_07_GPU_CELL = """
+import os
 import nbformat
 from helpers import environment
 environment.local_replicas(4)
@@ -287,18 +288,29 @@ ns.update(train_examples=load_split("train", ensure_data(True).data_dir, limit=2
 setup = next(c.source for c in nb.cells if "def mirrored" in c.source)
 exec(setup[setup.index("def mirrored"):], ns)
 ns["measure"](ns["mirrored"](2), ns["train_examples"], "cnn", 32, 2)  # as the MirroredStrategy cell does first
+# the node's physical GPUs: 4 of their own, or 1 split in 4 parts (the cell must then not time MirroredStrategy)
+physical = tf.config.list_physical_devices
+tf.config.list_physical_devices = lambda kind=None: (["stand-in GPU %d" % i for i in range(int(os.environ["PHYSICAL"]))]
+                                                    if kind == "GPU" else physical(kind))
 cell = next(c.source for c in nb.cells if c.source.startswith("if gpus:"))
 exec(cell, ns)
 """
 
 
-def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report):
+@pytest.mark.parametrize("physical", [4, 1], ids=["4 GPUs", "1 GPU split in 4"])
+def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report, physical):
     """The cell's code (no strategy with XLA and mixed precision, then MirroredStrategy over the 'GPUs'),
     with four logical CPUs named as GPUs, after the notebook's `mirrored(2)`: no GPU kernel runs, the
-    figures mean nothing, the code paths run, and the second strategy's all-reduce does not collide."""
-    done = run_python(LESSON_07_GPU_CELL, timeout=400, env={"COURSE_MODE": "quick", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    figures mean nothing, the code paths run, and the second strategy's all-reduce does not collide. On one
+    physical GPU split in parts the cell times no MirroredStrategy (its parts are not GPUs of their own: the fourth
+    review of lesson 07, F8)."""
+    done = run_python(LESSON_07_GPU_CELL, timeout=400,
+                      env={"COURSE_MODE": "quick", "TF_CPP_MIN_LOG_LEVEL": "2", "PHYSICAL": str(physical)})
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [l for l in done.stdout.splitlines() if "images/s" in l]
+    if physical == 1:
+        assert len(lines) == 4 and all("no strategy" in line for line in lines), done.stdout
+        return
     # the cell names the kind of device the replicas ran on: the CPUs standing in for the GPUs here
     assert len(lines) == 5 and "on 4 CPUs (policy mixed_float16)" in lines[-1], done.stdout
     assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16)" in lines[3], lines
