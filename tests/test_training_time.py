@@ -106,6 +106,9 @@ def test_start_up_is_its_own_column_tensorflow_engines_jobs_and_first_steps():
     # and its jobs counted where none runs); without Slurm its jobs are local processes, no job to start
     assert startup_seconds("17", quick, 2) == pytest.approx(5 * TF_START_S + 2 * JOB_START_S + 3 * FIRST_STEP_S["cnn"]) == 60
     assert startup_seconds("17", quick, 2, slurm=False) == pytest.approx(5 * TF_START_S + 3 * FIRST_STEP_S["cnn"]) == 40
+    # lesson 10: the kernel alone starts TensorFlow; its five runs and the learning-rate-0 yardstick are six new models,
+    # each fit traces its own step (lesson 10's sixth review: 2 were counted)
+    assert startup_seconds("10", quick, 0) == pytest.approx(TF_START_S + 6 * FIRST_STEP_S["cnn"]) == 35
     assert table().splitlines()[0].split("|")[3].strip() == "start-up (min)"
     _, up = predicted_minutes("05", "workshop")
     assert up == pytest.approx((TF_START_S + 2 * FIRST_STEP_S["resnet50"]) / 60)
