@@ -28,6 +28,7 @@ from . import watch as check_watch
 
 _INITIAL: dict = {}
 _STEPS: dict = {}  # the trainable weights as each training step is fed, fed{stream}_{step}_{model}_{weight}
+_STEPS_HELD = [0]  # the bytes _STEPS holds, counted as they are taken (not summed again at every step)
 STEP_BYTES = 32 * 2 ** 20  # what those may hold (the first step always taken): 48 steps of a 173k-weight model
 _FRAME = re.compile(r'^ +File "(.+)", line (\d+), in (\S+)')  # a frame of autograph's "in user code:" message
 
@@ -130,9 +131,11 @@ def snapshot_weights(stream: int, step: int, phase: str) -> None:
         return
     if step < 2 or "evaluate" in phase or "predict" in phase:  # a stream's first feed: no step of it before
         return
-    if _STEPS and sum(a.nbytes for a in _STEPS.values()) > STEP_BYTES:
+    if _STEPS_HELD[0] > STEP_BYTES:
         return
-    _STEPS.update(_trainable(f"fed{stream}_{step}_"))
+    taken = _trainable(f"fed{stream}_{step}_")
+    _STEPS.update(taken)
+    _STEPS_HELD[0] += sum(a.nbytes for a in taken.values())
 
 
 def _trainable(prefix: str) -> dict:
