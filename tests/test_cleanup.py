@@ -75,9 +75,12 @@ time.sleep(600)
 """
 
 
+def _all_watchers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if "helpers.kernel_watch" in " ".join(p.info["cmdline"] or [])]
+
+
 def _watchers(cluster_id: str) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"])
-            if "helpers.kernel_watch" in " ".join(p.info["cmdline"] or []) and cluster_id in (p.info["cmdline"] or [])]
+    return [p for p in _all_watchers() if cluster_id in (p.info["cmdline"] or [])]
 
 
 def test_stop_all_spares_a_running_kernel_and_cleans_a_crashed_one(tmp_path, report):
@@ -143,7 +146,9 @@ def test_engines_end_with_a_sigkilled_jupyter_kernel(tmp_path, report):
     try:
         cluster_id = _start_two_engines(kc)
         ours = _of_cluster(cluster_id)
-        assert len(ours) >= 3 and _watchers(cluster_id), "controller, 2 engines and the watcher should run"
+        assert len(ours) >= 3, f"controller and 2 engines should run: {len(ours)} processes of {cluster_id}"
+        assert _watchers(cluster_id), (f"the kernel's watcher of {cluster_id} is not running; watchers running: "
+                                       f"{[p.info['cmdline'] for p in _all_watchers()]}")
         killed = time.perf_counter()
         os.kill(km.provisioner.process.pid, signal.SIGKILL)
         assert not _wait_gone(ours, within=20), "the killed kernel's engines are still running"
