@@ -463,6 +463,56 @@ def test_a_file_changed_that_no_recorded_write_covers_is_not_seen():
     assert finding.status == "NOT SEEN" and "cache.lockfile" in finding.detail and finding.to_see, finding
 
 
+def _watched_run(real: Path, skip: Path, change, writes: dict) -> cl.Run:
+    """A run of 2 workers whose reports hold `writes` ({rank: [[path, kind]]}), with what `change()`
+    did under `real` between the command's two snapshots."""
+    from helpers.commands.check_script.files import changed, snapshot
+
+    time.sleep(0.05)  # a file time is a clock tick (a few ms) coarse: the tree's last change is before it
+    before = snapshot([real], skip)
+    change()
+    run = cl.Run(workers=2, cwd=str(real))
+    run.reports = {r: {"writes": writes.get(r, [])} for r in range(2)}
+    run.changed, run.existed = changed(before, snapshot([real], skip)), set(before)
+    return run
+
+
+def test_a_file_made_and_removed_again_in_the_real_directory_is_not_seen(tmp_path):
+    """Issue 53: a worker that wrote a file into the real working directory by a call the check does
+    not watch (C++), then removed it, left the files as they were, and "who writes" passed. A
+    directory's time changes with each entry made or removed in it: the directory is named, NOT SEEN.
+    A worker's own directory made and removed below a recorded write (the tutorial's workertemp_1)
+    still passes; a file of the learner's removed beside a recorded write does not. The working
+    directory is watched, not only the script's."""
+    from helpers.commands.check_script.files import watched_roots
+
+    real, skip = tmp_path / "real", tmp_path / "scratch"
+    (real / "ckpt").mkdir(parents=True)
+    (real / "notes.txt").write_text("mine\n")
+    scratch_file = real / "worker-1.tmp"
+    run = _watched_run(real, skip, lambda: (scratch_file.write_text("x"), scratch_file.unlink()), {})
+    assert run.changed == [str(real)], run.changed
+    finding, = cf_write(run)
+    assert finding.status == "NOT SEEN" and f"1 path(s) changed, made or removed that no worker wrote through a " \
+        f"call the check watches ({real};" in finding.detail, finding
+
+    temp = real / "ckpt" / "workertemp_1"
+    ckpt = [[str(real / "ckpt" / "ckpt"), "tf.train.Checkpoint"]]
+    def own_then_removed():
+        temp.mkdir()
+        (temp / "ckpt.index").write_text("worker 1")
+        shutil.rmtree(temp)
+        (real / "ckpt" / "ckpt.index").write_text("the chief")
+    run = _watched_run(real, skip, own_then_removed, {0: ckpt, 1: [[str(temp / "ckpt"), "tf.train.Checkpoint"]]})
+    assert str(real / "ckpt") in run.changed and cf_write(run)[0].status == "PASS", (run.changed, cf_write(run))
+
+    run = _watched_run(real, skip, lambda: (real / "notes.txt").unlink(), {0: [[str(real / "run.log"), "open"]]})
+    assert str(real / "notes.txt") in run.changed and cf_write(run)[0].status == "NOT SEEN", run.changed
+
+    script_dir = tmp_path / "code"
+    assert real.resolve() in watched_roots(script_dir / "train.py", [], real, skip)
+
+
 def test_a_workers_directory_makes_the_real_directories_anew_and_copies_a_linked_file_before_a_write(tmp_path):
     """Lesson 18's third review, finding 6: a directory of the real working directory is made anew
     in the worker's (never linked: a link took the writes below it into the learner's), its files
@@ -909,6 +959,22 @@ def test_a_script_writing_into_an_existing_directory_leaves_the_real_one_untouch
     assert {name: (real_run / name).read_text() for name in mine} == mine
     assert done.returncode == 0 and "PASS     who writes: no file is written by two workers; the chief wrote 2 " \
         "path(s) (run/ckpt, run/notes.txt)" in done.stdout, done.stdout
+
+
+@pytest.mark.multiprocess
+def test_a_worker_that_writes_into_the_real_directory_and_removes_it_is_not_passed(tmp_path, mnist):
+    """Issue 53: worker 1 writes a file beside the script, in the real working directory, through
+    TensorFlow's C++ (no wrapper sees it), and removes it: the files were as before, and the check
+    passed. The directory's time changed: "who writes" is NOT SEEN, naming it; the same script
+    without that write still passes (test_a_correct_script_passes, the correct custom loop)."""
+    source = plant_edits(CUSTOM, [(CKPT_WRITE, CKPT_WRITE + "if task_id == 1:  # a scratch file beside the script\n"
+                                   "    scratch = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'w1.tmp')\n"
+                                   "    tf.io.write_file(scratch, 'worker 1')\n    tf.io.gfile.remove(scratch)\n")])
+    ours, theirs = options("custom", tmp_path, mnist)
+    code, out = check(tmp_path, source, *ours, "--", *theirs)
+    assert code == INCOMPLETE and "NOT SEEN who writes: 1 path(s) changed, made or removed that no worker wrote " \
+        f"through a call the check watches ({tmp_path.resolve()};" in out, out
+    assert not (tmp_path / "w1.tmp").exists()
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def _one_run(opts: Options, n: int, out: Path, roots: list[Path], scratch: Path)
     before = snapshot(roots, scratch)
     runner = run_slurm if opts.slurm else run_local
     run = runner(opts.script.resolve(), script_args(opts, n), n, out, opts.deadline_s)
-    run.changed = changed(before, snapshot(roots, scratch))
+    run.changed, run.existed = changed(before, snapshot(roots, scratch)), set(before)
     return run
 
 

@@ -6,10 +6,11 @@ log directory, a dataset cache). Each worker stands in a working directory of it
 (`cwd.private_cwd`): whatever creates a file at a relative path, its worker is known,
 and two workers creating the same relative path are named. What C++ code or another program
 writes at an absolute path no wrapper sees: the command therefore lists the files under the
-directories a run writes to (the script's, and those its path options name) before and after
-each run,
-and a file that changed without a recorded write that covers it is named: the check cannot tell
-which worker wrote it, so "who writes" is NOT SEEN instead of PASS.
+directories a run writes to (the working directory, the script's, and those its path options
+name) before and after each run, directories with their modification times, and a path that
+changed, appeared or went without a recorded write that covers it is named: the check cannot tell
+which worker wrote it, so "who writes" is NOT SEEN instead of PASS. A directory's time tells what
+names alone do not: a file created and removed again during a run (issue 53).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ PREFIX_KINDS = ("tf.train.Checkpoint", "Dataset.cache", "Dataset.save", "Dataset
 
 
 def watched_roots(script: Path, args: list[str], cwd: Path, skip: Path) -> list[Path]:
-    """The directories whose files a run may change: the script's, and the nearest existing
-    directory of every option that looks like a path (relative ones from `cwd`). Not the working
-    directory as such: it may be a checkout or a home that other programs write to meanwhile."""
-    roots = [script.resolve().parent]
+    """The directories whose files a run may change: the working directory (small: `cwd.tree`
+    refuses one of more than 1,000 entries; never a home), the script's, and the nearest existing
+    directory of every option that looks like a path (relative ones from `cwd`)."""
+    roots = [cwd.resolve(), script.resolve().parent]
     for arg in args:
         value = arg.split("=", 1)[-1] if arg.startswith("--") else arg
         if not value or value.startswith("-") or (os.sep not in value and not (cwd / value).exists()
@@ -47,13 +48,20 @@ def watched_roots(script: Path, args: list[str], cwd: Path, skip: Path) -> list[
 
 
 def snapshot(roots: list[Path], skip: Path) -> dict[str, tuple]:
-    """{file: (size, mtime_ns, inode)} under `roots`, without `skip` (the command's own directory),
-    hidden directories (.git, .venv) and __pycache__."""
+    """{file: (size, mtime_ns, inode)} and {directory: ("dir", mtime_ns, inode)} under `roots`,
+    without `skip` (the command's own directory), hidden directories (.git, .venv) and __pycache__.
+    A directory's mtime changes with every entry made, removed or renamed in it: a file written
+    and removed again leaves that trace, and no other."""
     files: dict[str, tuple] = {}
     skip_text = str(skip.resolve())
     for root in roots:
         count = 0
         for folder, dirs, names in os.walk(root):
+            try:
+                st = os.stat(folder)
+                files[folder] = ("dir", st.st_mtime_ns, st.st_ino)
+            except OSError:
+                pass
             dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")
                        and not os.path.join(folder, d).startswith(skip_text)]
             for name in names:
@@ -70,17 +78,32 @@ def snapshot(roots: list[Path], skip: Path) -> dict[str, tuple]:
 
 
 def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
-    """Files new or changed between two snapshots."""
-    return sorted(path for path, facts in after.items() if before.get(path) != facts)
+    """Files and directories new or changed between two snapshots, and those removed from a
+    directory listed in both (one a truncated walk left out is not taken for removed)."""
+    gone = [path for path in before if path not in after and os.path.dirname(path) in after]
+    return sorted([path for path, facts in after.items() if before.get(path) != facts] + gone)
 
 
 def unexplained(run: Run) -> list[str]:
-    """The files that changed during `run` that no worker's recorded write covers."""
+    """The paths that changed during `run` that no worker's recorded write covers: a file or
+    directory at or below a recorded path, or a directory in which a recorded path was made (the
+    path itself, or its first directory below it that did not exist before the run)."""
     recorded: list[tuple[str, str]] = []
     for report in run.reports.values():
         recorded += [(path, kind) for path, kind in report.get("writes", [])]
         recorded += [(path, "tf.summary") for path in report.get("summary_dirs", [])]
-    return [path for path in run.changed if not any(covers(p, kind, path) for p, kind in recorded)]
+    return [path for path in run.changed if not any(covers(p, kind, path) or _made_in(path, p, run.existed)
+                                                    for p, kind in recorded)]
+
+
+def _made_in(folder: str, recorded: str, existed: set) -> bool:
+    """Whether writing `recorded` made an entry in `folder`: `recorded` lies below it, and its
+    first step below it is `recorded` itself or a directory the run made."""
+    base = folder.rstrip(os.sep) + os.sep
+    if not recorded.startswith(base):
+        return False
+    first = base + recorded[len(base):].split(os.sep, 1)[0]
+    return first == recorded or first not in existed
 
 
 def covers(recorded: str, kind: str, path: str) -> bool:
@@ -122,9 +145,11 @@ def write_findings(run: Run) -> list[Finding]:
                         "temporary directory, as TensorFlow's tutorial's write_filepath does)")]
     unseen = unexplained(run)
     if unseen:
-        return [Finding("NOT SEEN", "who writes", f"{len(unseen)} file(s) changed that no worker wrote through a call "
-                        f"the check watches ({_short(unseen, run.cwd)}): written by C++ code or another program, so "
-                        "which worker wrote them is not known",
+        return [Finding("NOT SEEN", "who writes", f"{len(unseen)} path(s) changed, made or removed that no worker "
+                        f"wrote through a call the check watches ({_short(unseen, run.cwd)}; a directory's time "
+                        "changes with each entry made or removed in it, even when the names are back): written by "
+                        "C++ code, another program or a call the check does not watch, so which worker wrote them "
+                        "is not known",
                         to_see="write through Python, tf.io.gfile or a TensorFlow/Keras save the check names "
                         "(docs/check-your-script.md), or write those files only on the chief")]
     if not by_path:

@@ -41,7 +41,8 @@ class Run:
     where: dict = field(default_factory=dict)  # rank -> the script line it was last seen on
     killed: dict = field(default_factory=dict)  # rank -> why (deadline, rank N failed)
     outputs: dict = field(default_factory=dict)  # rank -> last lines the worker printed
-    changed: list = field(default_factory=list)  # files that changed during the run (files)
+    changed: list = field(default_factory=list)  # files and directories that changed during the run (files)
+    existed: set = field(default_factory=set)  # the paths the watched directories held before it (files)
     created: dict = field(default_factory=dict)  # rank -> files it created in its own working directory
     cwd: str = ""  # the working directory the workers stood in for
 

@@ -291,6 +291,7 @@ def run(out: str, script: str, argv: list[str], real_cwd: str = "") -> int:
     sys.addaudithook(audit)
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.dont_write_bytecode = True  # a module beside the script makes no __pycache__ there: the check watches it
     STATE["running"] = True
     threading.Thread(target=_watch_where, name="check-script-where", daemon=True).start()
     code = 0
