@@ -4,10 +4,11 @@ This machine's disk is local and fast, so a read of a file under the shared dire
 to wait as long as its bytes would take at a stated bandwidth, plus a latency per request. Every
 batch read through `records` is counted by the real location of its files (each path resolved),
 not by the name of the directory it was asked for: a "node-local copy" that is a link to the
-shared files counts in `batches["shared"]`. The seconds of each wait asked for are kept too
-(`waited_s`): a lesson's proof checks them, which a busy machine leaves as they are, not the
-clock's seconds, which other jobs stretch. `staged_copy` copies the files through the same reader, so
-that a staged copy holds exactly what its counted, waited-for reads gave.
+shared files counts in `batches["shared"]`. A pass also counts the elements it gave (`given`): a
+`cache` above the reader gives its later passes' elements from its own file, which no read counts.
+The seconds of each wait asked for are kept too (`waited_s`): a busy machine leaves them as they
+are, unlike the clock's seconds, which other jobs stretch. `staged_copy` copies the files through
+the same reader, so that a staged copy holds exactly what its counted, waited-for reads gave.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Pass:
     batches: dict[str, int]  # batches read, by where their files are
     records: dict[str, int]  # records read, by where their files are
     waited_s: float  # the simulated waits asked for (shared reads only): the same under any load
+    given: int  # elements the pass gave: beyond the batches read, a cache's replay of its file
 
 
 class SimulatedSharedFS:
@@ -106,9 +108,8 @@ class SimulatedSharedFS:
 
     def timed_pass(self, data) -> Pass:
         """One pass over `data` (a pipeline of `records`, or `staged_copy`): its seconds on the clock, the batches
-        and records it read from each location, and the seconds of simulated wait in it."""
+        and records it read from each location, the seconds of simulated wait in it, and the elements it gave."""
         batches, records, waited, began = dict(self.batches), dict(self.records_read), self.waited_s, time.perf_counter()
-        for _ in data:
-            pass
+        given = sum(1 for _ in data)
         return Pass(time.perf_counter() - began, {k: self.batches[k] - batches[k] for k in LOCATIONS},
-                    {k: self.records_read[k] - records[k] for k in LOCATIONS}, self.waited_s - waited)
+                    {k: self.records_read[k] - records[k] for k in LOCATIONS}, self.waited_s - waited, given)

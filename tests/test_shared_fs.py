@@ -47,6 +47,17 @@ def test_the_waits_kept_are_those_asked_for_however_long_the_machine_takes(tmp_p
     assert loaded.seconds >= loaded.waited_s + 4 * 0.05 and loaded.waited_s == pytest.approx(idle.waited_s), (idle, loaded)
 
 
+def test_a_pass_counts_what_it_gave_and_a_caches_later_passes_give_without_a_read(tmp_path):
+    """Lesson 16's cache proof: a pipeline cached to a file gives every later pass's batches from that file, which
+    no read counts; `given` counts them (the first pass: 4 read, 4 given; later: 0 read, 4 given), so an empty
+    replay (a cache that gave nothing) is told apart from a full one."""
+    shared = _files(tmp_path / "shared")
+    fs = SimulatedSharedFS(shared, mb_s=1e6, latency_ms=0.0)
+    cached = fs.records(shared, 4, 4).cache(str(tmp_path / "cache"))
+    passes = [fs.timed_pass(cached) for _ in range(3)]
+    assert [(p.batches["shared"], p.given) for p in passes] == [(4, 4), (0, 4), (0, 4)], passes
+    assert fs.timed_pass(cached.take(0)).given == 0
+
 def test_a_staged_copy_holds_what_its_counted_reads_gave_byte_for_byte(tmp_path):
     """staged_copy reads each file once through the reader (counted, waited for) and writes the records it read:
     the copy is the shared files byte for byte, every record once; a destination that exists is refused."""

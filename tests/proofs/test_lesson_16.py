@@ -5,6 +5,7 @@ not a planted final value."""
 
 import math
 import os
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,30 +34,70 @@ def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
         exec(line, truncated)
 
 
+def _in_one_process(argv, **kwargs):
+    """subprocess.run, but the worker's program run in this process, one worker after the other (a lock): the
+    workers then share one global seed, as the old solution's did (the fourth review's finding)."""
+    import contextlib
+    import io
+    import sys
+
+    with _ONE_AT_A_TIME, contextlib.redirect_stdout(io.StringIO()) as out:
+        saved, sys.argv = sys.argv, argv[2:]
+        try:
+            exec(compile(argv[2], "worker", "exec"), {"__name__": "worker"})
+        finally:
+            sys.argv = saved
+    return SimpleNamespace(returncode=0, stdout=out.getvalue(), stderr="")
+
+
+_ONE_AT_A_TIME = threading.Lock()
+
+
 @pytest.mark.parametrize("change,match", [
     (None, None),
-    # both workers with one seed: the claim (differently seeded shuffles clash) would not be shown
-    (("files_of_worker(1, s + 1, True)", "files_of_worker(1, s, True)"), "should give some file to both"),
+    # both workers with one op seed: the trap (differently seeded shuffles clash) would not be shown
+    (("[mine(s + rank) for s in range(5)]", "[mine(s) for s in range(5)]"), "should give some file to both workers"),
     # the "fix" with differently seeded shuffles still clashes
-    (("files_of_worker(0, None, False) & files_of_worker(1, None, False)",
-      "files_of_worker(0, 1, True) & files_of_worker(1, 2, True)"), "should give each file to one worker"),
-    # "one seed everywhere" that is not one seed
-    (("files_of_worker(0, 7, True) & files_of_worker(1, 7, True)",
-      "files_of_worker(0, 7, True) & files_of_worker(1, 8, True)"), "one seed everywhere"),
-], ids=["as written", "one seed for both", "no fix", "one seed, not one"])
+    (("[mine(shuffle=False)]", "[mine(rank + 1)]"), "shuffle=False\\) should give each file to one worker"),
+    # "one op seed everywhere" that is not one op seed
+    (('"op seed 7, no global seed": [mine(7)]', '"op seed 7, no global seed": [mine(7 + rank)]'),
+     "one op seed and one global seed"),
+    # "one global seed everywhere" that is not one global seed
+    (("tf.random.set_seed(42)", "tf.random.set_seed(42 + rank)"), "one op seed and one global seed"),
+    # fourth review, finding 1: the global seeds not per worker (one for both, as in one process): the op seed alone
+    # would look enough
+    (("tf.random.set_seed(g + rank)", "tf.random.set_seed(g)"), "a global seed per worker should give some file"),
+    # fourth review, finding 1: the two workers in one process (the old solution's way): they share a global seed,
+    # and the second starts with the first's last one (42), not TensorFlow's default
+    ("one process", "one op seed and one global seed"),
+], ids=["as written", "one op seed for both", "no fix", "one op seed, not one", "one global seed, not one",
+        "global seed not per worker", "workers in one process"])
 def test_lesson_16_solution_2_fails_when_the_manual_shard_trap_is_not_shown(tmp_path, change, match):
-    """Solution 2 lists 8 file names, shuffles them per worker and shards by hand: it must show
-    two workers picking one file when their seeds differ, and none when the order is one."""
-    import tensorflow as tf
+    """Solution 2 lists 8 file names on each of two workers, each a process of its own, shuffles them and shards
+    by hand: it must show two workers picking one file when their op seeds differ, or their global seeds do, and
+    none when the order is one (shuffle=False, or one op seed and one global seed everywhere). Variants that
+    break a way, or run both workers in one process, must fail it."""
+    import os
+    import sys
 
     for k in range(8):
         (tmp_path / f"part-{k:05d}.tfrecord").write_bytes(b"")
     source = solution_source("16_input_at_scale.ipynb", 2)
-    if change is not None:
-        assert change[0] in source
+    namespace = {"shared": tmp_path, "os": os, "sys": sys, "print": lambda *a, **k: None}
+    if change == "one process":
+        assert "import subprocess\n" in source
+        source = source.replace("import subprocess\n", "")
+        namespace["subprocess"] = SimpleNamespace(run=_in_one_process)
+    elif change is not None:
+        assert source.count(change[0]) == 1, change[0]
         source = source.replace(*change)
-    namespace = {"tf": tf, "shared": tmp_path, "print": lambda *a, **k: None}
-    holds_unless(match, exec, compile(source, "16 solution 2", "exec"), namespace)
+    import tensorflow as tf
+
+    tf.random.set_seed(None)  # in one process the workers set this process's global seed: none before, none after
+    try:
+        holds_unless(match, exec, compile(source, "16 solution 2", "exec"), namespace)
+    finally:
+        tf.random.set_seed(None)
 
 
 @pytest.mark.parametrize("reads", ["its copy", "the shared directory"])
@@ -269,11 +310,13 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"spread": True}, "empty batches"),  # the worker with fewer examples: its last batch not empty
     # the second staged epoch read half its batches from the shared files (counted per pass)
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
+    # fourth review, finding 5: the cache's later epochs read nothing from the shared files, and gave nothing either
+    ({"cache_given": (64, 0, 0)}, "give all their batches from its file"),
     # this kernel's staged copy: half the files copied, or a file whose bytes differ from the shared one's
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount",
          "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end",
-         "staged epoch reads shared", "half copied", "copy altered"])
+         "staged epoch reads shared", "empty cache replay", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
     the simulated reads' counts per pass: the files, the examples, the orders and the copies each
@@ -291,6 +334,7 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
         if k < copied:
             (staged / name).write_bytes(bytes([k]) * (99 if altered and k == 3 else 100))
     staged_reads = changes.pop("staged_reads", [(128, 0), (0, 64), (0, 64), (0, 64)])
+    cache_given = changes.pop("cache_given", (64, 64, 64))  # the cache's later epochs: its file's batches
     reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
     ok = OK["16_input_at_scale.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("took", "expected", "counts", "covered", "staged_everywhere",
@@ -299,9 +343,11 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
            "reports": reports, "SHARDS": 8, "train_size": 64, "staged_records": 64, "shared": tmp_path / "shared",
            "staged": staged, "os": os,
            "print": lambda *a, **k: None,
-           "reads": {name: [{"shared": shared, "node-local": local} for shared, local in passes] for name, passes in
-                     {"shared every epoch": [(64, 0)] * 3, "cache(filename=...)": [(64, 0), (0, 0), (0, 0)],
-                      "staged": staged_reads}.items()}}  # fs.timed_pass's counts, pass by pass
+           "reads": {name: [{"shared": shared, "node-local": local, "given": given} for shared, local, given in passes]
+                     for name, passes in {"shared every epoch": [(64, 0, 64)] * 3,
+                                          "cache(filename=...)": list(zip((64, 0, 0), (0, 0, 0), cache_given)),
+                                          "staged": [(*r, sum(r)) for r in staged_reads]}.items()}}
+    # fs.timed_pass's counts, pass by pass: batches read by where, and the batches each pass gave
     exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
     holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
 
@@ -425,7 +471,7 @@ def test_lesson_16_staging_reads_every_record_once_into_the_copy(tmp_path, chang
     exec(function_source("16_input_at_scale.ipynb", "record"), run)
     run["epochs"]["staged"] = []
     exec(compile(source, "16 staging", "exec"), run)
-    reads = {name: run["reads"][name] or [{"shared": n, "node-local": 0} for n in ok["read_from"][name]["shared"]]
+    reads = {name: run["reads"][name] or [{"shared": n, "node-local": 0, "given": n} for n in ok["read_from"][name]["shared"]]
              for name in run["reads"]}
     waits = {name: run["waits"][name] or ok["waits"][name] for name in run["waits"]}
     raw = {**{k: v for k, v in ok.items() if k not in ("took", "read_from", "copy_complete", "staged_files", "shared_files")},
@@ -434,8 +480,9 @@ def test_lesson_16_staging_reads_every_record_once_into_the_copy(tmp_path, chang
            "shared": tmp_path / "shared", "epochs": {**ok["epochs"], "staged": run["epochs"]["staged"]}, "reads": reads,
            "waits": waits, "SHARED_LATENCY_MS": 1.0, "os": os, "print": lambda *a, **k: None}
     exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
-    raw["read_from"] = {**raw["read_from"], "cache(filename=...)": {"shared": [32, 0, 0], "node-local": "not counted"},
-                        "shared every epoch": {"shared": [32] * 3, "node-local": [0] * 3}}
+    raw["read_from"] = {**raw["read_from"],
+                        "cache(filename=...)": {"shared": [32, 0, 0], "node-local": [0] * 3, "cache file": [0, 32, 32]},
+                        "shared every epoch": {"shared": [32] * 3, "node-local": [0] * 3, "cache file": [0] * 3}}
     holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
     if match is None:
         assert run["staged_records"] == 1000 and run["reads"]["staged"][0]["shared"] == 8 * math.ceil(125 / 32)
@@ -461,7 +508,9 @@ def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_f
 
 def test_lesson_16_figure_draws_the_staging_bar_on_its_job_start_tick(tmp_path, monkeypatch):
     """Third review, finding 6: the staging bar was drawn at x = -1 + width (-0.75), off its "job start" tick at -1.
-    The figure's cell, run on a correct run's figures: the staging bar stands on the tick."""
+    The figure's cell, run on a correct run's figures: the staging bar stands on the tick. Fourth review, finding 2:
+    the bar was the staging's seconds on the clock, this kernel's record-by-record copy included: its solid part is
+    now the simulated wait (1.8 s here), the rest of the clock (0.1 s) hatched on top of it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -469,7 +518,7 @@ def test_lesson_16_figure_draws_the_staging_bar_on_its_job_start_tick(tmp_path, 
 
     monkeypatch.setenv("COURSE_FIGURES_DIR", str(tmp_path))
     ok = OK["16_input_at_scale.ipynb"]
-    run = {"epochs": ok["epochs"], "staging_s": ok["staging_s"], "staged_records": 4096, "training_s": 0.5,
+    run = {"epochs": ok["epochs"], "staging_s": ok["staging_s"], "waits": ok["waits"], "staged_records": 4096, "training_s": 0.5,
            "TIMED": 64, "step_s": 0.008, "train_size": 4096, "BATCH": 32, "STEPS": 128, "SHARED_MB_S": 25.0,
            "SHARED_LATENCY_MS": 10.0, "dataset": SimpleNamespace(label="synthetic")}
     exec(compile(cell_defining("16_input_at_scale.ipynb", 'plots.save(fig, "16_shared_file_system")'), "16 figure",
@@ -477,8 +526,11 @@ def test_lesson_16_figure_draws_the_staging_bar_on_its_job_start_tick(tmp_path, 
     bars = {c.get_label(): [p.get_x() + p.get_width() / 2 for p in c.patches] for c in run["ax"].containers}
     staging = next(x for label, x in bars.items() if label.startswith("staging"))
     ticks = dict(zip((t.get_text() for t in run["ax"].get_xticklabels()), run["ax"].get_xticks()))
+    spans = [(p.get_y(), p.get_height()) for c in run["ax"].containers if c.get_label().startswith("staging")
+             for p in c.patches]
     plt.close(run["fig"])
     assert staging == [pytest.approx(ticks["job start"])] and ticks["job start"] == -1, (staging, ticks)
+    assert spans == [(0, pytest.approx(1.8)), (pytest.approx(1.8), pytest.approx(0.1))], spans
     assert bars["staged"] == [pytest.approx(e + 0.25) for e in range(3)], bars  # the epochs' bars as they were
 
 
