@@ -70,14 +70,18 @@ def site_dir() -> Path | None:
 
 
 def refusal(n: int) -> str | None:
-    """Why `run` would refuse `n` local processes here (a login node: horovodrun's rendezvous and
-    Gloo ports open to every user), or None where local multi-worker runs are allowed."""
+    """Why `run` refuses `n` local processes here, or None where it runs them: horovodrun's rendezvous and
+    Gloo ports, which no course firewall guards, stay off a login node (open to every user) and off a node
+    classmates share (`COURSE_CLASS_LAYOUT=gpu`). Lesson 13 and its stopwatch ask this one question."""
     from .slurm.login_node import check_local_workers
+    from .slurm.submit import class_layout
 
     try:
         check_local_workers(f"horovodrun with {n} processes")
     except CourseError as refused:
         return str(refused)
+    if class_layout() == "gpu":
+        return "COURSE_CLASS_LAYOUT=gpu: classmates' jobs share this node, and horovodrun's ports are open to them"
     return None
 
 
@@ -86,13 +90,14 @@ def run(script: str | os.PathLike, n: int, args: list[str] | None = None, *,
     """`horovodrun -np n --gloo` on this host: `n` processes of `script`, killed at the deadline."""
     from .kernel_watch import end_with_kernel
     from .local_workers import kill_group
-    from .slurm.login_node import check_local_workers
 
     site = site_dir()
     if site is None:
         raise CourseError(f"Horovod is not built here (looked in {', '.join(map(str, searched_sites()))}): run "
                           f"`make horovod` (or `python -m helpers horovod build`), which compiles it into {default_dir()}")
-    check_local_workers(f"horovodrun with {n} processes")
+    refused = refusal(n)
+    if refused:
+        raise CourseError(refused)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = [sys.executable, str(site / "bin" / "horovodrun"), "-np", str(n), "--gloo", "-H", f"localhost:{n}",

@@ -68,9 +68,9 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 6), "11": (0, 0, 3, 5),
                  "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
                  "16": (0, 0, 2, 1), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}  # 16: its jobs read, only the kernel trains
-# 13: horovodrun's run and Horovod's step count too where Horovod is built (`time_lesson`; the fifth review measured
-# the lesson's whole time at 27 s without Horovod, 70 s with it at 2 workers); its solution 1's two local workers run
-# after the stopwatch, not counted
+# 13: horovodrun's run and Horovod's step count too where the lesson runs them, built and not refused (`time_lesson`;
+# the fifth review measured the lesson's whole time at 27 s without Horovod, 70 s with it at 2 workers); its
+# solution 1's two local workers run after the stopwatch, not counted
 # processes that start TensorFlow beyond the kernel and LESSON_STARTS' sets: lesson 17's Keras job's second and third
 # steps (each `srun` starts it again; without Slurm, each variant's local workers do); not its solution 1's five
 # programs, which run after the lesson's time is taken (its stopwatch reports before the exercises, as every lesson's)
@@ -213,7 +213,7 @@ def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True, horovo
     """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
     cluster of engines, run of local workers, job and other process it starts, and each training's first step.
     `slurm` False: the lesson runs its jobs' tasks as local processes (no job to start; lesson 16 does). `horovod`:
-    lesson 13 also runs Horovod's step (where `make horovod` has run), a run of local processes and its first step."""
+    lesson 13 also runs Horovod's step (where it is built and not refused): a run of local processes, a first step."""
     engines, workers, jobs, first_steps = LESSON_STARTS.get(lesson, (0, 0, 0, 0))
     if horovod and lesson == "13":
         workers, first_steps = workers + 1, first_steps + 1  # horovodrun's processes, and Horovod's step
@@ -225,11 +225,12 @@ def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True, horovo
     return TF_START_S * tf_starts + ENGINES_START_S * engines + JOB_START_S * jobs + first * first_steps
 
 
-def _horovod_built() -> bool:
-    """Whether `make horovod` has run here: lesson 13 then runs Horovod's step too (where local runs are allowed)."""
-    from .horovod_env import site_dir
+def _horovod_runs(n: int) -> bool:
+    """Whether lesson 13 runs Horovod's step here in `n` processes: built (`make horovod` has run) and not refused
+    (`horovod_env.refusal`: a login node, or classmates sharing the node), as its Horovod cell decides."""
+    from .horovod_env import refusal, site_dir
 
-    return site_dir() is not None
+    return site_dir() is not None and refusal(n) is None
 
 
 def _minutes(s: float) -> str:
@@ -271,7 +272,7 @@ def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = No
     kernel_gpus = gpu_count_without_tf()
     gpus = training_gpus(lesson, kernel_gpus, replicas)
     work = lesson_work(lesson, s, max(replicas, gpus, 1), batch, model, steps)
-    horovod = lesson == "13" and _horovod_built()
+    horovod = lesson == "13" and _horovod_runs(replicas)
     predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus, slurm, horovod)
     reading = timed_reading_seconds(lesson, s)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"

@@ -75,6 +75,20 @@ def test_a_login_node_refuses_horovodrun_with_a_reason_lesson_13_prints(monkeypa
     assert horovod_env.refusal(2) is None
 
 
+def test_horovodrun_is_refused_where_classmates_share_the_node(monkeypatch, tmp_path):
+    """Lesson 13's sixth review: the lesson's cell refused horovodrun in the GPU-per-learner layout itself, so its
+    stopwatch (which asked only whether Horovod is built) counted a run that never happened. `refusal` now gives that
+    reason too, for the cell, the stopwatch and `run` alike."""
+    monkeypatch.setenv("COURSE_LOCAL_WORKERS", "allow")
+    monkeypatch.setenv("COURSE_CLASS_LAYOUT", "gpu")
+    assert "COURSE_CLASS_LAYOUT=gpu: classmates' jobs share this node" in horovod_env.refusal(2)
+    monkeypatch.setattr(horovod_env, "site_dir", lambda: tmp_path)  # taken for built: `run` refuses before starting
+    with pytest.raises(CourseError, match="COURSE_CLASS_LAYOUT=gpu"):
+        horovod_env.run(tmp_path / "x.py", 2)
+    monkeypatch.setenv("COURSE_CLASS_LAYOUT", "node")
+    assert horovod_env.refusal(2) is None
+
+
 def _can_build() -> str | None:
     """Why the build cannot run here, or None."""
     missing = [package for tool, package in TOOLS.items() if shutil.which(tool) is None]

@@ -170,7 +170,8 @@ def test_lesson_13_counts_horovod_s_run_where_it_is_built(monkeypatch):
     """Lesson 13's fifth review: the stopwatch predicted 22 s of start-up whether Horovod ran or not (the lesson took
     27 s without Horovod, 70 s with it at 2 workers). Where `make horovod` has run, horovodrun's processes start
     TensorFlow too, and Horovod's step is a first step (solution 1's two local workers run after the stopwatch: not
-    counted). The class's plans (`predicted_minutes`) assume no Horovod; only the lesson's own stopwatch asks."""
+    counted). The class's plans (`predicted_minutes`) assume no Horovod; only the lesson's own stopwatch asks. Sixth
+    review: where `horovod_env.refusal` refuses the run (a login node, classmates sharing the node), it is not counted."""
     from helpers import horovod_env
     from helpers.training_time import ENGINES_START_S, FIRST_STEP_S, TF_START_S, predicted_minutes, startup_seconds
 
@@ -180,10 +181,20 @@ def test_lesson_13_counts_horovod_s_run_where_it_is_built(monkeypatch):
     assert startup_seconds("13", quick, 0, horovod=True) == pytest.approx(without + TF_START_S + FIRST_STEP_S["cnn"])
     assert startup_seconds("12", quick, 0, horovod=True) == startup_seconds("12", quick, 0)  # lesson 13's only
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    for built, startup in ((None, without), (Path("/built"), without + 10.0)):
+    monkeypatch.setenv("COURSE_LOCAL_WORKERS", "allow")  # local runs allowed: only the class layout may refuse
+    # sixth review: built, but refused where classmates share the node, Horovod does not run: not counted
+    for built, layout, startup in ((None, "node", without), (Path("/built"), "node", without + 10.0),
+                                   (Path("/built"), "gpu", without)):
         monkeypatch.setattr(horovod_env, "site_dir", lambda built=built: built)
-        assert time_lesson("13", quick, 2).startup_s == pytest.approx(startup), built
+        monkeypatch.setenv("COURSE_CLASS_LAYOUT", layout)
+        assert time_lesson("13", quick, 2).startup_s == pytest.approx(startup), (built, layout)
         assert predicted_minutes("13", "quick", 0)[1] == pytest.approx(without / 60), built
+    monkeypatch.setenv("COURSE_CLASS_LAYOUT", "node")  # and on a login node (salloc's shell): refused, not counted
+    monkeypatch.delenv("COURSE_LOCAL_WORKERS")
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "no-such-node-of-this-host")
+    assert time_lesson("13", quick, 2).startup_s == pytest.approx(without)
 
 
 def test_lesson_16_counts_its_timed_reading_and_its_jobs_where_they_run(capsys, monkeypatch):
