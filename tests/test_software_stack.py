@@ -252,10 +252,152 @@ def test_a_reader_that_moves_the_standard_library_last_is_caught(tmp_path, repor
                                     "sys.path[:] = [p for p in sys.path if p not in base] + base\n")
     stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", reader=easybuild_like)
     first = _gathered(log, "stack", "module_site", "venv_site", "sites", "stdlib_first", sys=sys, job_dir=tmp_path)
-    report(f"lesson 17, a reader that moves {stack['stdlib']} last: sys.path {stack['sys_path']}; stdlib_first {first}")
+    easybuild = _gathered(log, "stack", "easybuild")
+    report(f"lesson 17, a reader that moves {stack['stdlib']} last: sys.path {stack['sys_path']}; stdlib_first {first}, "
+           f"EasyBuild's sitecustomize.py ran: {easybuild} ({stack['sitecustomize']})")
     assert stack["sys_path"].index(stack["stdlib"]) > stack["sys_path"].index(stack["myextras_from"].rsplit("/myextras/", 1)[0]), \
         stack["sys_path"]
-    assert first is False, log[-2000:]
+    assert first is False and easybuild is False, log[-2000:]
+    with pytest.raises(AssertionError, match="standard library should come before"):  # no EasyBuild script: a wrong order
+        _prove_stack_order(log)
+
+
+def _prove_stack_order(log: str) -> None:
+    """Lesson 17's proof on a correct run but for the standard library's place, read from the job's `log` by the
+    notebook's own gathering."""
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import run_proof
+
+    run_proof("17_software_stack.ipynb", {**OK["17_software_stack.ipynb"], "stack": _gathered(log, "stack"),
+                                          "stdlib_first": _gathered(log, "stack", "sites", "stdlib_first"),
+                                          "easybuild": _gathered(log, "stack", "easybuild"),
+                                          "easybuild_order": _gathered(log, "stack", "base_entries", "easybuild_order")})
+
+
+# EasyBuild's sitecustomize.py, as its Python easyblock writes it (SITECUSTOMIZE in easybuild-easyblocks'
+# easybuild/easyblocks/p/python.py; the debug prints left out): the same steps, the same first line
+EASYBUILD_SITECUSTOMIZE = """
+# sitecustomize.py script installed by EasyBuild,
+# to pick up Python packages installed with `--prefix` into folders listed in $EBPYTHONPREFIXES
+
+import os
+import site
+import sys
+
+ebpythonprefixes = os.getenv('EBPYTHONPREFIXES')
+
+if ebpythonprefixes:
+    postfix = os.path.join('lib', 'python' + '.'.join(map(str, sys.version_info[:2])), 'site-packages')
+    potential_sys_prefixes = (getattr(sys, attr, None) for attr in ("real_prefix", "base_prefix", "prefix"))
+    sys_prefix = next(p for p in potential_sys_prefixes if p)
+    base_paths = [p for p in sys.path if p.startswith(sys_prefix)]
+
+    for prefix in ebpythonprefixes.split(os.pathsep):
+        sitedir = os.path.join(prefix, postfix)
+        if os.path.isdir(sitedir):
+            site.addsitedir(sitedir)
+
+    # Move base python paths to the end of sys.path so modules can override packages from the core Python module
+    sys.path = [p for p in sys.path if p not in base_paths] + base_paths
+"""
+
+
+def _easybuild_python(root: Path) -> Path:
+    """A Python installation laid out as EasyBuild installs one, made from another installation's Python of this version
+    (pyenv's): its binary copied (Python finds its prefix from where the binary is), its standard library and shared
+    library linked, and EasyBuild's sitecustomize.py in its own lib/pythonX.Y/site-packages. Its `python`."""
+    other = _python_of_another_installation()
+    if other is None:
+        pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} of another installation here (~/.pyenv, "
+                    "/usr/local/bin, /opt) to lay out as EasyBuild's")
+    real, version = Path(other).resolve(), "%d.%d" % sys.version_info[:2]
+    (root / "bin").mkdir(parents=True)
+    shutil.copy2(real, root / "bin" / real.name)
+    for alias in ("python3", "python"):
+        (root / "bin" / alias).symlink_to(real.name)
+    for library in real.parents[1].glob("lib/libpython*"):
+        (root / "lib").mkdir(exist_ok=True)
+        (root / "lib" / library.name).symlink_to(library)
+    lib = root / "lib" / f"python{version}"
+    (lib / "site-packages").mkdir(parents=True)
+    for entry in (real.parents[1] / "lib" / f"python{version}").iterdir():
+        if entry.name != "site-packages":
+            (lib / entry.name).symlink_to(entry)
+    (lib / "site-packages" / "sitecustomize.py").write_text(EASYBUILD_SITECUSTOMIZE)
+    return root / "bin" / "python"
+
+
+def _stand_in_course(python: Path, prefix: Path) -> Path:
+    """The course's environment made from `python`: a venv with stand-ins for TensorFlow and Keras, an einops of the
+    module's own, and this environment's `wheel` with the `packaging` it imports (the job's build takes its bdist_wheel
+    from the module). Its site-packages."""
+    subprocess.run([str(python), "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True, timeout=300)
+    site_dir = prefix / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    for name, version in {"tensorflow": "0-standin", "keras": "0-standin", "einops": "0.8.2"}.items():
+        (site_dir / name).mkdir()
+        (site_dir / name / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    for found in (p for name in ("wheel", "packaging") for p in (purelib / name, *purelib.glob(f"{name}-*.dist-info"))):
+        shutil.copytree(found, site_dir / found.name)  # each package and its dist-info
+    return site_dir
+
+
+def test_a_course_python_made_by_easybuild_passes_with_easybuilds_order(tmp_path, report):
+    """Issues 51/54, finding 1: where the course's Python is made from a Python EasyBuild built, that Python's
+    sitecustomize.py runs in the job's venv too and moves the entries under its prefix, the standard library among
+    them, after every other: a correct set-up, which the proof failed ('standard library should come before'). The job
+    (the course's environment a stand-in venv of such a Python) now says EasyBuild's script ran, and the proof checks
+    EasyBuild's order and passes; a wrong order still fails it (the test above, and the gathering cases of
+    tests/proofs/test_lesson_17.py)."""
+    _lmod()
+    course = tmp_path / "course"
+    course_site = _stand_in_course(_easybuild_python(tmp_path / "easybuild-python"), course)
+    job_dir = tmp_path / "job"
+    stack, _, log = _run_stack(job_dir, "EBPYTHONPREFIXES", module_edits=((f'local root = "{sys.prefix}"', f'local root = "{course}"'),))
+    module = SimpleNamespace(prefix=str(course), base_prefix=str(tmp_path / "easybuild-python"), version_info=sys.version_info)
+    paths = SimpleNamespace(get_paths=lambda: {"purelib": str(course_site)})
+    route = _gathered(log, "stack", "module_site", "venv_site", "sites", "recommended_route", sys=module, sysconfig=paths,
+                      job_dir=job_dir)
+    first, easybuild = _gathered(log, "stack", "sites", "stdlib_first"), _gathered(log, "stack", "easybuild")
+    order = _gathered(log, "stack", "base_entries", "easybuild_order")
+    report(f"lesson 17 on a stand-in EasyBuild Python: sitecustomize {stack['sitecustomize']}, sys.path {stack['sys_path']}; "
+           f"recommended_route {route}, stdlib_first {first}, easybuild {easybuild}, easybuild_order {order}")
+    assert stack["base_prefix"] == str(tmp_path / "easybuild-python") and stack["tensorflow_from"].startswith(str(course_site)), stack
+    assert stack["sitecustomize"] == str(tmp_path / "easybuild-python" / course_site.relative_to(course) / "sitecustomize.py"), stack
+    assert route is True and first is False and easybuild is True and order is True, log[-3000:]
+    _prove_stack_order(log)  # EasyBuild's order: passes
+
+
+def test_the_module_loads_the_modules_the_kernel_started_with(tmp_path, monkeypatch, report):
+    """Issues 51/54, finding 2: the modulefile the lesson writes named no dependency, though the course's environment
+    was built with the modules loaded where it runs (a Python's, CUDA's). Written where the kernel started with a
+    stand-in dependency loaded (LOADEDMODULES), it loads it first with Lmod (its bin/ still first on PATH), and unloads
+    it with itself; the job script, after `module purge`, gets it with the course's module, and loads it back after
+    `module unload` (only the course's module gone)."""
+    import re
+    import shlex
+
+    _lmod()
+    dependency = tmp_path / "modulefiles" / "fakecuda"
+    dependency.mkdir(parents=True)
+    (dependency / "12.4.lua").write_text('prepend_path("PATH", "/opt/fakecuda/12.4/bin")\nsetenv("FAKECUDA_ROOT", "/opt/fakecuda/12.4")\n')
+    monkeypatch.setenv("LOADEDMODULES", "fakecuda/12.4")  # where the kernel started: read when the modulefile is written
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", extra_env={"LOADEDMODULES": ""})  # the job: none loaded
+    show = 'echo "$LOADEDMODULES|${FAKECUDA_ROOT-}|${PATH%%:*}"'
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EBPYTHONPREFIXES", "VIRTUAL_ENV", "LOADEDMODULES")}
+    shell = subprocess.run(["bash", "-lc", f"module use {shlex.quote(str(tmp_path / 'modulefiles'))}; module load tf-hpc-course/2026.11; "
+                            f"{show}; echo \"$PATH\" | tr : '\\n' | sed -n 2p; module unload tf-hpc-course/2026.11; {show}"],
+                           capture_output=True, text=True, timeout=120, env=env)
+    loaded, second, unloaded = shell.stdout.strip().splitlines()[-3:]
+    after_unload = _gathered(log, "unloaded")
+    report(f"lesson 17's module written with LOADEDMODULES=fakecuda/12.4: loaded {loaded!r}, PATH's second {second!r}, after "
+           f"the unload {unloaded.split('|')[:2]}; the job's module list {re.findall(r'[0-9]+[)] +([^ ]+)', log)}, UNLOADED {after_unload}")
+    assert loaded == f"fakecuda/12.4:tf-hpc-course/2026.11|/opt/fakecuda/12.4|{sys.prefix}/bin" and second == "/opt/fakecuda/12.4/bin", \
+        shell.stdout + shell.stderr
+    assert unloaded.split("|")[:2] == ["", ""], shell.stdout + shell.stderr
+    assert re.search(r"[0-9]+[)] +fakecuda/12[.]4\s", log) and _gathered(log, "loaded", re=re), log[-2000:]
+    assert _gathered(log, "job_python", "python_before", "python_from_module", sys=sys) is True, log[-2000:]
+    assert after_unload == {"tensorflow": False, "EBPYTHONPREFIXES": "", "LOADEDMODULES": "fakecuda/12.4"}, log[-2000:]
 
 
 VENV_LINE = '  python -m venv --system-site-packages "$VENV"'  # the job makes its venv with the module's `python`

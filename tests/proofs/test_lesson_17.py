@@ -229,7 +229,7 @@ def test_lesson_17_solution_2_without_lmod_reads_what_the_modulefile_sets(tmp_pa
     second review, finding 6: three lines of any content passed before)."""
     cells = nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
     namespace = {"job_dir": tmp_path, "print": lambda *a, **k: None}
-    exec(next(c.source for c in cells if c.source.startswith("import sys\n\nmodulefiles = ")), namespace)
+    exec(next(c.source for c in cells if c.cell_type == "code" and 'modulefiles = job_dir / "modulefiles"' in c.source), namespace)
     if edit is not None:
         text = namespace["modulefile"].read_text()
         assert edit[0] in text, edit
@@ -238,6 +238,23 @@ def test_lesson_17_solution_2_without_lmod_reads_what_the_modulefile_sets(tmp_pa
                       "subprocess": None})
     source = next(c.source for c in cells if c.source.startswith("# Solution 2"))
     holds_unless(match, exec, compile(source, "17 solution 2", "exec"), namespace)
+
+
+@pytest.mark.parametrize("loaded,expected", [
+    ("Python/3.11.5-GCCcore-13.2.0:CUDA/12.4.0:tf-hpc-course/2026.11",  # a rerun: the course's own module loaded too
+     ['depends_on("Python/3.11.5-GCCcore-13.2.0")', 'depends_on("CUDA/12.4.0")']),
+    ("", [])], ids=["a python and a cuda module", "none loaded"])
+def test_lesson_17_the_modulefile_depends_on_the_modules_the_kernel_started_with(tmp_path, monkeypatch, loaded, expected):
+    """Issues 51/54, finding 2: a module built against other modules (a Python's, CUDA's) should load them. The modulefile
+    names each module of LOADEDMODULES where the kernel started, but the course's own, in a depends_on line before its
+    PATH line (Lmod loads them there, so its bin/ still comes first); none where none is loaded."""
+    monkeypatch.setenv("LOADEDMODULES", loaded)
+    namespace = {"job_dir": tmp_path, "print": lambda *a, **k: None}
+    exec(_cell_17('modulefiles = job_dir / "modulefiles"'), namespace)
+    text = namespace["modulefile"].read_text()
+    depends = [line.split("--")[0].strip() for line in text.splitlines() if line.startswith("depends_on")]
+    assert depends == expected, text
+    assert not expected or text.index("depends_on") < text.index('prepend_path("PATH"'), text
 
 
 def _cell_17(marker: str) -> str:
@@ -360,12 +377,13 @@ _SIBLING_SITE_17 = sysconfig.get_paths()["purelib"].replace(sys.prefix, sys.pref
 
 def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="", keras_from="",
               setuptools_from_module=False, user_site=False, stdlib_last=False, yours_on_path=False, wheel_in_venv=False,
-              made_by: str = f"{sys.prefix}/bin/python") -> dict:
+              made_by: str = f"{sys.prefix}/bin/python", easybuild=False) -> dict:
     """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's), made by `made_by`
     (the command its pyvenv.cfg records: Python 3.11+ writes it; "" for none). `stdlib_last`:
     the standard library moved after the site directories (as EasyBuild's sitecustomize.py moves it); `yours_on_path`:
     the PYTHONPATH the job was handed (yours) on its Python's path; `wheel_in_venv`: the build's bdist_wheel from a wheel
-    package of the venv's own, not the module's."""
+    package of the venv's own, not the module's; `easybuild`: EasyBuild's sitecustomize.py ran, and moved the entries under
+    the Python's own prefix (sys.base_prefix: the standard library, its zip, dist-packages here) after every other."""
     module_site = sysconfig.get_paths()["purelib"]
     venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
     sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
@@ -373,6 +391,9 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     yours = [str(job_dir / "your-pythonpath")] if yours_on_path else []
     sys_path = ["", *yours, "/usr/lib/python311.zip", *([] if stdlib_last else [stdlib]), *sites, "/usr/lib/python3/dist-packages",
                 *([stdlib] if stdlib_last else [])]
+    if easybuild:  # as its script leaves sys.path: the entries under the base prefix, in their order, last
+        sys_path = [p for p in sys_path if not p.startswith(sys.base_prefix)] + [p for p in sys_path if p.startswith(sys.base_prefix)]
+    custom = f"{sys.base_prefix}/lib/python3.11/site-packages/sitecustomize.py" if easybuild else "/usr/lib/python3.11/sitecustomize.py"
     return {"python": f"{job_dir}/venv/bin/python", "prefix": str(job_dir / "venv"), "base_prefix": sys.base_prefix,
             "tensorflow": "2.21.0", "tensorflow_from": tensorflow_from or f"{module_site}/tensorflow/__init__.py",
             "keras": "3.15.1", "keras_from": keras_from or f"{module_site}/keras/__init__.py",
@@ -383,7 +404,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
             "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n" + (
                 f"command = {made_by} -m venv --system-site-packages {job_dir / 'venv'}\n" if made_by else ""),
-            "sys_path": sys_path, "stdlib": stdlib}
+            "sys_path": sys_path, "stdlib": stdlib, "sitecustomize": custom, "easybuild_sitecustomize": easybuild}
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -436,7 +457,14 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     # seventh review, finding 1: the venv made by /usr/bin/python3 -m venv (its base /usr, the module's too: passed before),
     # or a pyvenv.cfg without the command line Python 3.11+ writes
     ({"made_by": "/usr/bin/python3"}, "made by the module's `python`"),
-    ({"made_by": ""}, "made by the module's `python`")],
+    ({"made_by": ""}, "made by the module's `python`"),
+    # issues 51/54, finding 1: the course's Python made from a Python EasyBuild built, whose sitecustomize.py moves the
+    # Python's own entries (the standard library among them) last: that order passes (it failed 'standard library' before);
+    # EasyBuild's script reported but the standard library first, or not among the moved entries; its order without it
+    ({"easybuild": True}, None),
+    ({"stack_changes": {"easybuild_sitecustomize": True}}, "EasyBuild's sitecustomize.py should"),
+    ({"easybuild": True, "stack_changes": {"stdlib": "/opt/python/lib/python3.11"}}, "EasyBuild's sitecustomize.py should"),
+    ({"easybuild": True, "stack_changes": {"easybuild_sitecustomize": False}}, "standard library should come before")],
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
@@ -445,7 +473,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
          "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason", "venv by /usr/bin/python3",
-         "no command line"])
+         "no command line", "easybuild's order", "easybuild's script, stdlib first", "easybuild's script, stdlib elsewhere",
+         "easybuild's order, no script"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
     """From the job's raw log (module list, HANDED, STACK and OTHER lines) and the workers' KERAS reports:
     each broken raw line must fail the proof through the gathering cell."""
@@ -473,7 +502,7 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module", "tensorflow_from",
                                                                              "keras_from", "setuptools_from_module", "user_site",
                                                                              "stdlib_last", "yours_on_path", "wheel_in_venv",
-                                                                             "made_by")})
+                                                                             "made_by", "easybuild")})
     stack = changes.get("stack", {**stack, **changes.get("stack_changes", {})})
     other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})

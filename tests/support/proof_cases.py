@@ -372,7 +372,7 @@ OK["17_software_stack.ipynb"] = {
     "venv_command": "command = /j/.venv/bin/python -m venv --system-site-packages /j/software_stack/venv",
     "venv_by_module_python": True,
     "wheel_command": "/j/.venv/lib/python3.11/site-packages/wheel/_bdist_wheel.py", "wheel_from_module": True,
-    "no_lmod": None, "stack_not_checked": None}
+    "no_lmod": None, "stack_not_checked": None, "easybuild": False, "easybuild_order": False}
 
 
 _MISTAKES_18 = ("model outside strategy.scope()", "one checkpoint path for all", "global batch as each worker's batch",
@@ -1469,8 +1469,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})",
                                                  "ValueError: Invalid reduction dimension 0"]}, "fail without the fix"),
     ("17_software_stack.ipynb", {"keras3_fits": []}, "fail without the fix"),
-    # the standard library after the site directories (as EasyBuild's sitecustomize.py moves it), or not on the path
+    # the standard library after the site directories (moved as EasyBuild's sitecustomize.py moves it, where none ran), or not on the path
     ("17_software_stack.ipynb", {"stdlib_first": False}, "standard library should come before"),
+    # the job's Python ran EasyBuild's sitecustomize.py, yet its Python's own entries are not all last (issues 51/54, finding 1)
+    ("17_software_stack.ipynb", {"easybuild": True, "easybuild_order": False}, "EasyBuild's sitecustomize.py should"),
     # the job kept the PYTHONPATH it was handed (no unset), or was handed none (nothing to drop)
     ("17_software_stack.ipynb", {"pythonpath_dropped": False}, "handed your PYTHONPATH"),
     # `python` after the load not the module's (its PATH line lost: pyenv's shim first), or the venv made from another 3.11
