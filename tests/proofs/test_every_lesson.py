@@ -203,8 +203,9 @@ LOOSENED = [
     ("07_scaling_performance.ipynb", "0.9 <= in_steps", "0.09 <= in_steps"),
     ("07_scaling_performance.ipynb", "< 0.25", "< 2.5"),
     ("07_scaling_performance.ipynb", "for p in points) >= 2", "for p in points) >= 1"),
-    ("10_large_batches.ipynb", "max(last_rate.values()) < 1e-6", "max(last_rate.values()) < 1e-5"),
-    ("10_large_batches.ipynb", "shape_gap < 1e-5", "shape_gap < 1e-4"),  # correct runs: 1e-7
+    ("10_large_batches.ipynb", "<= 1e-6 * peak_rate[n]", "<= 1e-5 * peak_rate[n]"),  # correct runs: 0.0
+    ("10_large_batches.ipynb", "shape_gap < 0.1", "shape_gap < 1.0"),  # correct runs: 2.5e-5 (quick) to 0.008 (93,120 updates)
+    ("10_large_batches.ipynb", "abs_tol=1e-4", "abs_tol=1e-3"),  # the same batches: equal marks
     ("10_large_batches.ipynb", "left < gap / 2", "left < gap"),  # "most of the gap" to "any of it"
     ("14_predicting_scaling.ipynb", "0.5 < ratio", "0.05 < ratio"),
     ("14_predicting_scaling.ipynb", "ratio < 2.0", "ratio < 20.0"),
