@@ -509,6 +509,16 @@ def test_a_file_made_and_removed_again_in_the_real_directory_is_not_seen(tmp_pat
     run = _watched_run(real, skip, lambda: (real / "notes.txt").unlink(), {0: [[str(real / "run.log"), "open"]]})
     assert str(real / "notes.txt") in run.changed and cf_write(run)[0].status == "NOT SEEN", run.changed
 
+    made = real / "model" / "workertemp_1"  # a directory made (tf.io.gfile.makedirs, os.makedirs) and left empty
+    run = _watched_run(real, skip, lambda: made.mkdir(parents=True), {0: ckpt})
+    assert cf_write(run)[0].status == "NOT SEEN", run.changed
+    run.reports[1]["made_dirs"] = [str(made)]
+    assert cf_write(run)[0].status == "PASS", run.changed
+    run = _watched_run(real, skip, lambda: (scratch_file.write_text("x"), scratch_file.unlink()),
+                       {0: ckpt, 1: [[str(temp / "ckpt"), "tf.train.Checkpoint"]]})
+    run.reports[1]["made_dirs"] = [str(real / "model"), str(real / "ckpt")]  # makedirs(exist_ok=True): made nothing
+    assert cf_write(run)[0].status == "NOT SEEN", run.changed
+
     script_dir = tmp_path / "code"
     assert real.resolve() in watched_roots(script_dir / "train.py", [], real, skip)
 
@@ -975,6 +985,20 @@ def test_a_worker_that_writes_into_the_real_directory_and_removes_it_is_not_pass
     assert code == INCOMPLETE and "NOT SEEN who writes: 1 path(s) changed, made or removed that no worker wrote " \
         f"through a call the check watches ({tmp_path.resolve()};" in out, out
     assert not (tmp_path / "w1.tmp").exists()
+
+
+@pytest.mark.multiprocess
+def test_a_correct_script_whose_worker_leaves_a_directory_it_made_passes(tmp_path, mnist):
+    """The tutorial's script saving on the chief alone: worker 1 still makes its workertemp_1
+    (tf.io.gfile.makedirs, in write_filepath) and leaves it, empty. Once the directories' times were
+    compared, that new directory, which no write covers, made the check incomplete; the directories
+    the script makes are recorded (tf.io.gfile.makedirs/mkdir, Python's os.mkdir), and it passes."""
+    source = plant_edits(TUTORIAL, [("multi_worker_model.save(write_model_path)\nif not _is_chief(task_type, task_id):\n"
+                                     "    tf.io.gfile.rmtree(os.path.dirname(write_model_path))",
+                                     "if _is_chief(task_type, task_id):\n    multi_worker_model.save(model_path)")])
+    ours, theirs = options("tutorial", tmp_path, mnist)
+    code, out = check(tmp_path, source, *ours, "--", *theirs)
+    assert passes(code, out) and (tmp_path / "model" / "workertemp_1").is_dir(), out
 
 
 @pytest.fixture(scope="module")

@@ -87,13 +87,18 @@ def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
 def unexplained(run: Run) -> list[str]:
     """The paths that changed during `run` that no worker's recorded write covers: a file or
     directory at or below a recorded path, or a directory in which a recorded path was made (the
-    path itself, or its first directory below it that did not exist before the run)."""
+    path itself, or its first directory below it that did not exist before the run); a directory
+    the script made (`record.record_made_dir`), when it did not exist before (a makedirs of one
+    that did, exist_ok, makes nothing), explains itself and where it was made."""
     recorded: list[tuple[str, str]] = []
+    made: list[str] = []
     for report in run.reports.values():
         recorded += [(path, kind) for path, kind in report.get("writes", [])]
         recorded += [(path, "tf.summary") for path in report.get("summary_dirs", [])]
-    return [path for path in run.changed if not any(covers(p, kind, path) or _made_in(path, p, run.existed)
-                                                    for p, kind in recorded)]
+        made += report.get("made_dirs", [])
+    return [path for path in run.changed
+            if not any(covers(p, kind, path) or _made_in(path, p, run.existed) for p, kind in recorded)
+            and not any(d not in run.existed and (path == d or _made_in(path, d, run.existed)) for d in made)]
 
 
 def _made_in(folder: str, recorded: str, existed: set) -> bool:

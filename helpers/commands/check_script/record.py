@@ -30,7 +30,7 @@ def start(out: str, rank: int, script: str, real_cwd: str = "") -> None:
     WHERE.update(out=os.path.abspath(out), rank=rank, script=os.path.abspath(script),
                  private_cwd=os.getcwd() if real_cwd else "", real_cwd=real_cwd)
     STATE.clear()
-    STATE.update(marks=0, writes=[], summary_dirs=[], inputs=[], fed=[], models=[], metrics=[], strategies=[],
+    STATE.update(marks=0, writes=[], made_dirs=[], summary_dirs=[], inputs=[], fed=[], models=[], metrics=[], strategies=[],
                  dropout_off=[], not_seen=[], notes=[], runs=0, reduces=0, exception=None, exit_code=0,
                  running=False, phase=[])
 
@@ -94,23 +94,48 @@ def record_write(path: str | os.PathLike, how: str) -> None:
     if how == "open" and os.path.isdir(seen):
         return  # an anonymous temporary file (O_TMPFILE) opens its directory
     private = WHERE["private_cwd"]
-    if private and (seen == private or seen.startswith(private + os.sep)):
-        if seen.endswith(COPY_SUFFIX):
-            return  # own_copy making the worker's copy of a linked file, not the script
+    if private and (seen == private or seen.startswith(private + os.sep)) and not seen.endswith(COPY_SUFFIX):
         own_copy(seen)  # before the write: a link to the learner's file becomes the worker's copy
-        seen = WHERE["real_cwd"] + seen[len(private):]
-    elif seen.startswith((WHERE["out"], "/dev/", "/proc/", "/sys/")):
-        return  # the command's own files (the worker's temporary directory too), devices
-    if _ATOMIC_TEMP.search(seen) or os.path.basename(seen).startswith("__autograph_generated") \
-            or f"{os.sep}__pycache__{os.sep}" in seen:
-        return  # TensorFlow's temporary names, traced code, Python's compiled modules
+    seen = _as_run_for_real(seen)
     entry = [seen, how]
-    if entry not in STATE["writes"]:
+    if seen and entry not in STATE["writes"]:
         STATE["writes"].append(entry)
 
 
+def record_made_dir(path: str | os.PathLike) -> None:
+    """A directory the script made (os.mkdir, os.makedirs, tf.io.gfile.makedirs): not a write of a
+    file, so never a path two workers share (`os.makedirs(out, exist_ok=True)` on every worker is
+    right), but what explains a directory that appeared, or the time of the one it was made in."""
+    try:
+        seen = _as_run_for_real(os.path.abspath(os.fspath(path)))
+    except TypeError:
+        return
+    if seen and seen not in STATE["made_dirs"]:
+        STATE["made_dirs"].append(seen)
+
+
+def _as_run_for_real(seen: str) -> str:
+    """An absolute path as the script, run for real, would have it: one in the worker's own
+    working directory given in the real one; '' for what is not the script's (the command's own
+    files, devices, own_copy's copies, TensorFlow's temporary names, traced code, compiled modules)."""
+    private = WHERE["private_cwd"]
+    if private and (seen == private or seen.startswith(private + os.sep)):
+        if seen.endswith(COPY_SUFFIX):
+            return ""
+        seen = WHERE["real_cwd"] + seen[len(private):]
+    elif seen.startswith((WHERE["out"], "/dev/", "/proc/", "/sys/")):
+        return ""
+    if _ATOMIC_TEMP.search(seen) or os.path.basename(seen).startswith("__autograph_generated") \
+            or f"{os.sep}__pycache__{os.sep}" in seen:
+        return ""
+    return seen
+
+
 def audit(event: str, args: tuple) -> None:
-    """Python's `open` (an audit hook): every file the script opens for writing."""
+    """Python's `open` (an audit hook): every file the script opens for writing; `os.mkdir`: every
+    directory it makes."""
+    if event == "os.mkdir" and STATE.get("running") and args and not isinstance(args[0], int):
+        record_made_dir(args[0])
     if event != "open" or not STATE.get("running"):
         return
     path, mode, flags = (tuple(args) + (None, None, None))[:3]

@@ -25,7 +25,8 @@ import hashlib
 import os
 from typing import Callable
 
-from .record import STATE, SEED, called_by_script, mark, note_not_seen, phase, record_write, script_line
+from .record import STATE, SEED, called_by_script, mark, note_not_seen, phase, record_made_dir, record_write, \
+    script_line
 
 MODELS: list = []
 OPTIMIZERS: list = []
@@ -336,6 +337,9 @@ def _writes(tf, keras) -> None:
         def moved(src, dst, *args, **kwargs):
             record_write(dst, "tf.io.gfile")
         _wrap(file_io, module_name, before=moved)
+        setattr(tf.io.gfile, public, getattr(file_io, module_name))
+    for module_name, public in (("recursive_create_dir_v2", "makedirs"), ("create_dir_v2", "mkdir")):
+        _wrap(file_io, module_name, before=lambda path, *a, **k: record_made_dir(path))
         setattr(tf.io.gfile, public, getattr(file_io, module_name))
     for method in ("cache", "save", "snapshot"):
         def cached(self, path="", *args, _method=method, **kwargs):
