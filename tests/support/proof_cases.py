@@ -255,9 +255,11 @@ OK["12_strategy_tour.ipynb"] = {
               ("ps", 0, "h", 14, "grpc://h:4")], "cluster": _PS_CLUSTER, "PS_WORKERS": _PS_WORKERS,
     "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "moved_updates": _PS_STEPS + _PS_WORKERS,
     "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
+    "straggles": [0.2 if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)], "waited": [],
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 1.2, "sync_first": 2.31, "sync_last": 0.9,
     "sync_digests": ["d", "d"], "sync_in_sync": [2, 2], "sync_locals": [1, 1], "sync_logs": [[], []], "overflow_step": 120,
-    "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "replicas": 2, "BATCH": 64,
+    "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "places": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1},
+    "replicas": 2, "BATCH": 64,
     "before": {"OneDevice": 2.34, "Mirrored": 2.35, "CentralStorage": 2.35},
     "evaluated": {"OneDevice": 0.4, "Mirrored": 0.5, "CentralStorage": 0.5}, "central_mean": 5 / 3,
     "fit_loss": {"OneDevice": 0.78, "Mirrored": 0.785, "CentralStorage": 2.335},  # CentralStorage's: mostly the first steps'
@@ -1158,6 +1160,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a join after every PS_WORKERS steps (a barrier): steps overlap, but one counts at most PS_WORKERS - 1 others' updates
     # (test_lesson_12_proof_fails_when_the_workers_wait_at_a_barrier runs it: 20 overlapping pairs, staleness 1 at most)
     ("12_strategy_tour.ipynb", {"staleness": [0, 1] * 20, "overlapping": 20}, "did not train asynchronously"),
+    # a join after every 8 steps: staleness 2 or more, but each group's last straggler holds up the next group
+    # (test_lesson_12_proof_fails_when_the_workers_join_every_8_steps runs it)
+    ("12_strategy_tour.ipynb", {"waited": [7, 15, 23, 31]}, "the workers waited for it"),
+    ("12_strategy_tour.ipynb", {"straggles": [0.0] * (_PS_STEPS - 1) + [0.2]}, "no straggler before the last step"),
     ("12_strategy_tour.ipynb", {"last": 2.4}, "did not lower its loss"),
     ("12_strategy_tour.ipynb", {"sync_last": 2.4}, "did not lower its loss"),
     # no update applied (apply_gradients deleted): the counter still counts, the loss only drifts with the batches
@@ -1198,6 +1204,12 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                "tf.data": "Unrecognized data type: x=..."}}, "refuse fit's plain dataset"),
     ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}, "copies per strategy"),
+    # one AggregatingVariable per weight, a copy per replica made behind it
+    # (test_lesson_12_one_copy_is_counted_in_the_variables_made runs it)
+    ("12_strategy_tour.ipynb", {"copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}, "places": {"OneDevice": 1,
+                                "Mirrored": 2, "CentralStorage": 1}}, "copies per strategy"),
+    # one copy of each weight, but the weights spread over the compute devices: not one place
+    ("12_strategy_tour.ipynb", {"places": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"central_bn_error": None}, "batch norm should fail"),
     ("12_strategy_tour.ipynb", {"central_bn_error": "ValueError: some other error"}, "batch norm should fail"),
     # an aggregation error, but not batch norm's; batch norm's error, but not for an aggregation
