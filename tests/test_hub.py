@@ -46,9 +46,9 @@ def test_user(other_user):
 def test_hub_server_as_slurm_job_runs_notebook_03(slurm, test_user, tmp_path, report):
     """Through Chromium, the learner's server a Slurm job on two nodes: lesson 03's start-up (its own cells up
     to the strategy, then an all-reduce over both workers and the engines' stop) run from JupyterLab, its
-    engines an srun step of the server's job. Lesson 03 runs whole on Slurm engines in a learner's server
-    job of each class layout and in a 2-task allocation (test_lessons_in_class_layouts: every cell, its proof
-    included, ran without an error), and whole on local engines in the nbval pass."""
+    engines an srun step of the server's job. Lesson 03 runs whole on Slurm engines in a 2-task allocation
+    (test_lessons_in_class_layouts: every cell, its proof included, ran without an error; its start-up in a
+    learner's server job of each class layout), and whole on local engines in the nbval pass."""
     ensure_chromium()  # before the hub starts: a skip, or a failure where CI requires the browser
     timings, user = {}, test_user["name"]
     started = time.monotonic()

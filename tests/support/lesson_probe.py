@@ -5,8 +5,8 @@ The lesson's cells up to the strategy are its whole start-up on engines: the mod
 engines started (or found: COURSE_CLUSTER), each worker's rank and TF_CONFIG, the cluster resolver
 (Slurm's inside a step) and MultiWorkerMirroredStrategy, whose constructor waits for every worker. The
 paths that only start or find the engines another way (ipcmagic, ipcluster with the course profile, the
-Open OnDemand app's job, the hub's server job) run this instead of the whole lesson: lesson 03 runs whole
-on Slurm engines in a learner's server job shaped like each class layout and in a plain 2-task allocation
+Open OnDemand app's job, the hub's server job, a learner's server job shaped like each class layout) run this
+instead of the whole lesson: lesson 03 runs whole on Slurm engines in a plain 2-task allocation
 (test_lessons_in_class_layouts), and on local engines in the nbval pass. Its last line (DONE) is what a
 browser waits for.
 """
