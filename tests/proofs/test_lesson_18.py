@@ -57,6 +57,8 @@ _PARTED_18 = ("NOT SEEN same weights as one worker: compared for 3 of {steps} st
               "worker's to float32 rounding after each of the first 3 steps (at most 3.4e-06 of the update), then parted "
               "at step 4 (7.4e-05, tolerance 6.4e-06; 3.2e-02 after {steps} steps)")  # as printed at GLOBAL_BATCH = 2
 _CHIEF_LEFT_18 = ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]
+_DIFFER_18 = ("FAIL     identical weights on every worker: worker 1's trainable weights differ from worker 0's by up to "
+              "3.1e-01")  # what the check prints when the workers' weights differ at exit
 _NOTES_18 = b"lr 0.1 looked best\n"  # the learner's file in the real run/ (cell 3)
 _AS_MADE_18 = ({"run": 1795937500000000000}, {"run/notes.txt": _NOTES_18})  # run_state() of the run/ cell 3 made
 
@@ -259,7 +261,20 @@ def _checks_18(**changes) -> dict:
     # issue 53: the fixed script's weights parted from one worker's after a later step (rounding amplified, or a
     # mistake that starts there): NOT SEEN, compared for K of S steps, exit 3: no pass
     ({"seed fixed": (3, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "same weights as one worker"],
-                                  _PARTED_18.format(steps=8)))}, "import tensorflow as tf\n", "should pass every check")],
+                                  _PARTED_18.format(steps=8)))}, "import tensorflow as tf\n", "should pass every check"),
+    # eighth review, finding 6: the first stop raised in mirrored_strategy.py, but not by _update's assert (another
+    # assert of the same file, as a jit-compiled step on GPUs would reach)
+    ({"as written": (1, _as_written_18(raised="tensorflow/python/distribute/mirrored_strategy.py:849, in "
+                                              "_replica_ctx_update: assert replica_context"))},
+     "import tensorflow as tf\n", "stopped at the one-worker run"),
+    # eighth review, finding 7: the workers' weights differed (their checkpoints then not the same bytes) after the
+    # checkpoint fix; or after the scope fix (a third FAIL line there: the two-lines assert catches it first)
+    ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"], *_NOT_COMPARED_18,
+                                        _DIFFER_18, _PASS_18["who writes"], _FIX_18))},
+     "import tensorflow as tf\n", "the workers' weights be identical"),
+    ({"scope fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"], *_NOT_COMPARED_18,
+                                   _DIFFER_18, _FAIL_18["who writes"], _FIX_18))},
+     "import tensorflow as tf\n", "two lines should fail")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
          "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
@@ -270,7 +285,8 @@ def _checks_18(**changes) -> dict:
          "a check's write removed later", "run/ not read", "worker 1's run/ a link", "examples compared", "global batch 24", "global batch 24 said 12",
          "traced at the step", "as written ran alone", "as written failed otherwise", "assert with a message",
          "scope fixed: 2 lines only", "scope fixed: no other line", "scope fixed: batch passed", "a check's line missing",
-         "fixed: weights parted later"])
+         "fixed: weights parted later", "raised by another assert", "weights differ after the checkpoint fix",
+         "weights differ after the scope fix"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
     line with the planted cause, that check PASS at the next run (the chief's checkpoint at run/ckpt),
@@ -420,3 +436,23 @@ def test_make_fullcheck_runs_lesson_18_at_a_global_batch_of_18(tmp_path):
     copy = with_parameters(NOTEBOOKS / "18_your_own_script.ipynb", {"GLOBAL_BATCH": 18}, tmp_path)
     first = next(c for c in nbformat.read(copy, as_version=4).cells if c.cell_type == "code").source
     assert "\nGLOBAL_BATCH = 18 " in first, first
+
+
+@pytest.mark.parametrize("batch,refused", [(2, True), (3, True), (13, True), (26, True), (4, False), (12, False),
+                                           (18, False), (24, False)])
+def test_lesson_18_refuses_a_global_batch_it_was_not_run_at(batch, refused):
+    """Eighth review, finding 1: at GLOBAL_BATCH = 2 the lesson failed (solution 2 ends incomplete), an odd one cannot
+    split over the two workers, and it was run from 4 to 24: its setup cell refuses any other with one line."""
+    import ast
+
+    from helpers.errors import CourseError
+
+    tree = ast.parse(cell_defining("18_your_own_script.ipynb", "raise CourseError(f\"GLOBAL_BATCH"))
+    guard = next(node for node in tree.body if isinstance(node, ast.If) and "GLOBAL_BATCH" in ast.unparse(node.test))
+    namespace = {"CourseError": CourseError, "GLOBAL_BATCH": batch}
+    if not refused:
+        exec(compile(ast.Module([guard], []), "18 guard", "exec"), namespace)
+        return
+    with pytest.raises(CourseError, match=rf"^GLOBAL_BATCH = {batch}: give an even number from 4 to 24 \(") as raised:
+        exec(compile(ast.Module([guard], []), "18 guard", "exec"), namespace)
+    assert "\n" not in str(raised.value)
