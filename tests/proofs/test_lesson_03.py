@@ -425,3 +425,46 @@ def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, mo
     status, detail = run_edited_to_its_proof("03_multiworker_ipyparallel.ipynb", old, new, "formed one cluster of",
                                               tmp_path, monkeypatch, timeout=600, where=where)
     assert status == "FAILED" and expected in detail, (status, detail)
+
+
+def test_lesson_03_chief_scores_its_saved_file_next_to_evaluates_figure(capsys):
+    """Review 11 (03, finding 1): `evaluate` scores each worker's shard with that worker's own batch-norm statistics,
+    so its accuracy is all workers' models', while the file holds the chief's alone. The scoring cell, as written, on
+    the chief with a planted file that predicts class 0 for every image (2 of 4 test labels are 0) and a trained model
+    that gets every image right: it prints the file's 0.5000 next to evaluate's 0.9000; other workers print nothing."""
+    labels = _ImageBatch([0, 0, 1, 1])
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", "file_accuracy =").replace("%%px\n", "")
+    for chief in (True, False):
+        namespace = {"chief": chief, "np": np, "evaluation": {"accuracy": 0.9}, "scored": [(np.zeros((4, 1)), labels)],
+                     "saved": (lambda x, training: np.eye(2)[np.zeros(len(x), int)]) if chief else None,
+                     "model": lambda x, training: np.eye(2)[labels.numpy()]}  # the trained model: every image right
+        exec(compile(cell, "03 file scoring", "exec"), namespace)
+        out = capsys.readouterr().out
+        if chief:
+            assert "evaluate (all workers' models) 0.9000" in out and "saved file 0.5000" in out, out
+        else:
+            assert out == "", out
+
+
+def test_lesson_03_plot_shows_rank_0s_history_whatever_the_engine_order(monkeypatch):
+    """Review 11 (03, finding 2): `pull` returns one value per engine in engine order, and in a Slurm run engine 0 was
+    rank 1, yet the plot said "worker 0" of histories[0]. The plotting cell, as written, on planted engines whose
+    engine 0 runs rank 1 (histories that differ, unlike a correct run's, so that the pick shows): it plots rank 0's."""
+    import matplotlib
+
+    from helpers import plots
+
+    matplotlib.use("Agg")
+    shown = []
+    monkeypatch.setattr(plots, "curves", lambda runs, label, title: shown.append(runs) or "figure")
+    monkeypatch.setattr(plots, "save", lambda fig, name: None)
+
+    class Engines(PlantedEngines):
+        def __len__(self) -> int:
+            return 2
+
+    rank_1, rank_0 = {"loss": [1.6, 0.7]}, {"loss": [1.6, 0.6]}
+    engines = Engines({"history.history": [rank_1, rank_0], "resolver.task_id": [1, 0]})  # engine 0 runs rank 1
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", 'plots.save(fig, "03_workers")')
+    exec(compile(cell, "03 plot", "exec"), {"engines": engines, "dataset": SimpleNamespace(label="planted")})
+    assert [list(runs.values()) for runs in shown] == [[rank_0]], shown
