@@ -1001,6 +1001,23 @@ def test_a_correct_script_whose_worker_leaves_a_directory_it_made_passes(tmp_pat
     assert passes(code, out) and (tmp_path / "model" / "workertemp_1").is_dir(), out
 
 
+@pytest.mark.multiprocess
+def test_a_correct_script_with_random_layers_in_its_model_passes(tmp_path, mnist):
+    """Issue 53, never a false verdict: a random layer draws for the whole batch with one worker, for
+    each replica's share with two, so the weights differ with nothing wrong. The tutorial's model with
+    RandomFlip FAILed 'same weights as one worker' by 3.0e-01 of the update after the first step, with
+    GaussianNoise by 6.8e-01. They compute as in inference during a check, as dropout does, and the
+    weights line names them."""
+    source = plant_edits(TUTORIAL, [("keras.layers.Reshape(target_shape=(28, 28, 1)),",
+                                     "keras.layers.Reshape(target_shape=(28, 28, 1)),\n"
+                                     "        keras.layers.RandomFlip('horizontal'),"),
+                                    ("keras.layers.Flatten(),", "keras.layers.Flatten(),\n"
+                                                                "        keras.layers.GaussianNoise(0.1),")])
+    ours, theirs = options("tutorial", tmp_path, mnist)
+    code, out = check(tmp_path, source, *ours, "--", *theirs)
+    assert passes(code, out) and "; dropout and random layers turned off in gaussian_noise, random_flip" in out, out
+
+
 @pytest.fixture(scope="module")
 def pretrained(mnist) -> Path:
     """A checkpoint of the custom-loop model next to the data (pretrained/ckpt), written by the

@@ -309,7 +309,7 @@ def weight_findings(ref: Run, run: Run, comparable: bool) -> list[Finding]:
                         "weights on every worker)", to_see="the fix of the identical weights line")]
     bn = [layer["name"] for _, m in models for layer in m.get("batch_norm", []) if not layer["synchronized"]]
     dropout = sorted(set(report.get("dropout_off", [])))
-    notes = (f"; dropout turned off in {', '.join(dropout)}" if dropout else "")
+    notes = (f"; dropout and random layers turned off in {', '.join(dropout)}" if dropout else "")
     findings = []
     for index, model in models:
         trail = _trail(ref, run, index, steps)

@@ -14,7 +14,8 @@
   destination the script gave is recorded (`Checkpoint._write`, `model.save`/`save_weights`/
   `export`, `tf.saved_model.save`, `tf.summary.create_file_writer`, `Dataset.cache`/`save`/
   `snapshot`); the command also compares the files before and after a run (`files`);
-- dropout is turned off, Keras's XLA compilation too (a py_function cannot run in XLA), and
+- dropout, noise and random augmentation layers compute as in inference (`_without_randomness`),
+  Keras's XLA compilation is turned off (a py_function cannot run in XLA), and
   GPUs are hidden through TensorFlow's own device visibility (`hide_gpus`), so a script that
   lists and pins GPUs still finds them listed.
 """
@@ -22,6 +23,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 from typing import Callable
 
@@ -32,6 +34,10 @@ MODELS: list = []
 OPTIMIZERS: list = []
 METRICS: list = []
 _EACH_STEP: list = []  # what to call as each step is fed (the worker's weights: initial, then after each step)
+# Keras layers that draw random numbers in training, besides Dropout (and its subclasses) and every Random* layer
+RANDOM_LAYERS = ("AlphaDropout", "GaussianDropout", "GaussianNoise", "AugMix", "CutMix", "MixUp", "RandAugment",
+                 "Solarization")
+WITH_DROPOUT = ("Attention", "GRUCell", "LSTMCell", "SimpleRNNCell")  # random when their dropout is above 0
 
 
 def install() -> None:
@@ -259,13 +265,49 @@ def _models(tf, keras) -> None:
     for name in ("fit", "evaluate", "predict"):
         setattr(keras.Model, name, _in_phase(getattr(keras.Model, name), name, marks=True))
 
+    _without_randomness(keras)
+    _build_from_shapes()
+
+
+def _without_randomness(keras) -> None:
+    """Keras's random layers compute as in inference during a check: one worker draws for the whole
+    batch, each of N replicas for its share, so the draws, and the weights, differ with no mistake
+    (the tutorial's model with RandomFlip failed 'same weights as one worker' by 3.0e-01 of the
+    update after the first step, with GaussianNoise by 6.8e-01). Dropout is skipped, the others are
+    called with training=False (RandomCrop then crops the centre: the same shape); each is named in
+    the weights line."""
     def no_dropout(self, inputs, training=False):
-        if self.name not in STATE["dropout_off"]:
-            STATE["dropout_off"].append(self.name)
+        _turned_off(self)
         return inputs
 
     keras.layers.Dropout.call = no_dropout
-    _build_from_shapes()
+    names = [n for n in dir(keras.layers) if n.startswith("Random")] + [*RANDOM_LAYERS, *WITH_DROPOUT]
+    for name in dict.fromkeys(names):
+        layer = getattr(keras.layers, name, None)
+        if isinstance(layer, type) and issubclass(layer, keras.layers.Layer) \
+                and "training" in inspect.signature(layer.call).parameters:
+            layer.call = _in_inference(layer.call, name in WITH_DROPOUT)
+
+
+def _in_inference(original, only_with_dropout: bool):
+    """`original` (a layer's call) with training=False, however the caller passed it; the layer
+    named as turned off unless it draws nothing (`only_with_dropout`: its dropout is 0)."""
+    signature = inspect.signature(original)
+
+    def call(self, *args, **kwargs):
+        if not only_with_dropout or getattr(self, "dropout", 0) or getattr(self, "recurrent_dropout", 0):
+            _turned_off(self)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["training"] = False
+        return original(*bound.args, **bound.kwargs)
+
+    call.__wrapped__, call.__signature__ = original, signature  # Keras reads the call's arguments
+    return call
+
+
+def _turned_off(layer) -> None:
+    if layer.name not in STATE["dropout_off"]:
+        STATE["dropout_off"].append(layer.name)
 
 
 def _build_from_shapes() -> None:
