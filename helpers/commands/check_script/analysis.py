@@ -349,10 +349,13 @@ def _weights_finding(trail: list[Apart], n: int, notes: str) -> Finding:
     at_first = f" ({first.ratio:.2f} times in the first step)" if first.step == 1 and last.step > 1 else ""
     if parted is first and abs(first.ratio - n) < 0.3 * n:
         return Finding("FAIL", name, f"the {n} workers moved the weights {last.ratio:.2f} times as far as one worker "
-                       f"over the same {last.step} steps: the loss is averaged over each replica's batch, and the "
-                       f"strategy then sums the replicas' gradients{at_first}",
+                       f"over the same {last.step} steps, as when the loss is averaged over each replica's batch "
+                       f"and the strategy then sums the replicas' gradients (the weights alone cannot tell that from "
+                       f"a learning rate multiplied by the number of workers, or gradients clipped on each replica "
+                       f"before the sum){at_first}",
                        "divide the per-example losses by the global batch: tf.nn.compute_average_loss("
-                       "per_example_loss, global_batch_size=GLOBAL_BATCH)")
+                       "per_example_loss, global_batch_size=GLOBAL_BATCH); keep one worker's learning rate for "
+                       "this global batch; clip after the strategy's sum (Keras optimizers' global_clipnorm)")
     if parted is first and abs(first.ratio - 1 / n) < 0.3 / n:
         return Finding("FAIL", name, f"the {n} workers moved the weights {last.ratio:.2f} times as far as one worker: "
                        f"the gradients are averaged twice{at_first}", "sum the per-example losses over the global "
