@@ -657,10 +657,26 @@ def test_solution_2_keeps_a_job_directory_with_a_space_and_a_semicolon_one_argum
     assert not touches and not list(cwd.iterdir()), calls
 
 
+TWO_REPLICAS = """import runpy, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)  # before any op
+import mwms_slurm
+def two_replicas(**_):  # one worker, its 2 replicas on 2 logical CPU devices, as on a node's 2 GPUs
+    strategy = tf.distribute.MultiWorkerMirroredStrategy._from_local_devices(["/cpu:0", "/cpu:1"])
+    print("REPLICAS", strategy.num_replicas_in_sync, flush=True)
+    return strategy
+mwms_slurm.make_strategy = two_replicas
+sys.argv = ["keras_versions.py", "--keras", "3"]
+runpy.run_path("keras_versions.py", run_name="__main__")
+"""
+
+
 def test_keras_3_fit_on_one_worker_needs_no_fix(tmp_path, report):
     """Lesson 17 runs its Keras variants on 2 workers or more because Keras 3 `fit` under MWMS fails only
-    then (keras-team/keras#20585): its own program, Keras 3 without the fix, fits alone (no TF_CONFIG)
-    and as the one worker of a TF_CONFIG cluster."""
+    then (keras-team/keras#20585): its own program, Keras 3 without the fix, fits alone (no TF_CONFIG),
+    as the one worker of a TF_CONFIG cluster, and (lesson 17's ninth review, finding 2: said, never run) as one
+    worker with 2 replicas, on 2 logical CPU devices as on a node's 2 GPUs (`_from_local_devices`, as the lesson says)."""
     from helpers.local_workers import run_local_workers
     from helpers.take_home import copy_beside
 
@@ -672,10 +688,14 @@ def test_keras_3_fit_on_one_worker_needs_no_fix(tmp_path, report):
     alone = subprocess.run([sys.executable, str(program), "--keras", "3"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=300, env=env)
     one = run_local_workers([str(program), "--keras", "3"], n=1, deadline_s=300, env=env, ok_statuses=(0, 3))
-    logs = {"alone": alone.stdout + alone.stderr, "one-worker TF_CONFIG": one[0].output}
+    (tmp_path / "two_replicas.py").write_text(TWO_REPLICAS)
+    two = subprocess.run([sys.executable, "two_replicas.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    logs = {"alone": alone.stdout + alone.stderr, "one-worker TF_CONFIG": one[0].output, "2 replicas": two.stdout + two.stderr}
     fits = {how: [json.loads(l[6:])["fit"] for l in log.splitlines() if l.startswith("KERAS ")] for how, log in logs.items()}
-    report(f"lesson 17's keras_versions.py --keras 3 (no fix) on one worker: {fits}")
-    assert fits == {"alone": ["ok"], "one-worker TF_CONFIG": ["ok"]}, {how: log[-2000:] for how, log in logs.items()}
+    replicas = [line.split()[1] for line in two.stdout.splitlines() if line.startswith("REPLICAS ")]
+    report(f"lesson 17's keras_versions.py --keras 3 (no fix) on one worker: {fits}; replicas of the 2-replica run: {replicas}")
+    assert fits == {"alone": ["ok"], "one-worker TF_CONFIG": ["ok"], "2 replicas": ["ok"]} and replicas == ["2"], \
+        {how: log[-2000:] for how, log in logs.items()}
 
 
 STAND_IN_WORKER = """import json, os, sys, time

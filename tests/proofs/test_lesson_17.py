@@ -592,3 +592,27 @@ def test_lesson_17_the_gathering_prints_one_finding_a_line(tmp_path):
     gather_and_prove("17_software_stack.ipynb", {**_gathering_namespace_17(tmp_path, {}), "print": keep})
     assert {"stack job:", "Keras runs:", "pre-flight:"} <= set(said) and max(map(len, said)) <= 200, \
         sorted(said, key=len)[-1][:300]
+
+
+def test_lesson_17_keras_3_asked_is_keras_3_with_tf_use_legacy_keras_inherited(tmp_path, report):
+    """Lesson 17, ninth review (issues 51/54), finding 5: a shell or job that exported TF_USE_LEGACY_KERAS=1 (a Keras 2
+    project's setting) hands it to `keras_versions.py`, and `--keras 3` then ran tf_keras. The take-home program drops the
+    variable before `import tensorflow` when Keras 3 is asked: run alone (one worker, where fit works), it reports Keras 3
+    at tf.keras's first use and at `from tensorflow.keras import`."""
+    import json
+
+    from helpers.take_home import copy_beside
+
+    copy_beside(tmp_path)  # mwms_slurm.py, as the lesson puts it beside the program
+    program = tmp_path / "keras_versions.py"
+    program.write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
+                            if name.endswith('"keras_versions.py"}')))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")} | \
+        {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, str(program), "--keras", "3"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    reports = [json.loads(l[6:]) for l in done.stdout.splitlines() if l.startswith("KERAS ")]
+    report(f"lesson 17's keras_versions.py --keras 3 with TF_USE_LEGACY_KERAS=1 inherited: "
+           f"{[(r['module'], r['keras'], r['imported'], r['fit']) for r in reports]}")
+    assert [(r["module"], r["keras"].split(".")[0], r["imported"]) for r in reports] == [("keras", "3", "keras")], \
+        (done.stdout + done.stderr)[-2000:]

@@ -1483,6 +1483,11 @@ BROKEN: list[tuple[str, dict, str]] = [
                                               "Keras 2 (tf_keras)": ["keras 3.15.1"]}}, "tf_keras only when asked"),
     # `package` read after `from tensorflow.keras import`, which binds the module tensorflow.keras to tf.keras (eighth review)
     ("17_software_stack.ipynb", {"versions": {name: ["tensorflow 2.21.0"] for name in _VARIANTS}}, "tf_keras only when asked"),
+    # ninth review (issues 51/54), finding 5: --keras 3 ran tf_keras (a TF_USE_LEGACY_KERAS=1 the job inherited), its fit an error
+    ("17_software_stack.ipynb", {"versions": {"Keras 3": ["tf_keras 2.21.0"], "Keras 3 + fix": ["keras 3.15.1"],
+                                              "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]}}, "tf_keras only when asked"),
+    ("17_software_stack.ipynb", {"imported": {"Keras 3": ["tf_keras"], "Keras 3 + fix": ["keras"],
+                                              "Keras 2 (tf_keras)": ["tf_keras"]}}, "from tensorflow.keras import should give tf_keras"),
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CPU build, 4 GPUs allocated": []}}, "pre-flight should stop"),
     # Slurm's NoDevFiles counted as a GPU (the filter dropped: tests/proofs/test_lesson_17.py runs that edit)
     ("17_software_stack.ipynb", {"counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 1}}, "count the GPUs"),
