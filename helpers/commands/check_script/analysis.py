@@ -230,7 +230,7 @@ def tolerance(steps: int, w_norm: float, moved: float) -> float:
       w_0|| / S), float32's resolution of the weights over the mean step: it grows when the
       steps are small next to the weights, where float32 cannot tell the runs apart any better.
     Training carries a difference on from step to step and can amplify it past any bound, so the
-    runs are judged step by step (`_weights_finding`); every mistake the command names moves the
+    runs are judged step by step (`weights_finding`); every mistake the command names moves the
     weights by a large part of the update from the first step.
     """
     return 64 * EPS32 + 4 * EPS32 * steps * w_norm / moved
@@ -327,11 +327,11 @@ def weight_findings(ref: Run, run: Run, comparable: bool) -> list[Finding]:
                                     f"steps (tolerance {last.tol:.1e}){notes}",
                                     to_see="BatchNormalization(synchronized=True) (see the batch norm line)"))
         else:
-            findings.append(_weights_finding(trail, n, notes))
+            findings.append(weights_finding(trail, n, notes))
     return findings
 
 
-def _weights_finding(trail: list[Apart], n: int, notes: str) -> Finding:
+def weights_finding(trail: list[Apart], n: int, notes: str) -> Finding:
     """The verdict on one model from the runs' trail, judged step by step. Both runs start from the
     same weights and are fed the same examples, so after the first step they differ by the order
     of float32 sums alone; from then on training amplifies that difference (a ReLU whose input is
