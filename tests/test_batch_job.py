@@ -10,6 +10,7 @@ by the course's own expansion. The real `srun` runs are in `tests/test_slurm_gpu
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -127,3 +128,23 @@ def test_a_missing_dataset_is_one_line_not_a_traceback(tmp_path):
                           capture_output=True, text=True, timeout=240, env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 1
     assert "no prepared cifar10 in --data-dir" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_worker_alone_is_the_chief_and_writes_the_results(tmp_path):
+    """No TF_CONFIG and no Slurm step of 2 tasks (a lone process, or NODES=1): the only worker must keep the model and
+    write result.json; a chief taken from the resolver's task_id (None then) wrote nothing and still exited 0."""
+    from helpers.data import ensure_data
+
+    data = ensure_data(True)
+    script = tmp_path / "train_mwms.py"
+    script.write_text(SCRIPT)
+    copy_beside(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM") and k != "TF_CONFIG"}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(script), "--data-dir", str(data.data_dir), "--out", str(out),
+                           "--epochs", "1", "--max-steps", "2", "--train-examples", "256", "--test-examples", "128"],
+                          capture_output=True, text=True, timeout=300, env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / "result.json").is_file() and (out / "model.keras").is_file(), sorted(p.name for p in out.iterdir())
+    worker = json.loads(next(line[7:] for line in done.stdout.splitlines() if line.startswith("WORKER ")))
+    assert worker["kept"] == str(out / "model.keras"), worker
