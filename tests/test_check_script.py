@@ -92,8 +92,8 @@ def test_the_analysis_tells_the_sharding_mistakes_apart():
     detail = _coverage(one, overlapping).detail
     assert "each worker shuffled differently before a manual shard()" in detail
     # b read by both workers in a step; d missing from both steps: counted once over the 2 steps, not per epoch
-    assert ("over 2 steps, 1 of the 4 examples were read by two workers in one step (1 in one epoch), and 1 were "
-            "missing") in detail, detail
+    assert ("over 2 steps, 1 of the 4 examples were read by two workers in one step (1 in each of the 2 epochs), "
+            "and 1 were missing") in detail, detail
     # lesson 18's fourth review, findings 2 and 3: the fix that passes comes first (shuffling after the shard with a
     # seed per worker is NOT SEEN without --examples-flag), and the same op seed needs the same global seed
     fix = _coverage(one, overlapping).fix
@@ -114,6 +114,16 @@ def test_shards_that_overlap_only_over_an_epoch_fail_with_one_example_per_worker
     assert "0 of the 4 examples were read by two workers in one step (1 in one epoch)" in finding.detail, finding
     after_shard = _run(2, {0: [list("c"), list("a")], 1: [list("b"), list("d")]})  # each its own part, reordered
     assert _coverage(one, after_shard).status == "NOT SEEN"
+
+
+def test_the_overlap_of_shards_is_counted_per_epoch_not_over_all_epochs():
+    """Lesson 18's ninth review, finding 3: the count in brackets was the union over the epochs,
+    printed as "in one epoch" (24 where each epoch had 12 or 13)."""
+    one = _run(1, {0: [list("ab"), list("cd"), list("ba"), list("dc")]})  # two epochs of 4 examples
+    # epoch 0: c read by both workers; epoch 1: a and b; 3 over both epochs
+    two = _run(2, {0: [list("a"), list("c"), list("a"), list("b")], 1: [list("c"), list("b"), list("b"), list("a")]})
+    finding = _coverage(one, two)
+    assert finding.status == "FAIL" and "(1 to 2 in each of the 2 epochs)" in finding.detail, finding
 
 
 def test_the_analysis_names_a_wrong_batch_either_way():
@@ -885,7 +895,7 @@ def test_a_shuffle_per_worker_before_the_shard_fails_at_one_example_per_worker_a
     code, out = check(tmp_path, source, "--global-batch-flag", "batch-size", "--global-batch", "2", "--",
                       "--data", str(tmp_path / "data.npz"), "--out", str(tmp_path / "run"))
     assert code == FAILED and "FAIL     input sharding: the workers' shards overlap" in out, out
-    assert "each of the 2 workers' steps held 1 examples" in out and " in one epoch), and " in out, out
+    assert "each of the 2 workers' steps held 1 examples" in out and " in each of the 2 epochs), and " in out, out
 
 
 LESSON18_FIXED = [*LESSON18_BATCH_FIXED, ("seed=args.seed + task_id)", "seed=args.seed)")]

@@ -213,9 +213,9 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
                        "epoch", "shard each worker's input: in distribute_datasets_from_function, dataset.shard("
                        "input_context.num_input_pipelines, input_context.input_pipeline_id) first; with "
                        "experimental_distribute_dataset leave auto-sharding on (no AutoShardPolicy.OFF)"), False
-    if overlap or in_epoch:
+    if overlap or any(in_epoch):
         return Finding("FAIL", name, f"the workers' shards overlap: over {steps} steps, {len(overlap)} of the "
-                       f"{distinct_one} examples were read by two workers in one step ({len(in_epoch)} in one epoch), "
+                       f"{distinct_one} examples were read by two workers in one step ({_per_epoch(in_epoch)}), "
                        f"and {len(missing)} were missing from a step where one worker read them: each worker "
                        "shuffled differently before a "
                        "manual shard()", "give shuffle the same seed on every worker, and the same global seed "
@@ -237,13 +237,23 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
                    "step) and the same seed for random augmentation on every worker"), False
 
 
-def epoch_overlap(one: list[list[str]], each: dict[int, list[list[str]]]) -> set:
-    """The examples two workers read within one epoch, its steps those of one worker's epoch
-    (`_epoch_ends`): a shuffle after the shard, or one order split by shard(), gives none."""
-    found: set = set()
+def epoch_overlap(one: list[list[str]], each: dict[int, list[list[str]]]) -> list[set]:
+    """The examples two workers read within each epoch, its steps those of one worker's epoch
+    (`_epoch_ends`): a shuffle after the shard, or one order split by shard(), gives none. One set
+    an epoch, so that a count is per epoch and not the union over the epochs."""
+    found: list[set] = []
     start = 0
     for end in _epoch_ends(one):
         readers = Counter(x for r in each for x in {x for b in each[r][start:end + 1] for x in b})
-        found |= {x for x, count in readers.items() if count > 1}
+        found.append({x for x, count in readers.items() if count > 1})
         start = end + 1
     return found
+
+
+def _per_epoch(in_epoch: list[set]) -> str:
+    """'12 to 13 in each of the 2 epochs', '1 in one epoch': the examples read by two workers, per epoch."""
+    counts = sorted(len(found) for found in in_epoch)
+    if len(counts) == 1:
+        return f"{counts[0]} in one epoch"
+    spread = str(counts[0]) if counts[0] == counts[-1] else f"{counts[0]} to {counts[-1]}"
+    return f"{spread} in each of the {len(counts)} epochs"
