@@ -70,8 +70,12 @@ _ONE_AT_A_TIME = threading.Lock()
     # fourth review, finding 1: the two workers in one process (the old solution's way): they share a global seed,
     # and the second starts with the first's last one (42), not TensorFlow's default
     ("one process", "one op seed and one global seed"),
+    # fifth review, finding 5: the fix FILE sharding uses, shard then shuffle, with the shuffle put first
+    (('list_files(\n            pattern, shuffle=False).shard(2, rank).shuffle(8, seed=s + rank)',
+      'list_files(\n            pattern, shuffle=False).shuffle(8, seed=s + rank).shard(2, rank)'),
+     "sharding before the shuffle should give each file to one worker"),
 ], ids=["as written", "one op seed for both", "no fix", "one op seed, not one", "one global seed, not one",
-        "global seed not per worker", "workers in one process"])
+        "global seed not per worker", "workers in one process", "shuffle before the shard"])
 def test_lesson_16_solution_2_fails_when_the_manual_shard_trap_is_not_shown(tmp_path, change, match):
     """Solution 2 lists 8 file names on each of two workers, each a process of its own, shuffles them and shards
     by hand: it must show two workers picking one file when their op seeds differ, or their global seeds do, and
@@ -137,6 +141,38 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
         with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
             namespace["read_on"](2)
     assert sorted(p.name for p in shared.iterdir()) == ["part-0.tfrecord", "part-1.tfrecord"], "shared restored"
+
+
+def test_lesson_16_read_on_run_again_counts_only_the_new_run_s_reports(tmp_path):
+    """Fifth review, finding 2: cell 20 run twice kept the first run's worker-*.json in run-W, so a second run whose
+    workers wrote nothing returned the old reports (and the proof said the shared directory was hidden after a
+    report). read_on clears its run directory first: the second run, with workers that report nothing, raises."""
+    import json
+    import shutil
+    import sys
+    import time
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "part-0.tfrecord").write_bytes(b"x")
+    reporting = [True, False]  # the first run's workers report, the second's do not
+
+    def run_local_workers(args, n, deadline_s):
+        out = Path(args[args.index("--out") + 1])
+        if reporting.pop(0):
+            out.mkdir(exist_ok=True)
+            for rank in range(n):
+                (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank}))
+        return [SimpleNamespace(output="") for _ in range(n)]
+
+    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
+                 "hidden_first": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
+                 "json": json, "sys": sys, "print": lambda *a, **k: None}
+    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
+    with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
+        namespace["read_on"](2)
+    assert namespace["hidden_first"] == {2: True}
 
 
 @pytest.mark.parametrize("seen", ["staged, no report yet", "gone before the kernel looked", "reports before STAGED"])
@@ -261,18 +297,23 @@ def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, 
 
 def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
                 same_order=False, bind_mounted=False, copy_altered=False, orders_all=False, stopped=False,
-                spread=False) -> list[dict]:
+                spread=False, files=8) -> list[dict]:
     """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
-    the files r, r + W, ... (FILE sharding of 8 files), their examples (i in file i % 8) in steps of
-    4 (a worker that ran out steps on with empty batches), the order of its files on two passes, the
-    files its pipeline opened in its node-local copy (path, device and inode, SHA-256)."""
+    the files r, r + W, ... (FILE sharding of `files` files), their examples (i in file i % files) in
+    steps as MultiWorkerMirroredStrategy gives them (a global batch of 2 x W of its own examples, W pieces
+    of it one a step, the last split evenly; a worker that ran out steps on with empty batches), the order
+    of its files on two passes, the files its pipeline opened in its node-local copy (path, device and
+    inode, SHA-256)."""
     import hashlib
 
     names = sorted(p.name for p in (tmp_path / "shared").glob("*.tfrecord"))
-    steps = math.ceil(train_size / 8 * math.ceil(8 / workers) / 4)  # the most examples a worker has, 4 a step
+    global_batch = 2 * workers
+    ranks = [shards_of(r) if shards_of else [k for k in range(files) if k % workers == r] for r in range(workers)]
+    held = [sum(i % files in mine for i in range(train_size)) for mine in ranks]
+    steps = workers * math.ceil(max(held) / global_batch)  # W steps per global batch of the fullest worker's
     reports = []
     for rank in range(workers):
-        mine = shards_of(rank) if shards_of else [k for k in range(8) if k % workers == rank]
+        mine = ranks[rank]
         copy = tmp_path / f"node{rank + 1}-local" / f"shards-7.{workers}"
         copy.mkdir(parents=True)
         opened = []
@@ -283,15 +324,16 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
             read = b"other bytes" if copy_altered and rank == 0 and k == mine[0] else (copy / names[k]).read_bytes()
             opened.append({"path": str((copy / names[k]).resolve()), "id": [where.st_dev, where.st_ino],
                            "sha256": hashlib.sha256(read).hexdigest()})
-        indices = [i for i in range(train_size) if i % 8 in mine]
-        full = [4] * math.ceil(len(indices) / 4)
+        indices = [i for i in range(train_size) if i % files in mine]
+        full = [len(part) for start in range(0, len(indices), global_batch)  # each global batch in W even pieces
+                for part in np.array_split(indices[start:start + global_batch], workers)]
         if spread and len(full) < steps:  # its examples spread over every step: no empty batch at the end
             full = [len(indices) // steps] * steps
         batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
-        reports.append({"rank": rank, "host": f"node{rank + 1}", "opened": opened,
+        reports.append({"rank": rank, "host": f"node{rank + 1}", "opened": opened, "global_batch": global_batch,
                         "indices": indices + indices[:1] * (repeat_first and rank == 0), "batches": batches,
-                        "orders": [list(range(8)) if orders_all else mine,
-                                   (list(range(8)) if orders_all else mine)[::1 if same_order else -1]]})
+                        "orders": [list(range(files)) if orders_all else mine,
+                                   (list(range(files)) if orders_all else mine)[::1 if same_order else -1]]})
     return reports
 
 
@@ -307,7 +349,10 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # the passes that show the new orders read every file (AutoShardPolicy.OFF there; the review's broken copy)
     ({"orders_all": True}, "its own on every pass"),
     ({"stopped": True}, "as many steps"),  # the worker that ran out stopped instead of stepping on
-    ({"spread": True}, "empty batches"),  # the worker with fewer examples: its last batch not empty
+    ({"spread": True}, "empty batches"),  # the worker with fewer global batches (16 vs 24 at 6): last batch not empty
+    # fifth review, finding 1: 12 files on 3 workers, 22, 21 and 21 examples, 4 global batches of 6 each: nobody
+    # runs out, and a last batch not empty is correct (the old proof failed it: fewer examples, not empty)
+    ({"files": 12}, None),
     # the second staged epoch read half its batches from the shared files (counted per pass)
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
     # fourth review, finding 5: the cache's later epochs read nothing from the shared files, and gave nothing either
@@ -315,7 +360,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # this kernel's staged copy: half the files copied, or a file whose bytes differ from the shared one's
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount",
-         "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end",
+         "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end", "12 files",
          "staged epoch reads shared", "empty cache replay", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
@@ -325,11 +370,12 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
     (tmp_path / "shared").mkdir()
     changes = dict(changes)
     workers_3 = changes.pop("workers_3", 3)
-    copied, altered = changes.pop("copied", 8), changes.pop("altered", False)
+    files = changes.get("files", 8)
+    copied, altered = changes.pop("copied", files), changes.pop("altered", False)
     staged = tmp_path / "node-local" / "staged"
     staged.mkdir(parents=True)
-    for k in range(8):
-        name = f"cifar10-train-{k:05d}-of-00008.tfrecord"
+    for k in range(files):
+        name = f"cifar10-train-{k:05d}-of-{files:05d}.tfrecord"
         (tmp_path / "shared" / name).write_bytes(bytes([k]) * 100)
         if k < copied:
             (staged / name).write_bytes(bytes([k]) * (99 if altered and k == 3 else 100))
@@ -340,7 +386,7 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
     raw = {**{k: v for k, v in ok.items() if k not in ("took", "expected", "counts", "covered", "staged_everywhere",
                                                         "reshuffled", "read_from", "copy_complete", "staged_files",
                                                         "shared_files", "orders_own", "steps", "ran_out")},
-           "reports": reports, "SHARDS": 8, "train_size": 64, "staged_records": 64, "shared": tmp_path / "shared",
+           "reports": reports, "SHARDS": files, "train_size": 64, "staged_records": 64, "shared": tmp_path / "shared",
            "staged": staged, "os": os,
            "print": lambda *a, **k: None,
            "reads": {name: [{"shared": shared, "node-local": local, "given": given} for shared, local, given in passes]
