@@ -75,7 +75,6 @@ OK: dict[str, dict] = {
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
         "asked_seeds": [42, 43],  # the seed each worker's model in the scope was built with: 42 + rank
         "wrote": [True, True], "stats_digests": ["s0", "s1"], "file_stats": ["s0", None],  # the chief's file: its stats
-        "means_moved": [0.021, 0.018],  # the least any batch-norm layer's moving means moved from 0, per worker
         "prediction_digests": ["p", "p"], "uneven_rows": [512, 512],
         "histories": [_HISTORY_03] * 2,
         # 2 epochs x 2 steps x 32 examples handed on by the fingerprinted pipeline, a few more prefetched on worker 1;
@@ -175,8 +174,7 @@ OK["08_batch_job.ipynb"] = {
     "event_files": ["tensorboard/train/events.out.tfevents.1.node1"],
     "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
     "added": ["--exclusive=user", "--gpus-per-task=1"], "job_seen": {"sharing": "USER", "gpus": 2}, "seen_markers": [],
-    "gpus_each": 1, "replicas_expected": 2, "kept_here": [0], "sbatch_exclusive": True,
-    "env_ranks": [0, 1], "task_env": {"SLURM_PROCID", "SLURM_JOB_ID"}, "exclusive_expected": True}
+    "gpus_each": 1, "replicas_expected": 2, "kept_here": [0], "sbatch_exclusive": True}
 
 
 OK["09_monitoring.ipynb"] = {
@@ -654,8 +652,6 @@ BROKEN: list[tuple[str, dict, str]] = [
     # measured as one digest on both (the old proof passed it and printed them 'each worker's own')
     ("03_multiworker_ipyparallel.ipynb", {"stats_digests": ["s", "s"], "file_stats": ["s", None]},
      "batch-norm moving statistics"),
-    # review 12: a worker whose batch-norm statistics never updated (momentum 1.0 there, say): the digests still differ
-    ("03_multiworker_ipyparallel.ipynb", {"means_moved": [0.021, 0.0]}, "moving means should have left their start"),
     # review 4: the chief's file holding statistics other than its first replica's (worker 1's, say, or an average)
     ("03_multiworker_ipyparallel.ipynb", {"file_stats": ["s1", None]}, "first replica's batch-norm statistics"),
     # accuracy compiled as `metrics=` instead of `weighted_metrics=`: the padding counted, as a real run measured it
@@ -952,25 +948,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     # job_options dropping the GPU option while the class asks for one per task: 0 GPUs, 2 expected
     ("08_batch_job.ipynb", {"added": ["--exclusive=user"], "job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"job_seen": {"sharing": "OK", "gpus": 2}}, "exclusive=user exactly"),
-    # the gpu layout's --oversubscribe asked, but the job still ran OverSubscribe=USER
-    ("08_batch_job.ipynb", {"added": ["--oversubscribe", "--gpus-per-task=1"], "exclusive_expected": False},
-     "exclusive=user exactly"),
-    # the gpu layout (nodes shared on purpose) with a job_options that still adds --exclusive=user
-    ("08_batch_job.ipynb", {"exclusive_expected": False}, "exclusive=user exactly"),
-    # the tasks print no ENV lines (or only rank 0 does): nothing shows what Slurm handed the others
-    ("08_batch_job.ipynb", {"env_ranks": [], "task_env": set()}, "reported its environment"),
-    ("08_batch_job.ipynb", {"env_ranks": [0]}, "reported its environment"),
-    # ENV lines from every rank, but without the step's own variables (srun's environment not reported)
-    ("08_batch_job.ipynb", {"task_env": {"PATH"}}, "no Slurm step variables"),
+    ("08_batch_job.ipynb", {"added": ["--oversubscribe", "--gpus-per-task=1"]}, "exclusive=user exactly"),
     ("08_batch_job.ipynb", {"job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(0, "node2")]}, "node2"),  # two rank 0s
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [float("nan")]}, "steps_run": 32}, "not a number"),
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/events.out.tfevents.1.node1",
                                             "logs/events.out.tfevents.1.node2"]}, "logs/events"),  # a stray writer
-    # a second writer beside the chief's, in a directory of its own under tensorboard/
-    ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/events.out.tfevents.1.node1",
-                                            "tensorboard/worker1/train/events.out.tfevents.1.node2"]},
-     "more than one writer"),
     ("09_monitoring.ipynb", {"event_files": {"starved": 2, "healthy": 1}}, "one event file per run"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 2 for i in range(10)}}, "a histogram of every weight"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 1 for i in range(12)}}, "a histogram of every weight"),
