@@ -75,6 +75,7 @@ OK: dict[str, dict] = {
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
         "asked_seeds": [42, 43],  # the seed each worker's model in the scope was built with: 42 + rank
         "wrote": [True, True], "stats_digests": ["s0", "s1"], "file_stats": ["s0", None],  # the chief's file: its stats
+        "means_moved": [0.021, 0.018],  # the least any batch-norm layer's moving means moved from 0, per worker
         "prediction_digests": ["p", "p"], "uneven_rows": [512, 512],
         "histories": [_HISTORY_03] * 2,
         # 2 epochs x 2 steps x 32 examples handed on by the fingerprinted pipeline, a few more prefetched on worker 1;
@@ -652,6 +653,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     # measured as one digest on both (the old proof passed it and printed them 'each worker's own')
     ("03_multiworker_ipyparallel.ipynb", {"stats_digests": ["s", "s"], "file_stats": ["s", None]},
      "batch-norm moving statistics"),
+    # review 12: a worker whose batch-norm statistics never updated (momentum 1.0 there, say): the digests still differ
+    ("03_multiworker_ipyparallel.ipynb", {"means_moved": [0.021, 0.0]}, "moving means should have left their start"),
     # review 4: the chief's file holding statistics other than its first replica's (worker 1's, say, or an average)
     ("03_multiworker_ipyparallel.ipynb", {"file_stats": ["s1", None]}, "first replica's batch-norm statistics"),
     # accuracy compiled as `metrics=` instead of `weighted_metrics=`: the padding counted, as a real run measured it
