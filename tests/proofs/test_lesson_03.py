@@ -21,8 +21,8 @@ from tests.support.proof_cells import (
 
 def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a", "b", "c", "d"),
                       val_losses=([2.1, 1.9], [2.1, 1.9]), kept=(True, False), **by_rank_changes) -> dict:
-    """Lesson 03's raw results from 2 engines on node1 and node2, in engine order (rank 1's engine
-    first): the figures each computed on its own node, `kept` as each found its own model path, the
+    """Lesson 03's raw results from 2 engines on node1 and node2, rank 1's first (an order `engines.view`, sorted by
+    rank, never gives: the gathering cell must pair them by task id, not by position): the figures each computed on its own node, `kept` as each found its own model path, the
     examples each pass delivered and the split's own count of each (`in_split`). The kernel's host
     holds a file at rank 1's temporary path and nothing at the chief's: it must believe the engines,
     not its own disk."""
@@ -39,8 +39,8 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
                "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
                "file_stats": ["s0", None], "fit_read": [128, 128], "iterations": [4, 4], "steps_per_epoch": [2, 2],
-               **by_rank_changes}
-    pulled = {name: values[::-1] for name, values in by_rank.items()}  # engine 0 runs rank 1
+               "means_moved": [0.021, 0.018], **by_rank_changes}
+    pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
             "histories": [{"loss": [1.6, 0.6], "val_loss": list(v)} for v in val_losses[::-1]]}
@@ -379,7 +379,7 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
 
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
     model = _SavingModel(saves=True)  # writes b"model"
-    model.non_trainable_weights = [SimpleNamespace(value="stats")]
+    model.non_trainable_weights = [SimpleNamespace(value="stats", path="batch_normalization/moving_mean")]
     loaded = []
 
     def load_model(path, compile):
@@ -447,9 +447,11 @@ def test_lesson_03_chief_scores_its_saved_file_next_to_evaluates_figure(capsys):
 
 
 def test_lesson_03_plot_shows_rank_0s_history_whatever_the_engine_order(monkeypatch):
-    """Review 11 (03, finding 2): `pull` returns one value per engine in engine order, and in a Slurm run engine 0 was
-    rank 1, yet the plot said "worker 0" of histories[0]. The plotting cell, as written, on planted engines whose
-    engine 0 runs rank 1 (histories that differ, unlike a correct run's, so that the pick shows): it plots rank 0's."""
+    """Review 11 (03, finding 2), corrected in review 12: `engines.view` lists the engines by rank, so its pulls come
+    back rank 0 first; a plain `rc[:]` is in engine-id order, where under Slurm engine 0 need not be rank 0. The cell
+    still picks rank 0 by each engine's `task_id` (belt and braces). The plotting cell, as written, on planted
+    engines whose pulls list rank 1 first (an order `engines.view` never gives; histories that differ, unlike a
+    correct run's, so that the pick shows): it plots rank 0's."""
     import matplotlib
 
     from helpers import plots
@@ -468,3 +470,24 @@ def test_lesson_03_plot_shows_rank_0s_history_whatever_the_engine_order(monkeypa
     cell = cell_defining("03_multiworker_ipyparallel.ipynb", 'plots.save(fig, "03_workers")')
     exec(compile(cell, "03 plot", "exec"), {"engines": engines, "dataset": SimpleNamespace(label="planted")})
     assert [list(runs.values()) for runs in shown] == [[rank_0]], shown
+
+
+@pytest.mark.parametrize("n_engines, refused", [(1, True), (0, True), (2, False)])
+def test_lesson_03_set_up_refuses_fewer_than_2_engines_before_any_starts(monkeypatch, n_engines, refused):
+    """Review 12 (03, finding 5): `N_ENGINES = 1` trained for 44 s and then failed the proof, which compares workers.
+    The set-up cell, as written (its mode, data and timing stubbed), refuses it in one line before the engines'
+    cell runs; 2 passes through."""
+    from helpers import data, mode, training_time
+    from helpers.errors import CourseError
+
+    monkeypatch.setattr(mode, "mode_sizes", lambda m: SimpleNamespace(quick=True))
+    monkeypatch.setattr(data, "ensure_data", lambda quick: "data")
+    monkeypatch.setattr(training_time, "time_lesson", lambda *a: "stopwatch")
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", "stopwatch = time_lesson(")
+    namespace = {"MODE": None, "N_ENGINES": n_engines}
+    if refused:
+        with pytest.raises(CourseError, match=f"N_ENGINES = {n_engines}: this lesson needs at least 2 workers"):
+            exec(compile(cell, "03 set-up", "exec"), namespace)
+    else:
+        exec(compile(cell, "03 set-up", "exec"), namespace)
+        assert namespace["stopwatch"] == "stopwatch"
