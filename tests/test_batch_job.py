@@ -148,3 +148,21 @@ def test_a_worker_alone_is_the_chief_and_writes_the_results(tmp_path):
     assert (out / "result.json").is_file() and (out / "model.keras").is_file(), sorted(p.name for p in out.iterdir())
     worker = json.loads(next(line[7:] for line in done.stdout.splitlines() if line.startswith("WORKER ")))
     assert worker["kept"] == str(out / "model.keras"), worker
+
+
+def test_the_sbatch_file_gives_srun_the_cores_and_ends_the_step_when_a_worker_fails(tmp_path):
+    """The sbatch file run by bash with an `srun` that reports what it got: since Slurm 22.05 srun takes
+    --cpus-per-task from SRUN_CPUS_PER_TASK, not from sbatch, and --kill-on-bad-exit=1 ends the workers still
+    waiting for one that stopped (slurm.conf's KillOnBadExit defaults to 0)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text('#!/bin/sh\necho "ARGS $*"\necho "CPUS ${SRUN_CPUS_PER_TASK:-unset}"\n')
+    (fake / "srun").chmod(0o755)
+    (tmp_path / "train.sbatch").write_text(SBATCH)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "1234", "SLURM_CPUS_PER_TASK": "4", "DATA_DIR": "d",
+           "SLURM_SUBMIT_DIR": str(tmp_path)}
+    done = subprocess.run(["bash", str(tmp_path / "train.sbatch")], capture_output=True, text=True, timeout=30, env=env)
+    assert done.returncode == 0, done.stderr
+    args = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ARGS "))
+    assert "--kill-on-bad-exit=1" in args[:args.index("train_mwms.py")], args
+    assert "CPUS 4" in done.stdout.splitlines(), done.stdout

@@ -37,7 +37,7 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weigh
             "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1} for r, h in enumerate(hosts)],
             "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
             "result": {"workers": 2, "replicas": 2, "loss": [2.3, 1.6], "steps_per_epoch": 32}, "markers": markers,
-            "task_env": set(markers_seen) | {"SLURM_JOB_ID", "PATH"}}
+            "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID", "PATH"}, "env_ranks": [0, 1]}
 
 
 
@@ -75,6 +75,15 @@ def test_lesson_08_gathering_cell_on_a_job_across_two_nodes(tmp_path, monkeypatc
     directory; saved into the shared run directory instead, it must fail the proof."""
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
     holds_unless(match, gather_and_prove, "08_batch_job.ipynb", _job_08(tmp_path, **changes))
+
+
+def test_lesson_08_gathering_cell_holds_the_job_to_the_class_layout_not_to_its_options(tmp_path, monkeypatch):
+    """In the gpu layout (nodes shared on purpose) a job that ran --exclusive=user fails, even when the options
+    added on the sbatch line still asked for it: the proof reads the class's layout, not `added`."""
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    monkeypatch.setenv("COURSE_CLASS_LAYOUT", "gpu")
+    with pytest.raises(AssertionError, match="exclusive=user exactly"):
+        gather_and_prove("08_batch_job.ipynb", _job_08(tmp_path))
 
 
 def test_lesson_08_gathering_cell_refuses_a_job_never_seen_running(tmp_path, monkeypatch):

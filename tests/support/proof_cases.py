@@ -175,7 +175,8 @@ OK["08_batch_job.ipynb"] = {
     "event_files": ["tensorboard/train/events.out.tfevents.1.node1"],
     "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
     "added": ["--exclusive=user", "--gpus-per-task=1"], "job_seen": {"sharing": "USER", "gpus": 2}, "seen_markers": [],
-    "gpus_each": 1, "replicas_expected": 2, "kept_here": [0], "sbatch_exclusive": True}
+    "gpus_each": 1, "replicas_expected": 2, "kept_here": [0], "sbatch_exclusive": True,
+    "env_ranks": [0, 1], "task_env": {"SLURM_PROCID", "SLURM_JOB_ID"}, "exclusive_expected": True}
 
 
 OK["09_monitoring.ipynb"] = {
@@ -951,12 +952,27 @@ BROKEN: list[tuple[str, dict, str]] = [
     # job_options dropping the GPU option while the class asks for one per task: 0 GPUs, 2 expected
     ("08_batch_job.ipynb", {"added": ["--exclusive=user"], "job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"job_seen": {"sharing": "OK", "gpus": 2}}, "exclusive=user exactly"),
-    ("08_batch_job.ipynb", {"added": ["--oversubscribe", "--gpus-per-task=1"]}, "exclusive=user exactly"),
+    # the gpu layout's --oversubscribe asked, but the job still ran OverSubscribe=USER
+    ("08_batch_job.ipynb", {"added": ["--oversubscribe", "--gpus-per-task=1"], "exclusive_expected": False},
+     "exclusive=user exactly"),
+    # the gpu layout (nodes shared on purpose) with a job_options that still adds --exclusive=user
+    ("08_batch_job.ipynb", {"exclusive_expected": False}, "exclusive=user exactly"),
+    # the tasks print no ENV lines (or only rank 0 does): nothing shows what Slurm handed the others
+    ("08_batch_job.ipynb", {"env_ranks": [], "task_env": set()}, "reported its environment"),
+    ("08_batch_job.ipynb", {"env_ranks": [0]}, "reported its environment"),
+    # ENV lines from every rank, but without the step's own variables (srun's environment not reported)
+    ("08_batch_job.ipynb", {"task_env": {"PATH"}}, "no Slurm step variables"),
     ("08_batch_job.ipynb", {"job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(0, "node2")]}, "node2"),  # two rank 0s
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [float("nan")]}, "steps_run": 32}, "not a number"),
     ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/events.out.tfevents.1.node1",
                                             "logs/events.out.tfevents.1.node2"]}, "logs/events"),  # a stray writer
+    # a second writer beside the chief's, in a directory of its own under tensorboard/
+    ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/events.out.tfevents.1.node1",
+                                            "tensorboard/worker1/train/events.out.tfevents.1.node2"]},
+     "more than one writer"),
+    # one writer, but its log outside tensorboard/ (where the lesson tells TensorBoard to look)
+    ("08_batch_job.ipynb", {"event_files": ["logs/events.out.tfevents.1.node1"]}, "logs/events"),
     ("09_monitoring.ipynb", {"event_files": {"starved": 2, "healthy": 1}}, "one event file per run"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 2 for i in range(10)}}, "a histogram of every weight"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 1 for i in range(12)}}, "a histogram of every weight"),
