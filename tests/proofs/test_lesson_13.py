@@ -33,18 +33,16 @@ def test_lesson_13_proof_without_horovod_says_it_did_not_compare_and_fails_where
     assert ("NOT CHECKED (Horovod): Horovod's own run not compared" in out) == (match is None), out
 
 
-def _lesson_13_solution_1(sizes, devices, workers=(2, 2), outputs=None, change=None) -> dict:
-    """Lesson 13's solution 1 on a run of 2 engines that measured `sizes` replicas in sync, `devices` devices each and
-    `workers` workers in their cluster specs; its two local workers run for real (`outputs` None; `change`: (old, new)
-    in the solution's source), or report `outputs` (planted: what each worker printed; a CourseError: refused)."""
+def _lesson_13_solution_1(outputs=None, change=None) -> dict:
+    """Lesson 13's solution 1: its two local workers run for real (`outputs` None; `change`: (old, new) in the
+    solution's source), or report `outputs` (planted: what each worker printed; a CourseError: refused)."""
     from unittest import mock
 
     import helpers.local_workers
     from helpers.local_workers import WorkerOutcome
 
     said = []
-    namespace = {"world_sizes": sizes, "engine_devices": devices, "engine_workers": list(workers), "BASE_LR": 0.05,
-                 "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
+    namespace = {"BASE_LR": 0.05, "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
     source = solution_source("13_from_horovod.ipynb", 1)
     if change is not None:
         assert change[0] in source, change[0]
@@ -67,30 +65,30 @@ def _lesson_13_solution_1(sizes, devices, workers=(2, 2), outputs=None, change=N
 _COUNTED = ["COUNT [2, 8, 4]\n"] * 2  # what each of the two local workers printed (a real run's)
 
 
-@pytest.mark.parametrize("sizes,devices,outputs,match", [
-    ([2, 2], [1, 1], _COUNTED, None),
+@pytest.mark.parametrize("outputs,match", [
+    (_COUNTED, None),
     # seventh review: the engines' sizes against their devices x workers is TensorFlow's own formula
     # (collective_all_reduce_strategy.py 1122-1123), true by construction: no longer asserted (the proof counts)
     # fifth review, P3: the old solution multiplied its own 2 by a lone task's count, so (2, 8) held whatever a
     # cluster of two workers counts; now the workers' own counts decide
-    ([2, 2], [1, 1], ["COUNT [1, 4, 4]\n"] * 2, "\\[\\[1, 4, 4\\]"),  # each worker alone in its cluster
-    ([2, 2], [1, 1], ["COUNT [2, 2, 1]\n"] * 2, "\\[\\[2, 2, 1\\]"),  # the 4 GPUs not counted
-    ([2, 2], [1, 1], ["COUNT [2, 8, 4]\n", "Traceback (most recent call last): ..."], "both workers")],
+    (["COUNT [1, 4, 4]\n"] * 2, "\\[\\[1, 4, 4\\]"),  # each worker alone in its cluster
+    (["COUNT [2, 2, 1]\n"] * 2, "\\[\\[2, 2, 1\\]"),  # the 4 GPUs not counted
+    (["COUNT [2, 8, 4]\n", "Traceback (most recent call last): ..."], "both workers")],
     ids=["as TensorFlow counts", "each worker alone", "GPUs not counted", "one worker silent"])
-def test_lesson_13_solution_1_takes_its_count_from_the_workers(sizes, devices, outputs, match):
+def test_lesson_13_solution_1_takes_its_count_from_the_workers(outputs, match):
     """Issue 54 (13's solution 1 asserted its own arithmetic; review 2: then it called TensorFlow's private
     CollectiveAllReduceExtended; fifth review: a lone task's count times a literal 2 workers, (2, 8) by construction).
     Now two local workers of one cluster, each told of 4 GPUs, report what MultiWorkerMirroredStrategy counts (planted
     here: a real run's lines, and lines a wrong count would print). Seventh review: the engines' sizes are no longer
     held to their devices times their workers, TensorFlow's own formula (true by construction)."""
-    holds_unless(match, _lesson_13_solution_1, sizes, devices, (2, 2), outputs)
+    holds_unless(match, _lesson_13_solution_1, outputs)
 
 
 def test_lesson_13_solution_1_says_it_did_not_measure_where_local_workers_are_refused():
     """On a login node run_local_workers refuses (one line): the solution says it did not measure, and checks nothing."""
     from helpers.errors import CourseError
 
-    ran = _lesson_13_solution_1([2, 2], [1, 1], (2, 2), CourseError("2 local workers: not on a login node"))
+    ran = _lesson_13_solution_1(CourseError("2 local workers: not on a login node"))
     assert any(line.startswith("NOT MEASURED here (2 local workers: not on a login node)") for line in ran["said"]), ran["said"]
 
 
@@ -103,11 +101,11 @@ def test_lesson_13_solution_1_measures_two_workers_for_real(change, counts):
     counts 8 replicas in sync, 4 local, 2 workers; handed TF_CONFIG's own resolver (this CPU: one device each), it
     counts 2 and the solution fails."""
     if change is None:
-        ran = _lesson_13_solution_1([2, 2], [1, 1], change=change)
+        ran = _lesson_13_solution_1(change=change)
         assert ran["counts"] == counts and "2 workers of 4 replicas each, 8 replicas in sync" in ran["said"][-1], ran["said"]
     else:
         with pytest.raises(AssertionError, match=re.escape(str(counts))):
-            _lesson_13_solution_1([2, 2], [1, 1], change=change)
+            _lesson_13_solution_1(change=change)
 
 
 LESSON_13_SOLUTION_2 = """
@@ -342,8 +340,8 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
               "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
               "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,
               "checkpoint_report": reports, "own_digest": list(own_digests),
-              "own_loss": [loss / 2 for loss in own_losses], "devices": [1, 1],  # a share's sum / the global batch
-              "workers": [2, 2], "asked_seed": list(seeds)}
+              "own_loss": [loss / 2 for loss in own_losses],  # a share's sum / the global batch
+              "asked_seed": list(seeds)}
     return {"engines": PlantedEngines(pulled), "start": start, "horovod_gradient": gradient, "horovod_update": update,
             "work_dir": tmp_path, "horovod_result": horovod, "BASE_LR": 0.05, "per_rank_loss": STRIDED_LOSSES,
             "per_rank": per_rank}
