@@ -133,17 +133,18 @@ def _p04(run: str, **changes) -> dict:
     return {"precision": {**precision, run: {**precision[run], **changes}}}
 
 
-def lesson_07_point(label, replicas, agree=True):
+def lesson_07_point(label, replicas, agree=True, moved=True):
     """A point as lesson 07 records it: a MirroredStrategy point in this process, or a multi-worker
     point of `replicas` workers with one replica each, started as `replicas` workers (`asked`: the replicas
-    asked of mirrored(), or the workers started), with every worker's thread pools and device."""
+    asked of mirrored(), or the workers started), with every worker's thread pools and device; `moved`: every
+    worker's trainable weights ended away from where they started."""
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
             "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "xla_flags": "",
             "optimizer_jit": "", "device": "CPU", "planned": "CPU",
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "asked": replicas,
             "kept": ["batches0"],
-            **({"workers": replicas, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
+            **({"workers": replicas, "weights_moved": moved, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
                 "worker_kept": [f"batches{rank}" for rank in range(replicas)]} if multi else {})}
 
 
@@ -877,6 +878,9 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                    ("MirroredStrategy", 2): 0.6}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MultiWorkerMirroredStrategy", 2, agree=False)]},
      "weights differ"),
+    # fifth review, P3: workers that agree because none moved (training left the weights at their start)
+    ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MultiWorkerMirroredStrategy", 2, moved=False)]},
+     "ended where they started"),
     # .shard left out (fourth review's P1): each worker read, scaled and shuffled the whole split alike
     ("07_scaling_performance.ipynb", {"kept": {("MultiWorkerMirroredStrategy", 2): ["batches0", "batches0"]}},
      "kept the same batches"),
