@@ -356,6 +356,13 @@ def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant,
     straggler's pause before its count: its staleness falls to 1, and the proof fails on that first.)"""
     ran = _lesson_12_async(variant)
     raw = _async_raw(ran)
+    # This test is about the update count. In this one-process cluster a freed worker's next step sometimes
+    # starts only as another straggler ends (thread scheduling: 4 of 21 correct runs, fifth review; the lesson's
+    # engines, separate processes, never in 21): the stragglers it waited behind are not counted here. The
+    # waiting proof has its own tests (the barriers above), and the proof still needs a straggler left.
+    spans = [(start, end) for *_, start, end in ran["async_log"]]
+    raw["straggles"] = [pause if pause and i + 1 < len(spans) and spans[i + 1][0] < end else 0.0
+                        for i, (pause, (_, end)) in enumerate(zip(ran["straggles"], spans))]
     assert ran["applied_updates"] == len(ran["async_log"]) + 2  # the counter counts either way
     print(variant, {k: ran[k] for k in ("applied_updates", "moved_updates", "optimizer_count")}, "largest staleness",
           max(ran["staleness"]))
