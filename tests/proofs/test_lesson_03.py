@@ -183,8 +183,10 @@ def test_lesson_03_solution_1_holds_the_rule_to_the_run(tmp_path, changes, match
 @pytest.mark.parametrize("replacement,match", [
     (None, None),
     ("", "disjoint shards that cover all 12"),  # the exercise's own dataset_fn: both workers get all 12 numbers
-    (".shard(3, context.input_pipeline_id)\n            ", "disjoint shards that cover all 12")],  # 2, 5, 8, 11 lost
-    ids=["sharded", "the exercise's dataset_fn", "disjoint but incomplete"])
+    (".shard(3, context.input_pipeline_id)\n            ", "disjoint shards that cover all 12"),  # 2, 5, 8, 11 lost
+    # thirteenth review: sharded by replicas, not by workers, is right only while each worker has one replica
+    (".shard(context.num_replicas_in_sync, context.input_pipeline_id)\n            ", "at 4 replicas")],
+    ids=["sharded", "the exercise's dataset_fn", "disjoint but incomplete", "sharded by replicas"])
 def test_lesson_03_solution_2_fails_for_the_exercises_unsharded_dataset_fn(replacement, match):
     """Solution 2's check fed the exercise's own dataset_fn (no shard) fails on overlap; fed shards of 3
     (disjoint, but a third of the numbers reach no worker) it fails on coverage, its second operand."""
