@@ -151,8 +151,8 @@ def test_a_worker_alone_is_the_chief_and_writes_the_results(tmp_path):
 
 
 def test_the_sbatch_file_gives_srun_the_cores_and_ends_the_step_when_a_worker_fails(tmp_path):
-    """The sbatch file run by bash with an `srun` that reports what it got: since Slurm 22.05 srun takes
-    --cpus-per-task from SRUN_CPUS_PER_TASK, not from sbatch, and --kill-on-bad-exit=1 ends the workers still
+    """The sbatch file run by bash with an `srun` that reports what it got: Slurm 22.05 and 23.02's srun take
+    --cpus-per-task from SRUN_CPUS_PER_TASK, not from sbatch (23.11 reads SLURM_CPUS_PER_TASK again), and --kill-on-bad-exit=1 ends the workers still
     waiting for one that stopped (slurm.conf's KillOnBadExit defaults to 0)."""
     fake = tmp_path / "bin"
     fake.mkdir()
