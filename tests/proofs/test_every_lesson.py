@@ -251,7 +251,8 @@ def test_a_loosened_threshold_lets_some_broken_case_through(name, old, new):
                                   "last_split": [1], "gamma_nan": [False], "cnn_fit": "ran", "cnn_evaluate": "ran"}),
     ("04_custom_training_loop.ipynb", {"strategy": planted_strategy(1), "wrong_gap": 0.0}),
     ("12_strategy_tour.ipynb", {"replicas": 1, "central_bn_error": None, "central_mean": 2.0, "overflow_step": None,
-                                "copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}),
+                                "copies": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1},
+                                "places": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}),
     ("05_sync_batch_norm.ipynb", {"strategy": planted_strategy(1), "spread_plain": 0.0, "all_reduces": 3,
                                   "gaps": {**OK["05_sync_batch_norm.ipynb"]["gaps"], "ordinary vs global": 1e-7}})])
 def test_a_proof_on_one_replica_passes_and_says_what_it_could_not_compare(name, one_replica, capsys):

@@ -1233,6 +1233,8 @@ BROKEN: list[tuple[str, dict, str]] = [
                                 "Mirrored": 2, "CentralStorage": 1}}, "copies per strategy"),
     # one copy of each weight, but the weights spread over the compute devices: not one place
     ("12_strategy_tour.ipynb", {"places": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}}, "copies per strategy"),
+    # a copy per replica under MirroredStrategy, but all on one device (fifth review, finding 3)
+    ("12_strategy_tour.ipynb", {"places": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}, "copies per strategy"),
     ("12_strategy_tour.ipynb", {"central_bn_error": None}, "batch norm should fail"),
     ("12_strategy_tour.ipynb", {"central_bn_error": "ValueError: some other error"}, "batch norm should fail"),
     # an aggregation error, but not batch norm's; batch norm's error, but not for an aggregation
