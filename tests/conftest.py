@@ -233,10 +233,18 @@ class Lab:
         return [top, *top.children(recursive=True)]
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, 9)  # the command and its children (make, the shell, jupyter)
-        except ProcessLookupError:
-            pass
+        """SIGTERM first, as `scancel` or a closing terminal would: `make lab`'s shell then removes its
+        kernels' socket directory (a SIGKILL left one in /tmp per test run); SIGKILL after 20 s."""
+        for signal_number, wait in ((15, 20), (9, 30)):
+            try:
+                os.killpg(self.proc.pid, signal_number)  # the command and its children (make, the shell, jupyter)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
         self.proc.wait(timeout=30)
 
 

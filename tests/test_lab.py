@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.error
 
 import psutil
@@ -33,8 +34,12 @@ def test_lab_requires_its_token_and_listens_on_loopback(tmp_path):
             raise AssertionError("make lab's JupyterLab answered nbgitpuller's /git-pull")
         except urllib.error.HTTPError as exc:
             assert exc.code == 404, exc.code
+        sockets = {arg.split("=", 1)[1].rsplit("/", 1)[0] for p in servers for arg in p.cmdline()
+                   if arg.startswith("--KernelManager.ip=")}
+        assert len(sockets) == 1 and os.path.isdir(next(iter(sockets))), sockets
     finally:
         lab.stop()
+    assert not os.path.exists(next(iter(sockets))), f"make lab left its kernels' sockets in {sockets}"
 
 
 def _lesson_09_cell(marker: str) -> str:
