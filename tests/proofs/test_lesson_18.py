@@ -57,6 +57,7 @@ _PARTED_18 = ("NOT SEEN same weights as one worker: compared for 3 of {steps} st
               "worker's to float32 rounding after each of the first 3 steps (at most 3.4e-06 of the update), then parted "
               "at step 4 (7.4e-05, tolerance 6.4e-06; 3.2e-02 after {steps} steps)")  # as printed at GLOBAL_BATCH = 2
 _CHIEF_LEFT_18 = ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]
+_CKPT_18 = {"ckpt.data-00000-of-00001": b"weights", "ckpt.index": b"index"}  # run/ckpt as a worker wrote it (scope fix)
 _DIFFER_18 = ("FAIL     identical weights on every worker: worker 1's trainable weights differ from worker 0's by up to "
               "3.1e-01")  # what the check prints when the workers' weights differ at exit
 _NOTES_18 = b"lr 0.1 looked best\n"  # the learner's file in the real run/ (cell 3)
@@ -274,7 +275,15 @@ def _checks_18(**changes) -> dict:
      "import tensorflow as tf\n", "the workers' weights be identical"),
     ({"scope fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"], *_NOT_COMPARED_18,
                                    _DIFFER_18, _FAIL_18["who writes"], _FIX_18))},
-     "import tensorflow as tf\n", "two lines should fail")],
+     "import tensorflow as tf\n", "two lines should fail"),
+    # tenth review, finding 2: after the scope fix each worker wrote its rank into its checkpoint (a tf.Variable(task_id)
+    # the checkpoint tracks: measured, identical weights PASS and both files differ); the check kept no checkpoint
+    # (nothing compared); worker 1's lacked its data file
+    ({"checkpoints": {"cwd-0": {"ckpt.data-00000-of-00001": b"weights, rank 0", "ckpt.index": b"index, rank 0"},
+                      "cwd-1": {"ckpt.data-00000-of-00001": b"weights, rank 1", "ckpt.index": b"index, rank 1"}}},
+     "import tensorflow as tf\n", "the same bytes"),
+    ({"checkpoints": {}}, "import tensorflow as tf\n", "the same bytes"),
+    ({"checkpoints": {"cwd-0": _CKPT_18, "cwd-1": {"ckpt.index": b"index"}}}, "import tensorflow as tf\n", "the same bytes")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
          "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
@@ -286,7 +295,7 @@ def _checks_18(**changes) -> dict:
          "traced at the step", "as written ran alone", "as written failed otherwise", "assert with a message",
          "scope fixed: 2 lines only", "scope fixed: no other line", "scope fixed: batch passed", "a check's line missing",
          "fixed: weights parted later", "raised by another assert", "weights differ after the checkpoint fix",
-         "weights differ after the scope fix"])
+         "weights differ after the scope fix", "rank in the checkpoint", "no checkpoint kept", "worker 1's data missing"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
     line with the planted cause, that check PASS at the next run (the chief's checkpoint at run/ckpt),
@@ -297,6 +306,7 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
 
     changes = dict(changes)
     left = changes.pop("left", {"cwd-0": _CHIEF_LEFT_18, "cwd-1": []})  # what the checkpoint fix's workers left
+    ckpts = changes.pop("checkpoints", {"cwd-0": _CKPT_18, "cwd-1": _CKPT_18})  # each worker's run/ckpt (cell 19)
     worker1_own_run = changes.pop("worker1 own run", True)  # worker 1's run/ a directory, not a link
     first_code, first_stderr = changes.pop("first alone", (1, _FIRST_ALONE_18))  # the script as written, run alone
     global_batch, said = changes.pop("global batch", (12, True))
@@ -325,7 +335,7 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
     holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
                   {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks, "GLOBAL_BATCH": global_batch,
                    "NOTES": _NOTES_18, "RUN_SEEN": run_seen,
-                   "left": left, "worker1_own_run": worker1_own_run, "first_alone": SimpleNamespace(returncode=first_code, stderr=first_stderr),
+                   "left": left, "ckpts": ckpts, "worker1_own_run": worker1_own_run, "first_alone": SimpleNamespace(returncode=first_code, stderr=first_stderr),
                    "alone": SimpleNamespace(returncode=alone_code, stdout=alone_stdout)})
 
 

@@ -401,6 +401,7 @@ OK["18_your_own_script.ipynb"] = {
     "to_the_end": {"scope fixed": True, "checkpoint fixed": True, "batch fixed": True}, "alone_task_none": True,
     "alone": SimpleNamespace(stdout="worker None, epoch 0: loss 1.3427\n"),
     "only_chief_left": True, "left": {"cwd-0": ["run/ckpt.data-00000-of-00001", "run/ckpt.index"], "cwd-1": []},
+    "same_checkpoints": True, "ckpt_differ": [], "chief_ckpt": {"ckpt.data-00000-of-00001": b"d", "ckpt.index": b"i"},
     "real_run": [{"run/notes.txt": b"lr 0.1 looked best\n"}] * 5,  # after each check: its files
     "not_compared": {"input sharding": "NOT SEEN input sharding: not compared: see the batch line above",
                      "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."},
@@ -1659,4 +1660,8 @@ BROKEN: list[tuple[str, dict, str]] = [
      "should be NOT SEEN"),
     # the script as written, run alone, did not stop at args.seed + task_id (finding 7)
     ("18_your_own_script.ipynb", {"stopped_at_seed": False}, "stop at args.seed"),
+    # tenth review, finding 2: after the scope fix each worker wrote its rank into its checkpoint (a tf.Variable(task_id)
+    # the checkpoint tracks): the weights equal bit for bit, the two workers' run/ckpt not the same bytes (measured)
+    ("18_your_own_script.ipynb", {"same_checkpoints": False, "ckpt_differ": ["ckpt.data-00000-of-00001", "ckpt.index"]},
+     "the same bytes"),
 ]
