@@ -365,9 +365,10 @@ def _keras_runs_17(**changes) -> dict:
             "Keras 2 (tf_keras)": {"fit": "ok", "weights": "b2", "module": "tf_keras", "keras": "2.21.0",
                                    "imported": "tf_keras"}}
     out = {}
-    for name, report in good.items():
+    for name, report in good.items():  # one cluster of 2 workers, one replica each
         per_worker = changes.get(name, [{}, {}])
-        out[name] = [] if per_worker is None else [{"rank": r, **report, **c} for r, c in enumerate(per_worker)]
+        out[name] = [] if per_worker is None else [{"rank": r, "replicas": 2, "local": 1, **report, **c}
+                                                   for r, c in enumerate(per_worker)]
     return out
 
 
@@ -428,6 +429,11 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"runs": {"Keras 3 + fix": [{}, {"weights": "a2"}]}}, "identical weights"),
     ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
     ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant"),  # one worker's report lost
+    # tenth review, finding 1: every worker ran alone (rank 0, one replica each): 2 reports a variant passed the old count
+    ({"runs": dict.fromkeys(("Keras 3", "Keras 3 + fix", "Keras 2 (tf_keras)"), [{"rank": 0, "replicas": 1}] * 2)},
+     "every variant should run on 2 workers, ranks 0 to 1"),
+    ({"runs": {"Keras 3 + fix": [{}, {"rank": 0}]}}, "every variant should run on 2 workers, ranks"),  # two rank 0s, one cluster
+    ({"runs": {"Keras 2 (tf_keras)": [{"replicas": 1}, {"replicas": 1}]}}, "one cluster"),  # ranks right, each its own cluster
     ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs"),  # the pre-flight's parse counts Slurm's NoDevFiles
     # lesson 17's fourth review, finding 1: a node without /usr/bin/python3 (the job says so) is not a failure; no line is
     ({"other": None, "no_other": "no /usr/bin/python3 on node1: no other Python to ask"}, None),
@@ -468,7 +474,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
-         "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing",
+         "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing", "every worker rank 0 alone",
+         "two rank 0s", "each worker its own cluster",
          "NoDevFiles counted", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
