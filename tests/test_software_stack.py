@@ -698,6 +698,44 @@ def test_keras_3_fit_on_one_worker_needs_no_fix(tmp_path, report):
         {how: log[-2000:] for how, log in logs.items()}
 
 
+FIRST_PATCH_ONLY = """import runpy, sys
+from pathlib import Path
+import mwms_slurm
+fix = mwms_slurm.fix_keras_fit_for_multiworker
+def first_patch_only():  # the fix, then its second patch (scalar step logs reduced over no axis) taken back
+    from keras.src.backend.tensorflow import trainer
+    reduce = trainer.reduce_per_replica
+    fix()
+    trainer.reduce_per_replica = reduce
+mwms_slurm.fix_keras_fit_for_multiworker = first_patch_only
+sys.argv = ["keras_versions.py", "--keras", "3", "--fix"]
+runpy.run_path(str(Path(__file__).with_name("keras_versions.py")), run_name="__main__")
+"""
+
+
+def test_keras_3_fit_with_the_first_patch_alone_fails_on_the_step_logs(tmp_path, report):
+    """Lesson 17, tenth review, finding 3: the lesson says that with the first of its two bugs patched alone (the first
+    batch's shapes learnt without reducing it), both workers then fail with `Invalid reduction dimension 0 for input with 0
+    dimensions` (each step's scalar logs reduced along an axis they do not have); it was stated from a run, never asserted.
+    Its own program on 2 local workers, `--fix` with the fix's second patch taken back: each worker's fit must end so."""
+    from helpers.local_workers import run_local_workers
+    from helpers.take_home import copy_beside
+
+    copy_beside(tmp_path)  # mwms_slurm.py, as the lesson puts it beside the program
+    (tmp_path / "keras_versions.py").write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
+                                                     if name.endswith('"keras_versions.py"}')))
+    (tmp_path / "first_patch_only.py").write_text(FIRST_PATCH_ONLY)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")} | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    runs = run_local_workers([str(tmp_path / "first_patch_only.py")], n=2, deadline_s=300, env=env, ok_statuses=(0, 3))
+    reports = [json.loads(l[6:]) for run in runs for l in run.output.splitlines() if l.startswith("KERAS ")]
+    report(f"lesson 17's keras_versions.py --fix without the fix's second patch, 2 workers: "
+           f"{[(r['rank'], r['replicas'], r['fit']) for r in reports]}")
+    assert sorted(r["rank"] for r in reports) == [0, 1] and all(r["replicas"] == 2 for r in reports), \
+        [run.output[-2000:] for run in runs]
+    assert all(r["fit"].startswith("ValueError: Invalid reduction dimension 0 for input with 0 dimensions") for r in reports), \
+        reports  # raised while Keras traces the step (a graph's shape check): a ValueError
+
+
 STAND_IN_WORKER = """import json, os, sys, time
 rank = int(os.environ["SLURM_PROCID"])
 time.sleep(4 * rank)  # the first worker fails first; its peer reports 4 s later
