@@ -106,7 +106,7 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     stack, other, log = _run_stack(tmp_path, "EBPYTHONPREFIXES")
     venv = str(tmp_path / "venv")
     assert stack["einops"] == "99.0" and stack["einops_from"].startswith(venv), stack  # (a)
-    assert other == {"tensorflow": False, "keras": False, "einops": False}, log[-2000:]  # (b)
+    assert other == {"tensorflow": None, "keras": None, "einops": None}, log[-2000:]  # (b) none of them, from anywhere, here
     assert stack["tensorflow_from"].startswith(sys.prefix) and stack["keras_from"].startswith(sys.prefix), stack  # (c)
     assert stack["myextras_from"].startswith(venv), stack
     sites = [p for p in stack["sys_path"] if p.endswith("-packages")]
@@ -232,7 +232,7 @@ def test_a_node_without_the_system_python_says_so_and_the_proof_says_not_checked
     _lmod()
     missing = tmp_path / "no-such-dir" / "python3"
     stack, other, log = _run_stack(tmp_path / "job", "EBPYTHONPREFIXES", edits=(("/usr/bin/python3", str(missing)),))
-    other_python, other_missing = _gathered(log, "other_python"), _gathered(log, "other_missing")
+    other_python, other_missing = _gathered(log, "other_python", sys=sys), _gathered(log, "other_missing")
     run_proof("17_software_stack.ipynb", {**OK["17_software_stack.ipynb"], "other_python": other_python,
                                           "other_missing": other_missing})
     said = capsys.readouterr().out
@@ -241,6 +241,31 @@ def test_a_node_without_the_system_python_says_so_and_the_proof_says_not_checked
     assert stack is not None and other is None and other_python is None, log[-2000:]
     assert other_missing and str(missing) in other_missing, log[-2000:]
     assert f"NOT CHECKED (another Python in the job): {other_missing}" in said, said
+
+
+def test_the_system_python_with_an_einops_of_its_own_is_not_handed_the_modules(tmp_path, report):
+    """Lesson 17, tenth review, finding 6: the OTHER line said only whether /usr/bin/python3 found each package anywhere, so
+    a system Python with an einops of its own (Debian's python3-einops, say) failed the proof ('should not be handed'). The
+    job now prints where it finds each, and the notebook counts only what lies in the module's environment. The job run with
+    a system Python that has its own einops (a stand-in at the checked path: /usr/bin/python3 with that einops on its path)
+    must pass the proof's OTHER check."""
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import run_proof
+
+    _lmod()
+    _system_python("no other Python to give an einops of its own")
+    own = tmp_path / "system-einops"
+    (own / "einops").mkdir(parents=True)
+    (own / "einops" / "__init__.py").write_text('__version__ = "0.1-system"\n')
+    system_python = tmp_path / "python3"  # /usr/bin/python3, with its own einops
+    system_python.write_text(f'#!/bin/sh\nPYTHONPATH={own} exec /usr/bin/python3 "$@"\n')
+    system_python.chmod(0o755)
+    stack, other, log = _run_stack(tmp_path / "job", "EBPYTHONPREFIXES", edits=(("/usr/bin/python3", str(system_python)),))
+    other_python = _gathered(log, "other_python", sys=sys)
+    report(f"lesson 17's job, the system's Python with its own einops: OTHER {other}; the notebook's other_python {other_python}")
+    assert other and other["einops"] == str(own / "einops" / "__init__.py"), log[-2000:]
+    assert other_python == {"tensorflow": False, "keras": False, "einops": False}, other
+    run_proof("17_software_stack.ipynb", {**OK["17_software_stack.ipynb"], "other_python": other_python})
 
 
 def test_a_reader_that_moves_the_standard_library_last_is_caught(tmp_path, report):
@@ -602,7 +627,7 @@ def test_a_module_on_pythonpath_shadows_the_venv_and_reaches_every_python(tmp_pa
     _system_python("no other Python to check with")
     stack, other, log = _run_stack(tmp_path, "PYTHONPATH")
     assert stack["pythonpath"] and stack["einops"] != "99.0" and stack["einops_from"].startswith(sys.prefix), stack
-    assert other is not None and other["tensorflow"] is True, log[-2000:]
+    assert other is not None and other["tensorflow"].startswith(sys.prefix + os.sep), log[-2000:]
 
 
 SHELL_STANDINS = """module() { printf 'module'; printf ' [%s]' "$@"; echo; } >> "$RECORD"

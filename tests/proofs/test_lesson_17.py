@@ -372,6 +372,7 @@ def _keras_runs_17(**changes) -> dict:
     return out
 
 
+_MODULE_SITE_17 = sysconfig.get_paths()["purelib"]  # this Python is the module's
 # the site-packages of a sibling environment, .venv-gpu beside the module's .venv: its path starts with the module's prefix
 _SIBLING_SITE_17 = sysconfig.get_paths()["purelib"].replace(sys.prefix, sys.prefix + "-gpu", 1)
 
@@ -418,7 +419,12 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"tensorflow_from": f"{_SIBLING_SITE_17}/tensorflow/__init__.py"}, "from the module's environment"),
     ({"keras_from": f"{_SIBLING_SITE_17}/keras/__init__.py"}, "from the module's environment"),
     ({"einops_from_module": True}, "own einops should win"),  # the venv's own einops shadowed
-    ({"other": {"tensorflow": True, "keras": True, "einops": False}}, "should not be handed"),  # PYTHONPATH leaks
+    ({"other": {"tensorflow": f"{_MODULE_SITE_17}/tensorflow/__init__.py", "keras": f"{_MODULE_SITE_17}/keras/__init__.py",
+                "einops": None}}, "should not be handed"),  # PYTHONPATH leaks: the module's packages, where the module has them
+    # tenth review, finding 6: the system's Python with an einops of its own (Debian's python3-einops, say), not the module's:
+    # it failed the proof before ('should not be handed': found anywhere counted); a sibling environment's is not the module's
+    ({"other": {"tensorflow": None, "keras": None, "einops": "/usr/lib/python3/dist-packages/einops/__init__.py"}}, None),
+    ({"other": {"tensorflow": f"{_SIBLING_SITE_17}/tensorflow/__init__.py", "keras": None, "einops": None}}, None),
     ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
     ({"user_site": True}, "no user site-packages"),  # the job read ~/.local (no PYTHONNOUSERSITE=1)
     ({"unloaded": {"tensorflow": True, "EBPYTHONPREFIXES": ""}}, "after module unload"),  # not through the module
@@ -472,7 +478,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"easybuild": True, "stack_changes": {"stdlib": "/opt/python/lib/python3.11"}}, "EasyBuild's sitecustomize.py should"),
     ({"easybuild": True, "stack_changes": {"easybuild_sitecustomize": False}}, "standard library should come before")],
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
-         "einops shadowed", "other python handed",
+         "einops shadowed", "other python handed", "its own einops", "a sibling env's tensorflow",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing", "every worker rank 0 alone",
          "two rank 0s", "each worker its own cluster",
@@ -511,7 +517,7 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
                                                                              "stdlib_last", "yours_on_path", "wheel_in_venv",
                                                                              "made_by", "easybuild")})
     stack = changes.get("stack", {**stack, **changes.get("stack_changes", {})})
-    other = changes.get("other", {"tensorflow": False, "keras": False, "einops": False})
+    other = changes.get("other", {"tensorflow": None, "keras": None, "einops": None})  # where /usr/bin/python3 finds each
     unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
     ebonly = changes.get("ebonly", {"tensorflow": True})
     handed = changes.get("handed", str(job_dir / "your-pythonpath"))
