@@ -64,10 +64,12 @@ JOB_START_S = 10.0
 FIRST_STEP_S = {"cnn": 5.0, "resnet50": 20.0}
 # what each lesson starts, counted from its code: (engine clusters, local worker runs, jobs, first steps)
 LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03": (1, 0, 0, 2),
-                 "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (3, 0, 0, 3), "07": (0, 4, 0, 8),
+                 "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (3, 0, 0, 3),
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 6), "11": (0, 0, 3, 5),
                  "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
                  "16": (0, 0, 2, 1), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}  # 16: its jobs read, only the kernel trains
+# 07's grow with its MAX_REPLICAS: a first step for each of its points, a run of local workers for each count above 1
+# (`_lesson_07_starts`); before its fifth review's fix a fixed (0, 4, 0, 8) said 65 s at any MAX_REPLICAS
 # 13: horovodrun's run and Horovod's step count too where the lesson runs them, built and not refused (`time_lesson`;
 # the fifth review measured the lesson's whole time at 27 s without Horovod, 70 s with it at 2 workers); its
 # solution 1's two local workers run after the stopwatch, not counted
@@ -76,6 +78,7 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
 # programs, which run after the lesson's time is taken (its stopwatch reports before the exercises, as every lesson's)
 OTHER_TF_STARTS = {"17": 2}
 LESSON_13_BATCH = 16  # notebooks/13_from_horovod.ipynb's BATCH as shipped (the table's); the lesson passes its own
+LESSON_07_MAX_REPLICAS = 2  # notebooks/07_scaling_performance.ipynb's MAX_REPLICAS as shipped; the lesson passes its own
 # lesson 16's reading, the same on any hardware: its SIMULATED shared file system as shipped (SHARED_MB_S,
 # SHARED_LATENCY_MS), a record's bytes as its reader counts them (a tf.train.Example of 3,072 image bytes and
 # three numbers: 3,143 bytes on average in its quick-mode files, 2026-11-29), and its parsing's timing, 3 rounds
@@ -100,22 +103,32 @@ def _epoch(s: Sizes, limit: int | None, global_batch: int) -> int:
 
 
 def lesson_work(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, model: str = "cnn",
-                steps: int = 30) -> list[Work]:
+                steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS) -> list[Work]:
     """What lesson `lesson` ("00", "01", ...) trains in the sizes `s`, with `replicas` replicas in all; `batch`: the
-    per-replica batch a lesson sets itself (lesson 13's BATCH), else its default; `model`, `steps`: lesson 07's
-    MODEL and STEPS. Only that lesson's work is computed:
+    per-replica batch a lesson sets itself (lesson 13's BATCH), else its default; `model`, `steps`, `max_replicas`:
+    lesson 07's MODEL, STEPS and MAX_REPLICAS. Only that lesson's work is computed:
     another lesson's sizes need not fit these replicas (lesson 05's 64 ResNet images fill no global batch of 9 x 8)."""
-    work = _course_work(s, replicas, batch, model, steps).get(lesson)
+    work = _course_work(s, replicas, batch, model, steps, max_replicas).get(lesson)
     return work() if work else []
 
 
-def _counts(replicas: int) -> list[int]:
-    """Lesson 07's replica counts: 1, 2, 4 and 8, up to `replicas`."""
-    return [n for n in (1, 2, 4, 8) if n <= max(1, replicas)]
+def lesson_07_counts(replicas: int, max_replicas: int = LESSON_07_MAX_REPLICAS) -> tuple[list[int], list[int]]:
+    """Lesson 07's points, as its cells 7 and 11 choose them: MirroredStrategy's replica counts and the multi-worker
+    runs' worker counts, from 1, 2, 4 and 8 up to its MAX_REPLICAS; MirroredStrategy's stop at the kernel's `replicas`
+    devices (2 GPUs at MAX_REPLICAS 4: 1 and 2; the workers 2 and 4), the workers' start at 2."""
+    counts = [n for n in (1, 2, 4, 8) if n <= max(1, max_replicas)]
+    return [n for n in counts if n <= replicas], counts[1:]
+
+
+def _lesson_07_starts(replicas: int, max_replicas: int) -> tuple[int, int, int, int]:
+    """Lesson 07's LESSON_STARTS row: a run of local workers for each worker count (its processes start together)
+    and a first step for each point, each MirroredStrategy count and each run (its workers trace together)."""
+    mirrored, workers = lesson_07_counts(replicas, max_replicas)
+    return 0, len(workers), 0, len(mirrored) + len(workers)
 
 
 def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str = "cnn",
-                 steps: int = 30) -> dict[str, Callable[[], list[Work]]]:
+                 steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS) -> dict[str, Callable[[], list[Work]]]:
     """Every lesson's work, by lesson number: the one list of the lessons that train, each computed when asked for."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
 
@@ -137,9 +150,9 @@ def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str =
         "04": lambda: [cnn(2 * s.epochs * epoch())],  # one process, then the engines
         "05": lambda: [Work("resnet50", 2 * s.resnet_epochs * resnet_epoch(), s.resnet_per_replica_batch)],
         "06": lambda: [cnn(int((s.fault_epochs + 0.5) * epoch()))],  # to the crash in mid-run, then the rest
-        # STEPS + 1 steps of MODEL for each replica count 1, 2, 4, 8 up to `replicas` under MirroredStrategy, each
-        # above 1 again as workers; solution 1 runs after the stopwatch's report, so it is not counted
-        "07": lambda: [Work(model, (steps + 1) * b * (2 * sum(_counts(replicas)) - 1), b)],
+        # STEPS + 1 steps of MODEL for each of its MirroredStrategy replica counts and each of its worker counts
+        # (`lesson_07_counts`); solution 1 runs after the stopwatch's report, so it is not counted
+        "07": lambda: [Work(model, (steps + 1) * b * sum(sum(c) for c in lesson_07_counts(replicas, max_replicas)), b)],
         "08": lambda: [Work(s.job_model, s.epochs * epoch(), b)],
         "09": lambda: [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
         "10": lambda: [Work("cnn", s.schedule_epochs * large(), 32 // replicas),  # the small batch, then 4 runs of the large
@@ -209,18 +222,21 @@ def timed_reading_seconds(lesson: str, s: Sizes) -> float:
     return batches * latency_ms / 1000 + records * LESSON_16_RECORD_BYTES / (mb_s * 1e6) + LESSON_16_PARSE_TIMING_S
 
 
-def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True, horovod: bool = False) -> float:
+def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True, horovod: bool = False, replicas: int = 2,
+                    max_replicas: int = LESSON_07_MAX_REPLICAS) -> float:
     """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
     cluster of engines, run of local workers, job and other process it starts, and each training's first step.
     `slurm` False: the lesson runs its jobs' tasks as local processes (no job to start; lesson 16 does). `horovod`:
-    lesson 13 also runs Horovod's step (where it is built and not refused): a run of local processes, a first step."""
-    engines, workers, jobs, first_steps = LESSON_STARTS.get(lesson, (0, 0, 0, 0))
+    lesson 13 also runs Horovod's step (where it is built and not refused): a run of local processes, a first step.
+    `replicas`, `max_replicas`: lesson 07's kernel replicas and MAX_REPLICAS, which decide its points."""
+    starts = _lesson_07_starts(replicas, max_replicas) if lesson == "07" else LESSON_STARTS.get(lesson, (0, 0, 0, 0))
+    engines, workers, jobs, first_steps = starts
     if horovod and lesson == "13":
         workers, first_steps = workers + 1, first_steps + 1  # horovodrun's processes, and Horovod's step
     if not slurm:
         workers, jobs = workers + jobs, 0
     tf_starts = 1 + engines + workers + jobs + OTHER_TF_STARTS.get(lesson, 0)  # the kernel's first
-    models = {w.model for w in lesson_work(lesson, s, max(gpus, 2))} or {"cnn"}
+    models = {w.model for w in lesson_work(lesson, s, max(gpus, replicas))} or {"cnn"}
     first = FIRST_STEP_S["resnet50" if "resnet50" in models else "cnn"]
     return TF_START_S * tf_starts + ENGINES_START_S * engines + JOB_START_S * jobs + first * first_steps
 
@@ -263,17 +279,20 @@ class Stopwatch:
 
 
 def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, slurm: bool = True,
-                model: str = "cnn", steps: int = 30) -> Stopwatch:
+                model: str = "cnn", steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch. `batch`: the
     per-replica batch the lesson sets itself, where it does (lesson 13's BATCH); `slurm`: False where a job
-    lesson runs its jobs' tasks as local processes (lesson 16 says); `model`, `steps`: lesson 07's MODEL, STEPS."""
+    lesson runs its jobs' tasks as local processes (lesson 16 says); `model`, `steps`, `max_replicas`: lesson 07's
+    MODEL, STEPS and MAX_REPLICAS."""
     from .gpus import gpu_count_without_tf
 
     kernel_gpus = gpu_count_without_tf()
     gpus = training_gpus(lesson, kernel_gpus, replicas)
-    work = lesson_work(lesson, s, max(replicas, gpus, 1), batch, model, steps)
+    devices = max(replicas, gpus, 1)
+    work = lesson_work(lesson, s, devices, batch, model, steps, max_replicas)
     horovod = lesson == "13" and _horovod_runs(replicas)
-    predicted, startup = seconds(work, gpus, replicas), startup_seconds(lesson, s, gpus, slurm, horovod)
+    predicted = seconds(work, gpus, replicas)
+    startup = startup_seconds(lesson, s, gpus, slurm, horovod, devices, max_replicas)
     reading = timed_reading_seconds(lesson, s)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     if lesson in JOB_LESSONS and gpus:
@@ -319,7 +338,7 @@ def predicted_minutes(lesson: str, mode: str, gpus: int = 4, nodes: int = 2) -> 
     s = mode_sizes(mode)
     on = training_gpus(lesson, gpus, nodes, 1 if gpus else 0)
     replicas = (on if lesson in JOB_LESSONS else gpus) or 2  # on a CPU: the lessons' 2 logical replicas
-    return seconds(lesson_work(lesson, s, replicas), on, replicas) / 60, startup_seconds(lesson, s, on) / 60
+    return seconds(lesson_work(lesson, s, replicas), on, replicas) / 60, startup_seconds(lesson, s, on, replicas=replicas) / 60
 
 
 def table(gpus: int = 4) -> str:

@@ -133,8 +133,37 @@ def test_lesson_14_counts_the_steps_its_engines_time():
                                                  ("workshop", 4, 51_584)])
 def test_lesson_07_counts_the_images_its_cells_train(mode, replicas, images):
     """31 steps of the per-replica batch for each MirroredStrategy count and each multi-worker count; solution 1
-    runs after the stopwatch's report and is not counted (fourth review, F6: it was; before that, 15,872 in every mode)."""
-    assert [w.images for w in lesson_work("07", mode_sizes(mode), replicas)] == [images]
+    runs after the stopwatch's report and is not counted (fourth review, F6: it was; before that, 15,872 in every mode).
+    On a CPU the kernel has MAX_REPLICAS logical devices."""
+    assert [w.images for w in lesson_work("07", mode_sizes(mode), replicas, max_replicas=replicas)] == [images]
+
+
+@pytest.mark.parametrize("max_replicas,startup", [(2, 25.0), (3, 25.0), (4, 40.0), (8, 55.0)])
+def test_lesson_07s_start_up_grows_with_its_max_replicas(max_replicas, startup, capsys, monkeypatch):
+    """Fifth review: the stopwatch said 65 s of start-up at any MAX_REPLICAS (a fixed 4 worker runs and 8 first steps;
+    the lesson took 22 s in all at 2 here, load 6). Each MirroredStrategy point traces a first step; each worker count
+    above 1 is a run of local workers, which start TensorFlow and trace a first step together. On a CPU the kernel
+    has MAX_REPLICAS logical devices; at 3 the counts are 1 and 2, as at 2."""
+    from helpers.training_time import FIRST_STEP_S, TF_START_S
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    clock = time_lesson("07", mode_sizes("quick"), max_replicas, max_replicas=max_replicas)
+    runs = len([n for n in (2, 4, 8) if n <= max_replicas])
+    assert clock.startup_s == pytest.approx((1 + runs) * TF_START_S + (1 + 2 * runs) * FIRST_STEP_S["cnn"]) == startup
+    assert f"start-up {startup:.0f} s" in capsys.readouterr().out
+
+
+def test_lesson_07s_prediction_follows_its_max_replicas_not_the_gpus():
+    """Its cells 7 and 11: the counts go up to MAX_REPLICAS, MirroredStrategy's stop at the kernel's devices. 4 GPUs
+    at MAX_REPLICAS 2 run 1 and 2 replicas and 2 workers (the old prediction counted 1, 2 and 4 from the GPUs); 2 GPUs
+    at MAX_REPLICAS 4 run 1 and 2 replicas and 2 and 4 workers (it counted 1 and 2 of each)."""
+    from helpers.training_time import FIRST_STEP_S, TF_START_S, lesson_07_counts, startup_seconds
+
+    quick = mode_sizes("quick")
+    assert lesson_07_counts(4, 2) == ([1, 2], [2]) and lesson_07_counts(2, 4) == ([1, 2], [2, 4])
+    assert [w.images for w in lesson_work("07", quick, 4, max_replicas=2)] == [31 * 32 * (1 + 2 + 2)]
+    assert [w.images for w in lesson_work("07", quick, 2, max_replicas=4)] == [31 * 32 * (1 + 2 + 2 + 4)]
+    assert startup_seconds("07", quick, 2, replicas=2, max_replicas=4) == 3 * TF_START_S + 4 * FIRST_STEP_S["cnn"]
 
 
 def test_lesson_07_predicts_for_its_model_and_steps():
