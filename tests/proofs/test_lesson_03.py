@@ -448,6 +448,30 @@ def test_lesson_03_chief_scores_its_saved_file_next_to_evaluates_figure(capsys):
             assert out == "", out
 
 
+@pytest.mark.parametrize("updates,says", [(1, "after 1 update, "), (64, "after 64 updates, ")], ids=["one", "many"])
+def test_lesson_03_own_statistics_cell_says_update_or_updates(capsys, updates, says):
+    """Thirteenth review (03, finding c): a run of one update (one epoch, `COURSE_MAX_STEPS=1`) printed 'after 1
+    updates'. The own-statistics cell, as written, on a planted model whose optimizer counted `updates` steps and a
+    plain copy that gets both test images right: it says 'update' for one, 'updates' for more."""
+    labels = _ImageBatch([0, 1])
+
+    class PlainCopy:
+        def set_weights(self, weights):
+            pass
+
+        def __call__(self, images, training):
+            return np.eye(2)[labels.numpy()]
+
+    batches = SimpleNamespace(map=lambda f: SimpleNamespace(batch=lambda size: [(np.zeros((2, 1)), labels)]))
+    model = SimpleNamespace(get_weights=list, optimizer=SimpleNamespace(iterations=SimpleNamespace(numpy=lambda: updates)))
+    namespace = {"small_cnn": lambda seed: PlainCopy(), "seed": 42, "model": model, "evaluation": {"accuracy": 0.5},
+                 "test_examples": SimpleNamespace(take=lambda n: batches), "test_steps": 1, "global_batch": 2}
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", "own_stats =").replace("%%px\n", "")
+    exec(compile(cell, "03 own statistics", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert says in out and "with each test batch's own statistics 1.000" in out, out
+
+
 def test_lesson_03_plot_shows_rank_0s_history_whatever_the_engine_order(monkeypatch):
     """Review 11 (03, finding 2), corrected in review 12: `engines.view` lists the engines by rank, so its pulls come
     back rank 0 first; a plain `rc[:]` is in engine-id order, where under Slurm engine 0 need not be rank 0. The cell
