@@ -123,6 +123,9 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
         is True, stack["bdist_wheel_built_with"]  # (j) the build's bdist_wheel: the module's
     assert _gathered(log, "stack", "module_site", "venv_site", "sites", "stdlib_first", sys=sys, job_dir=tmp_path) is True, \
         stack["sys_path"]  # (g) the standard library before every site directory
+    took = {l.split()[0]: float(l.split()[-2]) for l in log.splitlines() if l.startswith(("MADE the venv in ", "INSTALLED "))}
+    assert sorted(took) == ["INSTALLED", "MADE"] and all(s > 0 for s in took.values()), log[-2000:]  # (l) each one's time
+    report(f"lesson 17's job: the venv made in {took['MADE']} s, your packages installed offline in {took['INSTALLED']} s")
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}; "
            f"python before the load {_gathered(log, 'python_before')!r}; myextras built with {stack['setuptools_built_with']} "
@@ -425,7 +428,7 @@ def test_the_module_loads_the_modules_the_kernel_started_with(tmp_path, monkeypa
     assert after_unload == {"tensorflow": False, "EBPYTHONPREFIXES": "", "LOADEDMODULES": "fakecuda/12.4"}, log[-2000:]
 
 
-VENV_LINE = '  python -m venv --system-site-packages "$VENV"'  # the job makes its venv with the module's `python`
+VENV_LINE = '  time python -m venv --system-site-packages "$VENV"'  # the job makes its venv with the module's `python`
 
 
 def _python_of_another_installation() -> str | None:
