@@ -132,6 +132,28 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
            f"and {stack['bdist_wheel_built_with']}")
 
 
+def test_system_site_packages_adds_the_system_pythons_sites_and_finds_no_module(tmp_path, report):
+    """Lesson 17, tenth review, finding 2: the lesson said the flag's effect could not be shown here. It now says what it
+    does here: the venv's Python is /usr/bin/python3's, so the flag adds that Python's own site directories after the
+    module's, and it is not what finds the module (the .pth reader, in the venv's own site-packages, is). The job run with
+    the flag and without it: both import TensorFlow from the module; the site directories after the venv's and the module's
+    are exactly /usr/bin/python3's existing ones with the flag, none without."""
+    _lmod()
+    _system_python("no system Python whose site directories the flag would add")
+    done = subprocess.run(["/usr/bin/python3", "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+                          capture_output=True, text=True, timeout=60)
+    system_sites = [p for p in json.loads(done.stdout) if os.path.isdir(p)]
+    with_flag, _, _ = _run_stack(tmp_path / "with", "EBPYTHONPREFIXES")
+    without, _, log = _run_stack(tmp_path / "without", "EBPYTHONPREFIXES",
+                                 edits=((VENV_LINE, VENV_LINE.replace(" --system-site-packages", "")),))
+    sites = {how: [p for p in s["sys_path"] if p.endswith("-packages")] for how, s in (("with", with_flag), ("without", without))}
+    report(f"lesson 17's venv with --system-site-packages: site directories {sites['with']}; without: {sites['without']}; "
+           f"TensorFlow from {with_flag['tensorflow_from']} and {without['tensorflow_from']}")
+    assert "include-system-site-packages = false" in without["pyvenv_cfg"], without["pyvenv_cfg"]
+    assert all(s["tensorflow_from"].startswith(sys.prefix + os.sep) for s in (with_flag, without)), log[-2000:]
+    assert sites["with"][2:] == system_sites and system_sites and sites["without"][2:] == [], (sites, system_sites)
+
+
 def _gathered(log: str, *targets: str, **names):
     """The notebook's own reading of the job's log: its gathering cell's assignments to `targets`, in
     order (with `names` defined); the value of the last."""
