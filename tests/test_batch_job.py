@@ -166,3 +166,19 @@ def test_the_sbatch_file_gives_srun_the_cores_and_ends_the_step_when_a_worker_fa
     args = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ARGS "))
     assert "--kill-on-bad-exit=1" in args[:args.index("train_mwms.py")], args
     assert "CPUS 4" in done.stdout.splitlines(), done.stdout
+
+
+def test_every_setting_the_module_reads_is_named_in_its_docstring():
+    """Second review, finding 11: the take-home module reads MWMS_PORT_BASE and COURSE_GPU_MEMORY_MIB (the course's
+    name, which its gpu class layout sets), besides what Slurm, CUDA and TensorFlow set; whoever takes it home must
+    find both in its docstring as settings."""
+    import ast
+    import re
+    from pathlib import Path
+
+    source = Path(mwms_slurm.__file__).read_text()
+    read = set(re.findall(r'os\.environ(?:\.get\(|\[)"([A-Z_]+)"', source))
+    settings = {name for name in read if not name.startswith(("SLURM", "CUDA_")) and name != "TF_CONFIG"}
+    assert settings == {"MWMS_PORT_BASE", "COURSE_GPU_MEMORY_MIB"}, settings
+    doc = ast.get_docstring(ast.parse(source))
+    assert not {name for name in settings if name not in doc}, doc

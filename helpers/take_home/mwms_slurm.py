@@ -7,6 +7,17 @@ so a script can print its plan without starting TensorFlow. In a training script
     mwms_slurm.fix_keras_fit_for_multiworker()  # Keras 3.15: model.fit under the strategy
     strategy = mwms_slurm.make_strategy()       # TF_CONFIG from Slurm; before any other TensorFlow op
 
+Settings, read from the environment (the job's sbatch file sets the first; leave the second unset
+unless your workers share a GPU):
+    MWMS_PORT_BASE          the first port of the job's workers on a node (default 20000): a worker
+                            listens on it plus its index on its node; a range your firewall opens
+                            between compute nodes
+    COURSE_GPU_MEMORY_MIB   a share, in MiB, of a GPU other processes use too: each GPU becomes one
+                            logical GPU of that size, and the all-reduce RING instead of NCCL (NCCL
+                            refuses two ranks on one device); unset, memory grows as needed. The name is
+                            the course's, whose `gpu` class layout sets it, so its jobs need no other;
+                            rename it in your copy if you like
+
 From the course "Data-parallel TensorFlow on HPC" (lesson 08 explains each function); checked on
 CPUs (TensorFlow 2.21, Keras 3.15.1, Slurm 22.05). NOTHING here has run on a GPU: memory growth,
 the memory share, NCCL and the start-up all-reduce over NCCL are GPU-only branches.
