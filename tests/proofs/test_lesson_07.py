@@ -133,6 +133,41 @@ def test_lesson_07_predicts_the_start_up_of_its_own_max_replicas(max_replicas, s
     assert ns["stopwatch"].startup_s == startup, capsys.readouterr().out
 
 
+def _markdown_cell(heading: str) -> str:
+    import nbformat
+
+    from tests.support.proof_cells import NOTEBOOKS
+
+    cells = nbformat.read(NOTEBOOKS / "07_scaling_performance.ipynb", as_version=4).cells
+    return next(c.source for c in cells if c.cell_type == "markdown" and c.source.startswith(heading))
+
+
+def test_lesson_07_says_the_sweeps_workers_pay_the_collective_timeout_its_own_do_not():
+    """Fifth review: the Slurm sweep's multi-worker runs (`helpers train`, make_strategy) keep the course's collective
+    timeout, a thread per collective waiting it out (2 workers of this program, 31 steps: 244 threads each with
+    300 s, 112 without), where the lesson's workers set none. The Slurm results' cell must say so with the course's
+    own setting and default, and the program must still make its strategy without a timeout."""
+    from helpers.strategy import COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT
+    from tests.support.notebooks import written_program
+
+    said = " ".join(_markdown_cell("## Results of Slurm batch runs").split())
+    assert f"(`{COLLECTIVE_TIMEOUT_ENV}`, {DEFAULT_COLLECTIVE_TIMEOUT:g} s by default" in said, said
+    assert "strategy = mwms_slurm.make_strategy()" in written_program("07_scaling_performance.ipynb", "{worker_program}")
+
+
+def test_lesson_07s_readme_row_gives_the_share_its_proof_asserts():
+    """Fifth review: README's row said the timed steps hold 'at least 80 %' of the span; the proof asserts 0.9."""
+    import re
+
+    from tests.conftest import ROOT
+
+    bound = float(re.search(r"assert ([0-9.]+) <= in_steps\[k\]", cell_defining("07_scaling_performance.ipynb",
+                                                                              "<= in_steps[k]")).group(1))
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| [`07_"))
+    said = re.search(r"the timed steps hold at least (\d+) % of the span", row)
+    assert said and int(said.group(1)) == round(100 * bound), (bound, row)
+
+
 GROUP_SIZES = """
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
