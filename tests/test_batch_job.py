@@ -168,6 +168,76 @@ def test_the_sbatch_file_gives_srun_the_cores_and_ends_the_step_when_a_worker_fa
     assert "CPUS 4" in done.stdout.splitlines(), done.stdout
 
 
+def test_the_sbatch_file_leaves_no_inherited_tf_config_to_the_workers(tmp_path):
+    """Second review, finding 9: the script keeps a TF_CONFIG it is given, so one in the submitting shell (sbatch's
+    --export=ALL passes it on) would send every task to that cluster instead of Slurm's: the file unsets it."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text('#!/bin/sh\necho "TF_CONFIG ${TF_CONFIG-unset}"\n')
+    (fake / "srun").chmod(0o755)
+    (tmp_path / "train.sbatch").write_text(SBATCH)
+    inherited = json.dumps({"cluster": {"worker": ["login1:2222", "login1:2223"]}, "task": {"type": "worker", "index": 0}})
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "1234", "DATA_DIR": "d", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "TF_CONFIG": inherited}
+    done = subprocess.run(["bash", str(tmp_path / "train.sbatch")], capture_output=True, text=True, timeout=30, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "TF_CONFIG unset" in done.stdout.splitlines(), done.stdout
+
+
+def test_the_sbatch_file_asks_for_its_own_node_sharing_in_its_directive_block():
+    """The proof reads the file's #SBATCH block as sbatch does (helpers.slurm.directives): the real file's counts."""
+    from helpers.slurm.directives import sbatch_options
+
+    assert "--exclusive=user" in sbatch_options(SBATCH), sbatch_options(SBATCH)
+    assert "--gpus-per-task=1" not in sbatch_options(SBATCH), "the GPU line is meant to stay commented out"
+
+
+def _plan(tmp_path, script_text: str, step: dict | None = None) -> subprocess.CompletedProcess:
+    """The script (`script_text`, with mwms_slurm.py beside it) run with --plan, outside Slurm or as the task of
+    `step` (SLURM_* variables; `scontrol` a stand-in printing node1..nodeN); at its end, the process prints whether
+    it holds TensorFlow."""
+    script = tmp_path / "train_mwms.py"
+    script.write_text(script_text)
+    copy_beside(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM") and k != "TF_CONFIG"}
+    if step:
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        nodes = int(step["SLURM_STEP_NUM_TASKS"])
+        (fake / "scontrol").write_text(f'#!/bin/sh\nfor i in $(seq 1 {nodes}); do echo node$i; done\n')
+        (fake / "scontrol").chmod(0o755)
+        env = {**env, **step, "PATH": f"{fake}:{env['PATH']}"}
+    probe = ("import runpy, sys\nsys.path.insert(0, sys.argv[1].rpartition('/')[0])\nsys.argv = [sys.argv[1], '--plan']\n"
+             "runpy.run_path(sys.argv[0], run_name='__main__')\nprint('TENSORFLOW', 'tensorflow' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["as written", "tensorflow imported at the top"])
+def test_plan_answers_without_starting_tensorflow(tmp_path, planted):
+    """Second review, finding 6: `--plan` is a check that costs seconds because it starts no TensorFlow (mwms_slurm
+    imports it inside its functions). After the plan, `tensorflow` is not in sys.modules; a planted import is seen."""
+    text = SCRIPT.replace("import mwms_slurm  #", "import tensorflow\nimport mwms_slurm  #", 1) if planted else SCRIPT
+    assert (text != SCRIPT) == planted
+    done = _plan(tmp_path, text)
+    assert f"TENSORFLOW {planted}" in done.stdout.splitlines(), done.stdout[-2000:]
+
+
+def test_a_task_of_a_large_step_prints_short_lines_with_its_own_procid(tmp_path):
+    """Second review, findings 10 and 8: srun forwards a task's output in messages of at most 1 KB, so a longer line
+    may be cut by another task's; the TASK line held every worker's address (4,399 bytes at 256 workers). It now
+    holds the count when the list would pass 1 KB. Each task also reports its SLURM_PROCID with its value, so the
+    lesson can check that each rank saw its own."""
+    step = {"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "256", "SLURM_STEP_NODELIST": "node[1-256]",
+            "SLURM_STEP_TASKS_PER_NODE": "1(x256)", "SLURMD_NODENAME": "node6", "SLURM_JOB_ID": "42"}
+    out = _plan(tmp_path, SCRIPT, step).stdout.splitlines()
+    assert max(len(line.encode()) + 1 for line in out) < 1024, max(out, key=len)[:200] + "..."
+    task = json.loads(next(line[5:] for line in out if line.startswith("TASK ")))
+    assert (task["rank"], task["address"], task["workers"]) == (5, "node6:20000", 256), task
+    assert any(line.startswith("ENV 5 ") and "SLURM_PROCID=5" in line.split() for line in out), out
+
+
 def test_every_setting_the_module_reads_is_named_in_its_docstring():
     """Second review, finding 11: the take-home module reads MWMS_PORT_BASE and COURSE_GPU_MEMORY_MIB (the course's
     name, which its gpu class layout sets), besides what Slurm, CUDA and TensorFlow set; whoever takes it home must

@@ -6,6 +6,7 @@
 - `queue`: a job's state and steps, the CPUs running steps hold, whose a job is.
 - `step`: the job and step this process runs in, every task's place, its port block.
 - `submit`: the environment and options of a job a lesson submits (`COURSE_CLASS_LAYOUT`).
+- `directives`: the options of a batch script's `#SBATCH` block, as `sbatch` reads them.
 - `login_node`: whether local multi-worker TensorFlow may run here (never on a login node).
 
 The engines' own Slurm side (batch template, `srun` launcher, engines job) stays in

@@ -3,31 +3,41 @@ its gathering cells and solutions on planted raw data (what a run measures, what
 return), and real runs with a claim broken, must fail the proof through the cells' own arithmetic,
 not a planted final value."""
 
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
 import pytest
 
 from helpers.take_home import copy_beside
 
+from tests.support.notebooks import written_program
 from tests.support.proof_cases import OK
-from tests.support.proof_cells import gather_and_prove, holds_unless, run_proof
+from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless, run_proof, solution_source
+
+SBATCH_EXCLUSIVE = "#!/bin/bash\n#SBATCH --exclusive=user\nsrun python script.py\n"
 
 
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
             script="import json\nimport keras\nimport tensorflow as tf\n", markers_seen=(), course_1=(),
-            module=None) -> dict:
+            module=None, sbatch=SBATCH_EXCLUSIVE, saved_by_1=15_000, procid_1="1") -> dict:
     """Lesson 08's raw results for a job of 2 tasks on `hosts`: the take-home script and the module beside it
-    (mwms_slurm.py, or `module`'s text), the plans, each
-    rank's report (rank 1's model kept on its own node's disk, outside the run's shared directory),
-    the files the chief wrote, what the job saw of Slurm and of the kernel's markers."""
+    (mwms_slurm.py, or `module`'s text), the sbatch file's text, the plans, each
+    rank's report (rank 1's model saved, `saved_by_1` bytes, and kept on its own node's disk, outside the run's
+    shared directory), the files the chief wrote, what the job saw of Slurm (rank 1's SLURM_PROCID `procid_1`)
+    and of the kernel's markers."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (tmp_path / "script.py").write_text(script)
     module_file = copy_beside(tmp_path)
     if module is not None:
         module_file.write_text(module)
-    (tmp_path / "job.sbatch").write_text("#!/bin/bash\n#SBATCH --exclusive=user\nsrun python script.py\n")
+    (tmp_path / "job.sbatch").write_text(sbatch)
     kept = {"node-local": "/tmp/node2-scratch/model.keras", "run dir": str(run_dir / "worker-1" / "model.keras"), "none": None}
-    reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "course_modules": []},
-               {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "course_modules": list(course_1)}]
+    reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "saved": 15_000, "course_modules": []},
+               {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "saved": saved_by_1, "course_modules": list(course_1)}]
     markers = {"SLURM_COURSE_PARENT_MARKER": "1", "ROCR_VISIBLE_DEVICES": "course-parent-marker",
                "CUDA_VISIBLE_DEVICES": "course-parent-marker"}
     return {"script": tmp_path / "script.py", "module_file": module_file, "sbatch_file": tmp_path / "job.sbatch",
@@ -37,7 +47,8 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weigh
             "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1} for r, h in enumerate(hosts)],
             "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
             "result": {"workers": 2, "replicas": 2, "loss": [2.3, 1.6], "steps_per_epoch": 32}, "markers": markers,
-            "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID", "PATH"}, "env_ranks": [0, 1]}
+            "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID=0", f"SLURM_PROCID={procid_1}", "PATH"},
+            "env_ranks": [0, 1], "procids": {0: "0", 1: procid_1}, "accuracy": 0.2, "batch_accuracy": 0.95}
 
 
 
@@ -51,7 +62,7 @@ def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run
     run_proof("08_batch_job.ipynb", {**OK["08_batch_job.ipynb"], "steps_run": steps_run,
                                 "result": {"workers": 2, "replicas": 2, "loss": loss}})
     out = capsys.readouterr().out
-    assert (f"learning NOT checked: {steps_run} steps" in out and said in out) if said else "NOT checked" not in out, out
+    assert (f"learning NOT checked: {steps_run} steps" in out and said in out) if said else "learning NOT" not in out, out
     if said is None:  # the same loss at ln 10 after 64 steps fails
         with pytest.raises(AssertionError, match="learnt nothing"):
             run_proof("08_batch_job.ipynb", {**OK["08_batch_job.ipynb"], "steps_run": 64,
@@ -66,10 +77,16 @@ def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run
     ({"module": "import os\n\n\ndef make_strategy():\n    from helpers.strategy import make_strategy\n"}, "imports the course"),
     ({"markers_seen": ("SLURM_COURSE_PARENT_MARKER",)}, "own Slurm settings"),
     ({"markers_seen": ("CUDA_VISIBLE_DEVICES=course-parent-marker",)}, "own Slurm settings"),  # the kernel's GPUs passed on
-    ({"course_1": ("helpers", "helpers.keras_fix")}, "workers held")],  # rank 1 loaded the course by importlib
+    ({"course_1": ("helpers", "helpers.keras_fix")}, "workers held"),  # rank 1 loaded the course by importlib
+    # second review, finding 4: sbatch reads no directive commented out, nor one after the first command
+    ({"sbatch": "#!/bin/bash\n# #SBATCH --exclusive=user\nsrun python script.py\n"}, "ask for --exclusive=user itself"),
+    ({"sbatch": "#!/bin/bash\nset -e\n#SBATCH --exclusive=user\nsrun python script.py\n"}, "ask for --exclusive=user itself"),
+    ({"saved_by_1": None}, "every worker should save"),  # finding 5: rank 1 saved nothing (`if chief: model.save`)
+    ({"procid_1": "0"}, "own SLURM_PROCID")],  # finding 8: both tasks saw SLURM_PROCID=0 (e.g. mpiexec under Slurm)
     ids=["two nodes", "rank 1 kept in the run dir", "one node", "weights apart", "imports helpers",
          "its module imports helpers", "kernel's Slurm env",
-         "kernel's GPUs", "course loaded by importlib"])
+         "kernel's GPUs", "course loaded by importlib", "exclusive commented out", "exclusive after a command",
+         "rank 1 never saved", "rank 1 saw procid 0"])
 def test_lesson_08_gathering_cell_on_a_job_across_two_nodes(tmp_path, monkeypatch, changes, match):
     """Rank 1 runs on node2 and keeps its model on node2's own disk: it counts as not kept in the run's
     directory; saved into the shared run directory instead, it must fail the proof."""
@@ -90,3 +107,43 @@ def test_lesson_08_gathering_cell_refuses_a_job_never_seen_running(tmp_path, mon
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
     with pytest.raises(RuntimeError, match="never seen RUNNING"):
         gather_and_prove("08_batch_job.ipynb", {**_job_08(tmp_path), "job_seen": {}})
+
+
+@pytest.mark.parametrize("nodes, refused", [(1, True), (0, True), (2, False)])
+def test_lesson_08_set_up_refuses_fewer_than_2_workers_before_anything_runs(monkeypatch, tmp_path, nodes, refused):
+    """Second review, finding 3: NODES = 1 ran a lone worker and then failed the proof, which compares workers.
+    The set-up cell, as written (its mode, data and timing stubbed), refuses it in one line; 2 passes through."""
+    from helpers import data, mode, training_time
+    from helpers.errors import CourseError
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.setattr(mode, "mode_sizes", lambda m: SimpleNamespace(quick=True))
+    monkeypatch.setattr(data, "ensure_data", lambda quick: SimpleNamespace(label="planted"))
+    monkeypatch.setattr(training_time, "time_lesson", lambda *a: "stopwatch")
+    cell = cell_defining("08_batch_job.ipynb", "stopwatch = time_lesson(")
+    namespace = {"MODE": None, "NODES": nodes}
+    if refused:
+        with pytest.raises(CourseError, match=f"NODES = {nodes}: this lesson needs at least 2 workers"):
+            exec(compile(cell, "08 set-up", "exec"), namespace)
+        assert not (tmp_path / "batch_job").exists(), "the refused set-up still made the job's directory"
+    else:
+        exec(compile(cell, "08 set-up", "exec"), namespace)
+        assert namespace["stopwatch"] == "stopwatch"
+
+
+@pytest.mark.parametrize("answer, holds", [(None, True), ('{"rank": 0, "address": "localhost", "workers": ["localhost", "node2"]}', False),
+                                           ('{"rank": 1, "address": "localhost", "workers": ["localhost"]}', False)],
+                         ids=["the solution's answer", "a cluster of two", "rank 1"])
+def test_lesson_08_solution_1_checks_the_answer_written_in_it(tmp_path, answer, holds):
+    """Second review, finding 7: solution 1 asserted rank 0 and one worker, which the script's own fallback writes, so
+    it held whatever the learner predicted. It now compares the lone worker's plan (the script run with --plan, as the
+    lesson writes it) with the answer written in the cell: a wrong prediction fails it."""
+    script = tmp_path / "train_mwms.py"
+    script.write_text(written_program("08_batch_job.ipynb", "{script}"))
+    copy_beside(tmp_path)
+    code = solution_source("08_batch_job.ipynb", 1)
+    if answer is not None:
+        line = next(l for l in code.splitlines() if l.startswith("answer = "))
+        code = code.replace(line, f"answer = {answer}")
+    namespace = {"os": os, "subprocess": subprocess, "sys": sys, "json": json, "script": script, "print": lambda *a: None}
+    holds_unless(None if holds else "is not the answer", exec, compile(code, "08 solution 1", "exec"), namespace)
