@@ -786,6 +786,46 @@ def test_keras_3_fit_with_the_first_patch_alone_fails_on_the_step_logs(tmp_path,
         reports  # raised while Keras traces the step (a graph's shape check): a ValueError
 
 
+WITHOUT_TF_KERAS = """import runpy, sys
+from pathlib import Path
+site, farm = sys.argv[1:3]
+sys.path[sys.path.index(site)] = farm  # the module's packages, but tf_keras
+sys.argv = ["keras_versions.py", "--keras", "2"]
+runpy.run_path(str(Path(__file__).with_name("keras_versions.py")), run_name="__main__")
+"""
+
+
+def test_keras_2_without_tf_keras_stops_at_tf_keras(tmp_path, report):
+    """Lesson 17, tenth review, finding 5: the lesson says Keras 2 needs both the tf_keras package and TF_USE_LEGACY_KERAS=1,
+    and what the variable alone does. Its own program, `--keras 2` (the variable set), in an environment with every package
+    of the module's but tf_keras: TensorFlow warns that tf_keras is missing, `tf.keras` raises ImportError ('Keras cannot be
+    imported'), and the program stops there with no KERAS report (it does not fall back to Keras 3)."""
+    from helpers.take_home import copy_beside
+
+    copy_beside(tmp_path)  # mwms_slurm.py, as the lesson puts it beside the program
+    (tmp_path / "keras_versions.py").write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
+                                                     if name.endswith('"keras_versions.py"}')))
+    (tmp_path / "without_tf_keras.py").write_text(WITHOUT_TF_KERAS)
+    site = sysconfig.get_paths()["purelib"]
+    farm = tmp_path / "site-packages"
+    farm.mkdir()
+    for entry in Path(site).iterdir():
+        if not entry.name.startswith("tf_keras"):
+            (farm / entry.name).symlink_to(entry)
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "TF_USE_LEGACY_KERAS") and not k.startswith("SLURM_")}
+    done = subprocess.run([sys.executable, str(tmp_path / "without_tf_keras.py"), site, str(farm)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    log = done.stdout + done.stderr
+    raised = [l for l in log.splitlines() if l.startswith("ImportError")]
+    reports = [l for l in log.splitlines() if l.startswith("KERAS ")]
+    report(f"lesson 17's keras_versions.py --keras 2 without tf_keras: exit {done.returncode}, {raised}, "
+           f"KERAS reports {len(reports)}")
+    assert done.returncode != 0 and not reports, log[-2000:]
+    assert "you do not have the tf_keras package installed" in log, log[-2000:]
+    assert raised == ["ImportError: Keras cannot be imported. Check that it is installed."], log[-2000:]
+    assert "package = tf.keras.__name__" in log, log[-2000:]  # the traceback's line: the program's first tf.keras
+
+
 STAND_IN_WORKER = """import json, os, sys, time
 rank = int(os.environ["SLURM_PROCID"])
 time.sleep(4 * rank)  # the first worker fails first; its peer reports 4 s later
