@@ -23,9 +23,10 @@ The lessons that submit a batch job (`JOB_LESSONS`) train in the job, on its GPU
 each of the lesson's nodes with `COURSE_JOB_GPUS_PER_TASK` GPUs each (one in the class layouts),
 not on the kernel's GPUs.
 
-Start-up is its own figure (`startup_seconds`): TensorFlow starting in the kernel and in each set
-of processes a lesson starts (engines, local workers, each step of a job), the engines' cluster coming
-up, a job starting once the reservation gives it nodes (its time in the queue is not counted:
+Start-up is its own figure (`startup_seconds`): TensorFlow starting in the kernel (where the lesson's clock
+runs then), in each engine (`Engines.setup_multiworker` has them import it one after another, so start-up grows
+with the engines) and in each other set of processes a lesson starts (local workers, each step of a job), the
+engines' cluster coming up, a job starting once the reservation gives it nodes (its time in the queue is not counted:
 it depends on the class), and each training's first step (tracing, on a GPU also cuDNN picking
 its kernels). Its figures are measured on the course's CPU machines where they say so, ours
 elsewhere. Plots, data preparation and evaluation are in neither figure. A lesson that waits or
@@ -62,7 +63,8 @@ TF_START_S = 5.0
 ENGINES_START_S = 6.5
 JOB_START_S = 10.0
 FIRST_STEP_S = {"cnn": 5.0, "resnet50": 20.0}
-# what each lesson starts, counted from its code: (engine clusters, local worker runs, jobs, first steps)
+# what each lesson starts, counted from its code: (engine clusters, local worker runs, jobs, first steps); each
+# cluster's engines import TensorFlow one after another (`Engines.setup_multiworker`): a start each
 LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03": (1, 0, 0, 2),
                  "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (3, 0, 0, 3),
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 6), "11": (0, 0, 3, 5),
@@ -75,8 +77,13 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
 # solution 1's two local workers run after the stopwatch, not counted
 # processes that start TensorFlow beyond the kernel and LESSON_STARTS' sets: lesson 17's Keras job's second and third
 # steps (each `srun` starts it again; without Slurm, each variant's local workers do); not its solution 1's five
-# programs, which run after the lesson's time is taken (its stopwatch reports before the exercises, as every lesson's)
-OTHER_TF_STARTS = {"17": 2}
+# programs, which run after the lesson's time is taken (its stopwatch reports before the exercises, as every lesson's);
+# lesson 13's recipe by hand, in a process of its own (its ranks' gradients in TensorFlow's default thread pools)
+OTHER_TF_STARTS = {"13": 1, "17": 2}
+# lessons whose kernel starts no TensorFlow while their clock runs: 03's kernel only drives the engines (its solutions
+# import it after the clock's report), 13's imports it in its set-up, before the clock starts
+KERNEL_TF_OFF_THE_CLOCK = ("03", "13")
+ENGINES_PER_CLUSTER = 2  # every engine lesson's N_ENGINES (WORKERS) as shipped; 03 and 13 pass their own
 LESSON_13_BATCH = 16  # notebooks/13_from_horovod.ipynb's BATCH as shipped (the table's); the lesson passes its own
 LESSON_07_MAX_REPLICAS = 2  # notebooks/07_scaling_performance.ipynb's MAX_REPLICAS as shipped; the lesson passes its own
 # lesson 16's reading, the same on any hardware: its SIMULATED shared file system as shipped (SHARED_MB_S,
@@ -223,19 +230,21 @@ def timed_reading_seconds(lesson: str, s: Sizes) -> float:
 
 
 def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True, horovod: bool = False, replicas: int = 2,
-                    max_replicas: int = LESSON_07_MAX_REPLICAS) -> float:
-    """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each
-    cluster of engines, run of local workers, job and other process it starts, and each training's first step.
+                    max_replicas: int = LESSON_07_MAX_REPLICAS, engines_each: int = ENGINES_PER_CLUSTER) -> float:
+    """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each engine
+    (and its cluster coming up), run of local workers, job and other process it starts, and each training's first step.
     `slurm` False: the lesson runs its jobs' tasks as local processes (no job to start; lesson 16 does). `horovod`:
     lesson 13 also runs Horovod's step (where it is built and not refused): a run of local processes, a first step.
-    `replicas`, `max_replicas`: lesson 07's kernel replicas and MAX_REPLICAS, which decide its points."""
+    `replicas`, `max_replicas`: lesson 07's kernel replicas and MAX_REPLICAS, which decide its points. `engines_each`:
+    the engines in each of the lesson's clusters, each a TensorFlow start of its own."""
     starts = _lesson_07_starts(replicas, max_replicas) if lesson == "07" else LESSON_STARTS.get(lesson, (0, 0, 0, 0))
     engines, workers, jobs, first_steps = starts
     if horovod and lesson == "13":
         workers, first_steps = workers + 1, first_steps + 1  # horovodrun's processes, and Horovod's step
     if not slurm:
         workers, jobs = workers + jobs, 0
-    tf_starts = 1 + engines + workers + jobs + OTHER_TF_STARTS.get(lesson, 0)  # the kernel's first
+    kernel = 0 if lesson in KERNEL_TF_OFF_THE_CLOCK else 1
+    tf_starts = kernel + engines * engines_each + workers + jobs + OTHER_TF_STARTS.get(lesson, 0)
     models = {w.model for w in lesson_work(lesson, s, max(gpus, replicas))} or {"cnn"}
     first = FIRST_STEP_S["resnet50" if "resnet50" in models else "cnn"]
     return TF_START_S * tf_starts + ENGINES_START_S * engines + JOB_START_S * jobs + first * first_steps
@@ -279,11 +288,12 @@ class Stopwatch:
 
 
 def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, slurm: bool = True,
-                model: str = "cnn", steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS) -> Stopwatch:
+                model: str = "cnn", steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS,
+                engines: int = ENGINES_PER_CLUSTER) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch. `batch`: the
     per-replica batch the lesson sets itself, where it does (lesson 13's BATCH); `slurm`: False where a job
     lesson runs its jobs' tasks as local processes (lesson 16 says); `model`, `steps`, `max_replicas`: lesson 07's
-    MODEL, STEPS and MAX_REPLICAS."""
+    MODEL, STEPS and MAX_REPLICAS; `engines`: the engines in each cluster the lesson starts (its N_ENGINES)."""
     from .gpus import gpu_count_without_tf
 
     kernel_gpus = gpu_count_without_tf()
@@ -292,7 +302,7 @@ def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = No
     work = lesson_work(lesson, s, devices, batch, model, steps, max_replicas)
     horovod = lesson == "13" and _horovod_runs(replicas)
     predicted = seconds(work, gpus, replicas)
-    startup = startup_seconds(lesson, s, gpus, slurm, horovod, devices, max_replicas)
+    startup = startup_seconds(lesson, s, gpus, slurm, horovod, devices, max_replicas, engines)
     reading = timed_reading_seconds(lesson, s)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     if lesson in JOB_LESSONS and gpus:
