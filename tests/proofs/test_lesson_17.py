@@ -541,7 +541,9 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
                  "where": "Slurm job 7", "lmod_here": changes.get("lmod_here", True), "lmod_why": changes.get("lmod_why", ""),
                  "use_slurm": changes.get("use_slurm", True), "NODES": 2,
                  "your_pythonpath": job_dir / "your-pythonpath",
-                 **{m: __import__(m) for m in ("json", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
+                 **{m: __import__(m) for m in ("json", "os", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
+    for marker in ("other_python = next(", "fit_ended = "):  # the cells that read the job's lines and the workers' reports
+        exec(_cell_17(marker), namespace)
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)
     exec(function_source("17_software_stack.ipynb", "gpus_given").replace(*changes.get("gpus_given", ("", ""))), namespace)
     return namespace
