@@ -24,13 +24,17 @@ def _check_18(*lines: str, workers: int = 2) -> str:
 _PASS_18 = {"strategy.scope()": "PASS     strategy.scope(): model(s) sequential built (and compiled) in the scope",
             "batch per replica": "PASS     batch per replica: each of the 2 workers' steps held 6 examples",
             "input sharding": "PASS     input sharding: in each of 8 steps the 2 workers read, together, exactly ...",
-            "same weights as one worker": "PASS     same weights as one worker: after 8 steps ... 2.3e-07 of the update",
+            "same weights as one worker": "PASS     same weights as one worker: after 8 steps ... 2.3e-07 of the update "
+                                          "(tolerance ...); within it after each of the first 7 steps too",
             "identical weights on every worker": "PASS     identical weights on every worker: equal bit for bit",
             "who writes": "PASS     who writes: no file is written by two workers; the chief wrote 1 path(s) (run/ckpt), "
                           "the others only paths of their own (run/workertemp_1/ckpt)"}
 _FAIL_18 = {"batch per replica": "FAIL     batch per replica: each worker's batch is the global batch 12: the global "
                                   "batch of a step is 24, 2 times one worker's",
-            "input sharding": "FAIL     input sharding: the workers' shards overlap: 7 examples were read by two ...",
+            "input sharding": "FAIL     input sharding: the workers' shards overlap: over 8 steps, 7 of the 48 examples "
+                              "were read by two workers in one step (12 to 13 in each of the 2 epochs), and 31 were "
+                              "missing from a step where one worker read them: each worker shuffled differently before "
+                              "a manual shard()",  # check-script's coverage_finding on the script's orders at 12
             "who writes": "FAIL     who writes: workers 0, 1 all write /x/run/ckpt (tf.train.Checkpoint): they overwrite ..."}
 _MARKS_18 = ("1795937582.700 script starting\n1795937583.112 distribute_datasets_from_function at train.py:51\n"
              "1795937583.988 script raised AssertionError\n1795937584.010 report written\n")  # as kept, the first check
@@ -38,6 +42,15 @@ _STEPS_18 = "".join(f"1795937600.{k} step {k} of strategy.run(step) in the scrip
 _RAN_18 = "1795937590.100 script starting\n" + _STEPS_18 + "1795937601.000 script ended\n1795937601.010 report written\n"
 _WORKERS_18 = ["1-worker/marks-0.txt", "2-workers/marks-0.txt", "2-workers/marks-1.txt"]
 _FIX_18 = "           fix: what to change"
+
+
+def _steps_line_18(*steps: int) -> str:
+    """The fixed script's weights line as check-script's own analysis prints it for the runs compared after `steps`
+    (the last: the end), each within the tolerance (eleventh review, finding 1: after step 1 and at the end only,
+    as with worker.STEP_BYTES = 1, the line says "within it after each of the first 1 steps too")."""
+    from helpers.commands.check_script.analysis import Apart, weights_finding
+
+    return "\n  ".join(weights_finding([Apart(s, 2.3e-07, 2.2e-05, 1.0) for s in steps], 2, "").lines())
 
 
 _RAISED_18 = "tensorflow/python/distribute/mirrored_strategy.py:806, in _update: assert isinstance(var, values.DistributedVariable)"
@@ -283,7 +296,25 @@ def _checks_18(**changes) -> dict:
                       "cwd-1": {"ckpt.data-00000-of-00001": b"weights, rank 1", "ckpt.index": b"index, rank 1"}}},
      "import tensorflow as tf\n", "the same bytes"),
     ({"checkpoints": {}}, "import tensorflow as tf\n", "the same bytes"),
-    ({"checkpoints": {"cwd-0": _CKPT_18, "cwd-1": {"ckpt.index": b"index"}}}, "import tensorflow as tf\n", "the same bytes")],
+    ({"checkpoints": {"cwd-0": _CKPT_18, "cwd-1": {"ckpt.index": b"index"}}}, "import tensorflow as tf\n", "the same bytes"),
+    # eleventh review, finding 1: the fixed script's weights compared after every step (the check's own line for 8
+    # steps passes); after step 1 and at the end only (worker.STEP_BYTES = 1: "first 1 steps"), a PASS all the same
+    ({"seed fixed": (0, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "same weights as one worker"],
+                                  _steps_line_18(*range(1, 9))))}, "import tensorflow as tf\n", None),
+    ({"seed fixed": (0, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "same weights as one worker"],
+                                  _steps_line_18(1, 8)))}, "import tensorflow as tf\n", "after each of its first 7 steps"),
+    # eleventh review, finding 4: the scope line named the model but not where it was made (the check's "made at ?")
+    ({"as written": (1, _as_written_18().replace("(made at train.py:31)", "(made at ?)"))}, "import tensorflow as tf\n",
+     "name each planted mistake"),
+    # eleventh review, finding 5: the seed mistake's line with no example read by both workers in one step (only over
+    # an epoch), or reworded so that its counts are not read
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
+                                   _FAIL_18["input sharding"].replace("7 of the 48", "0 of the 48")))},
+     "import tensorflow as tf\n", "read by both workers in one step"),
+    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
+                                   "FAIL     input sharding: the workers' shards overlap: each worker shuffled "
+                                   "differently before a manual shard()"))},
+     "import tensorflow as tf\n", "read by both workers in one step")],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
          "first another error", "alone wrote nothing", "alone failed", "worker 1 the chief", "base names only",
@@ -295,7 +326,8 @@ def _checks_18(**changes) -> dict:
          "traced at the step", "as written ran alone", "as written failed otherwise", "assert with a message",
          "scope fixed: 2 lines only", "scope fixed: no other line", "scope fixed: batch passed", "a check's line missing",
          "fixed: weights parted later", "raised by another assert", "weights differ after the checkpoint fix",
-         "weights differ after the scope fix", "rank in the checkpoint", "no checkpoint kept", "worker 1's data missing"])
+         "weights differ after the scope fix", "rank in the checkpoint", "no checkpoint kept", "worker 1's data missing",
+         "weights every step", "weights after step 1 only", "made at ?", "no same-step overlap", "overlap not counted"])
 def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, changes, script, match):
     """The gathering cell parses the command's own lines: each planted mistake named by its check's FAIL
     line with the planted cause, that check PASS at the next run (the chief's checkpoint at run/ckpt),
@@ -329,9 +361,11 @@ def test_lesson_18_gathering_cell_reads_what_the_checks_printed(tmp_path, change
         checks = {label: (code, out, {k: v.replace(" step ", f" {renamed} ") for k, v in marks.items()})
                   for label, (code, out, marks) in checks.items()}
     if said:  # the batch lines as the check prints them for this global batch
+        steps = {12: 8, 24: 4}[global_batch]  # 2 epochs of 48 examples
         checks = {label: (c, out.replace("global batch 12: the global batch of a step is 24",
-                                         f"global batch {global_batch}: the global batch of a step is {2 * global_batch}"),
-                          marks) for label, (c, out, marks) in checks.items()}
+                                         f"global batch {global_batch}: the global batch of a step is {2 * global_batch}")
+                          .replace("the first 7 steps too", f"the first {steps - 1} steps too"), marks)
+                  for label, (c, out, marks) in checks.items()}
     holds_unless(match, gather_and_prove, "18_your_own_script.ipynb",
                   {"re": re, "ast": ast, "work_dir": tmp_path, "checks": checks, "GLOBAL_BATCH": global_batch,
                    "NOTES": _NOTES_18, "RUN_SEEN": run_seen,
@@ -464,3 +498,18 @@ def test_lesson_18_refuses_a_global_batch_it_was_not_run_at(batch, refused):
     with pytest.raises(CourseError, match=rf"^GLOBAL_BATCH = {batch}: give an even number from 4 to 24 \(") as raised:
         exec(compile(ast.Module([guard], []), "18 guard", "exec"), namespace)
     assert "\n" not in str(raised.value)
+
+
+def test_lesson_18_step_by_step_gives_the_check_s_own_weight_budget():
+    """Eleventh review, finding 2: cell 35 said the check compares the weights after every step; it does while the
+    recorded weights fit in worker.STEP_BYTES, and a model of more than STEP_BYTES / 4 float32 weights is compared
+    after the first step and at exit only. The figures the cell gives are STEP_BYTES's own."""
+    import nbformat
+
+    from helpers.commands.check_script import worker
+
+    cells = nbformat.read(NOTEBOOKS / "18_your_own_script.ipynb", as_version=4).cells
+    text = " ".join(next(c.source for c in cells if c.source.startswith("## Step by step")).split())
+    assert f"while the recorded weights fit in {worker.STEP_BYTES // 2 ** 20} MB" in text, text
+    assert (f"a model of more than {worker.STEP_BYTES / 4 / 1e6:.1f} million trainable weights, after the first step "
+            "and at the end only") in text, text

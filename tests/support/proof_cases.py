@@ -407,7 +407,8 @@ OK["18_your_own_script.ipynb"] = {
     "real_run": [{"run/notes.txt": b"lr 0.1 looked best\n"}] * 5,  # after each check: its files
     "not_compared": {"input sharding": "NOT SEEN input sharding: not compared: see the batch line above",
                      "same weights as one worker": "NOT SEEN same weights as one worker: not compared: ..."},
-    "stopped_at_seed": True, "alone_error": "TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'"}
+    "stopped_at_seed": True, "alone_error": "TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'",
+    "STEPS": 8, "each_step": True, "read_twice": 7, "read_by_neither": 31}
 
 def _levers(**changes) -> dict:
     return {"levers": {name: {"efficiency": changes.get(name, e)} for name, e in _LEVERS.items()}}
@@ -1678,4 +1679,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the checkpoint tracks): the weights equal bit for bit, the two workers' run/ckpt not the same bytes (measured)
     ("18_your_own_script.ipynb", {"same_checkpoints": False, "ckpt_differ": ["ckpt.data-00000-of-00001", "ckpt.index"]},
      "the same bytes"),
+    # eleventh review, finding 1: the fixed script's weights compared after step 1 and at the end only (worker.STEP_BYTES
+    # = 1: "within it after each of the first 1 steps too"), a PASS all the same
+    ("18_your_own_script.ipynb", {"each_step": False}, "after each of its first 7 steps"),
+    # eleventh review, finding 5: the seed mistake's line counted no example read by both workers in one step, or none
+    # read by neither (its counts not found: 0 and 0)
+    ("18_your_own_script.ipynb", {"read_twice": 0}, "read by both workers in one step"),
+    ("18_your_own_script.ipynb", {"read_by_neither": 0}, "read by both workers in one step"),
 ]
