@@ -226,7 +226,10 @@ LOOSENED = [
     ("12_strategy_tour.ipynb", "(replicas + 1)) < 1e-6", "(replicas + 1)) < 1e-1"),  # the review's
     ("12_strategy_tour.ipynb", "replicas >= 2:", "replicas >= 3:"),  # the if-guard
     # lesson 16: batch-first parsing at least twice as fast, to faster at all (what it was: passed by chance)
-    ("16_input_at_scale.ipynb", '>= 2 * rate["map, then batch"]', '> rate["map, then batch"]')]
+    ("16_input_at_scale.ipynb", '>= 2 * rate["map, then batch"]', '> rate["map, then batch"]'),
+    # lesson 18: the two counts of its input-sharding line (eleventh review: asserted since 7f4e123)
+    ("18_your_own_script.ipynb", "read_twice >= 1", "read_twice >= 0"),
+    ("18_your_own_script.ipynb", "read_by_neither >= 1", "read_by_neither >= 0")]
 
 
 def loosened_catchers(name: str, old: str, new: str) -> list[str]:
