@@ -444,7 +444,7 @@ def _one_node_16() -> dict:
     """A correct run at NODES = 1: 8 files over 1 worker, then 2 (4 each): every run even, nothing runs out."""
     files = {1: [list(range(8))], 2: [[0, 2, 4, 6], [1, 3, 5, 7]]}
     return {**OK["16_input_at_scale.ipynb"], "NODES": 1, "reports": {1: [{}], 2: [{}, {}]}, "expected": files,
-            "hidden_first": {1: True, 2: True}, "orders_own": {1: True, 2: True}, "steps": {1: [32], 2: [16]},
+            "hidden_first": {1: True, 2: True}, "orders_own": {1: True, 2: True}, "steps": {1: [32], 2: [16]}, "fills": {1: [32], 2: [8, 8]},
             "ran_out": {1: [], 2: []}, "counts": {1: [2048], 2: [1024, 1024]}, "covered": {1: True, 2: True},
             "staged_everywhere": {1: True, 2: True}}
 
