@@ -552,6 +552,44 @@ def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_f
                  {**OK["16_input_at_scale.ipynb"], "clash": run["clash"]})
 
 
+@pytest.mark.parametrize("memory_on_top,runs,match", [(False, 1, None), (True, 1, "its files removed"), (False, 2, None)],
+                         ids=["as written", "a memory cache on top", "its cells run twice"])
+def test_lesson_16_the_cache_s_later_epochs_come_from_its_file(tmp_path, memory_on_top, runs, match):
+    """Sixth review, finding 8: a memory cache on top of the file cache (`.cache(name).cache()`) gave the same counts
+    (the first epoch from the shared files, the later ones from the cache, a later run under the name its batches),
+    so the proof passed it. The lesson's cache cells, run for real through the simulated file system (256 records,
+    64 batches of 4 an epoch): with the cache's files removed, the same pipeline's next pass reads all 64 batches
+    from the shared files again; the variant's reads none, and the proof fails. Finding 10: the cells run a second
+    time (the first cell made the directory once and kept the earlier passes) give the same figures."""
+    import tensorflow as tf
+
+    from helpers.shared_fs import SimulatedSharedFS
+
+    shards = _lesson_16_shards(tmp_path / "shared", 256, lambda i: i % 8)
+    made = cell_defining("16_input_at_scale.ipynb", 'node_local = job_dir / "node-local"')
+    if memory_on_top:
+        assert made.count('.cache(str(node_local / "cache"))') == 1
+        made = made.replace('.cache(str(node_local / "cache"))', '.cache(str(node_local / "cache")).cache()')
+    cells = [made] + [cell_defining("16_input_at_scale.ipynb", m) for m in ("later_run = later_run.cache(", "uncached = ")]
+    ok = OK["16_input_at_scale.ipynb"]
+    run = {"fs": SimulatedSharedFS(tmp_path / "shared", mb_s=1e4, latency_ms=1.0), "shared": tmp_path / "shared",
+           "job_dir": tmp_path, "BATCH": 4, "TIMED": 64, "parse_batch": shards["parse_batch"], "tf": tf,
+           "print": lambda *a, **k: None, **{kept: {name: [] for name in ok["epochs"]} for kept in ("epochs", "reads", "waits")}}
+    exec(function_source("16_input_at_scale.ipynb", "record"), run)
+    for _ in range(runs):
+        for n, source in enumerate(cells):
+            exec(compile(source, f"16 cache cell {n}", "exec"), run)
+    way = "cache(filename=...)"  # the cache's passes, counted by the lesson's cell; the other ways' as a run has them
+    counted = {"reads": {way: run["reads"][way]}, "epochs": {way: run["epochs"][way]}, "waits": {way: run["waits"][way]},
+               "staging_s": ok["staging_s"], "print": lambda *a, **k: None}
+    exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), counted)
+    assert counted["read_from"][way] == ok["read_from"][way], counted["read_from"]
+    assert run["replayed"] == 64 and run["cache_files"] == ok["cache_files"], (run["replayed"], run["cache_files"])
+    holds_unless(match, run_proof, "16_input_at_scale.ipynb", {**ok, "read_from": {**ok["read_from"], **counted["read_from"]},
+                                                                "uncached": run["uncached"], "replayed": run["replayed"]})
+    assert run["uncached"] == (0 if memory_on_top else 64), run["uncached"]
+
+
 def test_lesson_16_figure_draws_the_staging_bar_on_its_job_start_tick(tmp_path, monkeypatch):
     """Third review, finding 6: the staging bar was drawn at x = -1 + width (-0.75), off its "job start" tick at -1.
     The figure's cell, run on a correct run's figures: the staging bar stands on the tick. Fourth review, finding 2:
