@@ -11,28 +11,55 @@ from tests.support.proof_cases import OK
 from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless, run_proof
 
 
-def _ps_raw(spans, losses) -> dict:
-    """Lesson 12's raw results: step spans of the asynchronous workers and their losses, the synchronous logs."""
-    ok = OK["12_strategy_tour.ipynb"]
-    return {**{k: v for k, v in ok.items() if k not in ("overlapping", "first", "last", "sync_first", "sync_last",
+def _ps_raw(spans, losses, weighted: bool = True) -> dict:
+    """Lesson 12's raw results: step spans of the asynchronous workers and their losses, the synchronous logs;
+    with the lesson's `longest_idle`, which the gathering cell calls."""
+    ok, timeline = OK["12_strategy_tour.ipynb"], {}
+    exec(cell_defining("12_strategy_tour.ipynb", "def longest_idle"), timeline)
+    return {**{k: v for k, v in ok.items() if k not in ("overlapping", "idle", "first", "last", "sync_first", "sync_last",
                                                         "copies", "evaluated", "fit_loss")},
+            "longest_idle": timeline["longest_idle"],
             "async_spans": spans, "async_log": [(loss, 0, 1, 0.0, 0.1) for loss in losses],
             "sync_logs": [[(0, 0, 2.3 - 0.1 * i) for i in range(10)]] * 2,
-            "one_process": {name: {"copies": copies, "places": places, "evaluated": 0.5, "before": 2.34, "fit_loss": fit_loss}
-                            for name, copies, places, fit_loss in (("OneDevice", 1, ["c0"], 0.78), ("Mirrored", 2, ["c0", "c1"], 0.78),
-                                                                   ("CentralStorage", 1, ["c0"], 2.33))}}
+            "one_process": {name: {"copies": copies, "places": places, "evaluated": 0.5, "fit_loss": fit_loss, "replicas": replicas,
+                                   **_evaluated_before(name, replicas, weighted)}
+                            for name, copies, places, fit_loss, replicas in (("OneDevice", 1, ["c0"], 0.78, 1),
+                                                                             ("Mirrored", 2, ["c0", "c1"], 0.78, 2),
+                                                                             ("CentralStorage", 1, ["c0"], 2.33, 2))}}
+
+
+def _evaluated_before(name: str, replicas: int, weighted: bool) -> dict:
+    """Five batches' losses and evaluate's figure on them: under CentralStorageStrategy batch j weighted
+    R^(5-j) (what Keras does: 16/31 the first batch at 2 replicas), or evenly if `weighted` is False."""
+    losses = [2.30, 2.32, 2.34, 2.36, 2.38]
+    weights = [replicas ** (4 - j) if name == "CentralStorage" and weighted else 1 for j in range(5)]
+    return {"batch_losses": losses, "before": sum(w * loss for w, loss in zip(weights, losses)) / sum(weights)}
+
+
+_BUSY = [(0.05 * i, 0.05 * i + 0.12) for i in range(40)]  # 2 or 3 steps at once, but for the first 0.05 s
+_LULL = _BUSY[:20] + [(s + 0.3, e + 0.3) for s, e in _BUSY[20:]]  # 0.3 s with one step or none running, midway
 
 
 @pytest.mark.parametrize("spans,losses,match", [
-    ([(i, i + 1.5) for i in range(40)], [2.3 - 0.03 * i for i in range(40)], None),
+    (_BUSY, [2.3 - 0.03 * i for i in range(40)], None),
     ([(i, i + 0.9) for i in range(40)], [2.3 - 0.03 * i for i in range(40)], "did not train asynchronously"),
-    ([(i, i + 1.5) for i in range(40)], [2.0 + 0.01 * i for i in range(40)], "did not lower its loss")],
-    ids=["asynchronous and learning", "steps one after another", "loss rising"])
+    (_LULL, [2.3 - 0.03 * i for i in range(40)], "the workers waited"),
+    (_BUSY, [2.0 + 0.01 * i for i in range(40)], "did not lower its loss")],
+    ids=["asynchronous and learning", "steps one after another", "a worker idle 0.3 s", "loss rising"])
 def test_lesson_12_gathering_cell_counts_overlaps_and_loss_from_the_raw_log(spans, losses, match):
-    """From the raw step spans and losses: steps that never overlap, or a loss that rises over the
-    run, must fail the proof through the gathering cell's counting and averaging."""
+    """From the raw step spans and losses: steps that never overlap, a stretch of 0.3 s in which fewer steps
+    than workers ran, or a loss that rises over the run, must fail the proof through the gathering cell's
+    counting (`longest_idle`: 0.05 s in the first case) and averaging."""
     raw = _ps_raw(spans, losses)
     holds_unless(match, gather_and_prove, "12_strategy_tour.ipynb", raw)
+
+
+@pytest.mark.parametrize("weighted,match", [(True, None), (False, "evaluate's loss is not")])
+def test_lesson_12_gathering_cell_weighs_evaluate_s_batches(weighted, match):
+    """From each one-process run's 5 batch losses (2.30 to 2.38) and evaluate's figure: the proof passes when
+    evaluate weighted batch j by R^(5-j) under CentralStorageStrategy (2.3258 at 2 replicas), and fails through
+    the gathering cell's own weighting when it took their plain mean (2.34), as a right Keras would."""
+    holds_unless(match, gather_and_prove, "12_strategy_tour.ipynb", _ps_raw(_BUSY, [2.3 - 0.03 * i for i in range(40)], weighted))
 
 
 LESSON_12_REAL = """
@@ -227,19 +254,31 @@ LESSON_12_ASYNC = """
 import json, sys
 import time, keras, numpy as np, tensorflow as tf
 from keras import layers
-import socket
+import atexit, socket, subprocess
 from helpers.data import ensure_data
 from tests.support.proof_cells import cell_defining
 name, variant = "12_strategy_tour.ipynb", sys.argv[1]
-ports = []
-for _ in range(3):  # free ports, held open until all are picked so that they differ
-    s = socket.socket(); s.bind(("localhost", 0)); ports.append(s)
-addresses = [f"localhost:{s.getsockname()[1]}" for s in ports]
-[s.close() for s in ports]
-spec = tf.train.ClusterSpec({"worker": addresses[:2], "ps": addresses[2:]})
-config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)  # fewer threads than workers + 1 can hang
-servers = [tf.distribute.Server(spec, job_name=job, task_index=i, protocol="grpc", config=config, start=True)
-           for job, i in (("worker", 0), ("worker", 1), ("ps", 0))]  # in this process, as the lesson's engines run them
+SERVE = chr(10).join([  # one role's server in a process of its own, as on the lesson's engines; it ends with its parent
+    "import json, os, sys, time", "import tensorflow as tf", "parent = os.getppid()",
+    "tf.distribute.Server(tf.train.ClusterSpec(json.loads(sys.argv[1])), job_name=sys.argv[2], task_index=int(sys.argv[3]),"
+    " protocol='grpc', start=True)", "print('serving', flush=True)", "while os.getppid() == parent:", "    time.sleep(0.5)"])
+servers = []
+atexit.register(lambda: [(server.kill(), server.wait()) for server in servers])
+for attempt in range(3):  # a port picked free can be taken by another program before its server binds it: new ports
+    ports = []
+    for _ in range(3):  # free ports, held open until all are picked so that they differ
+        s = socket.socket(); s.bind(("localhost", 0)); ports.append(s)
+    addresses = [f"localhost:{s.getsockname()[1]}" for s in ports]
+    [s.close() for s in ports]
+    jobs = {"worker": addresses[:2], "ps": addresses[2:]}
+    servers[:] = [subprocess.Popen([sys.executable, "-c", SERVE, json.dumps(jobs), job, str(i)], stdout=subprocess.PIPE, text=True)
+                  for job, i in (("worker", 0), ("worker", 1), ("ps", 0))]
+    if [server.stdout.readline().strip() for server in servers] == ["serving"] * 3:
+        break
+    [(server.kill(), server.wait()) for server in servers]
+else:
+    raise AssertionError("the servers did not start in 3 attempts")
+spec = tf.train.ClusterSpec(jobs)
 resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
 ns = {"tf": tf, "keras": keras, "layers": layers, "resolver": resolver, "LEARNING_RATE": 0.05, "LIMIT": 2048,
       "DATA_DIR": str(ensure_data(True).data_dir), "BATCH": 64, "STEPS": 40, "PS_WORKERS": 2, "print": lambda *a, **k: None}
@@ -264,8 +303,8 @@ exec(step, ns)
 loop = body("coordinator.join()  # waits for every scheduled step")
 schedule = "scheduled = [coordinator.schedule(async_step, args=(per_worker_batches, p)) for p in pauses]" + chr(10)
 assert loop.count(schedule) == 1
-if variant.startswith("barrier"):  # a join after every PS_WORKERS steps (or 8): each worker then waits for the others' steps
-    size = "8" if variant == "barrier 8" else "PS_WORKERS"
+if variant.startswith("barrier"):  # a join after every PS_WORKERS steps (or 8, 11, 13): each worker then waits for the others' steps
+    size = variant.split()[1] if variant != "barrier" else "PS_WORKERS"
     loop = loop.replace(schedule, "scheduled = []" + chr(10) + f"for group in range(0, STEPS, {size}):" + chr(10)
                         + f"    scheduled += [coordinator.schedule(async_step, args=(per_worker_batches, p)) for p in pauses[group:group + {size}]]"
                         + chr(10) + "    coordinator.join()" + chr(10))
@@ -305,14 +344,14 @@ def _lesson_12_async(variant: str) -> dict:
 
 
 def _async_raw(ran: dict) -> dict:
-    """What the lesson's gathering cell reads, from an in-process run: its step log, spans (as the timeline cell
+    """What the lesson's gathering cell reads, from a run of the chief's cells: its step log, spans (as the timeline cell
     makes them), counts and pauses, beside a correct run's raw figures for the rest."""
     spans = [(start, end) for *_, start, end in ran["async_log"]]
     return {**_ps_raw(spans, [loss for loss, *_ in ran["async_log"]]), **ran}
 
 
 def test_lesson_12_proof_fails_when_the_workers_wait_at_a_barrier():
-    """Lesson 12's chief cells on the in-process cluster, with a `coordinator.join()` after every PS_WORKERS
+    """Lesson 12's chief cells on the cluster of processes, with a `coordinator.join()` after every PS_WORKERS
     scheduled steps: each worker then waits for the others' steps. Steps still overlap (each group's) and some
     are stale, which the proof's first check passed (review r3: 20 overlapping pairs, staleness 1 at most); with
     every fourth step a straggler, no step can count more than PS_WORKERS - 1 others' updates, and the proof
@@ -323,18 +362,20 @@ def test_lesson_12_proof_fails_when_the_workers_wait_at_a_barrier():
     holds_unless("did not train asynchronously", gather_and_prove, "12_strategy_tour.ipynb", _async_raw(ran))
 
 
-def test_lesson_12_proof_fails_when_the_workers_join_every_8_steps():
-    """Lesson 12's chief cells on the in-process cluster, with a `coordinator.join()` after every 8 scheduled
-    steps (review r4): while a group's first straggler (step 3 of 8) pauses, the other worker takes the group's
+@pytest.mark.parametrize("every", [8, 11, 13])
+def test_lesson_12_proof_fails_when_the_workers_join_every_few_steps(every):
+    """Lesson 12's chief cells on the cluster of processes, with a `coordinator.join()` after every 8 (review r4),
+    11 or 13 (fifth review) scheduled steps: while a group's straggler pauses, the other worker takes the group's
     next steps, so a step counts 2 or more others' updates and steps overlap, and the proof's staleness check
-    passes; but the group's last step is a straggler too, and the next group starts only once it ended. The
-    proof must fail on the step after a straggler, through the gathering cell's own reading of the step spans."""
-    ran = _lesson_12_async("barrier 8")
-    spans = [(start, end) for *_, start, end in ran["async_log"]]
-    late = {i: round(spans[i + 1][0] - spans[i][1], 3) for i in range(7, len(spans) - 1, 8)}  # next start - straggler's end
-    print("barrier 8", {"staleness": ran["staleness"], "next step's start after the group's last straggler ended, s": late})
+    passes; but at the group's end a worker stands idle until the group's last straggler ended. The proof must
+    fail on it, through the gathering cell's own reading of the step spans (`longest_idle`). Every 11 or 13
+    steps passed the proof's old check, the step after each straggler started before it ended."""
+    ran = _lesson_12_async(f"barrier {every}")
+    raw = _async_raw(ran)
+    print(f"barrier {every}", {"largest staleness": max(ran["staleness"]),
+                               "longest idle, s": round(raw["longest_idle"](raw["async_spans"], 2), 3)})
     assert max(ran["staleness"]) >= 2, ran["staleness"]  # what the staleness check asks for: it passes
-    holds_unless("the workers waited for it", gather_and_prove, "12_strategy_tour.ipynb", _async_raw(ran))
+    holds_unless("the workers waited", gather_and_prove, "12_strategy_tour.ipynb", raw)
 
 
 @pytest.mark.parametrize("variant,ordered", [("as written", True), ("forward unordered", False)])
@@ -348,28 +389,22 @@ def test_lesson_12_async_step_reads_the_weights_after_the_counter(variant, order
 @pytest.mark.parametrize("variant,match", [("as written", None), ("no update", "not one update per step"),
                                            ("every other", "not one update per step")])
 def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant, match):
-    """Lesson 12's chief cells (strategy, dataset_fn, async_step, the scheduling loop) on an in-process
-    cluster of 2 workers and 1 parameter server. With `apply_gradients` deleted from `async_step`, or skipped
+    """Lesson 12's chief cells (strategy, dataset_fn, async_step, the scheduling loop) on a cluster of
+    2 workers and 1 parameter server, each a process of its own, as on the lesson's engines. With `apply_gradients` deleted from `async_step`, or skipped
     under a `tf.cond` in every other step, the step counter still counts every step; the proof must fail on
     the steps whose apply moved the weights, and (no update at all), with that count, the optimizer's and the
     staleness taken from a correct run, on the loss, which no longer falls. (Without an apply nothing waits for a
     straggler's pause before its count: its staleness falls to 1, and the proof fails on that first.)"""
     ran = _lesson_12_async(variant)
     raw = _async_raw(ran)
-    # This test is about the update count. In this one-process cluster a freed worker's next step sometimes
-    # starts only as another straggler ends (thread scheduling: 4 of 21 correct runs, fifth review; the lesson's
-    # engines, separate processes, never in 21): the stragglers it waited behind are not counted here. The
-    # waiting proof has its own tests (the barriers above), and the proof still needs a straggler left.
-    spans = [(start, end) for *_, start, end in ran["async_log"]]
-    raw["straggles"] = [pause if pause and i + 1 < len(spans) and spans[i + 1][0] < end else 0.0
-                        for i, (pause, (_, end)) in enumerate(zip(ran["straggles"], spans))]
     assert ran["applied_updates"] == len(ran["async_log"]) + 2  # the counter counts either way
     print(variant, {k: ran[k] for k in ("applied_updates", "moved_updates", "optimizer_count")}, "largest staleness",
-          max(ran["staleness"]))
+          max(ran["staleness"]), "longest idle, s", round(raw["longest_idle"](raw["async_spans"], 2), 3),
+          "stragglers' durations, s", [round(e - s, 2) for (s, e), p in zip(raw["async_spans"], ran["straggles"]) if p])
     holds_unless(match, gather_and_prove, "12_strategy_tour.ipynb", raw)
     if variant == "no update":  # with a correct run's counts, staleness and step spans: the loss alone
         correct = {k: OK["12_strategy_tour.ipynb"][k] for k in ("optimizer_count", "moved_updates", "staleness")}
-        spans = [(i, i + 1.5) for i in range(len(ran["async_log"]))]
+        spans = _BUSY[:len(ran["async_log"])]
         holds_unless("did not lower its loss", gather_and_prove, "12_strategy_tour.ipynb", {**raw, **correct, "async_spans": spans})
 
 
@@ -426,7 +461,7 @@ def test_lesson_12_proof_fails_when_the_chief_serves_every_role(variant, match):
     server), run on 4 local engines. As written (the nbval pass runs it: the same cells and proof) each
     worker and the parameter server records the address its server bound, and the proof passes; with the
     chief starting all three servers in its own process and the others none (as LESSON_12_ASYNC's
-    one-process cluster does), the roles are still read back from TF_CONFIG by 4 separate processes, which
+    cluster once did, in one process), the roles are still read back from TF_CONFIG by 4 separate processes, which
     the old check took for separate roles: the proof must fail on the addresses served. In that variant a
     worker then cannot start its own server: a port binds once."""
     from types import SimpleNamespace

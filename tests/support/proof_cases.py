@@ -259,13 +259,14 @@ OK["12_strategy_tour.ipynb"] = {
               ("ps", 0, "h", 14, "grpc://h:4")], "cluster": _PS_CLUSTER, "PS_WORKERS": _PS_WORKERS,
     "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "moved_updates": _PS_STEPS + _PS_WORKERS,
     "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
-    "straggles": [0.2 if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)], "waited": [],
+    "straggles": [(0.2, 0.4)[i // 4 % 2] if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)], "idle": 0.06,
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 1.2, "sync_first": 2.31, "sync_last": 0.9,
     "sync_digests": ["d", "d"], "sync_in_sync": [2, 2], "sync_locals": [1, 1], "sync_logs": [[], []], "overflow_step": 120,
     "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "places": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1},
     "replicas": 2, "BATCH": 64,
     "before": {"OneDevice": 2.34, "Mirrored": 2.35, "CentralStorage": 2.35},
     "evaluated": {"OneDevice": 0.4, "Mirrored": 0.5, "CentralStorage": 0.5}, "central_mean": 5 / 3,
+    "weighting": {"OneDevice": 1e-6, "Mirrored": 2e-6, "CentralStorage": 2e-6},  # evaluate minus its batches' losses, weighted
     "fit_loss": {"OneDevice": 0.78, "Mirrored": 0.785, "CentralStorage": 2.335},  # CentralStorage's: mostly the first steps'
     "central_bn_error": "Exception encountered when calling BatchNormalization.call(). You must specify an aggregation "
                         "method to update a AggregatingVariable in Replica Context.",
@@ -1194,9 +1195,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a join after every PS_WORKERS steps (a barrier): steps overlap, but one counts at most PS_WORKERS - 1 others' updates
     # (test_lesson_12_proof_fails_when_the_workers_wait_at_a_barrier runs it: 20 overlapping pairs, staleness 1 at most)
     ("12_strategy_tour.ipynb", {"staleness": [0, 1] * 20, "overlapping": 20}, "did not train asynchronously"),
-    # a join after every 8 steps: staleness 2 or more, but each group's last straggler holds up the next group
-    # (test_lesson_12_proof_fails_when_the_workers_join_every_8_steps runs it)
-    ("12_strategy_tour.ipynb", {"waited": [7, 15, 23, 31]}, "the workers waited for it"),
+    # a join after every 8, 11 or 13 steps: staleness 2 or more, but at each group's end a worker stands idle until
+    # the group's last straggler ended (test_lesson_12_proof_fails_when_the_workers_join_every_few_steps runs them;
+    # the longest idle stretches of runs here); every 11 or 13 passed the old check of the step after each straggler
+    ("12_strategy_tour.ipynb", {"idle": 0.307}, "the workers waited"),
+    ("12_strategy_tour.ipynb", {"idle": 0.33}, "the workers waited"),
+    ("12_strategy_tour.ipynb", {"idle": 0.349}, "the workers waited"),
+    ("12_strategy_tour.ipynb", {"idle": 0.2}, "the workers waited"),  # the shorter pause: not less
     ("12_strategy_tour.ipynb", {"straggles": [0.0] * (_PS_STEPS - 1) + [0.2]}, "no straggler before the last step"),
     ("12_strategy_tour.ipynb", {"last": 2.4}, "did not lower its loss"),
     ("12_strategy_tour.ipynb", {"sync_last": 2.4}, "did not lower its loss"),
@@ -1246,6 +1251,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("12_strategy_tour.ipynb", {"places": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 2}}, "copies per strategy"),
     # a copy per replica under MirroredStrategy, but all on one device (fifth review, finding 3)
     ("12_strategy_tour.ipynb", {"places": {"OneDevice": 1, "Mirrored": 1, "CentralStorage": 1}}, "copies per strategy"),
+    # evaluate's loss under CentralStorageStrategy as the plain mean of its 5 batches (a Keras that aggregated its Mean
+    # right): 0.0032 from the R^(5-j)-weighted mean in a run here (test_lesson_12's gathering tests plant the raw losses)
+    ("12_strategy_tour.ipynb", {"weighting": {"OneDevice": 1e-6, "Mirrored": 2e-6, "CentralStorage": 0.0032}},
+     "evaluate's loss is not"),
+    ("12_strategy_tour.ipynb", {"weighting": {"OneDevice": 2e-4, "Mirrored": 2e-6, "CentralStorage": 2e-6}},
+     "evaluate's loss is not"),
     ("12_strategy_tour.ipynb", {"central_bn_error": None}, "batch norm should fail"),
     ("12_strategy_tour.ipynb", {"central_bn_error": "ValueError: some other error"}, "batch norm should fail"),
     # an aggregation error, but not batch norm's; batch norm's error, but not for an aggregation
