@@ -496,6 +496,17 @@ def test_lesson_03_plot_shows_rank_0s_history_whatever_the_engine_order(monkeypa
     cell = cell_defining("03_multiworker_ipyparallel.ipynb", 'plots.save(fig, "03_workers")')
     exec(compile(cell, "03 plot", "exec"), {"engines": engines, "dataset": SimpleNamespace(label="planted")})
     assert [list(runs.values()) for runs in shown] == [[rank_0]], shown
+    assert [list(runs) for runs in shown] == [["rank 0's history"]], shown  # the proof, later, says all are alike
+
+
+def test_lesson_03_proof_says_every_worker_logged_the_same_history(tmp_path):
+    """Fourteenth review (03, finding 2): the plot's legend said 'worker 0 (the proof: all N alike)' before the
+    proof had run; the legend now names rank 0's history, and the proof's own final line says that every worker
+    logged the same history (it asserts it). The gathering cell and proof, as written, on 2 engines' raw figures."""
+    said = []
+    gather_and_prove("03_multiworker_ipyparallel.ipynb",
+                     {**_engines_on_nodes(tmp_path), "print": lambda *args, **kw: said.append(" ".join(map(str, args)))})
+    assert "logged the same history" in said[-1], said[-1]
 
 
 @pytest.mark.parametrize("n_engines, refused", [(1, True), (0, True), (2, False)])
