@@ -522,7 +522,7 @@ def test_lesson_16_staging_reads_every_record_once_into_the_copy(tmp_path, chang
     waits = {name: run["waits"][name] or ok["waits"][name] for name in run["waits"]}
     raw = {**{k: v for k, v in ok.items() if k not in ("took", "read_from", "copy_complete", "staged_files", "shared_files")},
            "reports": {2: _reports_16(tmp_path, 2, 1000), 3: _reports_16(tmp_path, 3, 1000)}, "train_size": 1000,
-           "TIMED": 32, "replayed": 32, "staged_records": run["staged_records"], "staging_s": run["staging_s"], "staged": run["staged"],
+           "TIMED": 32, "replayed": 32, "uncached": 32, "staged_records": run["staged_records"], "staging_s": run["staging_s"], "staged": run["staged"],
            "shared": tmp_path / "shared", "epochs": {**ok["epochs"], "staged": run["epochs"]["staged"]}, "reads": reads,
            "waits": waits, "SHARED_LATENCY_MS": 1.0, "os": os, "print": lambda *a, **k: None}
     exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
