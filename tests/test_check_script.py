@@ -1360,3 +1360,52 @@ def test_the_keras3_changes_the_guide_names_are_what_this_keras_does():
     guide = (ROOT / "docs" / "check-your-script.md").read_text()
     for error in KERAS2_ERRORS.values():
         assert error.split(": ", 1)[-1].replace("`", "").rstrip(":") in guide.replace("`", ""), error
+
+
+CLIP_PROBE = """
+import json, os
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+import numpy as np, tensorflow as tf, keras
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+found = {}
+for option in ("clipnorm", "global_clipnorm"):
+    with strategy.scope():
+        w = tf.Variable([0.0, 0.0])
+        opt = keras.optimizers.SGD(1.0, **{option: 1.0})
+        opt.build([w])
+    parts = tf.constant([[3.0, 0.0], [0.0, 4.0]])  # replica 0's gradient, replica 1's: their sum has norm 5
+
+    @tf.function
+    def step():
+        def on_replica():
+            g = parts[tf.distribute.get_replica_context().replica_id_in_sync_group]
+            opt.apply_gradients([(g, w)])
+        strategy.run(on_replica)
+    step()
+    found[option] = (-w.numpy()).round(4).tolist()
+print("FOUND " + json.dumps(found))
+"""
+
+
+def test_keras_clip_options_clip_each_replica_so_the_fix_line_names_neither_as_the_remedy():
+    """The FAIL for weights moved N times as far names per-replica clipping as one possible cause; its fix must
+    not offer a Keras clip option, which clips each replica's gradient before the optimizer's sum (twelfth review
+    of lesson 18: the old line said "Keras optimizers' global_clipnorm"). Run on the installed Keras: gradients
+    (3, 0) and (0, 4) on two replicas, clipped at 1, move the weights by (1, 1) (each clipped alone: already at
+    norm <= 1 after clipping each), not by (0.6, 0.8) (their sum, norm 5, clipped)."""
+    from tests.conftest import run_python
+
+    done = run_python(CLIP_PROBE, timeout=300)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("FOUND ")), None)
+    assert line, done.stdout[-2000:] + done.stderr[-2000:]
+    found = json.loads(line[len("FOUND "):])
+    assert found == {"clipnorm": [1.0, 1.0], "global_clipnorm": [1.0, 1.0]}, found
+    w0, update = np.zeros(10, np.float32), np.linspace(-1, 1, 10).astype(np.float32)
+    ref, run = _weight_runs()
+    ref.weights[0] = {"init_0_0": w0, "final_0_0": w0 + update}
+    run.weights[0] = {"final_0_0": w0 + 2 * update}
+    fix = ca.weight_findings(ref, run, True)[0].fix
+    assert "clip the summed gradients" in fix and not re.search(r"\(Keras[^)]*global_clipnorm\)$", fix), fix
+    assert "clipnorm and global_clipnorm clip each replica's before the sum" in fix, fix

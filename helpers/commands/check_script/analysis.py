@@ -355,7 +355,9 @@ def weights_finding(trail: list[Apart], n: int, notes: str) -> Finding:
                        f"before the sum){at_first}",
                        "divide the per-example losses by the global batch: tf.nn.compute_average_loss("
                        "per_example_loss, global_batch_size=GLOBAL_BATCH); keep one worker's learning rate for "
-                       "this global batch; clip after the strategy's sum (Keras optimizers' global_clipnorm)")
+                       "this global batch; clip the summed gradients, not each replica's (Keras 3's clipnorm "
+                       "and global_clipnorm clip each replica's before the sum): all-reduce them in the replica "
+                       "context, scale by min(1, c / tf.linalg.global_norm(summed)), then apply them")
     if parted is first and abs(first.ratio - 1 / n) < 0.3 / n:
         return Finding("FAIL", name, f"the {n} workers moved the weights {last.ratio:.2f} times as far as one worker: "
                        f"the gradients are averaged twice{at_first}", "sum the per-example losses over the global "
