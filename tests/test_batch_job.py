@@ -150,22 +150,24 @@ def test_a_worker_alone_is_the_chief_and_writes_the_results(tmp_path):
     assert worker["kept"] == str(out / "model.keras"), worker
 
 
-def test_the_sbatch_file_gives_srun_the_cores_and_ends_the_step_when_a_worker_fails(tmp_path):
+@pytest.mark.parametrize("cpus", ["4", None], ids=["--cpus-per-task=4", "no --cpus-per-task"])
+def test_the_sbatch_file_gives_srun_the_cores_and_ends_the_step_when_a_worker_fails(tmp_path, cpus):
     """The sbatch file run by bash with an `srun` that reports what it got: Slurm 22.05 and 23.02's srun take
     --cpus-per-task from SRUN_CPUS_PER_TASK, not from sbatch (23.11 reads SLURM_CPUS_PER_TASK again), and --kill-on-bad-exit=1 ends the workers still
-    waiting for one that stopped (slurm.conf's KillOnBadExit defaults to 0)."""
+    waiting for one that stopped (slurm.conf's KillOnBadExit defaults to 0). Third review, finding 12: a job without
+    --cpus-per-task must leave SRUN_CPUS_PER_TASK unset (it was 1, an explicit -c that implies --exact)."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "srun").write_text('#!/bin/sh\necho "ARGS $*"\necho "CPUS ${SRUN_CPUS_PER_TASK:-unset}"\n')
     (fake / "srun").chmod(0o755)
     (tmp_path / "train.sbatch").write_text(SBATCH)
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "1234", "SLURM_CPUS_PER_TASK": "4", "DATA_DIR": "d",
-           "SLURM_SUBMIT_DIR": str(tmp_path)}
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "1234", "DATA_DIR": "d", "SLURM_SUBMIT_DIR": str(tmp_path),
+           **({"SLURM_CPUS_PER_TASK": cpus} if cpus else {})}
     done = subprocess.run(["bash", str(tmp_path / "train.sbatch")], capture_output=True, text=True, timeout=30, env=env)
     assert done.returncode == 0, done.stderr
     args = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ARGS "))
     assert "--kill-on-bad-exit=1" in args[:args.index("train_mwms.py")], args
-    assert "CPUS 4" in done.stdout.splitlines(), done.stdout
+    assert f"CPUS {cpus or 'unset'}" in done.stdout.splitlines(), done.stdout
 
 
 def test_the_sbatch_file_leaves_no_inherited_tf_config_to_the_workers(tmp_path):
@@ -236,6 +238,20 @@ def test_a_task_of_a_large_step_prints_short_lines_with_its_own_procid(tmp_path)
     task = json.loads(next(line[5:] for line in out if line.startswith("TASK ")))
     assert (task["rank"], task["address"], task["workers"]) == (5, "node6:20000", 256), task
     assert any(line.startswith("ENV 5 ") and "SLURM_PROCID=5" in line.split() for line in out), out
+
+
+def test_env_lines_show_the_gpus_the_task_started_with_not_those_it_chose(tmp_path):
+    """Third review, finding 2: task_environment says the GPU variables this task started with, but ran after
+    resolve(), whose choose_gpus narrows CUDA_VISIBLE_DEVICES: rank 1 of 2 tasks sharing node1's 2 GPUs printed
+    CUDA_VISIBLE_DEVICES=1. It is read before resolve(): ENV shows 0,1 as Slurm gave it, the plan keeps GPU 1."""
+    step = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "node1",
+            "SLURM_STEP_TASKS_PER_NODE": "2", "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "42",
+            "SLURM_GPUS_ON_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"}
+    out = _plan(tmp_path, SCRIPT, step).stdout.splitlines()
+    task = json.loads(next(line[5:] for line in out if line.startswith("TASK ")))
+    assert (task["rank"], task["cvd"], task["gpus"]) == (1, "1", 1), task
+    env = [name for line in out if line.startswith("ENV 1 ") for name in line.split()[2:]]
+    assert "CUDA_VISIBLE_DEVICES=0,1" in env, env
 
 
 def test_every_setting_the_module_reads_is_named_in_its_docstring():

@@ -20,13 +20,13 @@ from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unl
 SBATCH_EXCLUSIVE = "#!/bin/bash\n#SBATCH --exclusive=user\nsrun python script.py\n"
 
 
-def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weights=("w", "w"),
+def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w", "w"),
             script="import json\nimport keras\nimport tensorflow as tf\n", markers_seen=(), course_1=(),
-            module=None, sbatch=SBATCH_EXCLUSIVE, saved_by_1=15_000, procid_1="1") -> dict:
+            module=None, sbatch=SBATCH_EXCLUSIVE, saved_by_1=15_000, procid_1="1", gpus_seen_1=1) -> dict:
     """Lesson 08's raw results for a job of 2 tasks on `hosts`: the take-home script and the module beside it
     (mwms_slurm.py, or `module`'s text), the sbatch file's text, the plans, each
-    rank's report (rank 1's model saved, `saved_by_1` bytes, and kept on its own node's disk, outside the run's
-    shared directory), the files the chief wrote, what the job saw of Slurm (rank 1's SLURM_PROCID `procid_1`)
+    rank's report (rank 1's model saved, `saved_by_1` bytes, then deleted; its TensorFlow found `gpus_seen_1` of
+    its 1 planned GPU), the files the chief wrote, what the job saw of Slurm (rank 1's SLURM_PROCID `procid_1`)
     and of the kernel's markers."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -36,15 +36,18 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="node-local", weigh
         module_file.write_text(module)
     (tmp_path / "job.sbatch").write_text(sbatch)
     kept = {"node-local": "/tmp/node2-scratch/model.keras", "run dir": str(run_dir / "worker-1" / "model.keras"), "none": None}
-    reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "saved": 15_000, "course_modules": []},
-               {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "saved": saved_by_1, "course_modules": list(course_1)}]
+    reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "saved": 15_000, "course_modules": [],
+                "gpus_seen": 1, "all_reduce": "NCCL"},
+               {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "saved": saved_by_1, "course_modules": list(course_1),
+                "gpus_seen": gpus_seen_1, "all_reduce": "NCCL" if gpus_seen_1 else "RING"}]
     markers = {"SLURM_COURSE_PARENT_MARKER": "1", "ROCR_VISIBLE_DEVICES": "course-parent-marker",
                "CUDA_VISIBLE_DEVICES": "course-parent-marker"}
     return {"script": tmp_path / "script.py", "module_file": module_file, "sbatch_file": tmp_path / "job.sbatch",
             "run_dir": run_dir, "NODES": 2,
             "use_slurm": True, "job_id": "7", "log": "", "job_seen": {"sharing": "USER", "gpus": 2},
             "added": ["--exclusive=user", "--gpus-per-task=1"], "saved_digest": "w", "reports": reports,
-            "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1} for r, h in enumerate(hosts)],
+            "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1, "planned_all_reduce": "NCCL"}
+                      for r, h in enumerate(hosts)],
             "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
             "result": {"workers": 2, "replicas": 2, "loss": [2.3, 1.6], "steps_per_epoch": 32}, "markers": markers,
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID=0", f"SLURM_PROCID={procid_1}", "PATH"},
@@ -82,16 +85,39 @@ def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run
     ({"sbatch": "#!/bin/bash\n# #SBATCH --exclusive=user\nsrun python script.py\n"}, "ask for --exclusive=user itself"),
     ({"sbatch": "#!/bin/bash\nset -e\n#SBATCH --exclusive=user\nsrun python script.py\n"}, "ask for --exclusive=user itself"),
     ({"saved_by_1": None}, "every worker should save"),  # finding 5: rank 1 saved nothing (`if chief: model.save`)
-    ({"procid_1": "0"}, "own SLURM_PROCID")],  # finding 8: both tasks saw SLURM_PROCID=0 (e.g. mpiexec under Slurm)
+    ({"procid_1": "0"}, "own SLURM_PROCID"),  # finding 8: both tasks saw SLURM_PROCID=0 (e.g. mpiexec under Slurm)
+    # third review, finding 6: rank 1 kept its file in its temporary directory (the script's rmtree deleted)
+    ({"kept_by_1": "node-local"}, "only the chief's model"),
+    # third review, finding 5: rank 1 given its GPU by Slurm, its TensorFlow found none: it trained on its CPU
+    ({"gpus_seen_1": 0}, "found other GPUs than its plan"),
+    # third review, finding 7: a package the lesson's first cell does not name
+    ({"script": "import json\nimport keras\nimport matplotlib.pyplot as plt\n"}, "does not name")],
     ids=["two nodes", "rank 1 kept in the run dir", "one node", "weights apart", "imports helpers",
          "its module imports helpers", "kernel's Slurm env",
          "kernel's GPUs", "course loaded by importlib", "exclusive commented out", "exclusive after a command",
-         "rank 1 never saved", "rank 1 saw procid 0"])
+         "rank 1 never saved", "rank 1 saw procid 0", "rank 1 kept its file elsewhere", "rank 1 found no GPU",
+         "imports matplotlib"])
 def test_lesson_08_gathering_cell_on_a_job_across_two_nodes(tmp_path, monkeypatch, changes, match):
-    """Rank 1 runs on node2 and keeps its model on node2's own disk: it counts as not kept in the run's
-    directory; saved into the shared run directory instead, it must fail the proof."""
+    """Rank 1 runs on node2, saves its model and deletes it: only the chief's file stays. Rank 1's file kept anywhere,
+    in the shared run directory or on node2's own disk, must fail the proof. The TensorFlow is taken for a GPU build
+    (as on a GPU cluster): the CPU wheel uses no GPU, below."""
+    from helpers import host
+
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: False)
     holds_unless(match, gather_and_prove, "08_batch_job.ipynb", _job_08(tmp_path, **changes))
+
+
+def test_lesson_08_gathering_cell_says_it_did_not_check_the_gpus_used_with_the_cpu_wheel(tmp_path, monkeypatch):
+    """The course's machines run TensorFlow's CPU wheel beside the local Slurm's simulated GPUs: a worker given a GPU
+    finds none, and the proof says it did not check the GPUs used, instead of failing or passing silently."""
+    from helpers import host
+
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: True)
+    printed = []
+    gather_and_prove("08_batch_job.ipynb", {**_job_08(tmp_path, gpus_seen_1=0), "print": lambda *a, **k: printed.append(a)})
+    assert any(str(a[0]).startswith("GPUs used NOT checked: this TensorFlow is the CPU wheel") for a in printed), printed
 
 
 def test_lesson_08_gathering_cell_holds_the_job_to_the_class_layout_not_to_its_options(tmp_path, monkeypatch):

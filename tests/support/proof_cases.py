@@ -176,7 +176,9 @@ OK["08_batch_job.ipynb"] = {
     "event_files": ["tensorboard/train/events.out.tfevents.1.node1"],
     "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
     "added": ["--exclusive=user", "--gpus-per-task=1"], "job_seen": {"sharing": "USER", "gpus": 2}, "seen_markers": [],
-    "gpus_each": 1, "replicas_expected": 2, "kept_here": [0], "sbatch_exclusive": True, "saved_by": [0, 1],
+    "gpus_each": 1, "replicas_expected": 2, "kept": [(0, True)], "sbatch_exclusive": True, "saved_by": [0, 1],
+    "ran_on": {0: (1, "NCCL"), 1: (1, "NCCL")}, "planned_on": {0: (1, "NCCL"), 1: (1, "NCCL")},  # (GPUs, all-reduce)
+    "gpus_unusable": False,  # a TensorFlow that can use GPUs
     "env_ranks": [0, 1], "task_env": {"SLURM_PROCID=0", "SLURM_PROCID=1", "SLURM_JOB_ID"}, "procids": {0: "0", 1: "1"},
     "exclusive_expected": True, "accuracy": 0.2, "batch_accuracy": 0.95}
 
@@ -929,6 +931,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
                                                       ("MirroredStrategy", 2): 0.3}}, "reading the input alone"),
     ("08_batch_job.ipynb", {"imported": ["helpers", "keras"]}, "imports the course"),
+    # third review, finding 7: a package the lesson does not name (its first cell: TensorFlow, Keras, tfds, importlib_resources)
+    ("08_batch_job.ipynb", {"imported": ["json", "keras", "matplotlib", "tensorflow"]}, "does not name"),
     # a worker loading the course without an import statement (importlib.import_module("helpers.keras_fix"))
     ("08_batch_job.ipynb", {"course_modules": ["helpers", "helpers.keras_fix"]}, "workers held"),
     # a learning rate of 1e-4: the loss fell, but by 0.0016 and above ln 10 (2.3026) after 64 steps
@@ -951,7 +955,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"seen_markers": ["SLURM_COURSE_PARENT_MARKER"]}, "own Slurm settings"),
     ("08_batch_job.ipynb", {"seen_markers": ["ROCR_VISIBLE_DEVICES=course-parent-marker"]}, "own Slurm settings"),
     # every worker keeping its model in --out: ranks 0 and 1 report a file in the run's directory
-    ("08_batch_job.ipynb", {"kept_here": [0, 1]}, "only the chief's model"),
+    ("08_batch_job.ipynb", {"kept": [(0, True), (1, True)]}, "only the chief's model"),
+    # third review, finding 6: rank 1's file left in its temporary directory (the rmtree deleted), outside the run's
+    ("08_batch_job.ipynb", {"kept": [(0, True), (1, False)]}, "only the chief's model"),
+    # the chief's file outside the run's directory
+    ("08_batch_job.ipynb", {"kept": [(0, False)]}, "only the chief's model"),
+    # third review, finding 5: GPUs planned (and allocated), none found by the workers' TensorFlow: each trained on its CPU
+    ("08_batch_job.ipynb", {"ran_on": {0: (0, "RING"), 1: (0, "RING")}}, "found other GPUs than its plan"),
     # resolve() not setting TF_CONFIG: each worker trains alone, the chief's result counts its own replicas
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 1.6]}}, "did not form one cluster"),
     # two workers alone with 4 local replicas each: 4 in sync, 8 planned (the old >= NODES let it pass)
