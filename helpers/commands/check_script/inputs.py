@@ -215,10 +215,10 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
                        "experimental_distribute_dataset leave auto-sharding on (no AutoShardPolicy.OFF)"), False
     if overlap or any(in_epoch):
         return Finding("FAIL", name, f"the workers' shards overlap: over {steps} steps, {len(overlap)} of the "
-                       f"{distinct_one} examples were read by two workers in one step ({_per_epoch(in_epoch)}), "
-                       f"and {len(missing)} were missing from a step where one worker read them: each worker "
-                       "shuffled differently before a "
-                       "manual shard()", "give shuffle the same seed on every worker, and the same global seed "
+                       f"{distinct_one} examples {_were(len(overlap))} read by two workers in one step, and "
+                       f"{_per_epoch(in_epoch)}; {len(missing)} {_were(len(missing))} missing from a step where one "
+                       "worker read them: each worker shuffled differently before a manual shard()",
+                       "give shuffle the same seed on every worker, and the same global seed "
                        "(tf.random.set_seed) or none: every worker then draws one order, which shard() splits; a "
                        "shuffle after shard() with a seed per worker also reads every example once an epoch, but its "
                        "steps hold other examples than one worker's and can be compared only with --examples-flag "
@@ -251,9 +251,14 @@ def epoch_overlap(one: list[list[str]], each: dict[int, list[list[str]]]) -> lis
 
 
 def _per_epoch(in_epoch: list[set]) -> str:
-    """'12 to 13 in each of the 2 epochs', '1 in one epoch': the examples read by two workers, per epoch."""
+    """'12 to 13 were read by two workers within each of the 2 epochs (...)': the examples two workers
+    read in one epoch, in any of its steps; a count per epoch, apart from the count in one step."""
     counts = sorted(len(found) for found in in_epoch)
-    if len(counts) == 1:
-        return f"{counts[0]} in one epoch"
     spread = str(counts[0]) if counts[0] == counts[-1] else f"{counts[0]} to {counts[-1]}"
-    return f"{spread} in each of the {len(counts)} epochs"
+    where = "the one epoch" if len(counts) == 1 else f"each of the {len(counts)} epochs"
+    verb = _were(counts[0]) if counts[0] == counts[-1] else "were"
+    return f"{spread} {verb} read by two workers within {where} (in the same step or in two steps of it)"
+
+
+def _were(count: int) -> str:
+    return "was" if count == 1 else "were"
