@@ -157,10 +157,10 @@ def test_system_site_packages_adds_the_system_pythons_sites_and_finds_no_module(
 def _gathered(log: str, *targets: str, **names):
     """The notebook's own reading of the job's log: its gathering cell's assignments to `targets`, in
     order (with `names` defined); the value of the last."""
-    from tests.support.proof_cells import assignment_source, function_source
+    from tests.support.proof_cells import assignment_source
 
-    namespace = {"json": json, "os": os, "sysconfig": sysconfig, "Path": Path, "stack_log": log, **names}
-    exec(function_source("17_software_stack.ipynb", "inside"), namespace)  # the cell's own path test
+    namespace = {"json": json, "os": os, "sys": sys, "sysconfig": sysconfig, "Path": Path, "stack_log": log, **names}
+    exec(_cell("other_python = next("), namespace)  # the cell that reads the job's lines, with its own path tests
     for target in targets:
         exec(assignment_source("17_software_stack.ipynb", target), namespace)
     return namespace[targets[-1]]
@@ -182,16 +182,18 @@ def test_a_pth_reader_that_names_the_course_itself_is_caught_after_module_unload
     assert not _needs_module(log), log[-2000:]
 
 
+OTHER_VARIABLE_READER = ('root = os.environ.get("COURSE_MODULE_ROOT", "")  # broken: not EBPYTHONPREFIXES\n'
+                         'if root:\n'
+                         '    site.addsitedir(os.path.join(root, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))\n')
+
+
 def test_a_pth_reader_of_another_variable_is_caught_with_ebpythonprefixes_alone(tmp_path, report):
     """Broken (lesson 17's first review, finding 3): a .pth reader that reads the module's
     COURSE_MODULE_ROOT instead of EBPYTHONPREFIXES. With the module loaded the venv finds TensorFlow, and
     after `module unload` none (the unload check alone holds); with only EBPYTHONPREFIXES set by hand it
     finds none either: the notebook's `through_variable` must be False."""
     _lmod()
-    reader = ('root = os.environ.get("COURSE_MODULE_ROOT", "")  # broken: not EBPYTHONPREFIXES\n'
-              'if root:\n'
-              '    site.addsitedir(os.path.join(root, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))\n')
-    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", reader=reader)
+    stack, _, log = _run_stack(tmp_path, "EBPYTHONPREFIXES", reader=OTHER_VARIABLE_READER)
     assert stack["tensorflow_from"].startswith(sys.prefix), stack
     assert _needs_module(log), log[-2000:]
     ebonly = _gathered(log, "ebonly")
@@ -291,6 +293,36 @@ def test_the_system_python_with_an_einops_of_its_own_is_not_handed_the_modules(t
     assert other and other["einops"] == str(own / "einops" / "__init__.py"), log[-2000:]
     assert other_python == {"tensorflow": False, "keras": False, "einops": False}, other
     run_proof("17_software_stack.ipynb", {**OK["17_software_stack.ipynb"], "other_python": other_python})
+
+
+@pytest.mark.parametrize("reader,module_alone", [(None, True), (OTHER_VARIABLE_READER, False)],
+                         ids=["the lesson's reader", "a reader of another variable"])
+def test_a_system_wide_tensorflow_is_not_the_modules(tmp_path, report, reader, module_alone):
+    """Lesson 17, the tenth review's fix left two checks as they were: UNLOADED and EBONLY said only whether the venv found
+    TensorFlow anywhere, so a system-wide TensorFlow failed a good job's unload check and passed the EBPYTHONPREFIXES-only
+    check of a .pth reader of another variable. The job now prints where it finds it, and the notebook counts only a place
+    inside the module's environment. Run with a system-wide TensorFlow (a stand-in: a tensorflow package in a directory the
+    venv reads after the module's site-packages, where --system-site-packages puts /usr/bin/python3's own), the proof
+    passes with the lesson's reader and fails with a reader of another variable ('only EBPYTHONPREFIXES')."""
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import holds_unless, run_proof
+
+    _lmod()
+    system = tmp_path / "system" / "dist-packages"
+    (system / "tensorflow").mkdir(parents=True)
+    (system / "tensorflow" / "__init__.py").write_text('__version__ = "0.0-system"\n')
+    pth = 'echo "import ebpythonprefixes" > "$site/ebpythonprefixes.pth"\n'  # then the stand-in, read after the module
+    stack, _, log = _run_stack(tmp_path / "job", "EBPYTHONPREFIXES", reader=reader,
+                               edits=((pth, pth + f'  echo "{system}" > "$site/zz-system-site.pth"\n'),))
+    gathered = {name: _gathered(log, name) for name in ("unloaded", "ebonly", "needs_module", "through_variable")}
+    report(f"lesson 17's job with a system-wide TensorFlow, {'the lesson' if reader is None else 'another variable'}'s reader: "
+           f"TensorFlow from {stack['tensorflow_from']} with the module; UNLOADED {gathered['unloaded']}, "
+           f"EBONLY {gathered['ebonly']}; needs_module {gathered['needs_module']}, through_variable {gathered['through_variable']}")
+    assert stack["tensorflow_from"].startswith(sys.prefix + os.sep), stack  # loaded, the module's comes first
+    assert gathered["unloaded"]["tensorflow"] == str(system / "tensorflow" / "__init__.py"), log[-2000:]
+    assert gathered["needs_module"] is True and gathered["through_variable"] is module_alone, gathered
+    holds_unless(None if module_alone else "only EBPYTHONPREFIXES", run_proof, "17_software_stack.ipynb",
+                 {**OK["17_software_stack.ipynb"], **gathered})
 
 
 def test_a_reader_that_moves_the_standard_library_last_is_caught(tmp_path, report):
@@ -447,7 +479,7 @@ def test_the_module_loads_the_modules_the_kernel_started_with(tmp_path, monkeypa
     assert unloaded.split("|")[:2] == ["", ""], shell.stdout + shell.stderr
     assert re.search(r"[0-9]+[)] +fakecuda/12[.]4\s", log) and _gathered(log, "loaded", re=re), log[-2000:]
     assert _gathered(log, "job_python", "python_before", "python_from_module", sys=sys) is True, log[-2000:]
-    assert after_unload == {"tensorflow": False, "EBPYTHONPREFIXES": "", "LOADEDMODULES": "fakecuda/12.4"}, log[-2000:]
+    assert after_unload == {"tensorflow": None, "EBPYTHONPREFIXES": "", "LOADEDMODULES": "fakecuda/12.4"}, log[-2000:]  # found nowhere
 
 
 VENV_LINE = '  time python -m venv --system-site-packages "$VENV"'  # the job makes its venv with the module's `python`

@@ -18,16 +18,23 @@ from tests.support.proof_cells import (NOTEBOOKS, assignment_source, function_so
                                       solution_source)
 
 
+# where a venv's Python finds TensorFlow: the module's environment (this Python is the module's), or a system-wide one
+_MODULE_TF_17 = f"{sysconfig.get_paths()['purelib']}/tensorflow/__init__.py"
+_SYSTEM_TF_17 = "/usr/lib/python3/dist-packages/tensorflow/__init__.py"
+
+
 @pytest.mark.parametrize("log,expected", [
-    ('UNLOADED {"tensorflow": false, "EBPYTHONPREFIXES": ""}\n', True),
-    ('UNLOADED {"tensorflow": true, "EBPYTHONPREFIXES": ""}\n', False),  # found without the module: not through it
+    ('UNLOADED {"tensorflow": null, "EBPYTHONPREFIXES": ""}\n', True),
+    (f'UNLOADED {{"tensorflow": "{_MODULE_TF_17}", "EBPYTHONPREFIXES": ""}}\n', False),  # the module's, without it loaded
+    # tenth review's fix, leftover: a system-wide TensorFlow after the unload is not the module's (the old check: found anywhere)
+    (f'UNLOADED {{"tensorflow": "{_SYSTEM_TF_17}", "EBPYTHONPREFIXES": ""}}\n', True),
     ("", False),  # the job never got that far
-], ids=["not found", "found anyway", "no line"])
+], ids=["not found", "the module's found anyway", "a system-wide one", "no line"])
 def test_lesson_17_needs_module_reads_the_unloaded_line(log, expected):
-    """TensorFlow came through the module only if the venv finds none after `module unload`."""
-    namespace = {"json": __import__("json"), "stack_log": log}
-    for target in ("unloaded", "needs_module"):
-        exec(assignment_source("17_software_stack.ipynb", target), namespace)
+    """TensorFlow came through the module only if the venv finds none of the module's after `module unload`."""
+    namespace = {"json": __import__("json"), "os": os, "sys": sys, "stack_log": log}
+    exec(_cell_17("other_python = next("), namespace)  # the cell that reads the job's lines
+    exec(assignment_source("17_software_stack.ipynb", "needs_module"), namespace)
     assert namespace["needs_module"] is expected
 
 
@@ -427,8 +434,13 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"other": {"tensorflow": f"{_SIBLING_SITE_17}/tensorflow/__init__.py", "keras": None, "einops": None}}, None),
     ({"pythonpath": True}, "no PYTHONPATH"),  # the module on PYTHONPATH: its packages ahead of the venv's
     ({"user_site": True}, "no user site-packages"),  # the job read ~/.local (no PYTHONNOUSERSITE=1)
-    ({"unloaded": {"tensorflow": True, "EBPYTHONPREFIXES": ""}}, "after module unload"),  # not through the module
-    ({"ebonly": {"tensorflow": False}}, "only EBPYTHONPREFIXES"),  # a .pth reader of another variable
+    ({"unloaded": {"tensorflow": _MODULE_TF_17, "EBPYTHONPREFIXES": ""}}, "after module unload"),  # not through the module
+    ({"ebonly": {"tensorflow": None}}, "only EBPYTHONPREFIXES"),  # a .pth reader of another variable
+    # tenth review's fix, leftovers: a system-wide TensorFlow is not the module's. After the unload it failed the old proof
+    # (found anywhere counted); found with EBPYTHONPREFIXES alone (a reader of another variable) it passed; so did a sibling's
+    ({"unloaded": {"tensorflow": _SYSTEM_TF_17, "EBPYTHONPREFIXES": ""}}, None),
+    ({"ebonly": {"tensorflow": _SYSTEM_TF_17}}, "only EBPYTHONPREFIXES"),
+    ({"ebonly": {"tensorflow": f"{_SIBLING_SITE_17}/tensorflow/__init__.py"}}, "only EBPYTHONPREFIXES"),
     ({"ebonly": None}, "only EBPYTHONPREFIXES"),  # the job never printed that line
     ({"setuptools_from_module": True}, "setuptools"),  # on Python 3.11 the build took the module's: not as said
     ({"runs": {"Keras 3": [{}, {"fit": "ok", "weights": "c"}]}}, "should fail without the fix"),  # one worker fitted
@@ -479,7 +491,9 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"easybuild": True, "stack_changes": {"easybuild_sitecustomize": False}}, "standard library should come before")],
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed", "its own einops", "a sibling env's tensorflow",
-         "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
+         "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone",
+         "a system tensorflow after unload", "a system tensorflow with ebpythonprefixes alone",
+         "a sibling env's tensorflow with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing", "every worker rank 0 alone",
          "two rank 0s", "each worker its own cluster",
          "NoDevFiles counted", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
@@ -518,8 +532,8 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
                                                                              "made_by", "easybuild")})
     stack = changes.get("stack", {**stack, **changes.get("stack_changes", {})})
     other = changes.get("other", {"tensorflow": None, "keras": None, "einops": None})  # where /usr/bin/python3 finds each
-    unloaded = changes.get("unloaded", {"tensorflow": False, "EBPYTHONPREFIXES": ""})
-    ebonly = changes.get("ebonly", {"tensorflow": True})
+    unloaded = changes.get("unloaded", {"tensorflow": None, "EBPYTHONPREFIXES": ""})  # where the venv finds TensorFlow
+    ebonly = changes.get("ebonly", {"tensorflow": _MODULE_TF_17})
     handed = changes.get("handed", str(job_dir / "your-pythonpath"))
     job_python = changes.get("job_python", f"{sys.prefix}/bin/python")  # `command -v python` after the load
     python_before = changes.get("python_before", "")  # `command -v python` before it: none
@@ -591,7 +605,7 @@ def test_lesson_17_the_job_log_is_shown_in_whole_lines_the_stack_one_entry_a_lin
     stack["sys_path"] += [f"/opt/site/{i}/lib/python3.11/site-packages" for i in range(30)]  # a long path, as a centre's
     handed = f"HANDED PYTHONPATH={tmp_path}/software_stack/your-pythonpath"
     log = f"{handed}\nPYTHON_BEFORE \nCurrently Loaded Modules:\n  1) tf-hpc-course/2026.11\n\nSTACK {json.dumps(stack)}\n" \
-          'UNLOADED {"tensorflow": false, "EBPYTHONPREFIXES": ""}\n'
+          'UNLOADED {"tensorflow": null, "EBPYTHONPREFIXES": ""}\n'
     assert len(log) > 2200, len(log)
     said, keep = _said_lines()
     namespace = {"use_slurm": True, "where": "Slurm job 7", "added": [], "stack_log": log, "print": keep}

@@ -371,7 +371,8 @@ OK["17_software_stack.ipynb"] = {
     "NODES": 2, "lmod_here": True, "use_slurm": False, "ran_stack": True, "loaded": True, "stack": {}, "stack_log": "",
     "tf_from_module": True, "keras_from_module": True, "extras_from_venv": True, "own_package_kept": True,
     "module_einops": "0.8.2", "recommended_route": True, "user_site_off": True, "needs_module": True,
-    "unloaded": {"tensorflow": False, "EBPYTHONPREFIXES": ""}, "through_variable": True, "ebonly": {"tensorflow": True},
+    "unloaded": {"tensorflow": None, "EBPYTHONPREFIXES": ""}, "through_variable": True,  # where the venv found TensorFlow
+    "ebonly": {"tensorflow": "/apps/tf-hpc-course/2026.11/lib/python3.11/site-packages/tensorflow/__init__.py"},
     "setuptools_as_said": True, "setuptools_from": "the venv",
     "other_python": {"tensorflow": False, "keras": False, "einops": False}, "ranks": dict.fromkeys(_VARIANTS, [0, 1]),
     "in_sync": dict.fromkeys(_VARIANTS, [2]), "replicas_on": dict.fromkeys(_VARIANTS, 2),
@@ -1533,9 +1534,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"recommended_route": False}, "system-site-packages with the .pth reader"),
     # the job's venv read ~/.local's site-packages (no PYTHONNOUSERSITE=1 in the job script)
     ("17_software_stack.ipynb", {"user_site_off": False}, "no user site-packages"),
-    # TensorFlow still found after module unload (a .pth that names the course's site-packages itself, say)
+    # the module's TensorFlow still found after module unload (a .pth that names the course's site-packages itself, say)
     ("17_software_stack.ipynb", {"needs_module": False}, "after module unload"),
-    # a .pth reader of another variable (COURSE_MODULE_ROOT): no TensorFlow with EBPYTHONPREFIXES alone
+    # a .pth reader of another variable (COURSE_MODULE_ROOT): not the module's TensorFlow with EBPYTHONPREFIXES alone
     ("17_software_stack.ipynb", {"through_variable": False}, "only EBPYTHONPREFIXES"),
     # the packages built with a setuptools other than the one the lesson names for this Python
     ("17_software_stack.ipynb", {"setuptools_as_said": False}, "setuptools"),
