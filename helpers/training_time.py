@@ -78,8 +78,10 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
 # processes that start TensorFlow beyond the kernel and LESSON_STARTS' sets: lesson 17's Keras job's second and third
 # steps (each `srun` starts it again; without Slurm, each variant's local workers do); not its solution 1's five
 # programs, which run after the lesson's time is taken (its stopwatch reports before the exercises, as every lesson's);
-# lesson 13's recipe by hand, in a process of its own (its ranks' gradients in TensorFlow's default thread pools)
-OTHER_TF_STARTS = {"13": 1, "17": 2}
+# lesson 13's recipe by hand, in a process of its own (its ranks' gradients in TensorFlow's default thread pools);
+# lesson 12's second cluster's engines beyond ENGINES_PER_CLUSTER: it starts 2 + PS_WORKERS (4 as shipped: a chief, a
+# parameter server and two workers, each a TensorFlow server)
+OTHER_TF_STARTS = {"12": 2, "13": 1, "17": 2}
 # lessons whose kernel starts no TensorFlow while their clock runs: 03's kernel only drives the engines (its solutions
 # import it after the clock's report); 07 (`environment.local_replicas` makes its logical devices) and 13 import it in
 # their set-up, before the clock starts

@@ -300,3 +300,25 @@ def test_lesson_16_counts_the_25_steps_its_step_timing_fits_however_epochs_are_c
     assert lesson_work("16", sizes, 2) == [Work("cnn", images, sizes.per_replica_batch)]
     monkeypatch.delenv("COURSE_MAX_STEPS")
     assert lesson_work("16", mode_sizes(mode), 2) == [Work("cnn", images, sizes.per_replica_batch)]
+
+
+def test_lesson_12_counts_the_engines_of_its_parameter_server_cluster():
+    """Lesson 12 starts a cluster of 2 engines, then one of 2 + PS_WORKERS (a chief, a parameter server and its
+    workers), each engine a TensorFlow start: 6 as shipped, not 2 clusters of ENGINES_PER_CLUSTER (4; lesson 13's
+    fixer noticed it). Read from the notebook, so a change to its clusters reaches the prediction's test."""
+    import json
+    import re
+
+    from helpers.training_time import (ENGINES_PER_CLUSTER, ENGINES_START_S, FIRST_STEP_S, LESSON_STARTS,
+                                       OTHER_TF_STARTS, TF_START_S, startup_seconds)
+
+    cells = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "12_strategy_tour.ipynb").read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    ps_workers = int(re.search(r"^PS_WORKERS = (\d+)", code, re.M).group(1))
+    clusters = re.findall(r"start_engines\(([^,]+),", code)
+    engines = sum(eval(n, {"PS_WORKERS": ps_workers}) for n in clusters)  # noqa: S307 - the notebook's own sizes
+    assert (len(clusters), engines) == (LESSON_STARTS["12"][0], 6)
+    assert LESSON_STARTS["12"][0] * ENGINES_PER_CLUSTER + OTHER_TF_STARTS["12"] == engines
+    quick = mode_sizes("quick")
+    assert startup_seconds("12", quick, 0) == pytest.approx(
+        (1 + engines) * TF_START_S + 2 * ENGINES_START_S + LESSON_STARTS["12"][3] * FIRST_STEP_S["cnn"])
