@@ -130,15 +130,22 @@ def test_a_missing_dataset_is_one_line_not_a_traceback(tmp_path):
     assert "no prepared cifar10 in --data-dir" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
-def test_a_worker_alone_is_the_chief_and_writes_the_results(tmp_path):
+@pytest.mark.parametrize("taken", ["RING", "AUTO"], ids=["as written", "make_strategy takes another all-reduce"])
+def test_a_worker_alone_is_the_chief_and_writes_the_results(tmp_path, taken):
     """No TF_CONFIG and no Slurm step of 2 tasks (a lone process, or NODES=1): the only worker must keep the model and
-    write result.json; a chief taken from the resolver's task_id (None then) wrote nothing and still exited 0."""
+    write result.json; a chief taken from the resolver's task_id (None then) wrote nothing and still exited 0.
+    Fourth review, finding 4: the WORKER line reports the all-reduce the strategy holds; it recomputed
+    all_reduce_for(GPUs seen), so a make_strategy that took another one than the plan's was reported as the plan's."""
     from helpers.data import ensure_data
 
     data = ensure_data(True)
     script = tmp_path / "train_mwms.py"
     script.write_text(SCRIPT)
     copy_beside(tmp_path)
+    module = tmp_path / "mwms_slurm.py"
+    chosen = "getattr(tf.distribute.experimental.CommunicationImplementation, implementation)"
+    assert chosen in module.read_text()
+    module.write_text(module.read_text().replace(chosen, f"tf.distribute.experimental.CommunicationImplementation.{taken}"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM") and k != "TF_CONFIG"}
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, str(script), "--data-dir", str(data.data_dir), "--out", str(out),
@@ -148,6 +155,7 @@ def test_a_worker_alone_is_the_chief_and_writes_the_results(tmp_path):
     assert (out / "result.json").is_file() and (out / "model.keras").is_file(), sorted(p.name for p in out.iterdir())
     worker = json.loads(next(line[7:] for line in done.stdout.splitlines() if line.startswith("WORKER ")))
     assert worker["kept"] == str(out / "model.keras"), worker
+    assert (worker["gpus_seen"], worker["all_reduce"]) == (0, taken), worker
 
 
 @pytest.mark.parametrize("cpus", ["4", None], ids=["--cpus-per-task=4", "no --cpus-per-task"])
@@ -194,10 +202,10 @@ def test_the_sbatch_file_asks_for_its_own_node_sharing_in_its_directive_block():
     assert "--gpus-per-task=1" not in sbatch_options(SBATCH), "the GPU line is meant to stay commented out"
 
 
-def _plan(tmp_path, script_text: str, step: dict | None = None) -> subprocess.CompletedProcess:
+def _plan(tmp_path, script_text: str, step: dict | None = None, given: dict | None = None) -> subprocess.CompletedProcess:
     """The script (`script_text`, with mwms_slurm.py beside it) run with --plan, outside Slurm or as the task of
     `step` (SLURM_* variables; `scontrol` a stand-in printing node1..nodeN); at its end, the process prints whether
-    it holds TensorFlow."""
+    it holds TensorFlow. `given`: more variables, with or without a step."""
     script = tmp_path / "train_mwms.py"
     script.write_text(script_text)
     copy_beside(tmp_path)
@@ -209,6 +217,7 @@ def _plan(tmp_path, script_text: str, step: dict | None = None) -> subprocess.Co
         (fake / "scontrol").write_text(f'#!/bin/sh\nfor i in $(seq 1 {nodes}); do echo node$i; done\n')
         (fake / "scontrol").chmod(0o755)
         env = {**env, **step, "PATH": f"{fake}:{env['PATH']}"}
+    env = {**env, **(given or {})}
     probe = ("import runpy, sys\nsys.path.insert(0, sys.argv[1].rpartition('/')[0])\nsys.argv = [sys.argv[1], '--plan']\n"
              "runpy.run_path(sys.argv[0], run_name='__main__')\nprint('TENSORFLOW', 'tensorflow' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", probe, str(script)], capture_output=True, text=True, timeout=120, env=env)
@@ -268,3 +277,15 @@ def test_every_setting_the_module_reads_is_named_in_its_docstring():
     assert settings == {"MWMS_PORT_BASE", "COURSE_GPU_MEMORY_MIB"}, settings
     doc = ast.get_docstring(ast.parse(source))
     assert not {name for name in settings if name not in doc}, doc
+
+
+@pytest.mark.parametrize("cvd", ["-1", "NoDevFiles", "-1,"])
+@pytest.mark.parametrize("in_step", [False, True], ids=["no Slurm", "a task of 2"])
+def test_no_gpu_written_as_minus_one_or_nodevfiles_plans_no_gpu(tmp_path, cvd, in_step):
+    """Fourth review, finding 5: CUDA_VISIBLE_DEVICES=-1 (hide every GPU) and Slurm's NoDevFiles mean no GPU, as
+    helpers/gpus.py reads them; the script counted -1 as one GPU and planned NCCL (and outside Slurm NoDevFiles too)."""
+    step = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "node[1-2]",
+            "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURMD_NODENAME": "node2", "SLURM_JOB_ID": "42"} if in_step else None
+    out = _plan(tmp_path, SCRIPT, step, {"CUDA_VISIBLE_DEVICES": cvd}).stdout.splitlines()
+    task = json.loads(next(line[5:] for line in out if line.startswith("TASK ")))
+    assert (task["gpus"], task["planned_all_reduce"]) == (0, "RING"), task

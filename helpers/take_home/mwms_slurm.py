@@ -68,7 +68,7 @@ def set_tf_config_from_slurm():
 
 def choose_gpus(hosts, rank):
     """This worker's GPUs: bound by Slurm, keep them; shared by the node's tasks, an equal share."""
-    visible = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g not in ("", "NoDevFiles")]
+    visible = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g not in ("", "-1", "NoDevFiles")]
     on_node = int(os.environ.get("SLURM_GPUS_ON_NODE") or len(visible))
     per_task = os.environ.get("SLURM_GPUS_PER_TASK", "")  # set by --gpus-per-task
     if not visible or len(visible) < on_node or per_task == str(len(visible)):  # no GPU, or bound to this task
