@@ -46,7 +46,7 @@ from helpers.engines import on_engine
 got = {}
 for most in (None, 1):
     os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3,4,5,6,7"
-    got[str(most)] = on_engine.configure(2, None, (4, 2), most)  # engine of rank 2, third of 4 on its host
+    got[str(most)] = on_engine.configure(2, None, (4, 2), most)["gpus"]  # engine of rank 2, third of 4 on its host
 sys.__stdout__.write("RESULT " + json.dumps(got) + chr(10))
 """
 

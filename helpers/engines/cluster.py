@@ -98,6 +98,7 @@ class Engines:
     owned: bool = True  # False: attached to a running cluster (COURSE_CLUSTER), which stop() leaves running
     release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
     phases: dict[str, float] = field(default_factory=dict)  # seconds: controller up, then engines registered (the bench)
+    configured: bool = False  # setup_multiworker has given each engine its share of GPUs
 
     @property
     def cluster_id(self) -> str:
@@ -125,11 +126,20 @@ class Engines:
         return [{**identity, "engine_id": eid} for eid, identity in zip(ids, found)]
 
     def placement(self) -> str:
-        """Where each engine runs, by rank (one line, printed when engines start)."""
+        """Where each engine runs, by rank, and the GPUs it uses (one line, printed when engines start).
+
+        Local engines this kernel started still see all of its GPUs until `setup_multiworker` gives
+        each its share: the line says the share they will get (CPU when there are fewer GPUs than
+        engines), not the GPUs they see now."""
         found = {i["engine_id"]: i for i in self.identities()}
         by_rank = sorted(found, key=lambda e: self.ranks.get(e, e))
+        hosts = [found[e]["host"] for e in by_rank]
+        uses = {e: (f"GPU {found[e]['gpus']}" if found[e]["gpus"] else "")
+                if self.configured or not self.owned or found[e]["slurm_step"]
+                else _planned_gpus(found[e]["gpus"], hosts.count(hosts[i]), hosts[:i].count(hosts[i]))
+                for i, e in enumerate(by_rank)}
         return ", ".join(f"rank {self.ranks.get(e, e)} on {found[e]['host']}"
-                         + (f" (GPU {found[e]['gpus']})" if found[e]["gpus"] else "") for e in by_rank)
+                         + (f" ({uses[e]})" if uses[e] else "") for e in by_rank)
 
     def assign_ranks(self) -> dict[int, int]:
         """Worker rank of each engine: SLURM_PROCID when every engine has one, else id order."""
@@ -173,15 +183,18 @@ class Engines:
         addresses = (_step_addresses(self.client, by_rank, self.ranks) if slurm
                      else _distinct_ports(self.client, by_rank, ids))
         hosts = [ids[e]["host"] for e in by_rank]
-        gpus = {}
+        done = {}
         for eid in by_rank:
             rank = self.ranks[eid]
             config = make_tf_config(addresses, rank)
             # under Slurm the resolver binds GPUs (helpers.gpus.plan_for_task); here: a share each
             share = None if slurm else (hosts.count(ids[eid]["host"]), hosts[:rank].count(ids[eid]["host"]))
-            gpus[eid] = self.client[eid].apply_sync(on_engine.configure, rank, config, share, most_gpus)
+            done[eid] = self.client[eid].apply_sync(on_engine.configure, rank, config, share, most_gpus)
+        self.configured = True
+        for note in dict.fromkeys(d["note"] for d in done.values() if d["note"]):  # each note once, here in the kernel
+            print(f"note: {note}")
         return [{"rank": self.ranks[e], "engine": e, "host": ids[e]["host"],
-                 "address": addresses[self.ranks[e]], "gpus": gpus[e]} for e in by_rank]
+                 "address": addresses[self.ranks[e]], "gpus": done[e]["gpus"]} for e in by_rank]
 
     def stop(self) -> float:
         """Stop engines and controller; returns the seconds it took. Safe to call twice."""
@@ -202,6 +215,17 @@ class Engines:
         if not self.owned:
             return f"cluster {self.cluster_id or 'of the profile'} left running (attached, not started here)"
         return f"engines and controller stopped in {seconds:.2f} s"
+
+
+def _planned_gpus(seen: str, engines_on_host: int, index: int) -> str:
+    """What a local engine that sees GPUs `seen` will use once `setup_multiworker` gives it its share
+    ("GPU 1", "CPU"; "" when it sees none), planned here as `on_engine.configure` plans it there."""
+    from .. import gpus
+
+    if not seen:
+        return ""
+    plan = gpus.plan_for_local_worker(engines_on_host, index, {**os.environ, gpus.VISIBLE_ENV: seen})
+    return f"GPU {','.join(plan.gpus)}" if plan.gpus else "CPU"
 
 
 def _step_addresses(client, by_rank: list[int], ranks: dict[int, int]) -> list[str]:

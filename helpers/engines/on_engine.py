@@ -41,9 +41,10 @@ def slurm_tf_config() -> dict:
 
 
 def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | None = None,
-              most_gpus: int | None = None) -> str:
+              most_gpus: int | None = None) -> dict[str, str]:
     """Make this engine worker `rank`, with at most `most_gpus` of its share of GPUs (None: all of
-    its share); returns the GPUs it uses ("" on CPU)."""
+    its share); returns the GPUs it uses ("" on CPU) and the plan's note ("" if none): returned, not
+    printed, since ipyparallel keeps what `apply_sync` prints in the result, out of the learner's sight."""
     import json
     import logging
     import os
@@ -53,10 +54,9 @@ def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | No
     from helpers.environment import remove_proxies
     from helpers.host import import_tensorflow
 
+    note = ""
     if gpu_share is not None:
-        plan = gpus.apply(gpus.at_most(gpus.plan_for_local_worker(*gpu_share), most_gpus))
-        if plan.note and rank == 0:
-            print(f"note: {plan.note}")
+        note = gpus.apply(gpus.at_most(gpus.plan_for_local_worker(*gpu_share), most_gpus)).note
     remove_proxies()
     import_tensorflow()  # quietly: no C++ start-up lines in %%px cells (creates no TF context)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # no INFO lines in %%px cells
@@ -68,7 +68,7 @@ def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | No
     if not isinstance(sys.stdout, RankPrefixed):
         sys.stdout = RankPrefixed(sys.stdout, f"[rank {rank}] ")
         flush_after_every_cell()
-    return os.environ.get("CUDA_VISIBLE_DEVICES", "") if gpus.visible_gpus() else ""
+    return {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "") if gpus.visible_gpus() else "", "note": note}
 
 
 def flush_after_every_cell() -> None:
