@@ -302,6 +302,8 @@ def test_a_failure_line_names_where_the_exception_was_raised():
     assert finding.detail == ("worker 0 failed at train.py:53 (loss = train_step(batch)): AssertionError (raised at "
                               "tensorflow/python/distribute/mirrored_strategy.py:806, in _update: assert isinstance(var, "
                               "values.DistributedVariable))"), finding
+    # lesson 18, thirteenth review: "run alone" means without TF_CONFIG there; the reference run has one worker's
+    assert finding.fix == "the script must run as one worker (the reference run) before the runs can be compared", finding
 
 
 def test_a_failure_in_a_traced_function_names_the_traced_frame(tmp_path, monkeypatch):

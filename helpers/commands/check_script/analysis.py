@@ -61,7 +61,9 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
             findings.append(Finding("FAIL", f"the run with {label}", f"{who} failed{where}: "
                                     f"{exc['type']}" + (f": {message}" if message else "") + traced + raised,
                                     "fix the error above (the run with one worker "
-                                    "is the reference)" if run.workers > 1 else "the script must run alone first"))
+                                    "is the reference)" if run.workers > 1
+                                    else "the script must run as one worker (the reference run) before the runs can be "
+                                    "compared"))
     return findings
 
 
