@@ -297,13 +297,14 @@ def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, 
 
 def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
                 same_order=False, bind_mounted=False, copy_altered=False, orders_all=False, stopped=False,
-                spread=False, files=8) -> list[dict]:
+                spread=False, front_cut=False, files=8) -> list[dict]:
     """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
     the files r, r + W, ... (FILE sharding of `files` files), their examples (i in file i % files) in
     steps as MultiWorkerMirroredStrategy gives them (a global batch of 2 x W of its own examples, W pieces
     of it one a step, the last split evenly; a worker that ran out steps on with empty batches), the order
     of its files on two passes, the files its pipeline opened in its node-local copy (path, device and
-    inode, SHA-256)."""
+    inode, SHA-256). front_cut: the last, partial global batch cut into pieces of 2 from the front (a
+    pipeline that ends in .batch(G): 2, 2, 0), not split evenly."""
     import hashlib
 
     names = sorted(p.name for p in (tmp_path / "shared").glob("*.tfrecord"))
@@ -327,6 +328,9 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
         indices = [i for i in range(train_size) if i % files in mine]
         full = [len(part) for start in range(0, len(indices), global_batch)  # each global batch in W even pieces
                 for part in np.array_split(indices[start:start + global_batch], workers)]
+        if front_cut:  # each global batch cut into pieces of 2 (the per-replica batch) from the front
+            full = [max(0, min(2, len(indices[start:start + global_batch]) - 2 * j))
+                    for start in range(0, len(indices), global_batch) for j in range(workers)]
         if spread and len(full) < steps:  # its examples spread over every step: no empty batch at the end
             full = [len(indices) // steps] * steps
         batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
@@ -350,6 +354,9 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"orders_all": True}, "its own on every pass"),
     ({"stopped": True}, "as many steps"),  # the worker that ran out stopped instead of stepping on
     ({"spread": True}, "empty batches"),  # the worker with fewer global batches (16 vs 24 at 6): last batch not empty
+    # seventh review, finding P1: the last global batch cut from the front (read_shards.py with unbatch().batch(G)
+    # before experimental_distribute_dataset): worker 2 of 3, 16 examples, steps [..., 2, 2, 0, 0, 0, 0]
+    ({"front_cut": True}, "split evenly"),
     # fifth review, finding 1: 12 files on 3 workers, 22, 21 and 21 examples, 4 global batches of 6 each: nobody
     # runs out, and a last batch not empty is correct (the old proof failed it: fewer examples, not empty)
     ({"files": 12}, None),
@@ -360,7 +367,8 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # this kernel's staged copy: half the files copied, or a file whose bytes differ from the shared one's
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount",
-         "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end", "12 files",
+         "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end",
+         "last batch cut from the front", "12 files",
          "staged epoch reads shared", "empty cache replay", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
@@ -385,7 +393,7 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
     ok = OK["16_input_at_scale.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("took", "expected", "counts", "covered", "staged_everywhere",
                                                         "reshuffled", "read_from", "copy_complete", "staged_files",
-                                                        "shared_files", "orders_own", "steps", "ran_out")},
+                                                        "shared_files", "orders_own", "steps", "ran_out", "split_even")},
            "reports": reports, "SHARDS": files, "train_size": 64, "staged_records": 64, "shared": tmp_path / "shared",
            "staged": staged, "os": os,
            "print": lambda *a, **k: None,
@@ -656,7 +664,7 @@ def test_lesson_16_workers_report_the_files_their_pipeline_opened(tmp_path, read
     ok = OK["16_input_at_scale.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("expected", "counts", "covered", "staged_everywhere", "reshuffled",
                                                         "copy_complete", "staged_files", "shared_files", "orders_own",
-                                                        "steps", "ran_out")},
+                                                        "steps", "ran_out", "split_even")},
            "NODES": 1, "reports": {1: [report]}, "hidden_first": {1: True}, "SHARDS": 8, "train_size": 64,
            "staged_records": 64, "shared": shared, "staged": copy, "os": os}
     holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
