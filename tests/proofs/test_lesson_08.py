@@ -120,6 +120,24 @@ def test_lesson_08_gathering_cell_says_it_did_not_check_the_gpus_used_with_the_c
     assert any(str(a[0]).startswith("GPUs used NOT checked: this TensorFlow is the CPU wheel") for a in printed), printed
 
 
+def test_lesson_08_two_gpus_a_task_on_the_cpu_wheel_is_one_cluster_with_the_gpus_used_not_checked(tmp_path, monkeypatch):
+    """Fifth review, finding 1: with COURSE_JOB_GPUS_PER_TASK=2 on the local Slurm (simulated GPUs, CPU wheel) each
+    worker is one CPU replica, 2 in sync: the old check expected the plan's 4 and said 'the workers did not form one
+    cluster'. The replicas expected are those each worker's TensorFlow found; planned against found is the GPU
+    check's, which says here that it did not check."""
+    from helpers import host
+
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "2")
+    monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: True)
+    job = _job_08(tmp_path, gpus_seen_1=0)
+    job["plans"] = [{**plan, "gpus": 2} for plan in job["plans"]]
+    job["job_seen"] = {**job["job_seen"], "gpus": 4}
+    job["reports"] = [{**report, "gpus_seen": 0, "all_reduce": "RING"} for report in job["reports"]]
+    printed = []
+    gather_and_prove("08_batch_job.ipynb", {**job, "print": lambda *a, **k: printed.append(a)})
+    assert any(str(a[0]).startswith("GPUs used NOT checked") for a in printed), printed
+
+
 def test_lesson_08_gathering_cell_holds_the_job_to_the_class_layout_not_to_its_options(tmp_path, monkeypatch):
     """In the gpu layout (nodes shared on purpose) a job that ran --exclusive=user fails, even when the options
     added on the sbatch line still asked for it: the proof reads the class's layout, not `added`."""
