@@ -313,7 +313,7 @@ def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report, physical
         return
     # the cell names the kind of device the replicas ran on: the CPUs standing in for the GPUs here
     assert len(lines) == 5 and "on 4 CPUs (policy mixed_float16)" in lines[-1], done.stdout
-    assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16)" in lines[3], lines
+    assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16, jit_compile True)" in lines[3], lines
 
 
 def test_lesson_07_mirrored_names_its_all_reduce_on_gpus_and_on_cpus():
