@@ -45,6 +45,12 @@ _WORKERS_18 = ["1-worker/marks-0.txt", "2-workers/marks-0.txt", "2-workers/marks
 _FIX_18 = "           fix: what to change"
 
 
+def _sharding_18(*lines: str) -> dict:
+    """The "batch fixed" check's output: every line but the input sharding's as it passes, then `lines` (the input
+    sharding's as given, and any more)."""
+    return {"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"], *lines))}
+
+
 def _steps_line_18(*steps: int) -> str:
     """The fixed script's weights line as check-script's own analysis prints it for the runs compared after `steps`
     (the last: the end), each within the tolerance (eleventh review, finding 1: after step 1 and at the end only,
@@ -126,8 +132,7 @@ def _checks_18(**changes) -> dict:
 @pytest.mark.parametrize("changes,script,match", [
     ({}, "import tensorflow as tf\nimport keras\n", None),
     # the check called the planted shuffle NOT SEEN instead of naming it
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   "NOT SEEN input sharding: the workers' steps held other examples"))},
+    (_sharding_18("NOT SEEN input sharding: the workers' steps held other examples"),
      "import tensorflow as tf\n", "name each planted mistake"),
     # the scope line of the first check said compiled, not built, outside the scope: not the planted mistake
     ({"as written": (1, _check_18("FAIL     strategy.scope(): model 'sequential' was compiled outside strategy.scope()",
@@ -201,8 +206,8 @@ def _checks_18(**changes) -> dict:
                                                                                    "on every worker")],
                                    _FAIL_18["input sharding"], "NOT SEEN identical weights on every worker: not every "
                                    "worker wrote its weights"))}, "import tensorflow as tf\n", "train to the end"),
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"], _FAIL_18["input sharding"],
-                                   "FAIL     the run with 2 workers: worker 1 failed at train.py:58"))},
+    (_sharding_18(_FAIL_18["input sharding"],
+                  "FAIL     the run with 2 workers: worker 1 failed at train.py:58"),
      "import tensorflow as tf\n", "train to the end"),
     # the batch line said something else than the step of 24 the lesson reads from it
     ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], "FAIL     batch per replica: each worker's batch "
@@ -309,37 +314,29 @@ def _checks_18(**changes) -> dict:
      "name each planted mistake"),
     # eleventh review, finding 5: the seed mistake's line with no example read by both workers in one step (only over
     # an epoch), or reworded so that its counts are not read
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   _FAIL_18["input sharding"].replace("7 of the 48", "0 of the 48")))},
+    (_sharding_18(_FAIL_18["input sharding"].replace("7 of the 48", "0 of the 48")),
      "import tensorflow as tf\n", "read by both workers in one step"),
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   "FAIL     input sharding: the workers' shards overlap: each worker shuffled "
-                                   "differently before a manual shard()"))},
+    (_sharding_18("FAIL     input sharding: the workers' shards overlap: each worker shuffled "
+                  "differently before a manual shard()"),
      "import tensorflow as tf\n", "read by both workers in one step"),
     # twelfth review, findings 2 and 3: the line as printed before (the per-epoch count in brackets, as if of one step)
     # is no longer read; an epoch in which no example was read by both workers; at B = 4 (1 in one step), as measured
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   "FAIL     input sharding: the workers' shards overlap: over 8 steps, 7 of the 48 "
-                                   "examples were read by two workers in one step (12 to 13 in each of the 2 epochs), "
-                                   "and 31 were missing from a step where one worker read them"))},
+    (_sharding_18("FAIL     input sharding: the workers' shards overlap: over 8 steps, 7 of the 48 "
+                  "examples were read by two workers in one step (12 to 13 in each of the 2 epochs), "
+                  "and 31 were missing from a step where one worker read them"),
      "import tensorflow as tf\n", "read by both workers in one step"),
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   _FAIL_18["input sharding"].replace("12 to 13 were", "0 to 13 were")))},
+    (_sharding_18(_FAIL_18["input sharding"].replace("12 to 13 were", "0 to 13 were")),
      "import tensorflow as tf\n", "in every epoch 12 or 13 of the 48 examples"),
     # thirteenth review, finding W: dataset.shuffle(4, seed=args.seed + task_id) printed "10 to 13": about a quarter
     # (two random halves of 48 share 12 on average) is 12 or 13 with this TensorFlow's shuffle; one count, 12, passes
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   _FAIL_18["input sharding"].replace("12 to 13 were", "10 to 13 were")))},
+    (_sharding_18(_FAIL_18["input sharding"].replace("12 to 13 were", "10 to 13 were")),
      "import tensorflow as tf\n", "in every epoch 12 or 13 of the 48 examples"),
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   _FAIL_18["input sharding"].replace("12 to 13 were", "12 to 14 were")))},
+    (_sharding_18(_FAIL_18["input sharding"].replace("12 to 13 were", "12 to 14 were")),
      "import tensorflow as tf\n", "in every epoch 12 or 13 of the 48 examples"),
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   _FAIL_18["input sharding"].replace("12 to 13 were", "12 were")))},
+    (_sharding_18(_FAIL_18["input sharding"].replace("12 to 13 were", "12 were")),
      "import tensorflow as tf\n", None),
-    ({"batch fixed": (1, _check_18(*[_PASS_18[n] for n in _PASS_18 if n != "input sharding"],
-                                   _FAIL_18["input sharding"].replace("over 8 steps, 7 of the 48 examples were",
-                                                                      "over 24 steps, 1 of the 48 examples was")))},
+    (_sharding_18(_FAIL_18["input sharding"].replace("over 8 steps, 7 of the 48 examples were",
+                                                     "over 24 steps, 1 of the 48 examples was")),
      "import tensorflow as tf\n", None)],
     ids=["as printed", "shuffle not seen", "compiled, not built", "batch norm fails", "writes not seen",
          "fix not checked", "no 2-worker run", "imports helpers", "only a log shared", "first went on",
