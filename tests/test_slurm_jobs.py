@@ -9,6 +9,7 @@ import pytest
 
 from helpers.errors import CourseError
 from helpers.slurm import nodes
+from helpers.slurm.directives import sbatch_options
 from helpers.slurm.submit import class_layout, explain, gpus_per_task, job_environment, job_options
 
 # what a JupyterHub server started with --gpus-per-task=1 --mem=2G sees (Slurm 22.05)
@@ -112,10 +113,6 @@ def _lesson_job_scripts() -> dict[str, str]:
 LESSON_SCRIPTS = _lesson_job_scripts()
 
 
-def _sbatch_options(text: str) -> list[str]:
-    return [line.split()[1] for line in text.splitlines() if line.startswith("#SBATCH ")]
-
-
 def test_the_lessons_that_submit_jobs_are_all_found():
     assert {key[:2] for key in LESSON_SCRIPTS} >= {"08", "11", "16", "17"}, sorted(LESSON_SCRIPTS)
 
@@ -129,7 +126,7 @@ def test_every_lesson_job_script_keeps_other_users_off_its_nodes(key):
     """Every job a lesson writes carries `#SBATCH --exclusive=user` (the gpu layout's learners undo it on sbatch's
     command line: helpers.slurm.submit.job_options), whether it asks for a GPU or not."""
     text = LESSON_SCRIPTS[key]
-    assert "--exclusive=user" in _sbatch_options(text), f"{key}: no #SBATCH --exclusive=user"
+    assert "--exclusive=user" in sbatch_options(text), f"{key}: no #SBATCH --exclusive=user"
     assert ("##SBATCH --gpus-per-task=1" in text) != (key in ASK_FOR_NO_GPU), f"{key}: commented GPU line"
 
 
@@ -150,7 +147,7 @@ def test_the_course_job_scripts_keep_other_users_off_their_nodes(script):
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "slurm" / script).read_text()
-    assert "--exclusive=user" in _sbatch_options(text)
+    assert "--exclusive=user" in sbatch_options(text)
 
 
 @pytest.mark.parametrize("layout, line", [(None, True), ("node", True), ("gpu", False)])
