@@ -290,6 +290,13 @@ def at_most(plan: GpuPlan, most: int | None) -> GpuPlan:
     return replace(plan, gpus=plan.gpus[:most], note="; ".join(n for n in (plan.note, idle) if n))
 
 
+def plan_for_engine(engines_on_host: int, index: int, most: int | None = None,
+                    environ: dict | None = None) -> GpuPlan:
+    """The share of local engine `index` of `engines_on_host`, capped at `most` GPUs: planned once, here, for
+    the engine that applies it (`on_engine.configure`) and for the kernel's start-up line that announces it."""
+    return at_most(plan_for_local_worker(engines_on_host, index, environ), most)
+
+
 def apply(plan: GpuPlan) -> GpuPlan:
     """Put the plan into this process's environment; it must come before TensorFlow starts."""
     from .host import tensorflow_initialised

@@ -93,19 +93,27 @@ def test_engines_stop_when_a_notebook_cell_fails(tmp_path):
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
 
-@pytest.mark.parametrize("visible, expected", [("0,1", ["0", "1"]), ("0", ["", ""])])
-def test_local_engines_get_a_gpu_each(monkeypatch, capsys, visible, expected):
+NOTES = {"0,1": [], "0": ["note: 2 workers but 1 GPU(s) on this host: the workers run on CPU (two workers "
+                           "on one GPU break NCCL); start one worker per GPU"],
+         "0,1,2,3": ["note: 1 of its 2 GPUs stay idle: one replica per process here"]}
+
+
+@pytest.mark.parametrize("visible, most, expected", [("0,1", None, ["0", "1"]), ("0", None, ["", ""]),
+                                                     ("0,1,2,3", 1, ["0", "2"])])
+def test_local_engines_get_a_gpu_each(monkeypatch, capsys, visible, most, expected):
     """Two local engines on a node whose process sees `visible` GPUs: one GPU each, or (one GPU
     for two engines) CPU for both with a note that reaches the kernel (printed there, once, not
-    left in an engine's apply result), and the start-up line says what each engine will use
-    before setup_multiworker gives it. This TensorFlow is the CPU wheel: the engines get their
+    left in an engine's apply result), or (4 GPUs, capped at one each as lesson 12 asks) the first
+    of each engine's two; and the start-up line says what each engine will use before
+    setup_multiworker gives it (the cap included). This TensorFlow is the CPU wheel: the engines get their
     CUDA_VISIBLE_DEVICES and memory growth, which is what is checked."""
     import socket
 
     from helpers.engines import start_engines
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    engines = start_engines(2, timeout=60, activate=False)
+    monkeypatch.setenv("COURSE_CLASS_LAYOUT", "node")
+    engines = start_engines(2, timeout=60, activate=False, most_gpus=most)
     try:
         host = socket.gethostname()
         uses = [f"({'GPU ' + g if g else 'CPU'})" for g in expected]
@@ -113,9 +121,7 @@ def test_local_engines_get_a_gpu_each(monkeypatch, capsys, visible, expected):
         capsys.readouterr()
         workers = engines.setup_multiworker()
         notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
-        assert notes == ([] if visible == "0,1" else
-                         ["note: 2 workers but 1 GPU(s) on this host: the workers run on CPU (two workers "
-                          "on one GPU break NCCL); start one worker per GPU"]), notes
+        assert notes == NOTES[visible], notes
         assert [w["gpus"] for w in workers] == expected
         engines.view.execute("import os; cvd = os.environ.get('CUDA_VISIBLE_DEVICES'); "
                              "growth = os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH')", block=True)

@@ -99,6 +99,7 @@ class Engines:
     release: object = None  # tells the kernel-death watcher (helpers.kernel_watch) we stopped normally
     phases: dict[str, float] = field(default_factory=dict)  # seconds: controller up, then engines registered (the bench)
     configured: bool = False  # setup_multiworker has given each engine its share of GPUs
+    most_gpus: int | None = None  # each local engine's cap on its share (None: all of it), planned and applied
 
     @property
     def cluster_id(self) -> str:
@@ -136,7 +137,7 @@ class Engines:
         hosts = [found[e]["host"] for e in by_rank]
         uses = {e: (f"GPU {found[e]['gpus']}" if found[e]["gpus"] else "")
                 if self.configured or not self.owned or found[e]["slurm_step"]
-                else _planned_gpus(found[e]["gpus"], hosts.count(hosts[i]), hosts[:i].count(hosts[i]))
+                else _planned_gpus(found[e]["gpus"], hosts.count(hosts[i]), hosts[:i].count(hosts[i]), self.most_gpus)
                 for i, e in enumerate(by_rank)}
         return ", ".join(f"rank {self.ranks.get(e, e)} on {found[e]['host']}"
                          + (f" ({uses[e]})" if uses[e] else "") for e in by_rank)
@@ -165,7 +166,8 @@ class Engines:
         on each engine's host. Must run before the engines create their strategy (TF_CONFIG is read
         then; importing TensorFlow first is fine), and before TensorFlow first touches a GPU there.
         `most_gpus` caps each engine's share of GPUs (`gpus.at_most`; TF_CONFIG engines only: under the
-        Slurm resolver Slurm binds them): lesson 12's parameter-server workers take one each.
+        Slurm resolver Slurm binds them): lesson 12's parameter-server workers take one each. None: the
+        cap `start_engines` was given, so the start-up line announced the share the engines get.
         """
         from ..resolver import make_tf_config
 
@@ -176,6 +178,7 @@ class Engines:
         if slurm and not in_step:
             raise CourseError("the Slurm resolver was asked for, but the engines do not run "
                               "inside a Slurm step: start them with slurm=True or use TF_CONFIG")
+        most_gpus = self.most_gpus if most_gpus is None else most_gpus
         if slurm and most_gpus is not None:
             raise CourseError("most_gpus caps the GPUs of TF_CONFIG engines; under the Slurm resolver Slurm binds "
                               "them: call setup_multiworker(use_slurm_resolver=False, most_gpus=...)")
@@ -190,7 +193,7 @@ class Engines:
             # under Slurm the resolver binds GPUs (helpers.gpus.plan_for_task); here: a share each
             share = None if slurm else (hosts.count(ids[eid]["host"]), hosts[:rank].count(ids[eid]["host"]))
             done[eid] = self.client[eid].apply_sync(on_engine.configure, rank, config, share, most_gpus)
-        self.configured = True
+        self.configured, self.most_gpus = True, most_gpus
         for note in dict.fromkeys(d["note"] for d in done.values() if d["note"]):  # each note once, here in the kernel
             print(f"note: {note}")
         return [{"rank": self.ranks[e], "engine": e, "host": ids[e]["host"],
@@ -217,14 +220,14 @@ class Engines:
         return f"engines and controller stopped in {seconds:.2f} s"
 
 
-def _planned_gpus(seen: str, engines_on_host: int, index: int) -> str:
+def _planned_gpus(seen: str, engines_on_host: int, index: int, most: int | None) -> str:
     """What a local engine that sees GPUs `seen` will use once `setup_multiworker` gives it its share
-    ("GPU 1", "CPU"; "" when it sees none), planned here as `on_engine.configure` plans it there."""
+    ("GPU 1", "CPU"; "" when it sees none), by the plan `on_engine.configure` applies there."""
     from .. import gpus
 
     if not seen:
         return ""
-    plan = gpus.plan_for_local_worker(engines_on_host, index, {**os.environ, gpus.VISIBLE_ENV: seen})
+    plan = gpus.plan_for_engine(engines_on_host, index, most, {**os.environ, gpus.VISIBLE_ENV: seen})
     return f"GPU {','.join(plan.gpus)}" if plan.gpus else "CPU"
 
 
@@ -260,7 +263,7 @@ def _distinct_ports(client, by_rank: list[int], ids: dict) -> list[str]:
 
 # ------------------------------ 1. start a new cluster (connect and _activate serve every way in)
 def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | None = None,
-                  keep: bool = False, activate: bool = True, request=None) -> Engines:
+                  keep: bool = False, activate: bool = True, request=None, most_gpus: int | None = None) -> Engines:
     """Start a controller and `n` engines and wait for them (with a deadline).
 
     Local engines (the default) run on this machine, the controller on loopback. Through
@@ -270,7 +273,8 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
     then listens on this host's address on the cluster network. Engines are stopped when this
     Python process exits, unless `keep=True` (the CLI, whose engines outlive it). In IPython,
     `%%px` targets them. With `COURSE_CLUSTER` set, the lesson attaches to that running cluster
-    instead (`helpers.engines.ipcluster_profile`).
+    instead (`helpers.engines.ipcluster_profile`). `most_gpus` caps each local engine's share of GPUs
+    (see `setup_multiworker`), known here so the start-up line says the share the engines will get.
     """
     if n < 1:
         raise CourseError(f"cannot start {n} engines: ask for at least 1")
@@ -318,7 +322,7 @@ def start_engines(n: int = 2, *, slurm: bool | None = None, timeout: float | Non
         raise CourseError(f"`{exc.cmd[0]}` refused the engines' job (exit status {exc.returncode}; its "
                           "message is printed above): check COURSE_SLURM_PARTITION, _ACCOUNT, _TIME "
                           "and what the partition allows (`sinfo`)") from None
-    engines = Engines(cluster, client, started_s=time.perf_counter() - started, phases=phases)
+    engines = Engines(cluster, client, started_s=time.perf_counter() - started, phases=phases, most_gpus=most_gpus)
     engines.assign_ranks()
     phases["ranks assigned"] = time.perf_counter() - started - engines.started_s  # asks each engine where it runs
     _running[engines.cluster_id] = engines

@@ -56,7 +56,7 @@ def configure(rank: int, tf_config: dict | None, gpu_share: tuple[int, int] | No
 
     note = ""
     if gpu_share is not None:
-        note = gpus.apply(gpus.at_most(gpus.plan_for_local_worker(*gpu_share), most_gpus)).note
+        note = gpus.apply(gpus.plan_for_engine(*gpu_share, most_gpus)).note
     remove_proxies()
     import_tensorflow()  # quietly: no C++ start-up lines in %%px cells (creates no TF context)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # no INFO lines in %%px cells
