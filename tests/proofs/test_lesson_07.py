@@ -363,3 +363,39 @@ def test_lesson_07_gpu_cell_checks_each_run_had_its_xla_switch_on_one_replica(ra
                                              config=SimpleNamespace(list_physical_devices=lambda kind: ["GPU:0"])),
           "print": lambda *a, **k: None}
     holds_unless(match, exec, cell_defining("07_scaling_performance.ipynb", "switches = {"), ns)
+
+
+@pytest.mark.parametrize("device", ["CPU", "GPU", "logical GPU"])
+def test_lesson_07_checks_the_input_bound_on_cpus_only(device):
+    """Seventh review, finding 1: the proof's prose says the input bound is checked on CPUs only (an eager `next()`
+    that fit does not pay, which on a GPU's short step could fail with input fast enough), yet the proof asserted it
+    on every device. The kernel's points planted on `device`, the 2-replica one's input alone 0.8 of a median step:
+    on a CPU the proof must fail; on a GPU or a logical GPU it must pass and the gathering print NOT checked."""
+    on = lambda p: {**p, "device": device, "planned": device}
+    slow = {**on(_timed("MirroredStrategy", 2)), "input_s": 0.8 * 0.18}
+    printed = []
+    raw = {"points": [on(_timed("MirroredStrategy", 1)), slow, _timed("MultiWorkerMirroredStrategy", 2)],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2], "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
+    holds_unless("reading the input alone" if device == "CPU" else None, gather_and_prove, "07_scaling_performance.ipynb", raw)
+    said = [line for line in printed if line.startswith("input alone")]
+    assert said and ("NOT checked on GPU: {'MirroredStrategy x1': 0.006, 'MirroredStrategy x2': 0.8}" in said[0]) == (
+        device != "CPU"), said
+
+
+@pytest.mark.parametrize("ran,match", [({}, None), ({"replicas": 1}, "1 replicas of 2"),
+                                       ({"jit_compile": True}, "jit_compile True"), ({"policy": "float32"}, "policy float32")])
+def test_lesson_07_gpu_cell_checks_its_mirrored_run(ran, match):
+    """Seventh review, finding 6: the GPU cell's last run, mixed precision under MirroredStrategy over all the GPUs
+    without XLA, printed images/s whatever it ran with. On planted measurements of a node of 2 GPUs (the cell has never
+    run on a GPU), a run on fewer replicas than GPUs, with XLA, or in float32 must fail the cell."""
+    def measure(strategy, examples, model, per_replica, steps, precision="float32", jit=False):
+        done = {"images_per_s": 100.0, "device": "GPU", "policy": precision, "jit_compile": jit,
+                "replicas": 1 if strategy is None else strategy.n}
+        return done if strategy is None else {**done, **ran}
+
+    two = ["/device:GPU:0", "/device:GPU:1"]
+    ns = {"gpus": two, "measure": measure, "mirrored": lambda n: SimpleNamespace(n=n), "train_examples": None,
+          "MODEL": "cnn", "per_replica": 32, "STEPS": 10, "print": lambda *a, **k: None,
+          "tf": SimpleNamespace(distribute=SimpleNamespace(get_strategy=lambda: None),
+                                config=SimpleNamespace(list_physical_devices=lambda kind: two))}
+    holds_unless(match, exec, cell_defining("07_scaling_performance.ipynb", "switches = {"), ns)
