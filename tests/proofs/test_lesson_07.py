@@ -262,6 +262,8 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
     assert done.returncode == 0, done.stderr[-3000:]
     measured = [json.loads(l[6:]) for l in done.stdout.splitlines() if l.startswith("POINT ")]
     assert len(measured) == 3, done.stdout[-3000:]
+    # the CPU seconds a second of the timed span (the table's CPU s/s): one process, at most every core busy
+    assert all(0 < point["cpu_per_s"] <= 1.05 * __import__("os").cpu_count() for point in measured), measured
     for point, match in zip(measured, (None, "inside timed steps", "reading the input alone")):
         points = [{**point, "label": "MirroredStrategy", "asked": 1, "planned": point["device"]},  # the device: not this test's claim
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
