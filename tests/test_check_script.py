@@ -1263,6 +1263,57 @@ def test_a_collective_that_never_completes_ends_at_the_deadline(tmp_path, mnist)
     assert time.monotonic() - began < 200
 
 
+def _hung_run(last_step_age: float, endless: bool) -> cl.Run:
+    """Two workers ended by the deadline at t=100, each with 20 steps 0.1 s apart ending `last_step_age` s
+    before it (0.1: still stepping; 30: waiting since in a collective), their data set endless or not."""
+    run = cl.Run(workers=2, ended_at=100.0, killed={0: "deadline", 1: "deadline"})
+    first = ["script starting", "MultiWorkerMirroredStrategy() returned: 2 replicas",
+             "experimental_distribute_dataset at train.py:9" + (" (an endless data set)" if endless else "")]
+    for rank in (0, 1):
+        steps = [f"step {i} of strategy.run(train_step) in fit: 6 examples" for i in range(1, 21)]
+        run.marks[rank] = first + steps
+        end = 100.0 - last_step_age
+        run.mark_times[rank] = [50.0, 51.0, 52.0] + [end - 0.1 * (20 - i) for i in range(1, 21)]
+        run.last_marks[rank] = steps[-1]
+    return run
+
+
+@pytest.mark.parametrize("age,endless,expected", [
+    (0.1, True, "FAIL an epoch that never ends"), (0.1, False, "FAIL still training at the deadline"),
+    (30.0, True, "FAIL hang"), (30.0, False, "FAIL hang")])
+def test_workers_still_stepping_at_the_deadline_are_told_from_a_collective_hang(age, endless, expected):
+    """Every worker still taking steps at the deadline is an epoch that never ends (an endless data set) or a run
+    longer than the deadline, not a collective only some enter; steps that stopped 30 s before it are a hang."""
+    finding = ca.crash_findings(_hung_run(age, endless), "2 workers")[0]
+    assert f"{finding.status} {finding.what}" == expected, finding
+
+
+# two mistakes whose hang had the wrong cause before: the reference run (one worker) waits until the deadline
+# and was said to be 'a collective that only some workers enter'; the reference alone runs (about 30 s each)
+WRONG_CAUSE = {
+    "endless epoch": ("tutorial", [("steps_per_epoch=args.steps_per_epoch,", "")],
+                      ["FAIL     an epoch that never ends: every worker was still taking steps",
+                       "its data set is endless (.repeat() with no count)", "fix: give model.fit steps_per_epoch"]),
+    "TF_CONFIG written by the script": (
+        "tutorial", [("tf_config = json.loads(", "os.environ['TF_CONFIG'] = json.dumps({'cluster': {'worker': "
+                      "['localhost:12345', 'localhost:23456']}, 'task': {'type': 'worker', 'index': 0}})\n"
+                      "tf_config = json.loads(")],
+        ["FAIL     TF_CONFIG: worker(s) 0 made the strategy from a TF_CONFIG the script wrote itself",
+         "workers ['localhost:12345', 'localhost:23456'], index 0 (check-script gave workers ['localhost:",
+         "fix: read the cluster from the environment the launcher sets"]),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", list(WRONG_CAUSE))
+def test_a_hang_names_its_cause(tmp_path, mnist, name):
+    base, edits, expected = WRONG_CAUSE[name]
+    ours, theirs = options(base, tmp_path, mnist)
+    code, out = check(tmp_path, plant_edits(SOURCES[base], edits), *ours, "--deadline", "20", "--", *theirs)
+    assert code == 1 and all(line in out for line in expected), out
+    assert "a collective (a training or evaluation step" not in out, out
+
+
 @pytest.mark.slurm
 @pytest.mark.multiprocess
 def test_a_hang_on_the_local_slurm_ends_at_the_deadline_with_the_worker_named(slurm, tmp_path, mnist):

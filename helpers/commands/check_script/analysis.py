@@ -14,8 +14,10 @@ from .findings import Finding
 from .inputs import input_findings, training_key
 from .launch import Run
 from .options import Options
+from .watch import ENDLESS, TF_CONFIG_REPLACED
 
 EPS32 = 2.0 ** -24  # float32 unit roundoff
+STILL_STEPPING_S = 5.0  # a last step this recent at the deadline: the worker was still training
 PEER_GONE = ("UnavailableError", "CancelledError", "AbortedError", "DeadlineExceededError")  # a peer left
 KERAS_FIT_SIGNS = ("Attempt to convert a value (PerReplica", "Invalid reduction dimension")
 
@@ -25,7 +27,10 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
     """A worker that raised, exited with an error, or was killed at the deadline."""
     findings = []
     hung = [r for r, why in run.killed.items() if why == "deadline"]
-    if hung:
+    replaced = tf_config_finding(run) if hung or any(r.get("exception") for r in run.reports.values()) else None
+    if replaced:
+        findings.append(replaced)  # the cause of the hang or error that follows
+    elif hung:
         findings.append(hang_finding(run, hung))
     told = set()
     for rank, report in sorted(run.reports.items()):
@@ -67,6 +72,22 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
     return findings
 
 
+def tf_config_finding(run: Run) -> Finding | None:
+    """A script that wrote its own TF_CONFIG (its hosts and ports, or a fixed rank) before making the
+    strategy: what its workers then hang or fail on is this, not the collective they wait in."""
+    changed = {r: next(m for m in run.marks.get(r, []) if m.startswith(TF_CONFIG_REPLACED))
+               for r in range(run.workers) if any(m.startswith(TF_CONFIG_REPLACED) for m in run.marks.get(r, []))}
+    if not changed:
+        return None
+    first = min(changed)
+    return Finding("FAIL", "TF_CONFIG", f"worker(s) {', '.join(map(str, changed))} made the strategy from a TF_CONFIG "
+                   f"the script wrote itself, not the one it was given: worker {first}'s "
+                   f"{changed[first][len(TF_CONFIG_REPLACED):].strip()}; the workers wait for peers that are not "
+                   "where it says (or two claim one rank)",
+                   "read the cluster from the environment the launcher sets (TF_CONFIG as given, or "
+                   "tf.distribute.cluster_resolver.SlurmClusterResolver under Slurm): never write TF_CONFIG in the script")
+
+
 def hang_finding(run: Run, hung: list[int]) -> Finding:
     waiting = [r for r in hung if "waiting for every worker" in run.last_marks[r]]
     absent = [r for r in range(run.workers) if r not in waiting
@@ -74,6 +95,16 @@ def hang_finding(run: Run, hung: list[int]) -> Finding:
     states = "; ".join(f"worker {r}: " + (f"still running at {run.where[r]}" if r in hung and run.where.get(r)
                                           else "still running" if r in hung else "ended")
                        + f", its last step '{run.last_marks[r]}'" for r in range(run.workers))
+    if sorted(hung) == list(range(run.workers)) and all(_stepping_at_the_end(run, r) for r in hung):
+        endless = any(ENDLESS in _all_marks_text(run, r) for r in hung)
+        return Finding(
+            "FAIL", "an epoch that never ends" if endless else "still training at the deadline",
+            f"every worker was still taking steps when the deadline ended the run ({states})"
+            + (": its data set is endless (.repeat() with no count) and an epoch over it never ends" if endless
+               else ": the run needs longer than the deadline, or its loop never ends"),
+            "give model.fit steps_per_epoch (and validation_steps) when the data set repeats, or repeat it a number "
+            "of times; in a custom loop, end the epoch after its steps" if endless else
+            "give check-script a longer --deadline, or the script fewer steps (its options after --)")
     if waiting and absent:
         names = ", ".join(map(str, absent))
         return Finding("FAIL", "hang", f"worker(s) {names} never joined: MultiWorkerMirroredStrategy() waited for "
@@ -90,6 +121,19 @@ def hang_finding(run: Run, hung: list[int]) -> Finding:
 
 def _all_marks_text(run: Run, rank: int) -> str:
     return "\n".join(run.marks.get(rank, []))
+
+
+def _stepping_at_the_end(run: Run, rank: int) -> bool:
+    """The worker's last progress line is a training step written just before the deadline (within 5 s, or 3
+    of its recent steps' intervals): it was still stepping, not waiting in a collective (whose last step is as
+    old as the wait)."""
+    marks, times = run.marks.get(rank, []), run.mark_times.get(rank, [])
+    steps = [t for m, t in zip(marks, times) if m.startswith("step ") and "of strategy.run" in m][-11:]
+    if not marks or len(times) != len(marks) or not marks[-1].startswith("step ") or not run.ended_at:
+        return False
+    gaps = sorted(b - a for a, b in zip(steps, steps[1:]))
+    recent = max(STILL_STEPPING_S, 3 * gaps[len(gaps) // 2]) if gaps else STILL_STEPPING_S
+    return run.ended_at - times[-1] <= recent
 
 
 

@@ -38,6 +38,8 @@ class Run:
     weights: dict = field(default_factory=dict)  # rank -> {name: array}
     last_marks: dict = field(default_factory=dict)  # rank -> last progress line
     marks: dict = field(default_factory=dict)  # rank -> every progress line
+    mark_times: dict = field(default_factory=dict)  # rank -> when each progress line was written (time.time())
+    ended_at: float = 0.0  # time.time() when the deadline ended the run (0: it did not)
     where: dict = field(default_factory=dict)  # rank -> the script line it was last seen on
     killed: dict = field(default_factory=dict)  # rank -> why (deadline, rank N failed)
     outputs: dict = field(default_factory=dict)  # rank -> last lines the worker printed
@@ -109,7 +111,8 @@ def run_local(script: Path, args: list[str], n: int, out: Path, deadline_s: floa
         config = json.dumps(make_tf_config(workers, rank))
         pids.append(_fork(lambda config=config, rank=rank: _worker(out, script, args, rank, config, env)))
     killed = _wait(pids, deadline_s)
-    run = Run(workers=n, seconds=time.monotonic() - began, cwd=os.getcwd())
+    run = Run(workers=n, seconds=time.monotonic() - began, cwd=os.getcwd(),
+              ended_at=time.time() if "deadline" in killed.values() else 0.0)
     for rank, why in killed.items():
         run.killed[rank] = why
     for rank in range(n):
@@ -261,7 +264,7 @@ def run_slurm(script: Path, args: list[str], n: int, out: Path, deadline_s: floa
         # the workers without a report now hung; srun passes the interrupt on to them, and one in
         # Python code (a worker waiting in time.sleep for a peer) then reports KeyboardInterrupt
         # and writes more marks: what they showed at the deadline is kept
-        at_deadline = read_run(Run(workers=n), out)
+        at_deadline = read_run(Run(workers=n, ended_at=time.time()), out)
         for _ in range(2):  # two interrupts within a second: srun terminates the step (srun(1))
             proc.send_signal(signal.SIGINT)
             time.sleep(0.3)
@@ -278,6 +281,7 @@ def run_slurm(script: Path, args: list[str], n: int, out: Path, deadline_s: floa
         run.weights.pop(rank, None)
         run.killed[rank] = "deadline"
         run.marks[rank], run.last_marks[rank] = at_deadline.marks[rank], at_deadline.last_marks[rank]
+        run.mark_times[rank], run.ended_at = at_deadline.mark_times[rank], at_deadline.ended_at
         if rank in at_deadline.where:
             run.where[rank] = at_deadline.where[rank]
     return run
@@ -302,6 +306,7 @@ def read_run(run: Run, out: Path) -> Run:
         if where.exists():
             run.where[rank] = where.read_text().strip()
         run.marks[rank] = [line.split(" ", 1)[1] for line in lines]
+        run.mark_times[rank] = [float(line.split(" ", 1)[0]) for line in lines]
         run.last_marks[rank] = run.marks[rank][-1] if lines else "never started the script"
         run.created[rank] = created_files(out / f"cwd-{rank}")
     return run

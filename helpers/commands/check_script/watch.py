@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 from typing import Callable
 
-from .record import STATE, SEED, called_by_script, mark, note_not_seen, phase, record_made_dir, record_write, \
+from .record import STATE, SEED, WHERE, called_by_script, mark, note_not_seen, phase, record_made_dir, record_write, \
     script_line
 
 MODELS: list = []
@@ -84,17 +85,53 @@ def _strategies(tf, keras) -> None:
         keras.utils.set_random_seed(SEED)
         mark(f"MultiWorkerMirroredStrategy() returned: {self.num_replicas_in_sync} replicas")
 
-    _wrap(tf.distribute.MultiWorkerMirroredStrategy, "__init__",
-          before=lambda *a, **k: mark("MultiWorkerMirroredStrategy() entered: waiting for every worker"), after=made)
+    def entered(self, cluster_resolver=None, *args, **kwargs):
+        replaced = None if cluster_resolver is not None else _replaced_tf_config()
+        if replaced:
+            mark(f"{TF_CONFIG_REPLACED} {replaced}")
+        mark("MultiWorkerMirroredStrategy() entered: waiting for every worker")
+
+    _wrap(tf.distribute.MultiWorkerMirroredStrategy, "__init__", before=entered, after=made)
 
     def distributed(kind):
-        def after(result, self, *args, **kwargs):
+        def after(result, self, data=None, *args, **kwargs):
             STATE["inputs"].append({"kind": kind, "where": script_line(), "phase": phase()})
-            mark(f"{kind} at {STATE['inputs'][-1]['where']}")
+            endless = isinstance(data, tf.data.Dataset) and _endless(tf, data)
+            mark(f"{kind} at {STATE['inputs'][-1]['where']}" + (f" {ENDLESS}" if endless else ""))
         return after
 
     for kind in ("experimental_distribute_dataset", "distribute_datasets_from_function"):
         _wrap(tf.distribute.Strategy, kind, after=distributed(kind))
+
+
+TF_CONFIG_REPLACED = "TF_CONFIG replaced by the script:"  # a progress line's start (read by the analysis)
+ENDLESS = "(an endless data set)"  # said of an input whose cardinality is infinite (read by the analysis)
+
+
+def _replaced_tf_config() -> str:
+    """How the TF_CONFIG the strategy reads differs from the one check-script gave this worker ("" when it does
+    not): a script that writes its own (hosts, ports or a fixed rank) waits for peers that never come."""
+    given, now = WHERE.get("given_tf_config", ""), os.environ.get("TF_CONFIG", "")
+
+    def described(text: str) -> str:
+        try:
+            config = json.loads(text)
+            return f"workers {config['cluster']['worker']}, index {config['task']['index']}"
+        except (ValueError, KeyError, TypeError):
+            return repr(text[:120]) if text else "none"
+
+    try:
+        same = json.loads(given) == json.loads(now)
+    except ValueError:
+        same = given == now
+    return "" if same or not given else f"{described(now)} (check-script gave {described(given)})"
+
+
+def _endless(tf, data) -> bool:
+    try:
+        return int(data.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+    except Exception:  # noqa: BLE001 - a data set TensorFlow cannot size: not known to be endless
+        return False
 
 
 def hide_gpus() -> None:

@@ -280,6 +280,7 @@ def run(out: str, script: str, argv: list[str], real_cwd: str = "") -> int:
 
     rank = rank_from_environment()
     start(out, rank, script, real_cwd)
+    WHERE["given_tf_config"] = os.environ.get("TF_CONFIG", "")  # what the strategy should read (the script may not)
     STATE.update(script=script, rank=rank, argv=argv,
                  host=os.environ.get("SLURMD_NODENAME") or socket.gethostname())
     tempfile.tempdir = None  # TMPDIR (the worker's own, inside OUT) is read again
