@@ -49,7 +49,8 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
             "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1, "planned_all_reduce": "NCCL"}
                       for r, h in enumerate(hosts)],
             "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
-            "result": {"workers": 2, "replicas": 2, "loss": [2.3, 1.6], "steps_per_epoch": 32}, "markers": markers,
+            "result": {"workers": 2, "replicas": 2, "global_batch": 64, "loss": [2.3, 1.6], "steps_per_epoch": 32},
+            "markers": markers, "first_batches": {r: (32, [f"{r}-{i}" for i in range(32)]) for r in (0, 1)},
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID=0", f"SLURM_PROCID={procid_1}", "PATH"},
             "env_ranks": [0, 1], "procids": {0: "0", 1: procid_1}, "accuracy": 0.2, "batch_accuracy": 0.95}
 
@@ -191,3 +192,65 @@ def test_lesson_08_solution_1_checks_the_answer_written_in_it(tmp_path, answer, 
         code = code.replace(line, f"answer = {answer}")
     namespace = {"os": os, "subprocess": subprocess, "sys": sys, "json": json, "script": script, "print": lambda *a: None}
     holds_unless(None if holds else "is not the answer", exec, compile(code, "08 solution 1", "exec"), namespace)
+
+
+def _first_batches_of(tmp_path, old: str, new: str) -> dict:
+    """The notebook's reading of a real 2-worker run of the written script (`old` replaced by `new`; tiny sizes):
+    its gathering cell's variables (first_batches, result, ...) from the job's log and results file."""
+    from helpers.data import ensure_data
+    from helpers.local_workers import run_local_workers
+
+    text = written_program("08_batch_job.ipynb", "{script}")
+    assert text.count(old) == 1, old
+    tmp_path.mkdir()
+    (tmp_path / "train_mwms.py").write_text(text.replace(old, new))
+    copy_beside(tmp_path)
+    run_dir = tmp_path / "run"
+    outcomes = run_local_workers([str(tmp_path / "train_mwms.py"), "--data-dir", str(ensure_data(True).data_dir),
+                                  "--out", str(run_dir), "--epochs", "1", "--max-steps", "2", "--train-examples", "256",
+                                  "--test-examples", "128"], n=2, deadline_s=600)
+    log = "".join(o.output for o in outcomes)
+    assert [o.returncode for o in outcomes] == [0, 0], log[-3000:]
+    gathered = {"log": log, "run_dir": run_dir, "job_ok": True, "print": lambda *a, **k: None}
+    exec(compile(cell_defining("08_batch_job.ipynb", "reports = sorted("), "08 reading the job", "exec"), gathered)
+    return gathered
+
+
+@pytest.mark.parametrize("old,new,match", [
+    ("ds = examples.shard(context.num_input_pipelines, context.input_pipeline_id)", "ds = examples", "shard of its own"),
+    ("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch", "per-replica batch of 32"),
+    ("", "", None)], ids=["no shard", "batched by the global batch", "as written"])
+def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, old, new,
+                                                                                         match):
+    """Fifth review, finding A: a copy of the job without `.shard`, and one batching by the global batch, passed the
+    proof. Each worker now prints its pipeline's first batch (size, a digest per example); real runs of the written
+    script, so broken, are read by the notebook's own cell and fail the proof (the rest of the job planted as correct:
+    2 nodes under Slurm). Without shard both workers' first batches are the same 32 examples (one seed, one split)."""
+    from helpers import host
+
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: False)
+    gathered = _first_batches_of(tmp_path / "job", old or "def pipeline(", new or "def pipeline(")
+    # first_batches from the run (the old notebook read none: its planted one, never checked, stood in)
+    real = {k: gathered[k] for k in ("first_batches", "result") if k in gathered}
+    holds_unless(match, gather_and_prove, "08_batch_job.ipynb", {**_job_08(tmp_path), **real})
+
+
+def test_lesson_08_a_failed_job_shows_the_end_of_its_log(tmp_path, monkeypatch):
+    """Fifth review, finding C: a job that failed (here rank 1 exits 1 with a traceback, as the local launcher returns
+    it) left cell 46 to fail on the missing result.json, its error unseen. The cells that run the job and read it
+    back, as written, now print the log's last 30 lines and raise before reading anything it did not write."""
+    from helpers import local_workers
+
+    output = "".join(f"line {i}\n" for i in range(40)) + "Traceback (most recent call last):\nValueError: planted\n"
+    failed = [SimpleNamespace(rank=0, returncode=None, output=""), SimpleNamespace(rank=1, returncode=1, output=output)]
+    monkeypatch.setattr(local_workers, "run_local_workers", lambda *a, **k: failed)
+    printed = []
+    namespace = {"use_slurm": False, "time": __import__("time"), "script": tmp_path / "train_mwms.py", "NODES": 2,
+                 "dataset": SimpleNamespace(data_dir=tmp_path), "run_dir": tmp_path / "run", "options": [],
+                 "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
+    exec(compile(cell_defining("08_batch_job.ipynb", "run_local_workers(["), "08 local run", "exec"), namespace)
+    with pytest.raises(RuntimeError, match="the job failed"):
+        exec(compile(cell_defining("08_batch_job.ipynb", "reports = sorted("), "08 reading the job", "exec"), namespace)
+    shown = "\n".join(printed)
+    assert "ValueError: planted" in shown and "line 12" in shown and "line 11\n" not in shown, shown

@@ -181,7 +181,8 @@ OK["08_batch_job.ipynb"] = {
     "ran_on": {0: (1, "NCCL"), 1: (1, "NCCL")}, "planned_on": {0: (1, "NCCL"), 1: (1, "NCCL")},  # (GPUs, all-reduce)
     "gpus_unusable": False,  # a TensorFlow that can use GPUs
     "env_ranks": [0, 1], "task_env": {"SLURM_PROCID=0", "SLURM_PROCID=1", "SLURM_JOB_ID"}, "procids": {0: "0", 1: "1"},
-    "exclusive_expected": True, "accuracy": 0.2, "batch_accuracy": 0.95}
+    "exclusive_expected": True, "accuracy": 0.2, "batch_accuracy": 0.95,
+    "per_replica": 32, "batch_sizes": {0: 32, 1: 32}, "in_common": 0}  # each worker's first batch: size, shared examples
 
 
 OK["09_monitoring.ipynb"] = {
@@ -1001,6 +1002,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"saved_by": [0]}, "every worker should save"),
     # 64 steps and a loss that fell, but the saved weights score a uniform guess even with each batch's statistics
     ("08_batch_job.ipynb", {"batch_accuracy": 0.1}, "saved weights learnt nothing"),
+    # fifth review, finding A: a pipeline batching by the global batch, a worker that printed no batch, no shard
+    ("08_batch_job.ipynb", {"batch_sizes": {0: 64, 1: 64}}, "per-replica batch of 32"),
+    ("08_batch_job.ipynb", {"batch_sizes": {0: 32}}, "per-replica batch of 32"),
+    ("08_batch_job.ipynb", {"in_common": 32}, "shard of its own"),
     ("08_batch_job.ipynb", {"job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(0, "node2")]}, "node2"),  # two rank 0s
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [float("nan")]}, "steps_run": 32}, "not a number"),
