@@ -301,10 +301,10 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
     the files r, r + W, ... (FILE sharding of `files` files), their examples (i in file i % files) in
     steps as MultiWorkerMirroredStrategy gives them (a global batch of 2 x W of its own examples, W pieces
-    of it one a step, the last split evenly; a worker that ran out steps on with empty batches), the order
-    of its files on two passes, the files its pipeline opened in its node-local copy (path, device and
-    inode, SHA-256). front_cut: the last, partial global batch cut into pieces of 2 from the front (a
-    pipeline that ends in .batch(G): 2, 2, 0), not split evenly."""
+    of it one a step, each cut as TensorFlow's legacy rebatch cuts it; a worker that ran out steps on with
+    empty batches), the order of its files on two passes, the files its pipeline opened in its node-local
+    copy (path, device and inode, SHA-256). front_cut: the last, partial global batch cut into pieces of 2 from the front (a
+    pipeline that ends in .batch(G): 2, 2, 0), not as TensorFlow's legacy rebatch cuts it."""
     import hashlib
 
     names = sorted(p.name for p in (tmp_path / "shared").glob("*.tfrecord"))
@@ -359,7 +359,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # before experimental_distribute_dataset). 12 files: workers 1 and 2 of 3 hold 21 examples, a last global batch
     # of 3 cut 2, 1, 0 from the front where TensorFlow's legacy rebatch gives 1, 1, 1 (eighth review: at 8 files the
     # last 4 is 2, 2, 0 either way)
-    ({"front_cut": True, "files": 12}, "split evenly"),
+    ({"front_cut": True, "files": 12}, "as TensorFlow cuts them"),
     # fifth review, finding 1: 12 files on 3 workers, 22, 21 and 21 examples, 4 global batches of 6 each: nobody
     # runs out, and a last batch not empty is correct (the old proof failed it: fewer examples, not empty)
     ({"files": 12}, None),
@@ -383,6 +383,17 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
     workers_3 = changes.pop("workers_3", 3)
     files = changes.get("files", 8)
     copied, altered = changes.pop("copied", files), changes.pop("altered", False)
+    staged_reads = changes.pop("staged_reads", [(128, 0), (0, 64), (0, 64), (0, 64)])
+    cache_given = changes.pop("cache_given", (64, 64, 64))  # the cache's later epochs: its file's batches
+    staged = _shared_and_staged_16(tmp_path, files, copied, altered)
+    reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
+    holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb",
+                 _gathering_16(tmp_path, reports, files, staged, staged_reads, cache_given))
+
+
+def _shared_and_staged_16(tmp_path: Path, files: int, copied: int, altered: bool) -> Path:
+    """`files` small shared files and this kernel's staged copy of the first `copied` (file 3 a byte short if
+    `altered`); the staged directory."""
     staged = tmp_path / "node-local" / "staged"
     staged.mkdir(parents=True)
     for k in range(files):
@@ -390,9 +401,13 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
         (tmp_path / "shared" / name).write_bytes(bytes([k]) * 100)
         if k < copied:
             (staged / name).write_bytes(bytes([k]) * (99 if altered and k == 3 else 100))
-    staged_reads = changes.pop("staged_reads", [(128, 0), (0, 64), (0, 64), (0, 64)])
-    cache_given = changes.pop("cache_given", (64, 64, 64))  # the cache's later epochs: its file's batches
-    reports = {2: _reports_16(tmp_path, 2, 64, **changes), 3: _reports_16(tmp_path, 3, 64, **changes)[:workers_3]}
+    return staged
+
+
+def _gathering_16(tmp_path: Path, reports: dict, files: int, staged: Path, staged_reads: list, cache_given: tuple,
+                  **more) -> dict:
+    """What lesson 16's gathering cell reads: the workers' raw reports, the simulated reads' counts per pass
+    (read_from computed by the lesson's own cell), the rest as a correct run has it; `more` on top."""
     ok = OK["16_input_at_scale.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("took", "expected", "counts", "covered", "staged_everywhere",
                                                         "reshuffled", "read_from", "copy_complete", "staged_files",
@@ -403,10 +418,32 @@ def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_rep
            "reads": {name: [{"shared": shared, "node-local": local, "given": given} for shared, local, given in passes]
                      for name, passes in {"shared every epoch": [(64, 0, 64)] * 3,
                                           "cache(filename=...)": list(zip((64, 0, 0), (0, 0, 0), cache_given)),
-                                          "staged": [(*r, sum(r)) for r in staged_reads]}.items()}}
+                                          "staged": [(*r, sum(r)) for r in staged_reads]}.items()}, **more}
     # fs.timed_pass's counts, pass by pass: batches read by where, and the batches each pass gave
     exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
-    holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
+    return raw
+
+
+def test_lesson_16_at_one_worker_the_split_check_says_not_shown(tmp_path, capsys):
+    """Eighth review, finding 4: at NODES = 1 the run of one worker cuts nothing (each global batch goes whole to its
+    one replica), and in quick mode the run of 2 has no last, partial global batch (1,024 examples each, 8 of 128):
+    the split check passed on nothing there, and the gathering printed [True] for the run of 1. The lesson's
+    gathering cell and proof on the workers' reports of runs of 1 and 2 (64 examples in 8 files, 32 each, whole
+    global batches of 4): the proof passes, says NOT SHOWN at one worker and NOT SHOWN (no partial global batch),
+    and the gathering prints NOT SHOWN for the run of 1; a run of 2 and 3 (quick mode's NODES = 2) says neither."""
+    (tmp_path / "shared").mkdir()
+    staged = _shared_and_staged_16(tmp_path, 8, 8, False)
+    reads = [(128, 0), (0, 64), (0, 64), (0, 64)]
+    one = {1: _reports_16(tmp_path, 1, 64), 2: _reports_16(tmp_path, 2, 64)}
+    gather_and_prove("16_input_at_scale.ipynb", _gathering_16(tmp_path, one, 8, staged, reads, (64, 64, 64), NODES=1,
+                                                              hidden_first={1: True, 2: True}, print=print))
+    out = capsys.readouterr().out
+    assert "NOT SHOWN at one worker: the run of 1 worker cut nothing" in out, out
+    assert "cut over W steps as TensorFlow cuts it: {1: 'NOT SHOWN at one worker', 2: [True, True]}" in out, out
+    assert "NOT SHOWN (no partial global batch): examples per worker {1: [64], 2: [32, 32]}" in out, out
+    run_proof("16_input_at_scale.ipynb", {**OK["16_input_at_scale.ipynb"], "print": print})
+    out = capsys.readouterr().out
+    assert "NOT SHOWN" not in out and "FILE sharding gave each of 2 and 3 workers" in out, out
 
 
 @pytest.mark.parametrize("shards", [8, 4, 16])
@@ -457,6 +494,7 @@ def _one_node_16() -> dict:
     return {**OK["16_input_at_scale.ipynb"], "NODES": 1, "reports": {1: [{}], 2: [{}, {}]}, "expected": files,
             "hidden_first": {1: True, 2: True}, "orders_own": {1: True, 2: True}, "steps": {1: [32], 2: [16]}, "fills": {1: [32], 2: [8, 8]},
             "ran_out": {1: [], 2: []}, "counts": {1: [2048], 2: [1024, 1024]}, "covered": {1: True, 2: True},
+            "partial": {1: [0], 2: [0, 0]},
             "staged_everywhere": {1: True, 2: True}}
 
 
@@ -467,6 +505,7 @@ def test_lesson_16_proof_says_not_shown_where_no_run_is_uneven(capsys):
     run_proof("16_input_at_scale.ipynb", _one_node_16())
     out = capsys.readouterr().out
     assert "NOT SHOWN (no uneven run)" in out and "ran out stepped on" not in out, out
+    assert "NOT SHOWN at one worker" in out, out  # eighth review, finding 4: the run of 1 cut nothing
     # third review, finding 7: with one worker nothing is split
     assert "each of 2 workers its own files (the 1 worker read all 8 files)" in out and "each of 1 and" not in out, out
     run_proof("16_input_at_scale.ipynb", OK["16_input_at_scale.ipynb"])
