@@ -206,7 +206,8 @@ LOOSENED = [
     ("10_large_batches.ipynb", "<= 1e-6 * peak_rate[n]", "<= 1e-5 * peak_rate[n]"),  # correct runs: 0.0
     ("10_large_batches.ipynb", "shape_gap < 0.1", "shape_gap < 1.0"),  # correct runs: 2.5e-5 (quick) to 0.008 (93,120 updates)
     ("10_large_batches.ipynb", "abs_tol=1e-4", "abs_tol=1e-3"),  # the same batches: equal marks
-    ("10_large_batches.ipynb", "left < gap / 2", "left < gap"),  # "most of the gap" to "any of it"
+    ("10_large_batches.ipynb", "left < gap / 4", "left < gap / 2"),  # the bound it was (correct runs: 0.8 to 9.7 %)
+    ("10_large_batches.ipynb", "spread > 3e-4", "spread >= 0"),  # marks that tell batches apart, to any marks
     ("14_predicting_scaling.ipynb", "0.5 < ratio", "0.05 < ratio"),
     ("14_predicting_scaling.ipynb", "ratio < 2.0", "ratio < 20.0"),
     ("14_predicting_scaling.ipynb", "extra_s / 2 <", "extra_s / 20 <"),

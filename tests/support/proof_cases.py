@@ -355,7 +355,7 @@ OK["16_input_at_scale.ipynb"] = {
     "NODES": 2, "STEPS": 64, "TIMED": 64, "ALL": 128, "reports": {2: [{}, {}], 3: [{}, {}, {}]},
     "expected": _FILES, "reshuffled": True, "hidden_first": {2: True, 3: True}, "orders_own": {2: True, 3: True},
     "steps": {2: [16], 3: [12]}, "fills": {2: [8, 8], 3: [4, 4, 3]}, "ran_out": {2: [], 3: [True]}, "replayed": 64, "uncached": 64,
-    "split_even": {2: [True, True], 3: [True, True, True]}, "partial": {2: [0, 0], 3: [0, 0, 128]},
+    "split_even": {2: [True, True], 3: [True, True, True]},
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
     "staged_everywhere": {2: True, 3: True}, "opened": {w: [{"path": f"/local/shards-7/f{k}"} for k in range(8)] for w in (2, 3)},
@@ -1110,6 +1110,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 1.5}), "close most of the gap"),
     # half the gap (1.4 - 0.07) left, either side of the small batch: "most" is more than half
     ("10_large_batches.ipynb", _lb("final", **{"batch 512, linear + warm-up": 0.07 + 1.33 / 2}), "close most of the gap"),
+    # eighth review, finding 2: the final losses of a real quick-mode run (2026-11-30: small 0.0738, unscaled 1.4492,
+    # linear + warm-up 0.1330, 4.3 % of the gap left) with linear + warm-up's replaced by the square-root run's (0.7151,
+    # 46.6 % left) or the run's without warm-up (0.7475, 49.0 %): both under the half the proof allowed, over its quarter
+    *[("10_large_batches.ipynb", {"final": {**OK["10_large_batches.ipynb"]["final"], "batch 32": 0.0738,
+                                            "batch 512, same rate": 1.4492, "batch 512, linear + warm-up": wrong}},
+       "close most of the gap") for wrong in (0.7151, 0.7475)],
     ("10_large_batches.ipynb", _lb("final", **{"batch 32": 0.8, "batch 512, linear + warm-up": 0.1}), "close most"),
     ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [3.2, 3.1, 2.9, 1.5] + [1.0] * 20}),
      "starting weights' loss"),
@@ -1134,6 +1140,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     # or on a batch with one label of 512 changed at step 4 (a 9 for an 8: (sqrt(10) - sqrt(9)) / 512 = 3.2e-4)
     ("10_large_batches.ipynb", {"frozen_mark": [2.247, 2.262, 2.219, 2.231, 2.271, 2.25, 2.243]}, "read the runs' batches"),
     ("10_large_batches.ipynb", {"frozen_mark": [2.247, 2.231, 2.262, 2.25032, 2.219, 2.271, 2.243]}, "read the runs' batches"),
+    # eighth review, finding 1: a batch mark blind to the batch (the same at every step): every comparison of marks
+    # held, whatever batches the runs read
+    ("10_large_batches.ipynb", {"frozen_mark": [2.25] * 7, "mark": {n: [2.25] * 32 for n in LESSON_10_RUNS if n != "batch 32"}},
+     "tell batches apart"),
     ("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 2.9, 3.4, 1.5] + [1.0] * 20}),
      "with warm-up steps 2 to"),
     # seventh review, finding 3: the unscaled large run on other batches, its mark off the linear + warm-up run's at one
@@ -1469,7 +1479,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"ran_out": {2: [], 3: [False]}}, "empty batches"),
     # seventh review, finding P1: the last global batch cut into pieces of 64 from the front (unbatch().batch(G)
     # before experimental_distribute_dataset): worker 2 of 3 steps [..., 64, 64, 0, 0, 0, 0]; the old proof passed it
-    ("16_input_at_scale.ipynb", {"split_even": {2: [True, True], 3: [True, True, False]}}, "as TensorFlow cuts them"),
+    ("16_input_at_scale.ipynb", {"split_even": {2: [True, True], 3: [True, True, False]}}, "split evenly"),
     # a job that left the queue before the kernel saw STAGED: nothing was hidden while the workers read
     ("16_input_at_scale.ipynb", {"hidden_first": {2: True, 3: False}}, "hidden before any worker"),
     # a simulation that never reached the shared files (and so never waited): nothing else the proof says about
