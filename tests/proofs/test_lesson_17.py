@@ -453,6 +453,10 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"runs": {"Keras 3 + fix": [{}, {"rank": 0}]}}, "every variant should run on 2 workers, ranks"),  # two rank 0s, one cluster
     ({"runs": {"Keras 2 (tf_keras)": [{"replicas": 1}, {"replicas": 1}]}}, "one cluster"),  # ranks right, each its own cluster
     ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs"),  # the pre-flight's parse counts Slurm's NoDevFiles
+    # twelfth review, finding 1: CUDA_VISIBLE_DEVICES unset, SLURM_GPUS_ON_NODE not read (the old count: none given) ...
+    ({"gpus_given": ("return int(on_node) if on_node.isdigit() else gpus_listed()", "return 0")}, "count the GPUs"),
+    # ... or read first, as gpucheck's batch step does: a task bound to 1 of its node's 4 GPUs counted 4
+    ({"gpus_given": ('if "CUDA_VISIBLE_DEVICES" in environ:', 'if "SLURM_GPUS_ON_NODE" not in environ:')}, "count the GPUs"),
     # lesson 17's fourth review, finding 1: a node without /usr/bin/python3 (the job says so) is not a failure; no line is
     ({"other": None, "no_other": "no /usr/bin/python3 on node1: no other Python to ask"}, None),
     ({"other": None}, "should not be handed"),
@@ -496,7 +500,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "a sibling env's tensorflow with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing", "every worker rank 0 alone",
          "two rank 0s", "each worker its own cluster",
-         "NoDevFiles counted", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
+         "NoDevFiles counted", "slurm_gpus_on_node not read", "slurm_gpus_on_node first", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
          "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason", "venv by /usr/bin/python3",
@@ -551,7 +555,7 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     for name in ("variants", "runs", "by_variant"):  # the KERAS lines parsed as lesson 17 parses them
         exec(assignment_source("17_software_stack.ipynb", name), keras_runs)
     namespace = {"stack": stack, "stack_log": stack_log, "job_dir": job_dir, "by_variant": keras_runs["by_variant"],
-                 "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_slurm_gave": 0, "gpus_tf_sees": 0,
+                 "module_einops": "0.8.2", "build": {"is_cuda_build": False}, "gpus_here": 0, "gpus_tf_sees": 0,
                  "where": "Slurm job 7", "lmod_here": changes.get("lmod_here", True), "lmod_why": changes.get("lmod_why", ""),
                  "use_slurm": changes.get("use_slurm", True), "NODES": 2,
                  "your_pythonpath": job_dir / "your-pythonpath",
@@ -559,6 +563,7 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     for marker in ("other_python = next(", "fit_ended = "):  # the cells that read the job's lines and the workers' reports
         exec(_cell_17(marker), namespace)
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)
+    exec(function_source("17_software_stack.ipynb", "gpus_listed"), namespace)
     exec(function_source("17_software_stack.ipynb", "gpus_given").replace(*changes.get("gpus_given", ("", ""))), namespace)
     return namespace
 
@@ -645,3 +650,42 @@ def test_lesson_17_keras_3_asked_is_keras_3_with_tf_use_legacy_keras_inherited(t
            f"{[(r['module'], r['keras'], r['imported'], r['fit']) for r in reports]}")
     assert [(r["module"], r["keras"].split(".")[0], r["imported"]) for r in reports] == [("keras", "3", "keras")], \
         (done.stdout + done.stderr)[-2000:]
+
+
+_NVIDIA_SMI_17 = "GPU 0: NVIDIA A100 (UUID: GPU-1)\n  MIG 1g.5gb Device 0: (UUID: MIG-1)\nGPU 1: NVIDIA A100 (UUID: GPU-2)\n"
+
+
+@pytest.mark.parametrize("environ,listed,said", [
+    ({"SLURM_GPUS_ON_NODE": "2"}, None, "NO-GO: GPUs allocated but TensorFlow is a CPU build"),  # GRES without device files
+    ({}, _NVIDIA_SMI_17, "NO-GO: GPUs allocated but TensorFlow is a CPU build"),  # GPUs Slurm does not manage
+    ({}, None, "GO (no GPU given here"),  # a CPU node: no nvidia-smi, nothing set
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, None, "NO-GO: GPUs allocated but TensorFlow is a CPU build"),
+], ids=["slurm_gpus_on_node only", "nvidia-smi lists 2", "cpu node", "cuda_visible_devices"])
+def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_unset(monkeypatch, tmp_path, environ, listed,
+                                                                                    said):
+    """Lesson 17's twelfth review, finding 1: the pre-flight counted the GPUs given only from CUDA_VISIBLE_DEVICES, so
+    where Slurm does not set it (GPUs as GRES without device files: SLURM_GPUS_ON_NODE=2; GPUs Slurm does not manage,
+    which nvidia-smi -L lists) a CPU build printed GO. The lesson's own cells (TensorFlow a planted CPU build that sees
+    no GPU), in order: the count falls back as gpucheck's does, and the rule says NO-GO."""
+    import helpers.host
+
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "GPU_DEVICE_ORDINAL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "bin").mkdir()
+    if listed is not None:  # the node's nvidia-smi; none on a CPU node
+        (tmp_path / "bin" / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s' '{listed}'\n")
+        (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    cpu_build = SimpleNamespace(sysconfig=SimpleNamespace(get_build_info=lambda: {"is_cuda_build": False}),
+                                config=SimpleNamespace(list_physical_devices=lambda kind: []), __version__="2.21.0")
+    monkeypatch.setattr(helpers.host, "import_tensorflow", lambda: cpu_build)
+    markers = ("tf = import_tensorflow()", "def gpus_listed(", "def gpus_given(", "problems = preflight_problems(")
+    cells = list(dict.fromkeys(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                               if c.cell_type == "code" and any(m in c.source for m in markers)))
+    said_lines, keep = _said_lines()
+    namespace = {"os": os, "print": keep}
+    for cell in cells:
+        exec(cell, namespace)
+    assert said_lines and said_lines[-1].startswith(said), said_lines

@@ -368,6 +368,7 @@ OK["16_input_at_scale.ipynb"] = {
 
 
 _VARIANTS = ("Keras 3", "Keras 3 + fix", "Keras 2 (tf_keras)")
+_COUNTED_17 = {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0, "unset, SLURM_GPUS_ON_NODE=2": 2, "0, SLURM_GPUS_ON_NODE=4": 1}
 _FLAGGED = {"here": [], "CPU build, 4 GPUs allocated": ["a CPU build"], "CUDA build, sees 2 of 4": ["2 of 4"],
             "CUDA build, sees 4 of 4": []}
 OK["17_software_stack.ipynb"] = {
@@ -385,7 +386,7 @@ OK["17_software_stack.ipynb"] = {
     "weights": {"Keras 3": [None], "Keras 3 + fix": ["a"], "Keras 2 (tf_keras)": ["b"]},
     "versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"], "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]},
     "imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["tf_keras"]},
-    "flagged": _FLAGGED, "where": "this machine", "counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0},
+    "flagged": _FLAGGED, "where": "this machine", "counted": _COUNTED_17,
     "other_missing": None, "stdlib_first": True, "pythonpath_dropped": True, "handed": "/j/software_stack/your-pythonpath",
     "job_python": "/j/.venv/bin/python", "python_from_module": True, "venv_from_module_python": True, "python_before": "",
     "venv_command": "command = /j/.venv/bin/python -m venv --system-site-packages /j/software_stack/venv",
@@ -1604,7 +1605,11 @@ BROKEN: list[tuple[str, dict, str]] = [
                                               "Keras 2 (tf_keras)": ["tf_keras"]}}, "from tensorflow.keras import should give tf_keras"),
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CPU build, 4 GPUs allocated": []}}, "pre-flight should stop"),
     # Slurm's NoDevFiles counted as a GPU (the filter dropped: tests/proofs/test_lesson_17.py runs that edit)
-    ("17_software_stack.ipynb", {"counted": {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 1}}, "count the GPUs"),
+    ("17_software_stack.ipynb", {"counted": {**_COUNTED_17, "NoDevFiles": 1}}, "count the GPUs"),
+    # twelfth review, finding 1: CUDA_VISIBLE_DEVICES unset, SLURM_GPUS_ON_NODE=2 counted as none (a CPU build then said GO)
+    ("17_software_stack.ipynb", {"counted": {**_COUNTED_17, "unset, SLURM_GPUS_ON_NODE=2": 0}}, "count the GPUs"),
+    # ... or the node's count read before the task's own: a task bound to 1 of 4 GPUs counted 4 (a good node stopped)
+    ("17_software_stack.ipynb", {"counted": {**_COUNTED_17, "0, SLURM_GPUS_ON_NODE=4": 4}}, "count the GPUs"),
     # tf.keras was tf_keras, but `from tensorflow.keras import` gave Keras 3 (the variable set after the import)
     ("17_software_stack.ipynb", {"imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["keras"]}},
      "from tensorflow.keras import should give tf_keras"),
