@@ -226,8 +226,8 @@ LOOSENED = [
     ("12_strategy_tour.ipynb", "max(staleness) >= PS_WORKERS", "max(staleness) >= PS_WORKERS - 1"),  # a barrier's bound
     ("12_strategy_tour.ipynb", "(replicas + 1)) < 1e-6", "(replicas + 1)) < 1e-1"),  # the review's
     ("12_strategy_tour.ipynb", "replicas >= 2:", "replicas >= 3:"),  # the if-guard
-    # the longest stretch a worker stood idle with steps queued, under the shorter pause (fifth review's fix f929c8c)
-    ("12_strategy_tour.ipynb", "idle < min(p for p in straggles if p)", "idle < 10 * min(p for p in straggles if p)"),
+    # the chief's schedule loop, under the least time the workers need for the stragglers' pauses (a join waits longer)
+    ("12_strategy_tour.ipynb", "scheduling_s < pause_floor", "scheduling_s < 10 * pause_floor"),
     # lesson 16: batch-first parsing at least twice as fast, to faster at all (what it was: passed by chance)
     ("16_input_at_scale.ipynb", '>= 2 * rate["map, then batch"]', '> rate["map, then batch"]'),
     # lesson 18: the two counts of its input-sharding line (eleventh review: asserted since 7f4e123)

@@ -17,7 +17,7 @@ def _ps_raw(spans, losses, weighted: bool = True) -> dict:
     ok, timeline = OK["12_strategy_tour.ipynb"], {}
     exec(cell_defining("12_strategy_tour.ipynb", "def longest_idle"), timeline)
     return {**{k: v for k, v in ok.items() if k not in ("overlapping", "idle", "first", "last", "sync_first", "sync_last",
-                                                        "copies", "evaluated", "fit_loss")},
+                                                        "copies", "evaluated", "fit_loss", "pause_floor", "evenly")},
             "longest_idle": timeline["longest_idle"],
             "async_spans": spans, "async_log": [(loss, 0, 1, 0.0, 0.1) for loss in losses],
             "sync_logs": [[(0, 0, 2.3 - 0.1 * i) for i in range(10)]] * 2,
@@ -28,12 +28,11 @@ def _ps_raw(spans, losses, weighted: bool = True) -> dict:
                                                                              ("CentralStorage", 1, ["c0"], 2.33, 2))}}
 
 
-def _evaluated_before(name: str, replicas: int, weighted: bool) -> dict:
+def _evaluated_before(name: str, replicas: int, weighted: bool, losses: tuple = (2.30, 2.32, 2.34, 2.36, 2.38)) -> dict:
     """Five batches' losses and evaluate's figure on them: under CentralStorageStrategy batch j weighted
     R^(5-j) (what Keras does: 16/31 the first batch at 2 replicas), or evenly if `weighted` is False."""
-    losses = [2.30, 2.32, 2.34, 2.36, 2.38]
     weights = [replicas ** (4 - j) if name == "CentralStorage" and weighted else 1 for j in range(5)]
-    return {"batch_losses": losses, "before": sum(w * loss for w, loss in zip(weights, losses)) / sum(weights)}
+    return {"batch_losses": list(losses), "before": sum(w * loss for w, loss in zip(weights, losses)) / sum(weights)}
 
 
 _BUSY = [(0.05 * i, 0.05 * i + 0.12) for i in range(40)]  # 2 or 3 steps at once, but for the first 0.05 s
@@ -43,15 +42,42 @@ _LULL = _BUSY[:20] + [(s + 0.3, e + 0.3) for s, e in _BUSY[20:]]  # 0.3 s with o
 @pytest.mark.parametrize("spans,losses,match", [
     (_BUSY, [2.3 - 0.03 * i for i in range(40)], None),
     ([(i, i + 0.9) for i in range(40)], [2.3 - 0.03 * i for i in range(40)], "did not train asynchronously"),
-    (_LULL, [2.3 - 0.03 * i for i in range(40)], "the workers waited"),
+    (_LULL, [2.3 - 0.03 * i for i in range(40)], None),
     (_BUSY, [2.0 + 0.01 * i for i in range(40)], "did not lower its loss")],
     ids=["asynchronous and learning", "steps one after another", "a worker idle 0.3 s", "loss rising"])
 def test_lesson_12_gathering_cell_counts_overlaps_and_loss_from_the_raw_log(spans, losses, match):
-    """From the raw step spans and losses: steps that never overlap, a stretch of 0.3 s in which fewer steps
-    than workers ran, or a loss that rises over the run, must fail the proof through the gathering cell's
-    counting (`longest_idle`: 0.05 s in the first case) and averaging."""
+    """From the raw step spans and losses: steps that never overlap, or a loss that rises over the run, must fail
+    the proof through the gathering cell's counting and averaging. A stretch of 0.3 s in which fewer steps than
+    workers ran must not: correct runs on a loaded machine measured 0.26 to 2.2 s (the proof once failed them),
+    so `longest_idle` is printed, not checked."""
     raw = _ps_raw(spans, losses)
     holds_unless(match, gather_and_prove, "12_strategy_tour.ipynb", raw)
+
+
+@pytest.mark.parametrize("scheduling_s,match", [(0.212, None), (1.51, "waited for the steps while scheduling"),
+                                                (2.123, "waited for the steps while scheduling")],
+                         ids=["correct, loaded machine", "just over the pauses' floor", "a join every 14 steps"])
+def test_lesson_12_gathering_cell_holds_the_schedule_loop_to_the_pauses_floor(scheduling_s, match):
+    """The chief's schedule loop against the gathering cell's floor, the stragglers' pauses over the workers (3.0 s
+    over 2: 1.5 s): a loop that joins after its groups of steps waits for every step and takes at least that (2.1 to
+    3.0 s in runs here); a correct loop took 0.01 to 0.06 s, up to 0.21 s on a loaded machine (load 13 to 20)."""
+    raw = {**_ps_raw(_BUSY, [2.3 - 0.03 * i for i in range(40)]), "scheduling_s": scheduling_s}
+    holds_unless(match, gather_and_prove, "12_strategy_tour.ipynb", raw)
+
+
+@pytest.mark.parametrize("losses,shown", [((2.30, 2.32, 2.34, 2.36, 2.38), True), ((2.3400, 2.3405, 2.3410, 2.3415, 2.3420), False)],
+                         ids=["batches 0.02 apart", "batches 0.0005 apart"])
+def test_lesson_12_proof_says_when_evaluate_s_weighting_is_not_shown(losses, shown):
+    """evaluate's figure weighted R^(5-j) under CentralStorageStrategy is told from the plain mean only if the two
+    differ by 10 x the check's 1e-4 or more: 2.3168 against 2.34 (0.023 apart) on batches 0.02 apart is evidence; on
+    batches 0.0005 apart (2.34042 against 2.341, 0.0006 apart: under 10 x 1e-4) the check tells too little, and the
+    proof must say NOT shown."""
+    printed = []
+    raw = _ps_raw(_BUSY, [2.3 - 0.03 * i for i in range(40)])
+    raw["one_process"] = {name: {**run, **_evaluated_before(name, run["replicas"], True, losses)}
+                          for name, run in raw["one_process"].items()}
+    gather_and_prove("12_strategy_tour.ipynb", {**raw, "print": lambda *a, **k: printed.append(" ".join(map(str, a)))})
+    assert any(line.startswith("NOT shown: evaluate's weighting") for line in printed) is not shown, printed
 
 
 @pytest.mark.parametrize("weighted,match", [(True, None), (False, "evaluate's loss is not")])
@@ -325,7 +351,8 @@ def ancestors(op):  # the names of every op `op` waits for, by data or by contro
     return seen
 forward = [o for o in reads if o.inputs[0].name in weights and o.name.startswith("plain_cnn")]  # the model's call
 ns["forward_after_counter"] = bool(forward) and all(counter_read.name in ancestors(o) for o in forward)
-keys = ("async_log", "staleness", "straggles", "applied_updates", "moved_updates", "optimizer_count", "forward_after_counter")
+keys = ("async_log", "staleness", "straggles", "applied_updates", "moved_updates", "optimizer_count", "forward_after_counter",
+        "scheduling_s")
 print("RESULT " + json.dumps({k: ns[k] for k in keys}))
 """
 
@@ -362,20 +389,20 @@ def test_lesson_12_proof_fails_when_the_workers_wait_at_a_barrier():
     holds_unless("did not train asynchronously", gather_and_prove, "12_strategy_tour.ipynb", _async_raw(ran))
 
 
-@pytest.mark.parametrize("every", [8, 11, 13])
+@pytest.mark.parametrize("every", [8, 11, 14, 20])
 def test_lesson_12_proof_fails_when_the_workers_join_every_few_steps(every):
-    """Lesson 12's chief cells on the cluster of processes, with a `coordinator.join()` after every 8 (review r4),
-    11 or 13 (fifth review) scheduled steps: while a group's straggler pauses, the other worker takes the group's
-    next steps, so a step counts 2 or more others' updates and steps overlap, and the proof's staleness check
-    passes; but at the group's end a worker stands idle until the group's last straggler ended. The proof must
-    fail on it, through the gathering cell's own reading of the step spans (`longest_idle`). Every 11 or 13
-    steps passed the proof's old check, the step after each straggler started before it ended."""
+    """Lesson 12's chief cells on the cluster of processes, with a `coordinator.join()` after every 8, 11, 14 or 20
+    scheduled steps: while a group's straggler pauses, the other worker takes the group's next steps, so a step
+    counts 2 or more others' updates and steps overlap, and the proof's staleness check passes; but the chief's
+    schedule loop then waits for every step, at least the time the workers need for the stragglers' pauses (1.5 s).
+    The proof must fail on the loop's own time, on the chief's clock. Every 14 or 20 steps passed the proof's old
+    check of the longest idle stretch (0.090 s and 0.158 s in runs here, under its 0.2 s bound)."""
     ran = _lesson_12_async(f"barrier {every}")
     raw = _async_raw(ran)
-    print(f"barrier {every}", {"largest staleness": max(ran["staleness"]),
+    print(f"barrier {every}", {"largest staleness": max(ran["staleness"]), "schedule loop, s": round(ran["scheduling_s"], 3),
                                "longest idle, s": round(raw["longest_idle"](raw["async_spans"], 2), 3)})
     assert max(ran["staleness"]) >= 2, ran["staleness"]  # what the staleness check asks for: it passes
-    holds_unless("the workers waited", gather_and_prove, "12_strategy_tour.ipynb", raw)
+    holds_unless("waited for the steps while scheduling", gather_and_prove, "12_strategy_tour.ipynb", raw)
 
 
 @pytest.mark.parametrize("variant,ordered", [("as written", True), ("forward unordered", False)])
@@ -398,7 +425,7 @@ def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant,
     ran = _lesson_12_async(variant)
     raw = _async_raw(ran)
     assert ran["applied_updates"] == len(ran["async_log"]) + 2  # the counter counts either way
-    print(variant, {k: ran[k] for k in ("applied_updates", "moved_updates", "optimizer_count")}, "largest staleness",
+    print(variant, {k: ran[k] for k in ("applied_updates", "moved_updates", "optimizer_count", "scheduling_s")}, "largest staleness",
           max(ran["staleness"]), "longest idle, s", round(raw["longest_idle"](raw["async_spans"], 2), 3),
           "stragglers' durations, s", [round(e - s, 2) for (s, e), p in zip(raw["async_spans"], ran["straggles"]) if p])
     holds_unless(match, gather_and_prove, "12_strategy_tour.ipynb", raw)
