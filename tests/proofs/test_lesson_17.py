@@ -689,3 +689,24 @@ def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_un
     for cell in cells:
         exec(cell, namespace)
     assert said_lines and said_lines[-1].startswith(said), said_lines
+
+
+def test_lesson_17_names_every_lazy_loader_that_reads_tf_use_legacy_keras_again():
+    """Lesson 17's twelfth review, finding 2: the lesson said TF_USE_LEGACY_KERAS is read again at the first use of five
+    lazy loaders (tf.keras, .losses, .metrics, .optimizers, .initializers); TensorFlow 2.21 has more (tf.compat.v1's keras,
+    layers and nn.rnn_cell; tf.compat.v2's five). Every KerasLazyLoader the installed TensorFlow puts in tf, tf.compat.v1,
+    tf.compat.v1.nn and tf.compat.v2 (the nested compat modules' copies left out, as the lesson says) is named in the cell."""
+    import re
+
+    program = ("import sys, tensorflow\nfrom tensorflow.python.util.lazy_loader import KerasLazyLoader\n"
+               "where = {'tensorflow': 'tf', 'tensorflow._api.v2.compat.v1': 'tf.compat.v1',\n"
+               "         'tensorflow._api.v2.compat.v1.nn': 'tf.compat.v1.nn', 'tensorflow._api.v2.compat.v2': 'tf.compat.v2'}\n"
+               "print(sorted(f'{where[m]}.{k}' for m in where for k, v in vars(sys.modules[m]).items()\n"
+               "             if type(v) is KerasLazyLoader and not k.startswith('_')))")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    found = set(eval(done.stdout.strip().splitlines()[-1]))
+    cell = next(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
+                if "lazy_loader.py" in c.source)
+    named = set(re.findall(r"`(tf\.(?!compat\.v1\.compat)[\w.]+)`", cell.split("lazy_loader.py", 1)[1].split("nested", 1)[0]))
+    assert len(found) == 13 and named == found, (sorted(found - named), sorted(named - found))
