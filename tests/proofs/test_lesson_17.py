@@ -710,3 +710,15 @@ def test_lesson_17_names_every_lazy_loader_that_reads_tf_use_legacy_keras_again(
                 if "lazy_loader.py" in c.source)
     named = set(re.findall(r"`(tf\.(?!compat\.v1\.compat)[\w.]+)`", cell.split("lazy_loader.py", 1)[1].split("nested", 1)[0]))
     assert len(found) == 13 and named == found, (sorted(found - named), sorted(named - found))
+
+
+def test_lesson_17_the_local_job_log_keeps_stdout_and_stderr_in_order(tmp_path):
+    """Lesson 17's twelfth review, finding 3: without Slurm the stack job's log was its stdout, then its stderr, so bash's
+    `time` lines (MADE, INSTALLED: on stderr) came after every line printed after them. The job's cell run for real on a
+    script that prints to stdout, has `time` print to stderr, and prints again: the log keeps that order, as a job's .out."""
+    (tmp_path / "stack.sbatch").write_text('#!/bin/bash -l\necho "BEFORE"\nTIMEFORMAT="MADE the venv in %1R s"\n'
+                                           'time true\necho "AFTER"\n')
+    namespace = {"use_slurm": False, "lmod_here": True, "job_dir": tmp_path, "settings_env": {}}
+    exec(_stack_job_cells_17()[0], namespace)
+    order = [l.split()[0] for l in namespace["stack_log"].splitlines() if l.split() and l.split()[0] in ("BEFORE", "MADE", "AFTER")]
+    assert order == ["BEFORE", "MADE", "AFTER"], namespace["stack_log"][-1000:]
