@@ -137,7 +137,7 @@ def test_the_overlap_line_tells_one_step_from_an_epoch():
     detail = _coverage(one, two).detail
     assert ("over 4 steps, 1 of the 4 examples was read by two workers in one step, and 1 to 2 were read by two "
             "workers within each of the 2 epochs (in the same step or in two steps of it); 3 were missing from a "
-            "step where one worker read them") in detail, detail
+            "step where the one-worker run read them, neither worker reading them in it") in detail, detail
 
 
 def test_the_analysis_names_a_wrong_batch_either_way():

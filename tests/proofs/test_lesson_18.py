@@ -186,10 +186,10 @@ def _checks_18(**changes) -> dict:
      "stopped at the one-worker run"),
     # the one worker ran its 8 steps before it raised (at the checkpoint, say)
     ({"marks": _MARKS_18.replace("1795937583.988 script raised", _STEPS_18 + "1795937583.988 script raised")},
-     "import tensorflow as tf\n", "before any step of strategy.run began"),
+     "import tensorflow as tf\n", "before any step of strategy.run ran"),
     # second review, finding 6: the one worker ran to the end of the script, no step marked (no AssertionError raised)
     ({"marks": _MARKS_18.replace("script raised AssertionError", "script ended")}, "import tensorflow as tf\n",
-     "before any step of strategy.run began"),
+     "before any step of strategy.run ran"),
     # second review, finding 4: the check's step mark renamed (or no longer written): no check marks any step, so the
     # first check's absence of one proves nothing
     ({"step mark": "batch"}, "import tensorflow as tf\n", "mark each step of strategy.run"),
@@ -323,7 +323,8 @@ def _checks_18(**changes) -> dict:
     # is no longer read; an epoch in which no example was read by both workers; at B = 4 (1 in one step), as measured
     (_sharding_18("FAIL     input sharding: the workers' shards overlap: over 8 steps, 7 of the 48 "
                   "examples were read by two workers in one step (12 to 13 in each of the 2 epochs), "
-                  "and 31 were missing from a step where one worker read them"),
+                  "and 31 were missing from a step where the one-worker run read them, neither worker "
+                  "reading them in it"),
      "import tensorflow as tf\n", "read by both workers in one step"),
     (_sharding_18(_FAIL_18["input sharding"].replace("12 to 13 were", "0 to 13 were")),
      "import tensorflow as tf\n", "in every epoch 12 or 13 of the 48 examples"),

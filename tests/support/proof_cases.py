@@ -1732,8 +1732,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("18_your_own_script.ipynb", {"on_two_workers": False}, "run 2 workers"),
     # the first check went on to a 2-worker run, or stopped otherwise than at mirrored_strategy.py's assert
     ("18_your_own_script.ipynb", {"stopped_alone": False}, "stopped at the one-worker run"),
-    # the one worker's marks: a step of strategy.run began (or it ended otherwise) before it raised
-    ("18_your_own_script.ipynb", {"no_step_ran": False}, "before any step of strategy.run began"),
+    # the one worker's marks: a step of strategy.run ran (or it ended otherwise) before it raised
+    ("18_your_own_script.ipynb", {"no_step_ran": False}, "before any step of strategy.run ran"),
     # the next check's one worker, whose steps ran, has no step mark: the mark was renamed or no longer written
     ("18_your_own_script.ipynb", {"steps_marked": False}, "mark each step of strategy.run"),
     # with only the batch and the shuffle mistakes left, a run failed or a worker ended without its weights

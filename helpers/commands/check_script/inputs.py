@@ -216,8 +216,8 @@ def coverage_finding(one: list[list[str]], each: dict[int, list[list[str]]], nam
     if overlap or any(in_epoch):
         return Finding("FAIL", name, f"the workers' shards overlap: over {steps} steps, {len(overlap)} of the "
                        f"{distinct_one} examples {_were(len(overlap))} read by two workers in one step, and "
-                       f"{_per_epoch(in_epoch)}; {len(missing)} {_were(len(missing))} missing from a step where one "
-                       "worker read them: each worker shuffled differently before a manual shard()",
+                       f"{_per_epoch(in_epoch)}; {len(missing)} {_were(len(missing))} missing from a step where the "
+                       "one-worker run read them, neither worker reading them in it: each worker shuffled differently before a manual shard()",
                        "give shuffle the same seed on every worker, and the same global seed "
                        "(tf.random.set_seed) or none: every worker then draws one order, which shard() splits; a "
                        "shuffle after shard() with a seed per worker also reads every example once an epoch, but its "
