@@ -131,8 +131,9 @@ def test_every_piece_of_every_proof_is_needed_by_some_broken_case(name):
 
 # Issue 54: the meta-test above removes pieces of a proof but cannot loosen a threshold. Each numeric threshold of
 # lessons 05, 09, 13 and 15's proofs, loosened: by 10 (a bound 10x wider still passes a run whose claim is false;
-# the correct runs measured lie 10x or more inside each bound but lesson 13's gradient gaps, up to 3.0e-5 of a rank's
-# gradient against 1e-4), lesson 13's also as the review loosened them, and a bound of exactly zero (or a count) to
+# the correct runs measured lie 10x or more inside each bound; lesson 13's gradient gaps are held to the two scalings'
+# gap its recipe measures plus the sums' order, ninth review), lesson 13's also as the review loosened them, and a
+# bound of exactly zero (or a count) to
 # its nearest looser form. Some broken case the proof fails must then pass, or the threshold is not shown to matter.
 LOOSENED = [
     ("01_mirrored_strategy.ipynb", "updated_gap == 0", "updated_gap < 1e-6"),
@@ -163,16 +164,19 @@ LOOSENED = [
     ("09_monitoring.ipynb", 'shares["starved"] > 0.3', 'shares["starved"] > 0.03'),
     ("09_monitoring.ipynb", 'shares["starved"] / 4', 'shares["starved"] / 2'),  # the bound the proof once had
     ("13_from_horovod.ipynb", "n >= 2", "n >= 1"),
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * rank_gradient_size", "gradient_gap < 1e-3 * rank_gradient_size"),
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * rank_gradient_size", "gradient_gap < 5e-2 * rank_gradient_size"),  # the review's
-    ("13_from_horovod.ipynb", "gradient_gap < 1e-4 * rank_gradient_size", "gradient_gap < 1e-5"),  # the absolute bound it was
-    ("13_from_horovod.ipynb", "update_bound = 1e-4 * BASE_LR * n * rank_gradient_size + 1e-6",
-     "update_bound = 1e-3 * BASE_LR * n * rank_gradient_size + 1e-5"),  # the update's and Horovod's weights' bound
+    ("13_from_horovod.ipynb", "sum_order = 1e-6 * n * rank_gradient_size", "sum_order = 1e-5 * n * rank_gradient_size"),
+    ("13_from_horovod.ipynb", "scaling_gap < 1e-2 * rank_gradient_size", "scaling_gap < 1e-1 * rank_gradient_size"),
+    ("13_from_horovod.ipynb", "gradient_gap < scaling_gap + sum_order", "gradient_gap < scaling_gap + 10 * sum_order"),
+    ("13_from_horovod.ipynb", "gradient_gap < scaling_gap + sum_order", "gradient_gap < 1e-4 * rank_gradient_size"),  # the bound it was
+    ("13_from_horovod.ipynb", "gradient_gap < scaling_gap + sum_order", "gradient_gap < 5e-2 * rank_gradient_size"),  # the review's
+    ("13_from_horovod.ipynb", "gradient_gap < scaling_gap + sum_order", "gradient_gap < 1e-5"),  # the absolute bound it was
+    ("13_from_horovod.ipynb", "update_bound = BASE_LR * n * (scaling_gap + sum_order) + 1e-6",
+     "update_bound = BASE_LR * n * (scaling_gap + 10 * sum_order) + 1e-5"),  # the update's and Horovod's weights' bound
     ("13_from_horovod.ipynb", "share_gap < 1e-5 * max(per_rank_loss)", "share_gap < 1e-4 * max(per_rank_loss)"),
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 1e-2 * BASE_LR * n"),
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 0.4 * BASE_LR * n"),  # the review's
-    ("13_from_horovod.ipynb", 'horovod_gaps["recipe"]) < 1e-4 * rank_gradient_size', 'horovod_gaps["recipe"]) < 1e-3 * rank_gradient_size'),
-    ("13_from_horovod.ipynb", 'horovod_gaps["recipe"]) < 1e-4 * rank_gradient_size', 'horovod_gaps["recipe"]) < 1e-1 * rank_gradient_size'),  # the review's
+    ("13_from_horovod.ipynb", 'horovod_gaps["recipe"]) < scaling_gap + sum_order', 'horovod_gaps["recipe"]) < scaling_gap + 10 * sum_order'),
+    ("13_from_horovod.ipynb", 'horovod_gaps["recipe"]) < scaling_gap + sum_order', 'horovod_gaps["recipe"]) < 1e-1 * rank_gradient_size'),  # the review's
     ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
     ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),
