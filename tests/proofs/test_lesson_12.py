@@ -436,16 +436,18 @@ def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant,
 
 
 def test_lesson_12_starts_its_parameter_server_engines_with_one_gpu_at_most():
-    """The cell that starts the parameter-server engines, on engines planted: it must ask each for one GPU at
-    most (tests/test_engine_gpu_cap.py: what that does on a node of 8 GPUs), with TF_CONFIG, not the Slurm resolver."""
+    """The cell that starts the parameter-server engines, on engines planted: it must start them with one GPU at
+    most each (tests/test_engine_gpu_cap.py: what that does on a node of 8 GPUs; tests/test_engines.py: the start-up
+    line says it), and set them up with TF_CONFIG, not the Slurm resolver, keeping that cap (no other given)."""
     from types import SimpleNamespace
 
-    asked = []
+    asked, started = [], []
     planted = SimpleNamespace(setup_multiworker=lambda **kw: asked.append(kw) or
                               [{"address": f"h:{i}", "engine": i, "gpus": ""} for i in range(4)])
-    ns = {"start_engines": lambda n, slurm=None: planted, "SLURM": None, "PS_WORKERS": 2}
+    ns = {"start_engines": lambda n, **kw: started.append((n, kw)) or planted, "SLURM": None, "PS_WORKERS": 2}
     exec(cell_defining("12_strategy_tour.ipynb", "ranked = engines.setup_multiworker"), ns)
-    assert asked == [{"use_slurm_resolver": False, "most_gpus": 1}], asked
+    assert started == [(4, {"slurm": None, "most_gpus": 1})], started
+    assert asked == [{"use_slurm_resolver": False}], asked
     assert ns["cluster"] == {"chief": ["h:0"], "worker": ["h:1", "h:2"], "ps": ["h:3"]}
 
 
