@@ -55,11 +55,14 @@ def throughput(points: list[dict], data_label: str, title: str = "Throughput"):
     """Images/s and scaling efficiency against the number of replicas or workers.
 
     Each point: {"replicas": int, "images_per_s": float, "label": str (optional), "baseline": str (optional)}.
-    One curve per label; efficiency is per replica over the smallest run of the points sharing its
-    `baseline` (default: its label), so curves of one model share one base: a sweep's one-worker run is
-    recorded as MirroredStrategy, and the multi-worker curve is measured against it, not its own 2 workers.
+    One curve per label; each point's efficiency is per replica over the smallest run of the points sharing
+    its own `baseline` (default: its label), so curves of one model share one base: a sweep's one-worker run is
+    recorded as MirroredStrategy, and the multi-worker curve is measured against it, not its own 2 workers. A
+    label holding points of two baselines (float32 and mixed_float16 under one) still divides each by its own.
     """
     import matplotlib.pyplot as plt
+
+    per_replica = lambda p: p["images_per_s"] / p["replicas"]
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     groups: dict[str, list[dict]] = {}
@@ -74,9 +77,8 @@ def throughput(points: list[dict], data_label: str, title: str = "Throughput"):
         xs = [p["replicas"] for p in group]
         ys = [p["images_per_s"] for p in group]
         ax1.plot(xs, ys, marker="o", label=label)
-        first = bases[group[0].get("baseline", label)]
-        base = first["images_per_s"] / first["replicas"]
-        ax2.plot(xs, [y / (base * x) for x, y in zip(xs, ys)], marker="o", label=label)
+        ax2.plot(xs, [p["images_per_s"] / (per_replica(bases[p.get("baseline", label)]) * p["replicas"]) for p in group],
+                 marker="o", label=label)  # each point over its own baseline, whatever curve it is on
     ax1.set_xlabel("replicas")
     ax1.set_ylabel("images/s")
     for ax in (ax1, ax2):

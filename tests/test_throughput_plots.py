@@ -92,3 +92,14 @@ def test_bench_rows_say_whether_their_target_is_met(tmp_path):
     bars = fig.axes[0].patches
     assert len(bars) == 4  # the GPU row has no baseline, the pipeline's is not a default
     assert [round(b.get_width(), 2) for b in bars] == [0.96, round(6.5 / 1.5, 2), round(2.3 / 1.9, 2), round(11 / 12, 2)]
+
+
+def test_throughput_divides_each_point_by_its_own_baseline():
+    """Lesson 07's eighth review, finding 3: a curve's points were all divided by its first point's baseline, so
+    float32 and mixed_float16 runs under one label (model and strategy) read 2.85 and 3.0. Each point is measured
+    against the smallest run of its own baseline; two precisions under one label each give their own efficiency."""
+    runs = [("float32", 1, 1000.0), ("float32", 2, 1900.0), ("mixed_float16", 1, 3000.0), ("mixed_float16", 2, 5400.0)]
+    fig = plots.throughput([{"replicas": n, "images_per_s": rate, "label": "cnn MirroredStrategy",
+                             "baseline": f"cnn {precision}"} for precision, n, rate in runs], "CIFAR-10")
+    efficiency = sorted(fig.axes[1].lines[0].get_ydata())
+    assert efficiency == pytest.approx([0.9, 0.95, 1.0, 1.0]), efficiency
