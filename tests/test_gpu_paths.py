@@ -276,6 +276,10 @@ from helpers.data import ensure_data, load_split
 
 nb = nbformat.read("notebooks/07_scaling_performance.ipynb", as_version=4)
 program = next(c.source for c in nb.cells if c.source.startswith("%%writefile")).split("\\n", 1)[1]
+if os.environ.get("POLICY_AFTER_BUILD"):  # the claim false: the model built (and compiled) in float32
+    policy, built = "    keras.mixed_precision.set_global_policy(precision)\\n", "    start = weights_digest(model)"
+    assert program.count(policy) == 1 and program.count(built) == 1
+    program = program.replace(policy, "").replace(built, policy + built)
 ns = {}
 exec(compile(program.replace('if __name__ == "__main__":', "if False:"), "07_measure", "exec"), ns)
 # NCCL has no CPU kernel: it stands in as a reduction through one device. The notebook's own `mirrored`
@@ -314,6 +318,19 @@ def test_lesson_07_gpu_cell_runs_with_cpus_standing_in_for_gpus(report, physical
     # the cell names the kind of device the replicas ran on: the CPUs standing in for the GPUs here
     assert len(lines) == 5 and "on 4 CPUs (policy mixed_float16, jit_compile False)" in lines[-1], done.stdout
     assert "mixed precision + XLA" in lines[3] and "no strategy (policy mixed_float16, jit_compile True)" in lines[3], lines
+
+
+def test_lesson_07_gpu_cell_fails_when_the_model_is_built_before_the_policy():
+    """Eighth review of lesson 07, finding 1: the cell checked `p["policy"]`, the global policy `measure` had set
+    itself, not the model's. The REAL measure with `set_global_policy` moved after the build (the model and its
+    optimizer in float32, plain SGD) passed the old cell; recording model.dtype_policy and whether the optimizer is
+    a LossScaleOptimizer, the cell must fail at its first mixed_float16 run."""
+    done = run_python(LESSON_07_GPU_CELL, timeout=400, env={"COURSE_MODE": "quick", "TF_CPP_MIN_LOG_LEVEL": "2",
+                                                            "PHYSICAL": "4", "POLICY_AFTER_BUILD": "1"})
+    assert done.returncode != 0, done.stdout[-3000:]
+    failed = done.stderr.strip().splitlines()[-1]
+    print(failed)
+    assert failed == "AssertionError: mixed precision: jit_compile False on 1 replicas, policy float32", done.stderr[-3000:]
 
 
 def test_lesson_07_mirrored_names_its_all_reduce_on_gpus_and_on_cpus():

@@ -358,7 +358,8 @@ def test_lesson_07_gpu_cell_checks_each_run_had_its_xla_switch_on_one_replica(ra
     GPU), a run asked for XLA that ran without it, or on 2 replicas where no strategy was asked, must fail it."""
     def measure(strategy, examples, model, per_replica, steps, precision="float32", jit=False):
         asked = jit if ran_with is None or not jit else ran_with
-        return {"images_per_s": 100.0, "device": "GPU", "policy": precision, "jit_compile": asked, "replicas": replicas}
+        return {"images_per_s": 100.0, "device": "GPU", "policy": precision, "jit_compile": asked, "replicas": replicas,
+                "loss_scaled": precision == "mixed_float16"}
 
     ns = {"gpus": ["/device:GPU:0"], "measure": measure, "train_examples": None, "MODEL": "cnn", "per_replica": 32,
           "STEPS": 10, "tf": SimpleNamespace(distribute=SimpleNamespace(get_strategy=lambda: None),
@@ -385,14 +386,16 @@ def test_lesson_07_checks_the_input_bound_on_cpus_only(device):
 
 
 @pytest.mark.parametrize("ran,match", [({}, None), ({"replicas": 1}, "1 replicas of 2"),
-                                       ({"jit_compile": True}, "jit_compile True"), ({"policy": "float32"}, "policy float32")])
+                                       ({"jit_compile": True}, "jit_compile True"), ({"policy": "float32"}, "policy float32"),
+                                       ({"loss_scaled": False}, "loss scaling False")])
 def test_lesson_07_gpu_cell_checks_its_mirrored_run(ran, match):
     """Seventh review, finding 6: the GPU cell's last run, mixed precision under MirroredStrategy over all the GPUs
     without XLA, printed images/s whatever it ran with. On planted measurements of a node of 2 GPUs (the cell has never
-    run on a GPU), a run on fewer replicas than GPUs, with XLA, or in float32 must fail the cell."""
+    run on a GPU), a run on fewer replicas than GPUs, with XLA, or in float32 must fail the cell; eighth review, finding 1:
+    so must one whose optimizer was not loss-scaled."""
     def measure(strategy, examples, model, per_replica, steps, precision="float32", jit=False):
         done = {"images_per_s": 100.0, "device": "GPU", "policy": precision, "jit_compile": jit,
-                "replicas": 1 if strategy is None else strategy.n}
+                "replicas": 1 if strategy is None else strategy.n, "loss_scaled": precision == "mixed_float16"}
         return done if strategy is None else {**done, **ran}
 
     two = ["/device:GPU:0", "/device:GPU:1"]
