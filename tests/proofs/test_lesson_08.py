@@ -49,8 +49,10 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
             "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1, "planned_all_reduce": "NCCL"}
                       for r, h in enumerate(hosts)],
             "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
-            "result": {"workers": 2, "replicas": 2, "global_batch": 64, "loss": [2.3, 1.6], "steps_per_epoch": 32},
-            "markers": markers, "first_batches": {r: (32, [f"{r}-{i}" for i in range(32)]) for r in (0, 1)},
+            "result": {"model": "cnn", "workers": 2, "replicas": 2, "global_batch": 64, "loss": [2.3, 1.6],
+                       "steps_per_epoch": 32},
+            "markers": markers, "batch_sizes": {0: 32, 1: 32},
+            "shards": {r: (128, 256, [f"{r}-{i}" for i in range(16)]) for r in (0, 1)},
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID=0", f"SLURM_PROCID={procid_1}", "PATH"},
             "env_ranks": [0, 1], "procids": {0: "0", 1: procid_1}, "accuracy": 0.2, "batch_accuracy": 0.95}
 
@@ -194,20 +196,22 @@ def test_lesson_08_solution_1_checks_the_answer_written_in_it(tmp_path, answer, 
     holds_unless(None if holds else "is not the answer", exec, compile(code, "08 solution 1", "exec"), namespace)
 
 
-def _first_batches_of(tmp_path, old: str, new: str) -> dict:
-    """The notebook's reading of a real 2-worker run of the written script (`old` replaced by `new`; tiny sizes):
-    its gathering cell's variables (first_batches, result, ...) from the job's log and results file."""
+def _job_read_back(tmp_path, *changes: tuple[str, str]) -> dict:
+    """The notebook's reading of a real 2-worker run of the written script (each (old, new) of `changes` replaced;
+    quick mode's 2048 examples, 2 steps): its gathering cell's variables (shards, batch_sizes, result, ...) from the job's log and results."""
     from helpers.data import ensure_data
     from helpers.local_workers import run_local_workers
 
     text = written_program("08_batch_job.ipynb", "{script}")
-    assert text.count(old) == 1, old
+    for old, new in changes:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
     tmp_path.mkdir()
-    (tmp_path / "train_mwms.py").write_text(text.replace(old, new))
+    (tmp_path / "train_mwms.py").write_text(text)
     copy_beside(tmp_path)
     run_dir = tmp_path / "run"
     outcomes = run_local_workers([str(tmp_path / "train_mwms.py"), "--data-dir", str(ensure_data(True).data_dir),
-                                  "--out", str(run_dir), "--epochs", "1", "--max-steps", "2", "--train-examples", "256",
+                                  "--out", str(run_dir), "--epochs", "1", "--max-steps", "2", "--train-examples", "2048",
                                   "--test-examples", "128"], n=2, deadline_s=600)
     log = "".join(o.output for o in outcomes)
     assert [o.returncode for o in outcomes] == [0, 0], log[-3000:]
@@ -216,23 +220,37 @@ def _first_batches_of(tmp_path, old: str, new: str) -> dict:
     return gathered
 
 
-@pytest.mark.parametrize("old,new,match", [
-    ("ds = examples.shard(context.num_input_pipelines, context.input_pipeline_id)", "ds = examples", "shard of its own"),
-    ("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch", "per-replica batch of 32"),
-    ("", "", None)], ids=["no shard", "batched by the global batch", "as written"])
-def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, old, new,
+NO_SHARD = ("ds = examples.shard(context.num_input_pipelines, context.input_pipeline_id)", "ds = examples")
+NO_SEED = ("ds.shuffle(10_000, seed=42)", "ds.shuffle(10_000)")
+# sixth review, finding 2: fit's pipeline built as one worker's of one (the whole split), the evidence printed elsewhere
+FIT_UNSHARDED = ("lambda context: pipeline(examples, global_batch, context, True)",
+                 "lambda context: pipeline(examples, global_batch, type(context)(1, 0, context.num_replicas_in_sync), True)")
+
+
+@pytest.mark.parametrize("changes,match", [
+    ([NO_SHARD], "1/2 of the split"),
+    ([NO_SHARD, NO_SEED], "1/2 of the split"),  # sixth review, finding 3: the old digests (after shuffle) passed ~60 %
+    ([FIT_UNSHARDED], "1/2 of the split"),
+    ([("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch")], "per-replica batch of 32"),
+    ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "batched by the global batch", "as written"])
+def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, changes,
                                                                                          match):
     """Fifth review, finding A: a copy of the job without `.shard`, and one batching by the global batch, passed the
     proof. Each worker now prints its pipeline's first batch (size, a digest per example); real runs of the written
     script, so broken, are read by the notebook's own cell and fail the proof (the rest of the job planted as correct:
-    2 nodes under Slurm). Without shard both workers' first batches are the same 32 examples (one seed, one split)."""
+    2 nodes under Slurm). Sixth review, findings 2 and 3: the evidence printed (BATCH, SHARD) came from a second
+    pipeline made for printing, so a copy whose fit read the whole split passed; and its digests, taken after the
+    shuffle, let a copy without shard and without seed pass in about 60 % of runs. Now the pipeline fit reads prints
+    its shard's size and its first examples' digests, taken before map and shuffle: the same for every worker without
+    shard, whatever the seed."""
     from helpers import host
 
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
     monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: False)
-    gathered = _first_batches_of(tmp_path / "job", old or "def pipeline(", new or "def pipeline(")
-    # first_batches from the run (the old notebook read none: its planted one, never checked, stood in)
-    real = {k: gathered[k] for k in ("first_batches", "result") if k in gathered}
+    gathered = _job_read_back(tmp_path / "job", *changes)
+    real = {k: gathered[k] for k in ("shards", "batch_sizes", "result")}  # as the job printed them
+    if match is None:  # the shard's digests come from before the shuffle: no seed changes them, none shared
+        assert gathered["shards"][0][2] and not set(gathered["shards"][0][2]) & set(gathered["shards"][1][2]), gathered["shards"]
     holds_unless(match, gather_and_prove, "08_batch_job.ipynb", {**_job_08(tmp_path), **real})
 
 
@@ -254,3 +272,27 @@ def test_lesson_08_a_failed_job_shows_the_end_of_its_log(tmp_path, monkeypatch):
         exec(compile(cell_defining("08_batch_job.ipynb", "reports = sorted("), "08 reading the job", "exec"), namespace)
     shown = "\n".join(printed)
     assert "ValueError: planted" in shown and "line 12" in shown and "line 11\n" not in shown, shown
+
+
+@pytest.mark.parametrize("steps_per_epoch,loss,batch_accuracy,said,match", [
+    (17, [34.6, 5.09, 2.92], 0.203, "learning NOT checked: 51 steps of ResNet50 (needs >= 120)", None),
+    (40, [34.6, 5.09, 2.92], 0.941, None, "learnt nothing"),
+    (40, [3.1, 1.9, 1.7], 0.941, None, None)],
+    ids=["workshop, 51 steps: not checked", "120 steps, loss high: fails", "120 steps, learnt: passes"])
+def test_lesson_08_holds_resnet50_to_learning_only_from_its_measured_120_steps(tmp_path, monkeypatch, steps_per_epoch,
+                                                                               loss, batch_accuracy, said, match):
+    """Sixth review, finding 1: the learning checks started at 50 steps, set on quick mode's small CNN; ResNet50
+    (workshop and full mode) had not learnt by then: a workshop run with COURSE_MAX_STEPS=17 (51 steps, 50k synthetic
+    images) ended at losses [34.6, 5.09, 2.92] and 0.203 with the batch's statistics, and failed 'training learnt
+    nothing'; 40 (120 steps) scored 0.941. ResNet50 is now held to them from 120 steps, and below says so."""
+    from helpers import host
+
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: False)
+    job = _job_08(tmp_path)
+    job["result"] = {**job["result"], "model": "resnet50", "loss": loss, "steps_per_epoch": steps_per_epoch}
+    printed = []
+    job.update(batch_accuracy=batch_accuracy, print=lambda *a, **k: printed.append(" ".join(map(str, a))))
+    holds_unless(match, gather_and_prove, "08_batch_job.ipynb", job)
+    if match is None:
+        assert (said in "\n".join(printed)) if said else not any("learning NOT" in p for p in printed), printed
