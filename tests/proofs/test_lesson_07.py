@@ -8,7 +8,14 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.proof_cases import lesson_07_point
-from tests.support.proof_cells import cell_defining, gather_and_prove, holds_unless
+from tests.support.proof_cells import assignment_source, cell_defining, holds_unless
+from tests.support.proof_cells import gather_and_prove as prove_from_raw
+
+
+def gather_and_prove(name: str, raw: dict) -> None:
+    """The gathering cell and proof on planted raw data, on a node where the course's tuning gave every process
+    (1, 2) (`course_pools`, from the workers' cell: tuning.threads_for(2) on 2 cores), unless `raw` says otherwise."""
+    prove_from_raw(name, {"course_pools": (1, 2), **raw})
 
 
 def _timed(label, replicas, inside=0.95):
@@ -270,7 +277,8 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
         for p in points[1:]:
             p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
                      planned=point["device"], worker_threads=[point["threads"]] * 2, worker_devices=[point["device"]] * 2)
-        raw = {"points": points, "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+        raw = {"points": points, "per_replica": 32, "STEPS": 10, "counts": [1, 2],
+               "course_pools": tuple(point["threads"])}  # this process's own (no tuning here): not this test's claim
         holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
@@ -431,3 +439,22 @@ def test_lesson_07_slurm_plot_gives_each_precision_its_curve_and_base(tmp_path):
                           "cnn MirroredStrategy full mixed_float16 XLA False": [1.0],
                           "cnn MultiWorkerMirroredStrategy full mixed_float16 XLA False": [0.9]}, efficiency
     assert (tmp_path / "07_scaling_slurm.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("tuning_on,visible,max_replicas,expected", [
+    ("on", "", 2, (2, 2)), ("on", "", 4, (1, 2)), ("on", "", 8, (1, 2)),  # cores / MAX_REPLICAS, at least 1; 2 inter-op
+    ("off", "", 2, (0, 0)), ("on", "0", 2, (0, 0)), ("on", "", 1, (0, 0))])  # tuning off, a GPU, one replica
+def test_lesson_07_expects_the_pools_the_course_gave_its_kernel(tuning_on, visible, max_replicas, expected, monkeypatch):
+    """Eighth review, finding 9: cells 0 and 14 state the pools (cores / MAX_REPLICAS intra-op threads on a CPU-only
+    node, TensorFlow's (0, 0) with the tuning off), yet the proof checked only that every process had one pair, and
+    passed with all of them at (0, 0) (a case in tests/support/proof_cases.py now fails). The workers' cell's
+    `course_pools`, which the proof compares with, on a node of 4 CPUs: tuning.configure_threads' rule."""
+    from helpers import tuning
+    from helpers.gpus import gpu_count_without_tf
+
+    monkeypatch.setenv(tuning.TUNING_ENV, tuning_on)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(tuning, "cpu_count", lambda: 4)
+    ns = {"tuning": tuning, "gpu_count_without_tf": gpu_count_without_tf, "MAX_REPLICAS": max_replicas}
+    exec(assignment_source("07_scaling_performance.ipynb", "course_pools"), ns)
+    assert tuple(ns["course_pools"]) == expected, ns["course_pools"]
