@@ -655,11 +655,14 @@ def test_lesson_17_keras_3_asked_is_keras_3_with_tf_use_legacy_keras_inherited(t
 _NVIDIA_SMI_17 = "GPU 0: NVIDIA A100 (UUID: GPU-1)\n  MIG 1g.5gb Device 0: (UUID: MIG-1)\nGPU 1: NVIDIA A100 (UUID: GPU-2)\n"
 
 
+_CPU_BUILD_SAID_17 = "NO-GO: GPUs on this node (given, or listed by nvidia-smi) but TensorFlow is a CPU build"
+
+
 @pytest.mark.parametrize("environ,listed,said", [
-    ({"SLURM_GPUS_ON_NODE": "2"}, None, "NO-GO: GPUs allocated but TensorFlow is a CPU build"),  # GRES without device files
-    ({}, _NVIDIA_SMI_17, "NO-GO: GPUs allocated but TensorFlow is a CPU build"),  # GPUs Slurm does not manage
+    ({"SLURM_GPUS_ON_NODE": "2"}, None, _CPU_BUILD_SAID_17),  # GRES without device files
+    ({}, _NVIDIA_SMI_17, _CPU_BUILD_SAID_17),  # GPUs Slurm does not manage
     ({}, None, "GO (no GPU given here"),  # a CPU node: no nvidia-smi, nothing set
-    ({"CUDA_VISIBLE_DEVICES": "0,1"}, None, "NO-GO: GPUs allocated but TensorFlow is a CPU build"),
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, None, _CPU_BUILD_SAID_17),
 ], ids=["slurm_gpus_on_node only", "nvidia-smi lists 2", "cpu node", "cuda_visible_devices"])
 def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_unset(monkeypatch, tmp_path, environ, listed,
                                                                                     said):
@@ -667,6 +670,31 @@ def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_un
     where Slurm does not set it (GPUs as GRES without device files: SLURM_GPUS_ON_NODE=2; GPUs Slurm does not manage,
     which nvidia-smi -L lists) a CPU build printed GO. The lesson's own cells (TensorFlow a planted CPU build that sees
     no GPU), in order: the count falls back as gpucheck's does, and the rule says NO-GO."""
+    said_lines = _preflight_said_17(monkeypatch, tmp_path, environ, listed, cuda_build=False, seen=0)
+    assert said_lines and said_lines[-1].startswith(said), said_lines
+
+
+@pytest.mark.parametrize("environ,seen,said", [
+    ({"SLURM_GPUS_ON_NODE": "2"}, 4, "NO-GO: TensorFlow sees 4 GPUs, the job was given 2: nothing hides the others "
+                                     "(no CUDA_VISIBLE_DEVICES)"),
+    ({"SLURM_GPUS_ON_NODE": "2"}, 1, "NO-GO: TensorFlow sees 1 of the 2 GPUs on this node (given, or listed by "
+                                     "nvidia-smi): check CUDA libraries and driver"),
+    ({"SLURM_GPUS_ON_NODE": "2"}, 2, "GO"),
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2, "GO"),
+], ids=["sees 4 of 2", "sees 1 of 2", "sees 2 of 2", "cuda_visible_devices, sees 2"])
+def test_lesson_17_pre_flight_says_why_a_cuda_build_sees_more_or_fewer_gpus_than_given(monkeypatch, tmp_path, environ, seen,
+                                                                                      said):
+    """Lesson 17's thirteenth review, finding 1: the rule (seen != given) blamed the CUDA libraries for a node that sees
+    MORE GPUs than given, where nothing hides the node's others (GRES without device files: SLURM_GPUS_ON_NODE, no
+    CUDA_VISIBLE_DEVICES) and a good CUDA build sees them all. The lesson's cells, a planted CUDA build seeing `seen`."""
+    said_lines = _preflight_said_17(monkeypatch, tmp_path, environ, None, cuda_build=True, seen=seen)
+    assert said_lines and said_lines[-1].split(";")[0].strip() == said, said_lines
+
+
+def _preflight_said_17(monkeypatch, tmp_path: Path, environ: dict, listed: str | None, cuda_build: bool,
+                       seen: int) -> list[str]:
+    """What lesson 17's pre-flight cells print, in order, on a node with `environ` set (the GPU variables otherwise unset),
+    an nvidia-smi listing `listed` (None: none on PATH), and a planted TensorFlow build that sees `seen` GPUs."""
     import helpers.host
 
     for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "GPU_DEVICE_ORDINAL"):
@@ -678,9 +706,9 @@ def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_un
         (tmp_path / "bin" / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s' '{listed}'\n")
         (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    cpu_build = SimpleNamespace(sysconfig=SimpleNamespace(get_build_info=lambda: {"is_cuda_build": False}),
-                                config=SimpleNamespace(list_physical_devices=lambda kind: []), __version__="2.21.0")
-    monkeypatch.setattr(helpers.host, "import_tensorflow", lambda: cpu_build)
+    build = SimpleNamespace(sysconfig=SimpleNamespace(get_build_info=lambda: {"is_cuda_build": cuda_build}),
+                            config=SimpleNamespace(list_physical_devices=lambda kind: [kind] * seen), __version__="2.21.0")
+    monkeypatch.setattr(helpers.host, "import_tensorflow", lambda: build)
     markers = ("tf = import_tensorflow()", "def gpus_listed(", "def gpus_given(", "problems = preflight_problems(")
     cells = list(dict.fromkeys(c.source for c in nbformat.read(NOTEBOOKS / "17_software_stack.ipynb", as_version=4).cells
                                if c.cell_type == "code" and any(m in c.source for m in markers)))
@@ -688,7 +716,7 @@ def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_un
     namespace = {"os": os, "print": keep}
     for cell in cells:
         exec(cell, namespace)
-    assert said_lines and said_lines[-1].startswith(said), said_lines
+    return said_lines
 
 
 def test_lesson_17_names_every_lazy_loader_that_reads_tf_use_legacy_keras_again():
