@@ -360,7 +360,7 @@ OK["16_input_at_scale.ipynb"] = {
     "NODES": 2, "STEPS": 64, "TIMED": 64, "ALL": 128, "reports": {2: [{}, {}], 3: [{}, {}, {}]},
     "expected": _FILES, "reshuffled": True, "hidden_first": {2: True, 3: True}, "orders_own": {2: True, 3: True},
     "steps": {2: [16], 3: [12]}, "fills": {2: [8, 8], 3: [4, 4, 3]}, "ran_out": {2: [], 3: [True]}, "replayed": 64, "uncached": 64,
-    "split_even": {2: [True, True], 3: [True, True, True]},
+    "split_even": {2: [True, True], 3: [True, True, True]}, "partial": {2: [0, 0], 3: [0, 0, 128]},
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
     "staged_everywhere": {2: True, 3: True}, "opened": {w: [{"path": f"/local/shards-7/f{k}"} for k in range(8)] for w in (2, 3)},
@@ -1506,7 +1506,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("16_input_at_scale.ipynb", {"ran_out": {2: [], 3: [False]}}, "empty batches"),
     # seventh review, finding P1: the last global batch cut into pieces of 64 from the front (unbatch().batch(G)
     # before experimental_distribute_dataset): worker 2 of 3 steps [..., 64, 64, 0, 0, 0, 0]; the old proof passed it
-    ("16_input_at_scale.ipynb", {"split_even": {2: [True, True], 3: [True, True, False]}}, "split evenly"),
+    ("16_input_at_scale.ipynb", {"split_even": {2: [True, True], 3: [True, True, False]}}, "as TensorFlow cuts them"),
     # a job that left the queue before the kernel saw STAGED: nothing was hidden while the workers read
     ("16_input_at_scale.ipynb", {"hidden_first": {2: True, 3: False}}, "hidden before any worker"),
     # a simulation that never reached the shared files (and so never waited): nothing else the proof says about
