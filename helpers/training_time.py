@@ -311,6 +311,8 @@ def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = No
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     if lesson in JOB_LESSONS and gpus:
         where += f" (the job's: {gpus // replicas} on each of {replicas} nodes)"
+    elif lesson in JOB_LESSONS:  # the job's processes share this CPU: each trains slower than one alone
+        where += ", at one process's rate"
     trained = ", ".join(f"{w.images:,} images through {w.model}" for w in work) or "none of the course's models trained"
     timed = f", timed reading {_minutes(reading)}" if reading else ""
     print(f"{s.mode} mode: {trained}; predicted on {where}: training {_minutes(predicted)}{timed}, start-up "
