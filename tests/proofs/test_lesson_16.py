@@ -712,3 +712,24 @@ def test_lesson_16_workers_report_the_files_their_pipeline_opened(tmp_path, read
     holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
     folders = {os.path.dirname(f["path"]) for f in report.get("opened", [])}
     assert folders == {str((shared if reads == "$SHARED" else copy).resolve())}, folders
+
+
+@pytest.mark.parametrize("env", [{"COURSE_JOB_GPUS_PER_TASK": "1"}, {"SLURM_GPUS_ON_NODE": "4"},
+                                 {"COURSE_JOB_GPUS_PER_TASK": "2", "COURSE_CLASS_LAYOUT": "gpu"}],
+                         ids=["one GPU a task", "a GPU server (auto)", "two GPUs a task, gpu layout"])
+def test_lesson_16_submits_its_job_without_gpus(env, monkeypatch):
+    """Ninth review, finding 2: the job took the class's options (job_options), which add --gpus-per-task=N on a
+    GPU class, so read_shards.py ran on GPUs there, the case the lesson says was never run. The lesson's `added`
+    keeps the class's other options (node sharing) and drops every GPU request."""
+    from helpers.slurm.submit import job_options
+
+    for name in ("COURSE_JOB_GPUS_PER_TASK", "COURSE_CLASS_LAYOUT", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS",
+                 "SLURM_STEP_GPUS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    given = job_options()
+    assert any(o.startswith("--gpus") for o in given), given  # the class's options ask for GPUs here
+    namespace = {"job_options": job_options, "use_slurm": True}
+    exec(assignment_source("16_input_at_scale.ipynb", "added"), namespace)
+    assert namespace["added"] == [o for o in given if not o.startswith("--gpus")], (given, namespace["added"])
