@@ -1357,7 +1357,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"share_gap": 7.5e-3}, "Horovod's rank's on the same share"),
     ("13_from_horovod.ipynb", {"share_gap": 1e-4}, "Horovod's rank's on the same share"),  # inside the bound loosened 10x
     ("13_from_horovod.ipynb", {"initial_digests": ["i", "j"], "start_gap": 0.1}, "rank 0's weights"),
-    ("13_from_horovod.ipynb", {"gradient_gap": 0.01}, "Horovod's average"),
+    # tenth review, finding 4: the engines' gap to Horovod's average follows from their gap to the ranks at their own
+    # scaling (triangle inequality), so the proof asserts that one: a gradient off Horovod's is off the ranks' too
+    ("13_from_horovod.ipynb", {"gradient_gap": 0.01, "same_scaling_gap": 0.01}, "the ranks' summed"),
     ("13_from_horovod.ipynb", {"update_gap": 0.01}, "update differs"),
     ("13_from_horovod.ipynb", {"rates": [0.05, 0.05]}, "scale with the workers"),
     ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [10.0, -10.0]]] * 2}, "collectives"),  # rank 0's
@@ -1388,15 +1390,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     # loosenings (gradient 1e-5 to 5e-3, rate 1e-3 to 0.4, Horovod 1e-5 to 1e-2); measured here: gradient 1.5e-6,
     # update 1.5e-7, rate 0.100000 of 0.1. The gradient's bounds are relative to the largest entry of a rank's gradient
     # (0.1 here: float32 rounding scales with the terms the all-reduce sums; fourth review, finding 2)
-    ("13_from_horovod.ipynb", {"gradient_gap": 5e-5}, "Horovod's average"),
+    ("13_from_horovod.ipynb", {"gradient_gap": 5e-5, "same_scaling_gap": 5e-5}, "the ranks' summed"),
     # small gradients (a rank's largest entry 1e-3) off by 0.5 %: inside the absolute 1e-5 the proof once had, not its
     # relative bound
-    ("13_from_horovod.ipynb", {"gradient_gap": 5e-6, "rank_gradient_size": 1e-3, "same_scaling_gap": 1e-9, "scaling_gap": 1e-9,
-                               "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1e-9}}, "Horovod's average"),
-    # ninth review, finding 1: the engines against Horovod's average beyond the two scalings' measured gap (4e-9 here)
-    # plus the sums' order (n x 1e-6 of a rank's gradient, 2e-7): 1e-6 passed the old 1e-4 x a rank's gradient (1e-5)
-    ("13_from_horovod.ipynb", {"gradient_gap": 1e-6}, "Horovod's average"),
-    # ... and against the recipe's ranks at the engines' own scaling, summed, beyond the sums' order
+    ("13_from_horovod.ipynb", {"gradient_gap": 5e-6, "rank_gradient_size": 1e-3, "same_scaling_gap": 5e-6, "scaling_gap": 1e-9,
+                               "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1e-9}}, "the ranks' summed"),
+    # ninth review, finding 1: the engines against the recipe's ranks at their own scaling, summed, beyond the sums'
+    # order (n x 1e-6 of a rank's gradient, 2e-7): 1e-6 passed the old 1e-4 x a rank's gradient (1e-5)
     ("13_from_horovod.ipynb", {"same_scaling_gap": 1e-6}, "the ranks' summed"),
     # ... and a recipe whose two scalings lie further apart than rounding (5e-2 of a rank's gradient; bound 1e-2)
     ("13_from_horovod.ipynb", {"scaling_gap": 5e-3}, "differ by rounding only"),
@@ -1410,6 +1410,12 @@ BROKEN: list[tuple[str, dict, str]] = [
      "Horovod's own run"),
     # ninth review: Horovod's run against the recipe by hand beyond the scalings' gap plus the sums' order (2e-7 here)
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1e-6}}, "Horovod's own run"),
+    # tenth review, finding 5: Horovod computing at the engines' scaling, the scalings 1e-6 apart: within the old bound
+    # (the scalings' gap plus the sums' order) from the recipe by hand, not within the sums' order (2e-7)
+    ("13_from_horovod.ipynb", {"scaling_gap": 1e-6, "gradient_gap": 1e-6,
+                               "horovod_gaps": {"gradient": 5e-9, "weights": 7e-9, "recipe": 1e-6}}, "recipe by hand at its scaling"),
+    # ... and the engines off Horovod's own run beyond the scalings' gap plus the sums' order, inside it loosened 10x
+    ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 1e-6, "weights": 7e-9, "recipe": 0.0}}, "gradient differs from Horovod's own run"),
     # sixth review: Horovod's weights within the update's bound (the rate times the gradient's, 2e-6 here), 1e-5 inside
     # it loosened 10x; Horovod's gradient right
     ("13_from_horovod.ipynb", {"horovod_gaps": {"gradient": 5e-9, "weights": 1e-5, "recipe": 0.0}},
