@@ -297,18 +297,19 @@ def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, 
 
 def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
                 same_order=False, bind_mounted=False, copy_altered=False, orders_all=False, stopped=False,
-                spread=False, front_cut=False, files=8) -> list[dict]:
+                spread=False, front_cut=False, files=8, per_worker=1) -> list[dict]:
     """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
     the files r, r + W, ... (FILE sharding of `files` files), their examples (i in file i % files) in
     steps as MultiWorkerMirroredStrategy gives them (a global batch of 2 x W of its own examples, W pieces
     of it one a step, each cut as TensorFlow's legacy rebatch cuts it; a worker that ran out steps on with
     empty batches), the order of its files on two passes, the files its pipeline opened in its node-local
     copy (path, device and inode, SHA-256). front_cut: the last, partial global batch cut into pieces of 2 from the front (a
-    pipeline that ends in .batch(G): 2, 2, 0), not as TensorFlow's legacy rebatch cuts it."""
+    pipeline that ends in .batch(G): 2, 2, 0), not as TensorFlow's legacy rebatch cuts it. per_worker: each worker's
+    replicas (R): a global batch of 2 x W x R cut into W x R pieces, a worker's R of them a step."""
     import hashlib
 
     names = sorted(p.name for p in (tmp_path / "shared").glob("*.tfrecord"))
-    global_batch = 2 * workers
+    global_batch, replicas = 2 * workers * per_worker, workers * per_worker
     ranks = [shards_of(r) if shards_of else [k for k in range(files) if k % workers == r] for r in range(workers)]
     held = [sum(i % files in mine for i in range(train_size)) for mine in ranks]
     steps = workers * math.ceil(max(held) / global_batch)  # W steps per global batch of the fullest worker's
@@ -326,9 +327,10 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
             opened.append({"path": str((copy / names[k]).resolve()), "id": [where.st_dev, where.st_ino],
                            "sha256": hashlib.sha256(read).hexdigest()})
         indices = [i for i in range(train_size) if i % files in mine]
-        chunk = lambda n: -(-n // workers)  # TensorFlow's legacy rebatch: pieces of ceil(n / W) from the front
-        full = [max(0, min(chunk(n), n - chunk(n) * j)) for n in (len(indices[start:start + global_batch])
-                for start in range(0, len(indices), global_batch)) for j in range(workers)]
+        chunk = lambda n: -(-n // replicas)  # TensorFlow's legacy rebatch: ceil(n / (W x R)) from the front
+        pieces = [[max(0, min(chunk(n), n - chunk(n) * j)) for j in range(replicas)]
+                  for n in (len(indices[start:start + global_batch]) for start in range(0, len(indices), global_batch))]
+        full = [sum(cut[s * per_worker:(s + 1) * per_worker]) for cut in pieces for s in range(workers)]  # R a step
         if front_cut:  # each global batch cut into pieces of 2 (the per-replica batch) from the front
             full = [max(0, min(2, len(indices[start:start + global_batch]) - 2 * j))
                     for start in range(0, len(indices), global_batch) for j in range(workers)]
@@ -336,6 +338,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
             full = [len(indices) // steps] * steps
         batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
         reports.append({"rank": rank, "host": f"node{rank + 1}", "opened": opened, "global_batch": global_batch,
+                        "replicas": replicas,
                         "indices": indices + indices[:1] * (repeat_first and rank == 0), "batches": batches,
                         "orders": [list(range(files)) if orders_all else mine,
                                    (list(range(files)) if orders_all else mine)[::1 if same_order else -1]]})
@@ -363,6 +366,9 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # fifth review, finding 1: 12 files on 3 workers, 22, 21 and 21 examples, 4 global batches of 6 each: nobody
     # runs out, and a last batch not empty is correct (the old proof failed it: fewer examples, not empty)
     ({"files": 12}, None),
+    # ninth review, finding 3: 2 replicas a worker, 12 files: a last 9 is cut over 6 replicas in sync (2, 2, 2, 2, 1, 0),
+    # so the worker's steps are 4, 4, 1, where a cut over its 3 workers would expect 3, 3, 3
+    ({"files": 12, "per_worker": 2}, None),
     # the second staged epoch read half its batches from the shared files (counted per pass)
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
     # fourth review, finding 5: the cache's later epochs read nothing from the shared files, and gave nothing either
@@ -371,7 +377,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount",
          "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end",
-         "last batch cut from the front", "12 files",
+         "last batch cut from the front", "12 files", "2 replicas a worker",
          "staged epoch reads shared", "empty cache replay", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
@@ -404,6 +410,13 @@ def _shared_and_staged_16(tmp_path: Path, files: int, copied: int, altered: bool
     return staged
 
 
+def _legacy_split_16() -> dict:
+    """legacy_split as the lesson defines it (cell 16, where it is checked against TensorFlow's own cut)."""
+    namespace = {}
+    exec(function_source("16_input_at_scale.ipynb", "legacy_split"), namespace)
+    return {"legacy_split": namespace["legacy_split"]}
+
+
 def _gathering_16(tmp_path: Path, reports: dict, files: int, staged: Path, staged_reads: list, cache_given: tuple,
                   **more) -> dict:
     """What lesson 16's gathering cell reads: the workers' raw reports, the simulated reads' counts per pass
@@ -413,7 +426,7 @@ def _gathering_16(tmp_path: Path, reports: dict, files: int, staged: Path, stage
                                                         "reshuffled", "read_from", "copy_complete", "staged_files",
                                                         "shared_files", "orders_own", "steps", "ran_out", "split_even")},
            "reports": reports, "SHARDS": files, "train_size": 64, "staged_records": 64, "shared": tmp_path / "shared",
-           "staged": staged, "os": os,
+           "staged": staged, "os": os, **_legacy_split_16(),
            "print": lambda *a, **k: None,
            "reads": {name: [{"shared": shared, "node-local": local, "given": given} for shared, local, given in passes]
                      for name, passes in {"shared every epoch": [(64, 0, 64)] * 3,
@@ -574,7 +587,7 @@ def test_lesson_16_staging_reads_every_record_once_into_the_copy(tmp_path, chang
            "reports": {2: _reports_16(tmp_path, 2, 1000), 3: _reports_16(tmp_path, 3, 1000)}, "train_size": 1000,
            "TIMED": 32, "replayed": 32, "uncached": 32, "staged_records": run["staged_records"], "staging_s": run["staging_s"], "staged": run["staged"],
            "shared": tmp_path / "shared", "epochs": {**ok["epochs"], "staged": run["epochs"]["staged"]}, "reads": reads,
-           "waits": waits, "SHARED_LATENCY_MS": 1.0, "os": os, "print": lambda *a, **k: None}
+           "waits": waits, "SHARED_LATENCY_MS": 1.0, "os": os, "print": lambda *a, **k: None, **_legacy_split_16()}
     exec(compile(cell_defining("16_input_at_scale.ipynb", "read_from = {name:"), "16 read_from", "exec"), raw)
     raw["read_from"] = {**raw["read_from"],
                         "cache(filename=...)": {"shared": [32, 0, 0], "node-local": [0] * 3, "cache file": [0, 32, 32]},
@@ -708,7 +721,7 @@ def test_lesson_16_workers_report_the_files_their_pipeline_opened(tmp_path, read
                                                         "copy_complete", "staged_files", "shared_files", "orders_own",
                                                         "steps", "ran_out", "split_even")},
            "NODES": 1, "reports": {1: [report]}, "hidden_first": {1: True}, "SHARDS": 8, "train_size": 64,
-           "staged_records": 64, "shared": shared, "staged": copy, "os": os}
+           "staged_records": 64, "shared": shared, "staged": copy, "os": os, **_legacy_split_16()}
     holds_unless(match, gather_and_prove, "16_input_at_scale.ipynb", raw)
     folders = {os.path.dirname(f["path"]) for f in report.get("opened", [])}
     assert folders == {str((shared if reads == "$SHARED" else copy).resolve())}, folders
@@ -733,3 +746,23 @@ def test_lesson_16_submits_its_job_without_gpus(env, monkeypatch):
     namespace = {"job_options": job_options, "use_slurm": True}
     exec(assignment_source("16_input_at_scale.ipynb", "added"), namespace)
     assert namespace["added"] == [o for o in given if not o.startswith("--gpus")], (given, namespace["added"])
+
+
+@pytest.mark.parametrize("rule,match", [
+    (None, None),
+    # an even split (np.array_split's), not TensorFlow's cut from the front: 4 over 3 as 2, 1, 1
+    ("    c = -(-n // replicas)\n    return [max(0, min(c, n - c * j)) for j in range(replicas)]",
+     "the proof's rule"),
+], ids=["as written", "an even split"])
+def test_lesson_16_cell_16_checks_the_proof_s_cut_against_tensorflow_s(rule, match):
+    """Ninth review, finding 8: cell 16 printed TensorFlow's cut (128 over 3: 43, 43, 42 ...) and asserted nothing;
+    the proof's rule (legacy_split) was never compared with it. The cell, run for real, asserts each cut equals
+    legacy_split: a rule that splits evenly (4 over 3 as 2, 1, 1) fails it."""
+    import tensorflow as tf
+
+    source = cell_defining("16_input_at_scale.ipynb", "_LegacyRebatchDataset(")
+    assert "def legacy_split(n, replicas)" in source, "cell 16 defines the proof's rule"
+    if rule is not None:
+        assert source.count(rule) == 1, rule
+        source = source.replace(rule, "    return [len(p) for p in __import__('numpy').array_split(range(n), replicas)]")
+    holds_unless(match, exec, compile(source, "16 cut", "exec"), {"tf": tf, "print": lambda *a, **k: None})
