@@ -468,13 +468,15 @@ def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path
     holds_unless(match, gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
 
 
-def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=None) -> None:
+def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=None, stale=False) -> None:
     """Lesson 13's checkpoint cell as each of 2 engines runs it (rank 0, then rank 1; temporary
     directories under tmp_path), with `change` (old, new) made to its source, then the gathering
     cell and the proof on what the two reported and on the files left in the work directory. Each
     saves a small Keras model and its SGD optimizer (a Keras Mean metric, `metric`, is there for a change to hand
     to the checkpoint); `on_read`: the model also holds a variable synchronised on read, as a metric's total: a Keras
-    variable ("keras") or a tf.Variable ("tf"), or the checkpoint holds a tf.Variable beside the model ("tf beside")."""
+    variable ("keras") or a tf.Variable ("tf"), or the checkpoint holds a tf.Variable beside the model ("tf beside").
+    `stale`: an earlier run left step-1 files in the chief's directory; the kernel's lines that clear it (before the
+    engines) run first, as in the lesson."""
     import tempfile
 
     import keras
@@ -488,6 +490,14 @@ def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=None) -> None:
         source = source.replace(*change)
     work = tmp_path / "work"
     work.mkdir()
+    if stale:  # an earlier run's checkpoint at the chief's path
+        (work / "checkpoint").mkdir()
+        for name in ("step-1.index", "step-1.data-00000-of-00001"):
+            (work / "checkpoint" / name).write_bytes(b"earlier")
+    kernel = next(c.source for c in nb.cells if 'np.savez(work_dir / "batch.npz"' in c.source)
+    for line in kernel.splitlines():  # the kernel's cell before the engines: what it does to the checkpoint
+        if "checkpoint" in line and not line.startswith("#"):
+            exec(line, {"shutil": __import__("shutil"), "work_dir": work})
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     reports = []
@@ -532,6 +542,20 @@ def test_lesson_13_checkpoint_cell_keeps_the_chiefs_copy_alone(tmp_path, monkeyp
     on what the checkpoint itself holds, so one that also saves a metric's variables fails it too."""
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change)
+
+
+def test_lesson_13_an_earlier_runs_checkpoint_does_not_pass_for_this_ones(tmp_path, monkeypatch):
+    """Tenth review, finding 7: the proof lists the chief's files at its path; an earlier run's step-1 files there
+    passed for this run's when the chief neither cleared its directory nor wrote (a cell where only the other workers
+    write). The kernel clears that directory before the engines run, so such a cell fails ('every worker should
+    write')."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    chief_writes_nothing = ("shutil.rmtree(checkpoint_dir, ignore_errors=True)\ncheckpoint = tf.train.Checkpoint("
+                            "model=model, optimizer=optimizer)\ncheckpoint.write(",
+                            "checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)\nif not chief:\n"
+                            "    checkpoint.write(")
+    with pytest.raises(AssertionError, match="every worker should write"):
+        _lesson_13_checkpoints(tmp_path, monkeypatch, chief_writes_nothing, stale=True)
 
 
 _MATCH = 'in ("on_read", tf.VariableSynchronization.ON_READ)]'
