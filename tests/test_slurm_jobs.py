@@ -118,7 +118,8 @@ def test_the_lessons_that_submit_jobs_are_all_found():
 
 
 # job scripts that ask for no GPU on purpose, and why: they carry no commented GPU line
-ASK_FOR_NO_GPU = {'17 "stack.sbatch"}': "lists the software stack, imports TensorFlow without training"}
+ASK_FOR_NO_GPU = {'17 "stack.sbatch"}': "lists the software stack, imports TensorFlow without training",
+                  '16 "read_shards.sbatch"}': "reads sharded files, trains nothing; run on CPUs only (submitted without GPUs)"}
 
 
 @pytest.mark.parametrize("key", sorted(LESSON_SCRIPTS))
