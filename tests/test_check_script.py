@@ -476,6 +476,8 @@ def test_who_writes_names_the_chiefs_paths_from_the_working_directory():
         "the chief wrote 1 path(s) (run/ckpt), the others only paths of their own (run/workertemp_1/ckpt)"), finding
     run.reports[0]["writes"], run.reports[1]["writes"] = run.reports[1]["writes"], run.reports[0]["writes"]
     assert "the chief wrote 1 path(s) (run/workertemp_1/ckpt)" in cf_write(run)[0].detail
+    run.reports[0]["writes"], run.reports[1]["writes"] = [["/work/run/ckpt", "tf.train.Checkpoint"]], []
+    assert cf_write(run)[0].detail.endswith("the chief wrote 1 path(s) (run/ckpt), the others none"), cf_write(run)
 
 
 def test_a_file_changed_that_no_recorded_write_covers_is_not_seen():

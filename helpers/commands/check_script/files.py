@@ -163,8 +163,8 @@ def write_findings(run: Run) -> list[Finding]:
     chief = sorted(p for p, r in by_path.items() if 0 in r)
     others = sorted(p for p, r in by_path.items() if 0 not in r)
     return [Finding("PASS", "who writes", f"no file is written by two workers; the chief wrote {len(chief)} path(s) "
-                    f"({_short(chief, run.cwd)}), the others only paths of their own"
-                    + (f" ({_short(others, run.cwd)})" if others else ""))]
+                    f"({_short(chief, run.cwd)}), "
+                    + (f"the others only paths of their own ({_short(others, run.cwd)})" if others else "the others none"))]
 
 
 def _short(paths: list[str], cwd: str) -> str:
