@@ -37,7 +37,7 @@ def test_lesson_07_gathering_cell_keeps_two_multi_worker_runs_of_as_many_replica
     """A GPU node of 4 GPUs, MAX_REPLICAS = 4: 2 workers of 2 GPUs have 4 replicas, like 4 workers of one. The
     first run's steps cover half its span: the proof must fail, not read the second run's figures for both."""
     two = {**_timed("MultiWorkerMirroredStrategy", 4, inside), "asked": 2, "workers": 2, "replica_batches": [32, 32],
-           "worker_kept": [["example0"], ["example1"]]}  # each worker's kept examples, digested
+           "worker_batches": [[32, 32]] * 2, "worker_kept": [["example0"], ["example1"]]}  # each worker's kept examples, digested
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), _timed("MirroredStrategy", 4),
                       two, _timed("MultiWorkerMirroredStrategy", 4)], "per_replica": 32, "STEPS": 10, "counts": [1, 2, 4]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
@@ -332,6 +332,39 @@ def test_lesson_07_proof_fails_when_the_workers_do_not_shard(variant, match):
     multi = {**_timed("MultiWorkerMirroredStrategy", 2), "worker_kept": kept}
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), multi],
            "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches")])
+def test_lesson_07_proof_checks_every_workers_batches_in_a_real_run(variant, match, tmp_path):
+    """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
+    batched per_replica x (1 + input_pipeline_id) (batches [[32], [64]], 128 and 256 examples kept) passed it. The
+    program as written and so changed, run as 2 real workers; the workers' gathering cell and the proof on their
+    output (the kernel's points planted): as written it passes, worker 1's doubled batch must fail it."""
+    import json
+
+    from helpers.data import ensure_data
+    from helpers.local_workers import run_local_workers
+    from helpers.take_home import copy_beside
+    from tests.support.notebooks import written_program
+
+    program = written_program("07_scaling_performance.ipynb", "{worker_program}")
+    batch = "batch(context.get_per_replica_batch_size(global_batch),"
+    assert program.count(batch) == 1
+    if variant != "as written":
+        program = program.replace(batch, "batch(context.get_per_replica_batch_size(global_batch) * (1 + context.input_pipeline_id),")
+    (tmp_path / "07_measure.py").write_text(program)
+    copy_beside(tmp_path)  # mwms_slurm.py, which the workers import
+    arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "5", "2048", "1", "2"]
+    runs = {2: run_local_workers(arguments, n=2, deadline_s=600)}
+    assert all(o.returncode == 0 for o in runs[2]), [o.output[-2000:] for o in runs[2]]
+    kernel = [{**lesson_07_point("MirroredStrategy", n), "span_s": 2.0, "in_steps_s": 1.9} for n in (1, 2)]
+    ns = {"points": kernel, "runs": runs, "planned": {("MultiWorkerMirroredStrategy", 2): "CPU"}, "loads": {2: 1.0},
+          "json": json, "print": lambda *a, **k: None}
+    exec(cell_defining("07_scaling_performance.ipynb", "for n, outcomes in runs.items():"), ns)
+    print(f"{variant}: each worker's replica batches {ns['points'][-1].get('worker_batches')}, "
+          f"kept {[len(k) for k in ns['points'][-1]['worker_kept']]}")
+    raw = {"points": ns["points"], "per_replica": 32, "STEPS": 5, "counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
