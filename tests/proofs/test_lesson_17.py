@@ -454,9 +454,12 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"runs": {"Keras 2 (tf_keras)": [{"replicas": 1}, {"replicas": 1}]}}, "one cluster"),  # ranks right, each its own cluster
     ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs"),  # the pre-flight's parse counts Slurm's NoDevFiles
     # twelfth review, finding 1: CUDA_VISIBLE_DEVICES unset, SLURM_GPUS_ON_NODE not read (the old count: none given) ...
-    ({"gpus_given": ("return int(on_node) if on_node.isdigit() else gpus_listed()", "return 0")}, "count the GPUs"),
+    ({"gpus_given": ("int(on_node) if on_node.isdigit() else ", "")}, "count the GPUs"),
     # ... or read first, as gpucheck's batch step does: a task bound to 1 of its node's 4 GPUs counted 4
-    ({"gpus_given": ('if "CUDA_VISIBLE_DEVICES" in environ:', 'if "SLURM_GPUS_ON_NODE" not in environ:')}, "count the GPUs"),
+    ({"gpus_given": ('if "CUDA_VISIBLE_DEVICES" in environ:',
+                     'if "CUDA_VISIBLE_DEVICES" in environ and "SLURM_GPUS_ON_NODE" not in environ:')}, "count the GPUs"),
+    # fourteenth review, finding 2: in a Slurm job given no GPU, the node's GPUs nvidia-smi lists counted as given
+    ({"gpus_given": ('(0 if "SLURM_JOB_ID" in environ else listed())', "listed()")}, "count the GPUs"),
     # lesson 17's fourth review, finding 1: a node without /usr/bin/python3 (the job says so) is not a failure; no line is
     ({"other": None, "no_other": "no /usr/bin/python3 on node1: no other Python to ask"}, None),
     ({"other": None}, "should not be handed"),
@@ -500,7 +503,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "a sibling env's tensorflow with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
          "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing", "every worker rank 0 alone",
          "two rank 0s", "each worker its own cluster",
-         "NoDevFiles counted", "slurm_gpus_on_node not read", "slurm_gpus_on_node first", "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
+         "NoDevFiles counted", "slurm_gpus_on_node not read", "slurm_gpus_on_node first", "slurm_job_id not read",
+         "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
          "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason", "venv by /usr/bin/python3",
@@ -659,7 +663,7 @@ _CPU_BUILD_SAID_17 = "NO-GO: GPUs on this node (given, or listed by nvidia-smi) 
 
 
 @pytest.mark.parametrize("environ,listed,said", [
-    ({"SLURM_GPUS_ON_NODE": "2"}, None, _CPU_BUILD_SAID_17),  # GRES without device files
+    ({"SLURM_GPUS_ON_NODE": "2"}, None, _CPU_BUILD_SAID_17),  # alone: gres.conf's Flags=no_gpu_env, say
     ({}, _NVIDIA_SMI_17, _CPU_BUILD_SAID_17),  # GPUs Slurm does not manage
     ({}, None, "GO (no GPU given here"),  # a CPU node: no nvidia-smi, nothing set
     ({"CUDA_VISIBLE_DEVICES": "0,1"}, None, _CPU_BUILD_SAID_17),
@@ -667,9 +671,9 @@ _CPU_BUILD_SAID_17 = "NO-GO: GPUs on this node (given, or listed by nvidia-smi) 
 def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_unset(monkeypatch, tmp_path, environ, listed,
                                                                                     said):
     """Lesson 17's twelfth review, finding 1: the pre-flight counted the GPUs given only from CUDA_VISIBLE_DEVICES, so
-    where Slurm does not set it (GPUs as GRES without device files: SLURM_GPUS_ON_NODE=2; GPUs Slurm does not manage,
-    which nvidia-smi -L lists) a CPU build printed GO. The lesson's own cells (TensorFlow a planted CPU build that sees
-    no GPU), in order: the count falls back as gpucheck's does, and the rule says NO-GO."""
+    where it is unset (SLURM_GPUS_ON_NODE=2 alone: gres.conf's Flags=no_gpu_env, or the job unset it; GPUs Slurm does
+    not manage, which nvidia-smi -L lists) a CPU build printed GO. The lesson's own cells (TensorFlow a planted CPU build
+    that sees no GPU), in order: the count falls back as gpucheck's does, and the rule says NO-GO."""
     said_lines = _preflight_said_17(monkeypatch, tmp_path, environ, listed, cuda_build=False, seen=0)
     assert said_lines and said_lines[-1].startswith(said), said_lines
 
@@ -685,10 +689,25 @@ def test_lesson_17_pre_flight_stops_a_cpu_build_where_cuda_visible_devices_is_un
 def test_lesson_17_pre_flight_says_why_a_cuda_build_sees_more_or_fewer_gpus_than_given(monkeypatch, tmp_path, environ, seen,
                                                                                       said):
     """Lesson 17's thirteenth review, finding 1: the rule (seen != given) blamed the CUDA libraries for a node that sees
-    MORE GPUs than given, where nothing hides the node's others (GRES without device files: SLURM_GPUS_ON_NODE, no
-    CUDA_VISIBLE_DEVICES) and a good CUDA build sees them all. The lesson's cells, a planted CUDA build seeing `seen`."""
+    MORE GPUs than given, where nothing hides the node's others (SLURM_GPUS_ON_NODE alone, no CUDA_VISIBLE_DEVICES:
+    gres.conf's Flags=no_gpu_env, or the job unset it) and a good CUDA build sees them all. The lesson's cells, a planted
+    CUDA build seeing `seen`."""
     said_lines = _preflight_said_17(monkeypatch, tmp_path, environ, None, cuda_build=True, seen=seen)
     assert said_lines and said_lines[-1].split(";")[0].strip() == said, said_lines
+
+
+@pytest.mark.parametrize("cuda_build,seen,said", [
+    (False, 0, "GO (no GPU given here"),
+    (True, 2, "NO-GO: TensorFlow sees 2 GPUs, the job was given 0: nothing hides the others (no CUDA_VISIBLE_DEVICES); "
+              "it would use GPUs the job was not given"),
+], ids=["cpu build", "cuda build sees the node's 2"])
+def test_lesson_17_pre_flight_in_a_job_given_no_gpu_counts_none(monkeypatch, tmp_path, cuda_build, seen, said):
+    """Lesson 17's fourteenth review, finding 2: inside a Slurm job (SLURM_JOB_ID set) given no GPU, on a GPU node whose
+    nvidia-smi lists its 2, the pre-flight counted those 2 as given: a CPU build (right for a CPU job) got NO-GO, a CUDA
+    build using the node's GPUs GO. In a job only CUDA_VISIBLE_DEVICES or SLURM_GPUS_ON_NODE count (else none); a CUDA
+    build that sees GPUs there is stopped. The lesson's cells, a planted build seeing `seen`."""
+    said_lines = _preflight_said_17(monkeypatch, tmp_path, {"SLURM_JOB_ID": "1"}, _NVIDIA_SMI_17, cuda_build, seen)
+    assert said_lines and said_lines[-1].startswith(said), said_lines
 
 
 def _preflight_said_17(monkeypatch, tmp_path: Path, environ: dict, listed: str | None, cuda_build: bool,
@@ -697,7 +716,7 @@ def _preflight_said_17(monkeypatch, tmp_path: Path, environ: dict, listed: str |
     an nvidia-smi listing `listed` (None: none on PATH), and a planted TensorFlow build that sees `seen` GPUs."""
     import helpers.host
 
-    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "GPU_DEVICE_ORDINAL"):
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "GPU_DEVICE_ORDINAL", "SLURM_JOB_ID"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)

@@ -145,7 +145,7 @@ def lesson_07_point(label, replicas, agree=True, moved=True):
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "asked": replicas,
             "kept": [f"example{i}" for i in range(4)],
             **({"workers": replicas, "weights_moved": moved, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
-                "worker_batches": [[32]] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)]} if multi else {})}
+                "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)]} if multi else {})}
 
 
 OK["07_scaling_performance.ipynb"] = {
@@ -265,7 +265,7 @@ OK["12_strategy_tour.ipynb"] = {
               ("ps", 0, "h", 14, "grpc://h:4")], "cluster": _PS_CLUSTER, "PS_WORKERS": _PS_WORKERS,
     "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "moved_updates": _PS_STEPS + _PS_WORKERS,
     "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
-    "straggles": [(0.4, 0.2)[i // 4 % 2] if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)],
+    "straggles": [(0.4, 0.2)[i // 4 % 2] if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)], "idle": 0.06,
     "scheduling_s": 0.05, "pause_floor": 1.5, "evenly": 0.0032,  # the chief's schedule loop; 3.0 s of pauses over 2 workers
     "released_seen": [True] * _PS_STEPS, "first_straggler": 3,  # each step read the chief's flag set after its loop
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 1.2, "sync_first": 2.31, "sync_last": 0.9,
@@ -374,9 +374,15 @@ OK["16_input_at_scale.ipynb"] = {
 
 
 _VARIANTS = ("Keras 3", "Keras 3 + fix", "Keras 2 (tf_keras)")
-_COUNTED_17 = {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0, "unset, SLURM_GPUS_ON_NODE=2": 2, "0, SLURM_GPUS_ON_NODE=4": 1}
-_FLAGGED = {"here": [], "CPU build, 4 GPUs allocated": ["a CPU build"], "CUDA build, sees 2 of 4": ["2 of 4"],
-            "CUDA build, sees 4 of 4": [], "CUDA build, sees 4 of 2": ["the job was given 2: nothing hides the others"]}
+_COUNTED_17 = {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0, "unset, SLURM_GPUS_ON_NODE=2": 2,
+               "0, SLURM_GPUS_ON_NODE=4": 1, "in a job given none, nvidia-smi lists 4": 0,
+               "outside Slurm, nvidia-smi lists 4": 4}
+_CPU_BUILD_17 = "GPUs on this node (given, or listed by nvidia-smi) but TensorFlow is a CPU build"
+_FEWER_SEEN_17 = "TensorFlow sees 2 of the 4 GPUs on this node: check CUDA libraries and driver"
+_FLAGGED = {"here": [], "CPU build, 4 GPUs allocated": [_CPU_BUILD_17], "CUDA build, sees 2 of 4": [_FEWER_SEEN_17],
+            "CUDA build, sees 4 of 4": [], "CUDA build, sees 4 of 2": ["the job was given 2: nothing hides the others"],
+            "CUDA build, sees 4 of 0": ["the job was given 0: nothing hides the others; it would use GPUs the job was "
+                                        "not given"]}
 OK["17_software_stack.ipynb"] = {
     "NODES": 2, "lmod_here": True, "use_slurm": False, "ran_stack": True, "loaded": True, "stack": {}, "stack_log": "",
     "tf_from_module": True, "keras_from_module": True, "extras_from_venv": True, "own_package_kept": True,
@@ -892,13 +898,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     # 2 workers started, a cluster of 1 worker holding 2 replicas (one process trained alone on two devices)
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
                                                  dict(lesson_07_point("MultiWorkerMirroredStrategy", 2), workers=1,
-                                                      replica_batches=[32, 32], worker_batches=[[32, 32]] * 2)]},
-     "formed a cluster of 1"),
-    # ninth review, finding 1: worker 1 of 2 batched per_replica x (1 + input_pipeline_id), worker 0 as asked (a real
-    # run: [[32], [64]], 128 and 256 examples kept); the old proof read worker 0's batches only and passed
-    ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
-                                                 dict(lesson_07_point("MultiWorkerMirroredStrategy", 2),
-                                                      worker_batches=[[32], [64]])]}, "received batches"),
+                                                      replica_batches=[32, 32])]}, "formed a cluster of 1"),
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
                                                    ("MirroredStrategy", 2): 0.6}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MultiWorkerMirroredStrategy", 2, agree=False)]},
@@ -1660,12 +1660,26 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a node that sees 2 of its 4 GPUs let through; a good node stopped
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 2 of 4": []}}, "pre-flight should stop"),
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 4 of 4": ["4 of 4"]}}, "pre-flight should stop"),
-    # thirteenth review, finding 1: a node that sees more GPUs than given (GRES without device files: nothing hides the
-    # others) stopped, but blamed on the CUDA libraries, as the old rule (seen != given) did: passed the old proof
+    # thirteenth review, finding 1: a node that sees more GPUs than given (SLURM_GPUS_ON_NODE alone, no
+    # CUDA_VISIBLE_DEVICES: nothing hides the others) stopped, but blamed on the CUDA libraries, as the old rule
+    # (seen != given) did: passed the old proof
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 4 of 2": [
         "TensorFlow sees 4 of the 2 GPUs allocated: check CUDA libraries and driver"]}}, "sees more GPUs than given"),
     # ... or let through, as gpucheck's build step lets it
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 4 of 2": []}}, "sees more GPUs than given"),
+    # fourteenth review, finding 4: a CPU build stopped for the CUDA libraries, or a node seeing 2 of 4 for a CPU build
+    # (a stop, but not why): both passed the old proof, which counted the stops only
+    ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CPU build, 4 GPUs allocated": [_FEWER_SEEN_17]}},
+     "each for what it is"),
+    ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 2 of 4": [_CPU_BUILD_17]}},
+     "each for what it is"),
+    # finding 2: in a Slurm job given no GPU, the node's GPUs nvidia-smi lists counted as given, and a CUDA build that
+    # sees them let through (the old rule passed anything where none was given), or stopped for another reason
+    ("17_software_stack.ipynb", {"counted": {**_COUNTED_17, "in a job given none, nvidia-smi lists 4": 4}},
+     "count the GPUs"),
+    ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 4 of 0": []}}, "where the job was given none"),
+    ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CUDA build, sees 4 of 0": [_FEWER_SEEN_17]}},
+     "where the job was given none"),
     # the log holds PerReplica (another worker's traceback, say) but a Keras 3 worker failed otherwise
     ("17_software_stack.ipynb", {"keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})",
                                                  "ValueError: Invalid reduction dimension 0"]}, "fail without the fix"),
