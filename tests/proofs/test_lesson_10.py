@@ -4,13 +4,15 @@ return), and real runs with a claim broken, must fail the proof through the cell
 not a planted final value."""
 
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
 
 from tests.support.proof_cases import LESSON_10_RUNS, OK
 from tests.support.proof_cells import (
-    NOTEBOOKS, cell_defining, gather_and_prove, holds_unless, run_edited_to_its_proof, run_proof, solution_source,
+    NOTEBOOKS, cell_defining, gather_and_prove, holds_unless, proof_source, run_edited_to_its_proof, run_proof,
+    solution_source,
 )
 
 
@@ -321,3 +323,16 @@ def test_lesson_10_solution_2_asks_the_schedules_at_64x(edit, late, sizes):
     if sizes:
         assert (namespace["run_steps"](2048), namespace["warmup_steps_of"](2048)) == (720, 72)
     holds_unless("64x and 8x" if edit or late else None, exec, compile(solution, "10 solution 2", "exec"), namespace)
+
+
+def test_lesson_10_readme_and_instructor_kit_state_the_proof_s_share_of_the_gap():
+    """Ninth review, finding 1: README's row 10 and the instructor kit said linear scaling with warm-up leaves 'less
+    than half' of the unscaled batch's gap after the proof came to ask for less than a quarter (61b0354)."""
+    divisor = re.search(r"left < gap / (\d+)", proof_source("10_large_batches.ipynb")).group(1)
+    asked = {"2": "half", "4": "a quarter"}[divisor]
+    root = NOTEBOOKS.parent
+    row = next(line for line in (root / "README.md").read_text().splitlines() if "notebooks/10_large_batches" in line)
+    kit = (root / "docs" / "instructor.md").read_text().split("### 10 ")[1].split("\n### ")[0]
+    for where, text in (("README's row 10", row), ("docs/instructor.md, lesson 10", kit)):
+        stated = re.findall(r"less than (half|a quarter)", text)
+        assert stated == [asked], f"{where} states less than {stated} of the gap; the proof asks for less than {asked}"
