@@ -325,6 +325,35 @@ def test_lesson_10_solution_2_asks_the_schedules_at_64x(edit, late, sizes):
     holds_unless("64x and 8x" if edit or late else None, exec, compile(solution, "10 solution 2", "exec"), namespace)
 
 
+@pytest.mark.parametrize("ramp,inset", [(8, False), (116, True)], ids=["quick mode: 18 steps", "workshop: 234 steps"])
+def test_lesson_10_first_steps_plot_shows_a_one_step_rise_at_workshop_size(ramp, inset):
+    """Ninth review, finding 6: in workshop mode (W = 116) the first-steps plot spans 234 steps, and the rise without
+    warm-up, step 3 only (+0.12 in the review's uncut run), was one point among them. Where the plot spans more than
+    20 steps an inset repeats the first 20, each curve's own points, step 3's rise among them; quick mode's 18 need none."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    losses = [3.2, 3.0, 3.34] + [2.5] * (2 * ramp)  # step 3 above the starting weights' 3.22 on its batch
+    names = ("batch 512, linear, no warm-up", "batch 512, linear + warm-up")
+    namespace = {"plt": plt, "MaxNLocator": MaxNLocator, "large": 512, "warmup_steps_of": lambda batch: ramp,
+                 "step_loss": dict(zip(names, (losses, [3.2] + [2.9] * (2 * ramp + 2)))),
+                 "frozen_loss": [3.2, 3.25, 3.22] + [3.2] * (ramp - 2), "dataset": SimpleNamespace(label="planted"),
+                 "plots": SimpleNamespace(save=lambda fig, name: None)}
+    plt.close("all")
+    exec(compile(cell_defining("10_large_batches.ipynb", '"10_first_steps"'), "10 first steps", "exec"), namespace)
+    (ax,) = plt.gcf().axes
+    insets = ax.child_axes  # what `inset_axes` adds
+    assert len(insets) == inset, f"{2 * ramp + 2} steps plotted: {len(insets)} insets"
+    if inset:
+        shown = [list(line.get_ydata()) for line in insets[0].lines]  # both runs', then the starting weights'
+        assert len(shown) == 3 and [len(y) for y in shown] == [20, 20, 20] and shown[0][:3] == losses[:3], shown
+        assert insets[0].get_xlim() == (0.5, 20.5), insets[0].get_xlim()
+    plt.close("all")
+
+
 def test_lesson_10_readme_and_instructor_kit_state_the_proof_s_share_of_the_gap():
     """Ninth review, finding 1: README's row 10 and the instructor kit said linear scaling with warm-up leaves 'less
     than half' of the unscaled batch's gap after the proof came to ask for less than a quarter (61b0354)."""
