@@ -265,7 +265,7 @@ OK["12_strategy_tour.ipynb"] = {
               ("ps", 0, "h", 14, "grpc://h:4")], "cluster": _PS_CLUSTER, "PS_WORKERS": _PS_WORKERS,
     "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "moved_updates": _PS_STEPS + _PS_WORKERS,
     "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
-    "straggles": [(0.4, 0.2)[i // 4 % 2] if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)], "idle": 0.06,
+    "straggles": [(0.4, 0.2)[i // 4 % 2] if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)],
     "scheduling_s": 0.05, "pause_floor": 1.5, "evenly": 0.0032,  # the chief's schedule loop; 3.0 s of pauses over 2 workers
     "released_seen": [True] * _PS_STEPS, "first_straggler": 3,  # each step read the chief's flag set after its loop
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 1.2, "sync_first": 2.31, "sync_last": 0.9,
