@@ -60,7 +60,7 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
 
 @pytest.mark.parametrize("steps_run,loss,said", [
     (32, [2.3106], "only a finite loss is proven"),  # COURSE_EPOCHS=1 in quick mode: one epoch, no trend
-    (32, [2.3122, 2.3106], "only a finite loss that fell is proven"),  # 4 workers in quick mode
+    (32, [2.3122, 2.3106], "only a finite loss is proven"),  # 4 workers in quick mode: no trend held under 50 steps
     (64, [2.3122, 1.6], None)], ids=["one epoch of 32 steps", "two epochs of 16", "64 steps: checked"])
 def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run, loss, said, capsys):
     """Review 11 and Q1: under 50 steps the learning check is skipped, so a loss at ln 10 (a model that
@@ -274,17 +274,22 @@ def test_lesson_08_a_failed_job_shows_the_end_of_its_log(tmp_path, monkeypatch):
     assert "ValueError: planted" in shown and "line 12" in shown and "line 11\n" not in shown, shown
 
 
+RESNET50_NOT_CHECKED = "learning NOT checked for ResNet50: its minimum steps were not measured reliably"
+
+
 @pytest.mark.parametrize("steps_per_epoch,loss,batch_accuracy,said,match", [
-    (17, [34.6, 5.09, 2.92], 0.203, "learning NOT checked: 51 steps of ResNet50 (needs >= 120)", None),
-    (40, [34.6, 5.09, 2.92], 0.941, None, "learnt nothing"),
-    (40, [3.1, 1.9, 1.7], 0.941, None, None)],
-    ids=["workshop, 51 steps: not checked", "120 steps, loss high: fails", "120 steps, learnt: passes"])
-def test_lesson_08_holds_resnet50_to_learning_only_from_its_measured_120_steps(tmp_path, monkeypatch, steps_per_epoch,
-                                                                               loss, batch_accuracy, said, match):
-    """Sixth review, finding 1: the learning checks started at 50 steps, set on quick mode's small CNN; ResNet50
-    (workshop and full mode) had not learnt by then: a workshop run with COURSE_MAX_STEPS=17 (51 steps, 50k synthetic
-    images) ended at losses [34.6, 5.09, 2.92] and 0.203 with the batch's statistics, and failed 'training learnt
-    nothing'; 40 (120 steps) scored 0.941. ResNet50 is now held to them from 120 steps, and below says so."""
+    (17, [34.6, 5.09, 2.92], 0.203, RESNET50_NOT_CHECKED, None),
+    (40, [12.77, 2.08, 1.95], 0.305, RESNET50_NOT_CHECKED, None),  # the seventh review's workshop run: failed old
+    (2, [22.60, 40.84], 0.1, RESNET50_NOT_CHECKED, None),  # 2 epochs of 2 steps, the loss rose: failed old
+    (40, [3.1, 1.9, 1.7], 0.941, RESNET50_NOT_CHECKED, None)],
+    ids=["workshop, 51 steps", "workshop, 120 steps, 0.305", "4 steps, the loss rose", "120 steps, 0.941"])
+def test_lesson_08_does_not_hold_resnet50_to_learning_its_minimum_steps_unmeasured(tmp_path, monkeypatch, steps_per_epoch,
+                                                                                   loss, batch_accuracy, said, match):
+    """Seventh review, findings 1 and 2: ResNet50 was held to learning from 120 steps, from one run (0.941); a correct
+    workshop run of 120 steps (COURSE_MAX_STEPS=40, 50k synthetic images) ended at losses [12.77, 2.08, 1.95] and 0.305
+    with the batch's statistics and failed 'the saved weights learnt nothing'. And the trend check (last loss below the
+    first) held any run of 2 epochs, however few steps: ResNet50 at 2 epochs of 2 steps ([22.60, 40.84]) failed 'did
+    not lower the loss'. ResNet50's learning, trend included, is now NOT checked, and the proof says so."""
     from helpers import host
 
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")

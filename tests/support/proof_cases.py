@@ -1034,9 +1034,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     # sixth review, finding 2: fit's data unsharded, so each worker's shard is the whole split (and a worker printing none)
     ("08_batch_job.ipynb", {"shard_sizes": {0: (256, 256), 1: (256, 256)}, "uneven": [0, 1]}, "1/2 of the split"),
     ("08_batch_job.ipynb", {"shard_sizes": {0: (128, 256)}}, "1/2 of the split"),
-    # sixth review, finding 1: ResNet50 at 120 steps (its measured minimum), the loss not 0.3 below ln 10
-    ("08_batch_job.ipynb", {"model_name": "ResNet50", "steps_needed": 120, "steps_run": 120,
-                            "result": {"workers": 2, "replicas": 2, "loss": [34.6, 5.09, 2.92]}}, "learnt nothing"),
+    # seventh review, finding 2: the small CNN at its 50 steps, the loss risen: the trend is held from there
+    ("08_batch_job.ipynb", {"steps_run": 50, "result": {"workers": 2, "replicas": 2, "loss": [1.9, 2.0]}}, "lower the loss"),
     ("08_batch_job.ipynb", {"job_seen": {"sharing": "USER", "gpus": 0}}, "should have 2 GPU"),
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(0, "node2")]}, "node2"),  # two rank 0s
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [float("nan")]}, "steps_run": 32}, "not a number"),
