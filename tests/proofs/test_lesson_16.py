@@ -19,6 +19,81 @@ from tests.support.proof_cells import (
     assignment_source, cell_defining, function_source, gather_and_prove, holds_unless, run_proof, solution_source,
 )
 
+@pytest.mark.parametrize("left", [False, True], ids=["a first run", "over an interrupted run's copy"])
+def test_lesson_16_read_on_runs_its_local_workers_on_cpus_only(tmp_path, monkeypatch, left):
+    """Tenth review, finding 1: make_strategy makes a replica of every GPU a worker sees, and the lesson's job runs
+    one replica a worker on CPUs: read_on's local workers get CUDA_VISIBLE_DEVICES empty, whatever this machine
+    shows (here "0,1"). Finding 7: a local copy an interrupted run left (local-2) is replaced, not a
+    FileExistsError."""
+    import json
+    import shutil
+    import sys
+    import time
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "part-0.tfrecord").write_bytes(b"x")
+    if left:
+        (tmp_path / "local-2").mkdir()
+        (tmp_path / "local-2" / "part-0.tfrecord").write_bytes(b"half")
+    seen = []
+
+    def run_local_workers(args, n, deadline_s, env=None):
+        seen.append((env or os.environ).get("CUDA_VISIBLE_DEVICES"))
+        out = Path(args[args.index("--out") + 1])
+        out.mkdir(exist_ok=True)
+        for rank in range(n):
+            (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank}))
+        return [SimpleNamespace(output="") for _ in range(n)]
+
+    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
+                 "hidden_first": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
+                 "json": json, "sys": sys, "os": os, "print": lambda *a, **k: None}
+    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
+    assert seen == [""], f"the local workers should see no GPU (CUDA_VISIBLE_DEVICES empty): {seen}"
+
+
+def test_lesson_16_job_script_hides_the_node_s_gpus_from_its_steps(tmp_path):
+    """Tenth review, finding 1: a job that asks for no GPU still sees the node's GPUs where the centre does not hide
+    them (Slurm leaves CUDA_VISIBLE_DEVICES unset), and make_strategy would make a replica of each. The head of
+    read_shards.sbatch (up to its first check), run by bash with CUDA_VISIBLE_DEVICES=0,1, leaves it set and empty
+    for the steps after it."""
+    import subprocess
+
+    script = cell_defining("16_input_at_scale.ipynb", '%%writefile {job_dir / "read_shards.sbatch"}')
+    body = script.split("\n", 1)[1]
+    head = body[:body.index(': "${SHARED:?')]
+    env = {"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_ID": "7"}
+    done = subprocess.run(["bash", "-c", head + 'echo "[${CUDA_VISIBLE_DEVICES-unset}]"'], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"the job's steps should see CUDA_VISIBLE_DEVICES empty: {done.stdout!r}"
+
+
+def test_lesson_16_staging_cell_run_twice_starts_anew(tmp_path):
+    """Tenth review, finding 7: the staging cell run again raised (staged_copy makes its copy new, never adds to
+    one) and its counts grew by a staging and three epochs. Run twice, it stages anew: one staging and three
+    epochs counted."""
+    import shutil
+
+    from helpers.shared_fs import SimulatedSharedFS
+
+    shards = _lesson_16_shards(tmp_path / "shared", 64, lambda i: i % 8)
+    (tmp_path / "node-local").mkdir()
+    names = ("shared every epoch", "cache(filename=...)", "staged")
+    run = {"fs": SimulatedSharedFS(tmp_path / "shared", mb_s=1e4, latency_ms=1.0), "shared": tmp_path / "shared",
+           "node_local": tmp_path / "node-local", "BATCH": 32, "TIMED": 2, "parse_batch": shards["parse_batch"],
+           "shutil": shutil, **{kept: {name: [] for name in names} for kept in ("epochs", "reads", "waits")}}
+    exec(function_source("16_input_at_scale.ipynb", "record"), run)
+    source = cell_defining("16_input_at_scale.ipynb", 'staged = node_local / "staged"')
+    for _ in range(2):
+        exec(compile(source, "16 staging", "exec"), run)
+    counted = {kept: len(run[kept]["staged"]) for kept in ("epochs", "reads", "waits")}
+    assert counted == {"epochs": 3, "reads": 4, "waits": 4}, counted
+    assert run["staged_records"] == 64, run["staged_records"]
+
 
 def test_lesson_16_same_data_fails_when_one_pipeline_is_shorter():
     """zip would stop at the shorter pipeline and call a truncated one the same data: it must raise."""
@@ -120,7 +195,7 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
     for k in range(2):
         (shared / f"part-{k}.tfrecord").write_bytes(b"x")
 
-    def run_local_workers(args, n, deadline_s):  # stand-in workers: report what they can list
+    def run_local_workers(args, n, deadline_s, env=None):  # stand-in workers: report what they can list
         files, out = args[args.index("--files") + 1], Path(args[args.index("--out") + 1])
         where = str(shared) if reads == "the shared directory" else files
         outcomes = []
@@ -132,7 +207,8 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
         return outcomes
 
     namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden", "hidden_first": {},
-                 "run_local_workers": run_local_workers, "shutil": shutil, "time": time, "json": json, "sys": sys}
+                 "run_local_workers": run_local_workers, "shutil": shutil, "time": time, "json": json, "sys": sys,
+                 "os": os}
     exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
     if reads == "its copy":
         assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
@@ -157,7 +233,7 @@ def test_lesson_16_read_on_run_again_counts_only_the_new_run_s_reports(tmp_path)
     (shared / "part-0.tfrecord").write_bytes(b"x")
     reporting = [True, False]  # the first run's workers report, the second's do not
 
-    def run_local_workers(args, n, deadline_s):
+    def run_local_workers(args, n, deadline_s, env=None):
         out = Path(args[args.index("--out") + 1])
         if reporting.pop(0):
             out.mkdir(exist_ok=True)
@@ -167,7 +243,7 @@ def test_lesson_16_read_on_run_again_counts_only_the_new_run_s_reports(tmp_path)
 
     namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
                  "hidden_first": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
-                 "json": json, "sys": sys, "print": lambda *a, **k: None}
+                 "json": json, "sys": sys, "os": os, "print": lambda *a, **k: None}
     exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
     assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
     with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
@@ -367,8 +443,9 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # runs out, and a last batch not empty is correct (the old proof failed it: fewer examples, not empty)
     ({"files": 12}, None),
     # ninth review, finding 3: 2 replicas a worker, 12 files: a last 9 is cut over 6 replicas in sync (2, 2, 2, 2, 1, 0),
-    # so the worker's steps are 4, 4, 1, where a cut over its 3 workers would expect 3, 3, 3
-    ({"files": 12, "per_worker": 2}, None),
+    # so the worker's steps are 4, 4, 1, where a cut over its 3 workers would expect 3, 3, 3; tenth review,
+    # finding 1: the lesson's job runs one replica a worker, so the proof, past the cut, fails it there
+    ({"files": 12, "per_worker": 2}, "one replica a worker"),
     # the second staged epoch read half its batches from the shared files (counted per pass)
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
     # fourth review, finding 5: the cache's later epochs read nothing from the shared files, and gave nothing either
