@@ -52,7 +52,7 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
             "result": {"model": "cnn", "workers": 2, "replicas": 2, "global_batch": 64, "loss": [2.3, 1.6],
                        "steps_per_epoch": 32},
             "markers": markers, "batch_sizes": {0: 32, 1: 32},
-            "shards": {r: (128, 256, [f"{r}-{i}" for i in range(16)]) for r in (0, 1)},
+            "shards": {r: (128, 256, 2**63 + r) for r in (0, 1)}, "split_sum": 1,  # digest sums: 2**64 + 1 wraps to 1
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID=0", f"SLURM_PROCID={procid_1}", "PATH"},
             "env_ranks": [0, 1], "procids": {0: "0", 1: procid_1}, "accuracy": 0.2, "batch_accuracy": 0.95}
 
@@ -215,13 +215,16 @@ def _job_read_back(tmp_path, *changes: tuple[str, str]) -> dict:
                                   "--test-examples", "128"], n=2, deadline_s=600)
     log = "".join(o.output for o in outcomes)
     assert [o.returncode for o in outcomes] == [0, 0], log[-3000:]
-    gathered = {"log": log, "run_dir": run_dir, "job_ok": True, "print": lambda *a, **k: None}
+    gathered = {"log": log, "run_dir": run_dir, "job_ok": True, "print": lambda *a, **k: None,
+                "dataset": ensure_data(True), "sizes": SimpleNamespace(train_examples=2048)}
     exec(compile(cell_defining("08_batch_job.ipynb", "reports = sorted("), "08 reading the job", "exec"), gathered)
     return gathered
 
 
 NO_SHARD = ("ds = examples.shard(context.num_input_pipelines, context.input_pipeline_id)", "ds = examples")
 NO_SEED = ("ds.shuffle(10_000, seed=42)", "ds.shuffle(10_000)")
+# seventh review, finding 3: an unseeded shuffle before shard: each worker's shard differs (shared ~500 of 1,024)
+SHUFFLE_FIRST = ("ds = examples.shard(", "ds = examples.shuffle(10_000).shard(")
 # sixth review, finding 2: fit's pipeline built as one worker's of one (the whole split), the evidence printed elsewhere
 FIT_UNSHARDED = ("lambda context: pipeline(examples, global_batch, context, True)",
                  "lambda context: pipeline(examples, global_batch, type(context)(1, 0, context.num_replicas_in_sync), True)")
@@ -231,8 +234,10 @@ FIT_UNSHARDED = ("lambda context: pipeline(examples, global_batch, context, True
     ([NO_SHARD], "1/2 of the split"),
     ([NO_SHARD, NO_SEED], "1/2 of the split"),  # sixth review, finding 3: the old digests (after shuffle) passed ~60 %
     ([FIT_UNSHARDED], "1/2 of the split"),
+    ([SHUFFLE_FIRST], "do not split the split"),
     ([("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch")], "per-replica batch of 32"),
-    ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "batched by the global batch", "as written"])
+    ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "shuffled before shard",
+                      "batched by the global batch", "as written"])
 def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, changes,
                                                                                          match):
     """Fifth review, finding A: a copy of the job without `.shard`, and one batching by the global batch, passed the
@@ -248,9 +253,9 @@ def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_globa
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
     monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: False)
     gathered = _job_read_back(tmp_path / "job", *changes)
-    real = {k: gathered[k] for k in ("shards", "batch_sizes", "result")}  # as the job printed them
-    if match is None:  # the shard's digests come from before the shuffle: no seed changes them, none shared
-        assert gathered["shards"][0][2] and not set(gathered["shards"][0][2]) & set(gathered["shards"][1][2]), gathered["shards"]
+    real = {k: gathered[k] for k in ("shards", "batch_sizes", "result", "split_sum")}  # as the job printed them
+    if match is None:  # every example in one shard: the workers' digest sums add up to the split's, computed apart
+        assert sum(s for *_, s in gathered["shards"].values()) % 2**64 == gathered["split_sum"] != 0, gathered["shards"]
     holds_unless(match, gather_and_prove, "08_batch_job.ipynb", {**_job_08(tmp_path), **real})
 
 
