@@ -224,7 +224,7 @@ def _checks_18(**changes) -> dict:
     ({"checkpoint fixed": (1, _check_18(_PASS_18["strategy.scope()"], _FAIL_18["batch per replica"],
                                         *_NOT_COMPARED_18, _PASS_18["identical weights on every worker"],
                                         "PASS     who writes: no file is written by two workers; the chief wrote 1 "
-                                        "path(s) (run/ckpt), the others only paths of their own", _FIX_18))},
+                                        "path(s) (run/ckpt), the others none", _FIX_18))},
      "import tensorflow as tf\n", "turn its FAIL line to PASS"),
     ({"left": {"cwd-0": _CHIEF_LEFT_18, "cwd-1": ["run/ckpt.data-00000-of-00001", "run/ckpt.index"]}},
      "import tensorflow as tf\n", "only the chief should leave a checkpoint"),
