@@ -173,8 +173,8 @@ LOOSENED = [
     ("13_from_horovod.ipynb", "< 1e-3 * BASE_LR * n", "< 0.4 * BASE_LR * n"),  # the review's
     ("13_from_horovod.ipynb", 'horovod_gaps["recipe"] < sum_order', 'horovod_gaps["recipe"] < 10 * sum_order'),
     ("13_from_horovod.ipynb", 'horovod_gaps["recipe"] < sum_order', 'horovod_gaps["recipe"] < scaling_gap + sum_order'),  # as it was
-    ("13_from_horovod.ipynb", 'horovod_gaps["gradient"] < scaling_gap + sum_order', 'horovod_gaps["gradient"] < scaling_gap + 10 * sum_order'),
-    ("13_from_horovod.ipynb", 'horovod_gaps["gradient"] < scaling_gap + sum_order', 'horovod_gaps["gradient"] < 1e-1 * rank_gradient_size'),  # the review's
+    ("13_from_horovod.ipynb", 'horovod_gaps["gradient"] < scaling_gap + 2 * sum_order', 'horovod_gaps["gradient"] < scaling_gap + 20 * sum_order'),
+    ("13_from_horovod.ipynb", 'horovod_gaps["gradient"] < scaling_gap + 2 * sum_order', 'horovod_gaps["gradient"] < 1e-1 * rank_gradient_size'),  # the review's
     ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
     ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),

@@ -14,7 +14,8 @@ import pytest
 from helpers.horovod_env import refusal as horovod_refusal
 from tests.support.proof_cases import OK
 from tests.support.proof_cells import (
-    NOTEBOOKS, PlantedEngines, gather_and_prove, holds_unless, run_edited_to_its_proof, run_proof, solution_source,
+    NOTEBOOKS, PlantedEngines, code_cells, gather_and_prove, holds_unless, run_edited_to_its_proof, run_proof,
+    solution_source,
 )
 
 
@@ -31,6 +32,43 @@ def test_lesson_13_proof_without_horovod_says_it_did_not_compare_and_fails_where
     holds_unless(match, run_proof, "13_from_horovod.ipynb", {**OK["13_from_horovod.ipynb"], "horovod_gaps": None})
     out = capsys.readouterr().out
     assert ("NOT CHECKED (Horovod): Horovod's own run not compared" in out) == (match is None), out
+
+
+def test_lesson_13_proof_allows_horovods_gradient_two_sums_orders_from_the_engines():
+    """Eleventh review: the engines lie within sum_order of the recipe at their scaling, Horovod's run within sum_order
+    of the recipe at its own, the two scalings scaling_gap apart: by the triangle inequality the engines and Horovod's
+    run lie within scaling_gap + 2 * sum_order (here sum_order 2e-7); the proof held them to one sum_order and failed
+    this correct run."""
+    run_proof("13_from_horovod.ipynb", {**OK["13_from_horovod.ipynb"], "same_scaling_gap": 1.9e-7,
+                                        "horovod_gaps": {"gradient": 3.8e-7, "weights": 7e-9, "recipe": 1.9e-7}})
+
+
+def _lesson_13_global_batch(batch: int) -> None:
+    """The setup cell and cell 7 (the fixed global batch) in quick mode, synthetic data, with BATCH `batch`."""
+    cells = code_cells("13_from_horovod.ipynb")
+    ns: dict = {}
+    exec(next(c for c in cells if c.startswith("MODE = None")), ns)
+    ns.update(MODE="quick", BATCH=batch)
+    exec(next(c for c in cells if "sizes = mode_sizes(MODE)" in c), ns)
+    exec(next(c for c in cells if c.startswith("rows = load_split(")), ns)
+    assert len(ns["images"]) == batch * ns["N_ENGINES"]
+
+
+@pytest.mark.parametrize("batch,match", [
+    (16, None), (1536, r"2 workers x 1536 need 3072 .* the split has 2048 .*COURSE_DATA_DIR")],
+    ids=["fits the split", "beyond the split"])
+def test_lesson_13_cell_7_global_batch_beyond_the_split_stops(batch, match, monkeypatch):
+    """Eleventh review: quick mode's synthetic split has 2,048 examples and load_split's take() truncates silently,
+    so BATCH 1536 printed 'global batch 2048 = 2 workers x 1536' and the proof then blamed the shares. Cell 7 now
+    stops with a one-line CourseError naming the split's size and COURSE_DATA_DIR."""
+    from helpers.errors import CourseError
+
+    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
+    if match is None:
+        _lesson_13_global_batch(batch)
+    else:
+        with pytest.raises(CourseError, match=match):
+            _lesson_13_global_batch(batch)
 
 
 def _lesson_13_solution_1(outputs=None, change=None) -> dict:
