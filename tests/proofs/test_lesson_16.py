@@ -26,9 +26,6 @@ def test_lesson_16_read_on_runs_its_local_workers_on_cpus_only(tmp_path, monkeyp
     shows (here "0,1"). Finding 7: a local copy an interrupted run left (local-2) is replaced, not a
     FileExistsError."""
     import json
-    import shutil
-    import sys
-    import time
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     shared = tmp_path / "shared"
@@ -47,10 +44,7 @@ def test_lesson_16_read_on_runs_its_local_workers_on_cpus_only(tmp_path, monkeyp
             (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank}))
         return [SimpleNamespace(output="") for _ in range(n)]
 
-    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
-                 "hidden_first": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
-                 "json": json, "sys": sys, "os": os, "print": lambda *a, **k: None}
-    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    namespace = _read_on(tmp_path, shared, run_local_workers, quiet=True)
     assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
     assert seen == [""], f"the local workers should see no GPU (CUDA_VISIBLE_DEVICES empty): {seen}"
 
@@ -186,9 +180,6 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
     did not report: a cancelled job, say)."""
     import json
     import os
-    import shutil
-    import sys
-    import time
 
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -206,10 +197,7 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
             outcomes.append(SimpleNamespace(output=f"WORKER {rank} read {where}\n"))
         return outcomes
 
-    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden", "hidden_first": {},
-                 "run_local_workers": run_local_workers, "shutil": shutil, "time": time, "json": json, "sys": sys,
-                 "os": os}
-    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    namespace = _read_on(tmp_path, shared, run_local_workers)
     if reads == "its copy":
         assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
         assert namespace["hidden_first"] == {2: True}
@@ -224,9 +212,6 @@ def test_lesson_16_read_on_run_again_counts_only_the_new_run_s_reports(tmp_path)
     workers wrote nothing returned the old reports (and the proof said the shared directory was hidden after a
     report). read_on clears its run directory first: the second run, with workers that report nothing, raises."""
     import json
-    import shutil
-    import sys
-    import time
 
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -241,10 +226,7 @@ def test_lesson_16_read_on_run_again_counts_only_the_new_run_s_reports(tmp_path)
                 (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank}))
         return [SimpleNamespace(output="") for _ in range(n)]
 
-    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
-                 "hidden_first": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
-                 "json": json, "sys": sys, "os": os, "print": lambda *a, **k: None}
-    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    namespace = _read_on(tmp_path, shared, run_local_workers, quiet=True)
     assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
     with pytest.raises(RuntimeError, match="0 of 2 workers reported"):
         namespace["read_on"](2)
@@ -843,3 +825,19 @@ def test_lesson_16_cell_16_checks_the_proof_s_cut_against_tensorflow_s(rule, mat
         assert source.count(rule) == 1, rule
         source = source.replace(rule, "    return [len(p) for p in __import__('numpy').array_split(range(n), replicas)]")
     holds_unless(match, exec, compile(source, "16 cut", "exec"), {"tf": tf, "print": lambda *a, **k: None})
+
+
+def _read_on(tmp_path: Path, shared: Path, run_local_workers, quiet: bool = False) -> dict:
+    """The namespace of lesson 16's `read_on`, defined from its cell, with local (not Slurm) workers stood in for."""
+    import json
+    import shutil
+    import sys
+    import time
+
+    namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
+                 "hidden_first": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
+                 "json": json, "sys": sys, "os": os}
+    if quiet:
+        namespace["print"] = lambda *a, **k: None
+    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    return namespace
