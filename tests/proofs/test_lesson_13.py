@@ -417,6 +417,14 @@ def test_lesson_13_does_not_run_horovodrun_where_classmates_share_the_node(layou
     assert len(planted.runs) == int(ran)
 
 
+# the parts of a 3-worker run every planted real run below shares: ranks, seeds, the collectives' results, checkpoints
+_THREE_WORKERS = {"ranks": [0, 1, 2], "world_sizes": [3] * 3, "initial_digests": ["i"] * 3, "own_digests": ["i", "o1", "o2"],
+                  "seeds": [0, 1, 2], "collective": [[[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]]] * 3,
+                  "horovod_collectives": [[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]],
+                  "checkpoints": [{"dir": "/w/checkpoint", "wrote": ["step-1.index"], "left": True, "on_read": []}]
+                  + [{"dir": f"/tmp/t{r}", "wrote": ["step-1.index"], "left": False, "on_read": []} for r in (1, 2)]}
+
+
 HOROVOD_COLLECTIVES = [[10.5], [10.0, 11.0], [11.0, -11.0]]  # Horovod's allreduce, allgather, broadcast at 2 ranks
 STRIDED_LOSSES = [2.2774, 2.2972]  # the recipe's ranks' mean losses, 2 workers (measured): examples r, r + 2, ...
 CONTIGUOUS_LOSSES = [2.2699, 2.3047]  # the same batch split into its halves (measured)
@@ -722,15 +730,10 @@ def test_lesson_13_takes_only_this_runs_horovod_result(tmp_path, monkeypatch, st
     # run, both in TensorFlow's default pools, is the two scalings' gap (quick, 3 workers: 2.6e-6, the recipe's
     # section): planted as the recipe's scaling_gap, which that run did not measure, and the engines at their own
     # scaling at the sums' order (not measured then either); the bound 2.4e-5
-    ({"ranks": [0, 1, 2], "world_sizes": [3] * 3, "initial_digests": ["i"] * 3, "own_digests": ["i", "o1", "o2"],
-      "seeds": [0, 1, 2], "per_rank_loss": [2.3037, 2.3016, 2.2821], "share_gap": 6.0e-8, "BASE_LR": 2.5,
+    ({**_THREE_WORKERS, "per_rank_loss": [2.3037, 2.3016, 2.2821], "share_gap": 6.0e-8, "BASE_LR": 2.5,
       "rates": [7.5] * 3, "gradient_gap": 1.65e-6, "rank_gradient_size": 0.150, "update_gap": 1.24e-5,
       "scaling_gap": 2.63e-6, "same_scaling_gap": 1e-8,
-      "collective": [[[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]]] * 3,
-      "horovod_collectives": [[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]],
-      "horovod_gaps": {"gradient": 2.63e-6, "weights": 1.97e-5, "recipe": 1e-8},  # measured 1.10e-6: the kernel's pools
-      "checkpoints": [{"dir": "/w/checkpoint", "wrote": ["step-1.index"], "left": True, "on_read": []}]
-      + [{"dir": f"/tmp/t{r}", "wrote": ["step-1.index"], "left": False, "on_read": []} for r in (1, 2)]}, None),
+      "horovod_gaps": {"gradient": 2.63e-6, "weights": 1.97e-5, "recipe": 1e-8}}, None),  # recipe measured 1.10e-6: the kernel's pools
     # seventh review, finding 1: a real run at BATCH 256 (2 workers, Horovod built), the recipe's ranks in a process
     # with TensorFlow's default pools (measured): gradient 2.33e-9 (1.2e-7 of a rank's 1.93e-2), Horovod's 0.0 from
     # the recipe; with the kernel's pools the review measured 1.8e-4 of a rank's gradient there, over the bound
@@ -741,28 +744,18 @@ def test_lesson_13_takes_only_this_runs_horovod_result(tmp_path, monkeypatch, st
     # average (2.4e-4 of a rank's 2.85e-2, over the old 1e-4: the old proof failed it), the weights 1.03e-6 (inside
     # the old 1.43e-6), Horovod's run as far, Horovod 9.31e-10 from the recipe; the recipe measured the two scalings
     # 6.86e-6 apart, and the engines 2.33e-9 from its ranks at their own scaling, summed (the sums' order: 8.6e-8)
-    ({"ranks": [0, 1, 2], "world_sizes": [3] * 3, "initial_digests": ["i"] * 3, "own_digests": ["i", "o1", "o2"],
-      "seeds": [0, 1, 2], "per_rank_loss": [2.3099, 2.304, 2.3053], "share_gap": 6.0e-8, "BASE_LR": 0.05,
+    ({**_THREE_WORKERS, "per_rank_loss": [2.3099, 2.304, 2.3053], "share_gap": 6.0e-8, "BASE_LR": 0.05,
       "rates": [0.15] * 3, "gradient_gap": 6.86e-6, "rank_gradient_size": 2.85e-2, "update_gap": 1.03e-6,
       "scaling_gap": 6.86e-6, "same_scaling_gap": 2.33e-9,
-      "collective": [[[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]]] * 3,
-      "horovod_collectives": [[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]],
-      "horovod_gaps": {"gradient": 6.86e-6, "weights": 1.03e-6, "recipe": 9.31e-10},
-      "checkpoints": [{"dir": "/w/checkpoint", "wrote": ["step-1.index"], "left": True, "on_read": []}]
-      + [{"dir": f"/tmp/t{r}", "wrote": ["step-1.index"], "left": False, "on_read": []} for r in (1, 2)]}, None),
+      "horovod_gaps": {"gradient": 6.86e-6, "weights": 1.03e-6, "recipe": 9.31e-10}}, None),
     # tenth review, finding 1: a real run at 3 workers of 7 (quick, Horovod built) with the recipe's ranks and Horovod's
     # step traced as the engines' (measured here): the engines 3.73e-9 from the ranks at their scaling (bound 9.4e-7),
     # Horovod 7.45e-9 from the recipe, the scalings 1.06e-6 apart. With the eager recipe the review's run of the old
     # notebook failed ('differs from the ranks' summed by 2.79e-06')
-    ({"ranks": [0, 1, 2], "world_sizes": [3] * 3, "initial_digests": ["i"] * 3, "own_digests": ["i", "o1", "o2"],
-      "seeds": [0, 1, 2], "per_rank_loss": [2.2518, 2.2611, 2.3179], "share_gap": 1.2e-7, "BASE_LR": 0.05,
+    ({**_THREE_WORKERS, "per_rank_loss": [2.2518, 2.2611, 2.3179], "share_gap": 1.2e-7, "BASE_LR": 0.05,
       "rates": [0.15] * 3, "gradient_gap": 1.06e-6, "rank_gradient_size": 3.14e-1, "update_gap": 1.59e-7,
       "scaling_gap": 1.06e-6, "same_scaling_gap": 3.73e-9,
-      "collective": [[[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]]] * 3,
-      "horovod_collectives": [[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]],
-      "horovod_gaps": {"gradient": 1.06e-6, "weights": 1.59e-7, "recipe": 7.45e-9},
-      "checkpoints": [{"dir": "/w/checkpoint", "wrote": ["step-1.index"], "left": True, "on_read": []}]
-      + [{"dir": f"/tmp/t{r}", "wrote": ["step-1.index"], "left": False, "on_read": []} for r in (1, 2)]}, None),
+      "horovod_gaps": {"gradient": 1.06e-6, "weights": 1.59e-7, "recipe": 7.45e-9}}, None),
     # ... and at 2 workers of 33 (measured here): every gap 0.0, the scalings too (2 is a power of two); the review's
     # run of the old notebook failed ('differs from Horovod's average by 1.15e-06')
     ({"per_rank_loss": [2.2928, 2.3098], "share_gap": 0.0, "gradient_gap": 0.0, "rank_gradient_size": 8.58e-2,
