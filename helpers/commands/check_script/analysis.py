@@ -75,8 +75,9 @@ def crash_findings(run: Run, label: str) -> list[Finding]:
 def tf_config_finding(run: Run) -> Finding | None:
     """A script that wrote its own TF_CONFIG (its hosts and ports, or a fixed rank) before making the
     strategy: what its workers then hang or fail on is this, not the collective they wait in."""
-    changed = {r: next(m for m in run.marks.get(r, []) if m.startswith(TF_CONFIG_REPLACED))
-               for r in range(run.workers) if any(m.startswith(TF_CONFIG_REPLACED) for m in run.marks.get(r, []))}
+    found = {r: next((m for m in run.marks.get(r, []) if m.startswith(TF_CONFIG_REPLACED)), None)
+             for r in range(run.workers)}
+    changed = {r: mark for r, mark in found.items() if mark}
     if not changed:
         return None
     first = min(changed)
