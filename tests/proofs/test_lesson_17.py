@@ -105,7 +105,7 @@ def test_lesson_17_stack_job_asks_for_no_gpu_the_keras_job_for_the_class_s(monke
 
 _STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n", "pythonpath": "",
              "sys_path": ["/usr/lib/python3.11", "/j/venv/lib/python3.11/site-packages", "/m/lib/python3.11/site-packages",
-                          "/usr/lib/python3/dist-packages"]}
+                          "/usr/lib/python3/dist-packages"], "reader_added": ["/m/lib/python3.11/site-packages"]}
 
 
 @pytest.mark.parametrize("change,match", [
@@ -115,7 +115,12 @@ _STACK_17 = {"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true
      "recommended"),
     ({"pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = false\n"}, "recommended"),  # not the route 17's "A venv on top of a module" gives
     ({"sys_path": ["/j/venv/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages"]}, "recommended"),  # no .pth reader
-], ids=["as the job reports", "PYTHONPATH", "no --system-site-packages", "module not read"])
+    # seventeenth review: the module's site-packages in its place, but not put there by the reader (on a Python EasyBuild
+    # built, its sitecustomize.py reads EBPYTHONPREFIXES too): the reader never ran, or added something else
+    ({"reader_added": None}, "recommended"),
+    ({"reader_added": ["/elsewhere/lib/python3.11/site-packages"]}, "recommended"),
+], ids=["as the job reports", "PYTHONPATH", "no --system-site-packages", "module not read", "no reader ran",
+        "reader added another"])
 def test_lesson_17_recommended_route_needs_system_site_packages_the_pth_and_no_pythonpath(change, match):
     """The gathering of `recommended_route` on the job's report: the venv made with
     --system-site-packages, no PYTHONPATH, its own site-packages first and the module's right after."""
@@ -124,7 +129,9 @@ def test_lesson_17_recommended_route_needs_system_site_packages_the_pth_and_no_p
     lines = cell.splitlines()
     first = next(i for i, l in enumerate(lines) if l.startswith("module_site = "))
     last = next(i for i, l in enumerate(lines) if l.startswith("recommended_route = "))
-    source = "\n".join(lines[first:last + 2])
+    while lines[last].rstrip().endswith("\\"):  # the statement's continuation lines
+        last += 1
+    source = "\n".join(lines[first:last + 1])
     namespace = {"sysconfig": SimpleNamespace(get_paths=lambda: {"purelib": "/m/lib/python3.11/site-packages"}),
                  "sys": SimpleNamespace(prefix="/m"), "Path": Path, "job_dir": Path("/j"), "stack": {**_STACK_17, **change}}
     exec(source, namespace)
@@ -386,13 +393,14 @@ _SIBLING_SITE_17 = sysconfig.get_paths()["purelib"].replace(sys.prefix, sys.pref
 
 def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tensorflow_from="", keras_from="",
               setuptools_from_module=False, user_site=False, stdlib_last=False, yours_on_path=False, wheel_in_venv=False,
-              made_by: str = f"{sys.prefix}/bin/python", easybuild=False) -> dict:
+              made_by: str = f"{sys.prefix}/bin/python", easybuild=False, reader_ran=True) -> dict:
     """The STACK line of lesson 17's job: the venv on top of the module (this Python is the module's), made by `made_by`
     (the command its pyvenv.cfg records: Python 3.11+ writes it; "" for none). `stdlib_last`:
     the standard library moved after the site directories (as EasyBuild's sitecustomize.py moves it); `yours_on_path`:
     the PYTHONPATH the job was handed (yours) on its Python's path; `wheel_in_venv`: the build's bdist_wheel from a wheel
     package of the venv's own, not the module's; `easybuild`: EasyBuild's sitecustomize.py ran, and moved the entries under
-    the Python's own prefix (sys.base_prefix: the standard library, its zip, dist-packages here) after every other."""
+    the Python's own prefix (sys.base_prefix: the standard library, its zip, dist-packages here) after every other;
+    `reader_ran`: the venv's .pth reader ran and added the module's site-packages (else the job reports None)."""
     module_site = sysconfig.get_paths()["purelib"]
     venv_site = str(job_dir / "venv" / Path(module_site).relative_to(sys.prefix))
     sites = [module_site, venv_site] if pythonpath else [venv_site, module_site]
@@ -413,7 +421,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
             "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n" + (
                 f"command = {made_by} -m venv --system-site-packages {job_dir / 'venv'}\n" if made_by else ""),
-            "sys_path": sys_path, "stdlib": stdlib, "sitecustomize": custom, "easybuild_sitecustomize": easybuild}
+            "sys_path": sys_path, "stdlib": stdlib, "sitecustomize": custom, "easybuild_sitecustomize": easybuild,
+            "reader_added": [module_site] if reader_ran else None}
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -495,7 +504,10 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"easybuild": True}, None),
     ({"stack_changes": {"easybuild_sitecustomize": True}}, "EasyBuild's sitecustomize.py should"),
     ({"easybuild": True, "stack_changes": {"stdlib": "/opt/python/lib/python3.11"}}, "EasyBuild's sitecustomize.py should"),
-    ({"easybuild": True, "stack_changes": {"easybuild_sitecustomize": False}}, "standard library should come before")],
+    ({"easybuild": True, "stack_changes": {"easybuild_sitecustomize": False}}, "standard library should come before"),
+    # seventeenth review: on a Python EasyBuild built, the job's venv without the .pth reader (its sitecustomize.py reads
+    # EBPYTHONPREFIXES and leaves the same order): passed before, the reader's own list of what it added now tells
+    ({"easybuild": True, "reader_ran": False}, "the venv should be --system-site-packages with the .pth reader")],
     ids=["as run", "no stack", "module unknown", "user-site tensorflow", "sibling env tensorflow", "sibling env keras",
          "einops shadowed", "other python handed", "its own einops", "a sibling env's tensorflow",
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone",
@@ -509,7 +521,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
          "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason", "venv by /usr/bin/python3",
          "no command line", "easybuild's order", "easybuild's script, stdlib first", "easybuild's script, stdlib elsewhere",
-         "easybuild's order, no script"])
+         "easybuild's order, no script", "easybuild's order, no reader"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
     """From the job's raw log (module list, HANDED, STACK and OTHER lines) and the workers' KERAS reports:
     each broken raw line must fail the proof through the gathering cell."""
@@ -537,7 +549,7 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
     stack = _stack_17(job_dir, **{k: v for k, v in changes.items() if k in ("pythonpath", "einops_from_module", "tensorflow_from",
                                                                              "keras_from", "setuptools_from_module", "user_site",
                                                                              "stdlib_last", "yours_on_path", "wheel_in_venv",
-                                                                             "made_by", "easybuild")})
+                                                                             "made_by", "easybuild", "reader_ran")})
     stack = changes.get("stack", {**stack, **changes.get("stack_changes", {})})
     other = changes.get("other", {"tensorflow": None, "keras": None, "einops": None})  # where /usr/bin/python3 finds each
     unloaded = changes.get("unloaded", {"tensorflow": None, "EBPYTHONPREFIXES": ""})  # where the venv finds TensorFlow
