@@ -191,13 +191,15 @@ LOOSENED = [
     ("04_custom_training_loop.ipynb", "num_replicas_in_sync >= 2:", "num_replicas_in_sync >= 3:"),  # the if-guard
     ("04_custom_training_loop.ipynb", "100 * max(right_gap", "10 * max(right_gap"),
     ("04_custom_training_loop.ipynb", "< 0.01 * extra", "< 0.1 * extra"),
+    # "twice as large" for "N times": the same at N = 2 (review r04, this round, finding 1: a 4-replica row catches it)
+    ("04_custom_training_loop.ipynb", "extra = strategy.num_replicas_in_sync - 1", "extra = 1"),
     ("04_custom_training_loop.ipynb", 'underflow["float16"] == 0', 'underflow["float16"] <= 1e-8'),
     ("04_custom_training_loop.ipynb", 'scaled by 32768"] > 0', 'scaled by 32768"] >= 0'),
     ("04_custom_training_loop.ipynb", 'underflow["bfloat16"] > 0', 'underflow["bfloat16"] >= 0'),
     ("04_custom_training_loop.ipynb", '"loss scale"] == 32768', '"loss scale"] >= 16384'),
     ("04_custom_training_loop.ipynb", '"steps unscaled"] == 1', '"steps unscaled"] >= 0'),
     ("04_custom_training_loop.ipynb", '0.5 < precision[p]["moved', '0.05 < precision[p]["moved'),
-    ("04_custom_training_loop.ipynb", '"moved vs float32"] < 0.01', '"moved vs float32"] < 0.1'),
+    ("04_custom_training_loop.ipynb", '"moved vs float32"] == 0', '"moved vs float32"] < 0.01'),  # the bound it had
     ("04_custom_training_loop.ipynb", "< 2 for p", "< 20 for p"),
     # lesson 07: the share of the span inside timed steps (its floor 0.9: the lesson's runs measured 0.999-1.00, the
     # test's 14 ms steps 0.96, its callback sleeping 15 % of each step after it 0.72; no ceiling: the steps lie inside),

@@ -85,17 +85,23 @@ def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(var
 @pytest.mark.parametrize("seen,tested,local,fingerprints,match", [
     ([[0, 2, 4], [1, 3, 5]], [511, 511], [1, 1], [["t0", "t2"], ["t1", "t3"]], None),
     ([[0, 2, 4], [4, 5, 6]], [511, 511], [1, 1], [["t0", "t2"], ["t1", "t3"]], "shared examples"),  # example 4 on both
+    # review r04 (this round), finding 5: a split holding image 4 twice (two examples, the same pixels), one copy in
+    # each shard, as sharding gives it: the old cell (shared fingerprints between two workers) failed this correct run
+    ([[0, 2, 4], [1, 3, 4]], [511, 511], [1, 1], [["t0", "t2"], ["t1", "t3"]], None),
+    ([[0, 2, 4, 4], [1, 3, 4]], [511, 511], [1, 1], [["t0", "t2"], ["t1", "t3"]], "shared examples"),  # 3 copies of 2
     ([[0, 2, 4], [1, 3, 5]], [511, 448], [1, 1], [["t0", "t2"], ["t1", "t3"]], "evaluation counted"),  # a remainder dropped
     # first review P1: two engines of 2 GPUs, each its own MirroredStrategy (no TF_CONFIG): 2 in sync, 2 local
     ([[0, 2, 4], [1, 3, 5]], [511, 511], [2, 2], [["t0", "t2"], ["t1", "t3"]], "not one cluster"),
     # first review P2: a worker-seeded shuffle before the shard: t1 evaluated twice, t2 never; the count still right
     ([[0, 2, 4], [1, 3, 5]], [511, 511], [1, 1], [["t0", "t1"], ["t1", "t3"]], "the workers' evaluation")],
-    ids=["disjoint", "one example shared", "remainder dropped", "a MirroredStrategy per engine", "one image twice"])
+    ids=["disjoint", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "remainder dropped",
+         "a MirroredStrategy per engine", "one image twice"])
 def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_return(seen, tested, local, fingerprints, match):
     ok = OK["04_custom_training_loop.ipynb"]
+    in_split = Counter([0, 1, 2, 3, 4, 5, 6, *([4] if [1, 3, 4] in seen else [])])  # the split's copies of each image
     pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2], "local_replicas": local,
-              "examples_seen": seen, "test_counted": tested, "worker_tested": fingerprints}
-    computed = ("digests", "initial", "in_sync", "local", "seen", "overlap", "worker_test_counts", "tested_by_workers")
+              "examples_seen": seen, "in_split": [in_split, in_split], "test_counted": tested, "worker_tested": fingerprints}
+    computed = ("digests", "initial", "in_sync", "local", "seen", "in_split", "overlap", "worker_test_counts", "tested_by_workers")
     raw = {k: v for k, v in ok.items() if k not in computed}
     holds_unless(match, gather_and_prove, "04_custom_training_loop.ipynb",
                  {**raw, "Counter": Counter, "engines": PlantedEngines(pulled)})
@@ -181,8 +187,9 @@ def test_lesson_04_fingerprints_find_a_worker_seeded_shuffle_before_the_shard(sh
         print(f"\n[04 P2, {'shuffled' if shuffled else 'as written'}] weight-1 images {[len(t) for t in tested]}, "
               f"counted {counted} of 511")
     pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2], "local_replicas": [1, 1],
-              "examples_seen": [["a"], ["b"]], "test_counted": [counted, counted], "worker_tested": tested}
-    computed = ("digests", "initial", "in_sync", "local", "seen", "overlap", "worker_test_counts", "tested_by_workers")
+              "examples_seen": [["a"], ["b"]], "in_split": [Counter("ab")] * 2, "test_counted": [counted, counted],
+              "worker_tested": tested}
+    computed = ("digests", "initial", "in_sync", "local", "seen", "in_split", "overlap", "worker_test_counts", "tested_by_workers")
     raw = {k: v for k, v in OK["04_custom_training_loop.ipynb"].items() if k not in computed}
     measured = {"test_set": ns["test_set"], "tested_here": ns["tested_here"], "test_images": 511, "global_batch": ns["global_batch"]}
     assert sum(ns["test_set"].values()) == 511 and ns["tested_here"] == ns["test_set"]  # the kernel's own pass
@@ -205,21 +212,32 @@ ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "devices": dev
       "strategy": tf.distribute.MirroredStrategy(devices=devices), "print": lambda *a, **k: None}
 for mark in ("def correct_predictions", "def make_train_step", "rng = np.random.default_rng(0)", "def one_step(",
              "right_gap = max_difference", "step_size = max_difference"):  # the comparison's cells, in order
-    exec(next(s for s in code if mark in s), ns)
+    cell = next(s for s in code if mark in s)
+    if sys.argv[2:] == ["half the batch"]:  # the wrong run divides by half the global batch, whatever N
+        assert "divisor=examples // len(devices)" in cell or mark != "right_gap = max_difference"
+        cell = cell.replace("divisor=examples // len(devices)", "divisor=examples // 2")
+    exec(cell, ns)
 print("RESULT " + json.dumps({k: ns.get(k) for k in ("right_gap", "wrong_gap", "step_size", "examples")}))
 """
 
 
-def test_lesson_04_one_step_comparison_holds_on_three_replicas(capsys):
+@pytest.mark.parametrize("replicas,variant,match", [(3, "as written", None), (4, "as written", None),
+                                                    (4, "half the batch", "N times as large")])
+def test_lesson_04_one_step_comparison_holds_on_three_and_four_replicas(replicas, variant, match, capsys):
     """First review, finding 1: the comparison's cells run for real on 3 logical CPU replicas, then the proof on
     what they measured. With a batch of 16 the replicas got 6, 5 and 5 examples while the wrong run divided by
     16 // 3 = 5: its step came out 2.200 one-replica steps off, not N - 1 = 2, and the proof failed a correct
-    run. The batch is now the least multiple of 16 that N divides (48 here)."""
-    measured = _run_script(LESSON_04_REPLICAS, "3")
+    run. The batch is now the least multiple of 16 that N divides (48 here).
+    Review r04 (this round), finding 1: on 2 replicas "N times" is "twice", so a wrong run that divides by half the
+    global batch whatever N cannot be told from the per-replica divisor there; on 4 replicas it must fail (1 step off,
+    not 3), and the lesson as written must pass (3.000)."""
+    measured = _run_script(LESSON_04_REPLICAS, str(replicas), variant)
     with capsys.disabled():
-        print(f"\n[04 on 3 replicas] {measured}, wrong gap / step {measured['wrong_gap'] / measured['step_size']:.3f}")
-    run_proof("04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], "strategy": planted_strategy(3),
-                                                **{k: measured[k] for k in ("right_gap", "wrong_gap", "step_size")}})
+        print(f"\n[04 on {replicas} replicas, {variant}] {measured}, wrong gap / step "
+              f"{measured['wrong_gap'] / measured['step_size']:.3f}")
+    holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
+                 {**OK["04_custom_training_loop.ipynb"], "strategy": planted_strategy(replicas),
+                  **{k: measured[k] for k in ("right_gap", "wrong_gap", "step_size")}})
 
 
 def test_lesson_04_proof_fails_when_auto_clustering_is_on(monkeypatch):
@@ -243,6 +261,44 @@ def test_lesson_04_proof_fails_when_auto_clustering_is_on(monkeypatch):
         exec(line, ns)
         holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
                      {**OK["04_custom_training_loop.ipynb"], "xla_auto": ns["xla_auto"]})
+
+
+LESSON_04_LAZY_BUILD = """
+import json, sys
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import keras, numpy as np, tensorflow as tf
+from helpers.lesson import small_cnn
+
+code = [c.source for c in nbformat.read(sys.argv[1], as_version=4).cells if c.cell_type == "code"]
+strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+rng = np.random.default_rng(0)
+ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "strategy": strategy, "examples": 16, "re": __import__("re"),
+      "images": rng.uniform(size=(16, 32, 32, 3)).astype("float32"), "labels": rng.integers(0, 10, size=16).astype("int32"),
+      "print": lambda *a, **k: None}
+exec(next(s for s in code if "def max_difference" in s), ns)
+cell = next(s for s in code if "lazy_build = " in s)
+if sys.argv[2] == "built up front":  # SGD without slots built in the scope, as make_train_step builds it: nothing left to build
+    made = "keras.optimizers.SGD(0.1, momentum=momentum)  # opt.built is False"
+    assert made in cell
+    cell = cell.replace(made, made.split("  #")[0] + "\\n        if not momentum:\\n            opt.build(m.trainable_variables)")
+exec(cell, ns)
+print("RESULT " + json.dumps(ns["lazy_build"]))
+"""
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("built up front", "slots built inside")])
+def test_lesson_04_lazy_build_proof_fails_when_sgd_without_slots_was_built_up_front(variant, match, capsys):
+    """Review r04 (this round), finding 2: the lazy-build cell, run for real on 2 logical CPU replicas, then the proof.
+    The proof asked of SGD without momentum only that its step raised nothing, so an SGD built up front in the scope
+    (nothing left to build in the step) passed: on the old cell it gave None, as the lazy build does, and the old
+    proof passed it. The cell now reports whether the optimizer was built before and after the step, the variables its
+    build added, its steps and whether the weights moved; the proof must fail the SGD built up front."""
+    measured = _run_script(LESSON_04_LAZY_BUILD, "notebooks/04_custom_training_loop.ipynb", variant)
+    with capsys.disabled():
+        print(f"\n[04 lazy build, {variant}] {measured}")
+    holds_unless(match, run_proof, "04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], "lazy_build": measured})
 
 
 LESSON_04_OVERFLOW = """
