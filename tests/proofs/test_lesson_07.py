@@ -19,8 +19,11 @@ def gather_and_prove(name: str, raw: dict) -> None:
 
 
 def _timed(label, replicas, inside=0.95):
-    """A measured point as lesson 07's runs return it: the span, the share of it inside timed steps."""
-    return {**lesson_07_point(label, replicas), "span_s": 2.0, "in_steps_s": 2.0 * inside, "median_step_s": 0.18}
+    """A measured point as lesson 07's runs return it: the span, the share of it inside timed steps, the input alone
+    and the median step; a multi-worker point has every worker's, each alike."""
+    timing = {"span_s": 2.0, "in_steps_s": 2.0 * inside, "input_s": 0.001, "median_step_s": 0.18}
+    point = {**lesson_07_point(label, replicas), **timing}
+    return {**point, "worker_times": [timing] * point["workers"]} if "workers" in point else point
 
 
 @pytest.mark.parametrize("inside,match", [(0.95, None), (0.5, "inside timed steps")])
@@ -73,12 +76,16 @@ def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match)
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
-@pytest.mark.parametrize("field,other,match", [("threads", [0, 0], "different thread pools"),
-                                               ("devices", "GPU", "another kind of device")])
+@pytest.mark.parametrize("field,other,match", [
+    ("threads", [0, 0], "different thread pools"), ("devices", "GPU", "another kind of device"),
+    ("times", {"span_s": 2.0, "in_steps_s": 1.0, "input_s": 0.001, "median_step_s": 0.09}, "inside timed steps"),
+    ("times", {"span_s": 2.0, "in_steps_s": 1.9, "input_s": 0.1, "median_step_s": 0.19}, "reading the input alone")])
 def test_lesson_07_gathering_cell_checks_every_worker_not_worker_0_only(field, other, match):
     """The third review's w2: thread pools given to rank 0 only, so worker 1 ran with TensorFlow's defaults
-    (threads [[1, 2], [0, 0]]); or worker 1 on another kind of device. Worker 0's result, the point's own, is
-    as planned: the proof must fail through the gathering cell, which reads every worker's."""
+    (threads [[1, 2], [0, 0]]); or worker 1 on another kind of device. Tenth review, finding 1: worker 1's own
+    timing, half of its span outside its timed steps (a pause between steps as long as its step), or its input alone
+    over half of its median step (worker 0's steps, waiting for it in the all-reduce, look as planned). Worker 0's
+    result, the point's own, is as planned: the proof must fail through the gathering cell, which reads every worker's."""
     multi = _timed("MultiWorkerMirroredStrategy", 2)
     ok = {**multi}  # every worker as planned: passes
     bad = {**multi, f"worker_{field}": [multi[f"worker_{field}"][0], other]}
@@ -276,7 +283,8 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
         for p in points[1:]:
             p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
-                     planned=point["device"], worker_threads=[point["threads"]] * 2, worker_devices=[point["device"]] * 2)
+                     planned=point["device"], worker_threads=[point["threads"]] * 2, worker_devices=[point["device"]] * 2,
+                     worker_times=[{"span_s": 2.0, "in_steps_s": 1.9, "input_s": 0.001, "median_step_s": 0.18}] * 2)
         raw = {"points": points, "per_replica": 32, "STEPS": 10, "counts": [1, 2],
                "course_pools": tuple(point["threads"])}  # this process's own (no tuning here): not this test's claim
         holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
@@ -335,12 +343,32 @@ def test_lesson_07_proof_fails_when_the_workers_do_not_shard(variant, match):
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
-@pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches")])
-def test_lesson_07_proof_checks_every_workers_batches_in_a_real_run(variant, match, tmp_path):
+# the program's own lines, each changed so that worker 1 (input pipeline or TF_CONFIG task 1) alone breaks a claim
+WORKER_1 = {
+    "worker 1 doubles": ("batch(context.get_per_replica_batch_size(global_batch),",
+                         "batch(context.get_per_replica_batch_size(global_batch) * (1 + context.input_pipeline_id),"),
+    "worker 1 pauses": ("        self.durations.append(self.ends[-1] - self.began)\n",  # as long again as its step took
+                        "        self.durations.append(self.ends[-1] - self.began)\n"
+                        "        if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1 and len(self.durations) > 1:\n"
+                        "            time.sleep(self.durations[-1])\n"),
+    "worker 1 reads slowly": ("    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()\n",  # 0.1 s a batch
+                              "    late = lambda x, y: (tf.ensure_shape(tf.numpy_function(lambda a: (time.sleep(0.1), a)[1], [x], tf.float32), x.shape), y)\n"
+                              "    kept = tf.data.Dataset.from_tensor_slices((images, labels)).repeat()\n"
+                              "    return kept.map(late) if context.input_pipeline_id == 1 else kept\n")}
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches"),
+                                           ("worker 1 pauses", "inside timed steps"),
+                                           ("worker 1 reads slowly", "reading the input alone")])
+def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
-    batched per_replica x (1 + input_pipeline_id) (batches [[32], [64]], 128 and 256 examples kept) passed it. The
-    program as written and so changed, run as 2 real workers; the workers' gathering cell and the proof on their
-    output (the kernel's points planted): as written it passes, worker 1's doubled batch must fail it."""
+    batched per_replica x (1 + input_pipeline_id) (batches [[32], [64]], 128 and 256 examples kept) passed it. Tenth
+    review, finding 1: so did the shares of the span inside timed steps and of the input alone, and real runs where
+    worker 1 alone slept as long again as each step after it, or read each batch 0.1 s late, passed (worker 0, whose
+    steps wait for worker 1's in the all-reduce, measures neither). The program as written and so changed, run as 2
+    real workers, 10 timed steps (at 5, worker 1's reads buffered ahead made its median read short once: 0.134 of a
+    step); the workers' gathering cell and the proof on their output (the kernel's points planted): as written it
+    passes, each change must fail it."""
     import json
 
     from helpers.data import ensure_data
@@ -349,22 +377,26 @@ def test_lesson_07_proof_checks_every_workers_batches_in_a_real_run(variant, mat
     from tests.support.notebooks import written_program
 
     program = written_program("07_scaling_performance.ipynb", "{worker_program}")
-    batch = "batch(context.get_per_replica_batch_size(global_batch),"
-    assert program.count(batch) == 1
     if variant != "as written":
-        program = program.replace(batch, "batch(context.get_per_replica_batch_size(global_batch) * (1 + context.input_pipeline_id),")
+        old, new = WORKER_1[variant]
+        assert program.count(old) == 1, old
+        program = program.replace(old, new)
     (tmp_path / "07_measure.py").write_text(program)
     copy_beside(tmp_path)  # mwms_slurm.py, which the workers import
-    arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "5", "2048", "1", "2"]
+    arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", "1", "2"]
     runs = {2: run_local_workers(arguments, n=2, deadline_s=600)}
     assert all(o.returncode == 0 for o in runs[2]), [o.output[-2000:] for o in runs[2]]
     kernel = [{**lesson_07_point("MirroredStrategy", n), "span_s": 2.0, "in_steps_s": 1.9} for n in (1, 2)]
     ns = {"points": kernel, "runs": runs, "planned": {("MultiWorkerMirroredStrategy", 2): "CPU"}, "loads": {2: 1.0},
           "json": json, "print": lambda *a, **k: None}
     exec(cell_defining("07_scaling_performance.ipynb", "for n, outcomes in runs.items():"), ns)
+    results = [next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("RESULT ")) for o in runs[2]]
     print(f"{variant}: each worker's replica batches {ns['points'][-1].get('worker_batches')}, "
-          f"kept {[len(k) for k in ns['points'][-1]['worker_kept']]}")
-    raw = {"points": ns["points"], "per_replica": 32, "STEPS": 5, "counts": [1, 2]}
+          f"kept {[len(k) for k in ns['points'][-1]['worker_kept']]}, share of its span inside its timed steps "
+          f"{[round(r['in_steps_s'] / r['span_s'], 2) for r in results]}, input alone over its median step "
+          f"{[round(r['input_s'] / r['median_step_s'], 3) for r in results]} (ms: "
+          f"{[(round(1000 * r['input_s'], 1), round(1000 * r['median_step_s'], 1)) for r in results]})")
+    raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
@@ -422,7 +454,7 @@ def test_lesson_07_checks_the_input_bound_on_cpus_only(device):
            "per_replica": 32, "STEPS": 10, "counts": [1, 2], "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
     holds_unless("reading the input alone" if device == "CPU" else None, gather_and_prove, "07_scaling_performance.ipynb", raw)
     said = [line for line in printed if line.startswith("input alone")]
-    assert said and ("NOT checked on GPU: {'MirroredStrategy x1': 0.006, 'MirroredStrategy x2': 0.8}" in said[0]) == (
+    assert said and ("NOT checked on GPU: {'MirroredStrategy x1 #0': 0.006, 'MirroredStrategy x2 #0': 0.8}" in said[0]) == (
         device != "CPU"), said
 
 

@@ -158,13 +158,16 @@ def lesson_07_point(label, replicas, agree=True, moved=True):
 OK["07_scaling_performance.ipynb"] = {
     "points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)],
     "per_replica": 32, "STEPS": 10, "counts": [1, 2], "course_pools": (1, 2),  # tuning.threads_for(2) on 2 cores
-    "in_steps": {("MirroredStrategy", 1): 0.97, ("MirroredStrategy", 2): 0.95, ("MultiWorkerMirroredStrategy", 2): 0.99},
+    # keyed by (label, asked, rank), as threads_used: the shares of every process, each worker's by its own clock
+    "in_steps": {("MirroredStrategy", 1, 0): 0.97, ("MirroredStrategy", 2, 0): 0.95, ("MultiWorkerMirroredStrategy", 2, 0): 0.99,
+                 ("MultiWorkerMirroredStrategy", 2, 1): 0.98},
     "jit": {("MirroredStrategy", 1): False, ("MirroredStrategy", 2): False, ("MultiWorkerMirroredStrategy", 2): False},
     "clustering": {("MirroredStrategy", 1): "", ("MirroredStrategy", 2): "", ("MultiWorkerMirroredStrategy", 2): ""},
     # keyed by (label, asked, rank): this kernel's points rank 0, each worker of a multi-worker run its own
     "threads_used": {("MirroredStrategy", 1, 0): (1, 2), ("MirroredStrategy", 2, 0): (1, 2),
                      ("MultiWorkerMirroredStrategy", 2, 0): (1, 2), ("MultiWorkerMirroredStrategy", 2, 1): (1, 2)},
-    "input_share": {("MirroredStrategy", 1): 0.01, ("MirroredStrategy", 2): 0.01, ("MultiWorkerMirroredStrategy", 2): 0.01},
+    "input_share": {("MirroredStrategy", 1, 0): 0.01, ("MirroredStrategy", 2, 0): 0.01, ("MultiWorkerMirroredStrategy", 2, 0): 0.01,
+                    ("MultiWorkerMirroredStrategy", 2, 1): 0.01},
     # examples kept by more than one worker, fewest a worker kept (a digest per example, image and label)
     "shared": {("MultiWorkerMirroredStrategy", 2): (0, 128)},
     # (ran on, planned): a node with one GPU, split in two for this kernel, its workers on CPU
@@ -931,7 +934,12 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                  dict(lesson_07_point("MultiWorkerMirroredStrategy", 2),
                                                       worker_batches=[[32], [64]])]}, "received batches"),
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
-                                                   ("MirroredStrategy", 2): 0.6}}, "inside timed steps"),
+                                                   ("MirroredStrategy", 2, 0): 0.6}}, "inside timed steps"),
+    # tenth review, finding 1: worker 1 of 2 alone sleeping as long again as each step after it (real runs, worker 0's
+    # and worker 1's: [1.0, 0.54], [0.99, 0.53]; worker 0's steps wait for it in the all-reduce); the old proof read
+    # worker 0's only and passed
+    ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
+                                                   ("MultiWorkerMirroredStrategy", 2, 1): 0.53}}, "inside timed steps"),
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MultiWorkerMirroredStrategy", 2, agree=False)]},
      "weights differ"),
     # fifth review, P3: workers that agree because none moved (training left the weights at their start)
@@ -949,7 +957,7 @@ BROKEN: list[tuple[str, dict, str]] = [
      "kept by more than one worker"),
     # in-steps share: a callback sleeping 15 % of a step between steps: 0.72 measured (steps of 14 ms; as written 0.96)
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
-                                                   ("MirroredStrategy", 2): 0.88}}, "inside timed steps"),
+                                                   ("MirroredStrategy", 2, 0): 0.88}}, "inside timed steps"),
     # one configuration measured with jit_compile=True (the measure() default changed, or the argument passed)
     ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MirroredStrategy", 1): True}},
      "without XLA"),
@@ -985,11 +993,16 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                  ("MultiWorkerMirroredStrategy", 2, 1): ("GPU", "CPU")}}, "another kind of device"),
     # an input stage of 100 ms per batch beside a 120 ms step: inside the timed steps, but not training
     ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
-                                                      ("MirroredStrategy", 2): 0.8}}, "reading the input alone"),
+                                                      ("MirroredStrategy", 2, 0): 0.8}}, "reading the input alone"),
+    # tenth review, finding 1: worker 1 of 2 alone reading each batch 0.1 s late (real runs: [0.008, 1.58] at 5 timed
+    # steps, [0.006, 1.17] and [0.004, 0.84] at 10; worker 0's steps as slow, waiting for it, its own input fast); the
+    # old proof read worker 0's only and passed
+    ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
+                                                      ("MultiWorkerMirroredStrategy", 2, 1): 0.84}}, "reading the input alone"),
     # the input a third of a step: more than the quarter the proof allows (0.4-8 % measured, a median read of one
     # batch over the median step, at a load average of 11-16 on 2 cores)
     ("07_scaling_performance.ipynb", {"input_share": {**OK["07_scaling_performance.ipynb"]["input_share"],
-                                                      ("MirroredStrategy", 2): 0.3}}, "reading the input alone"),
+                                                      ("MirroredStrategy", 2, 0): 0.3}}, "reading the input alone"),
     ("08_batch_job.ipynb", {"imported": ["helpers", "keras"]}, "imports the course"),
     # third review, finding 7: a package the lesson does not name (its first cell: TensorFlow, Keras, tfds)
     ("08_batch_job.ipynb", {"imported": ["json", "keras", "matplotlib", "tensorflow"]}, "does not name"),
