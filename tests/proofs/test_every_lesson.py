@@ -212,6 +212,9 @@ LOOSENED = [
     ("10_large_batches.ipynb", "abs_tol=1e-4", "abs_tol=1e-3"),  # the same batches: equal marks
     ("10_large_batches.ipynb", "left < gap / 4", "left < gap / 2"),  # the bound it was (correct runs: 0.8 to 9.7 %)
     ("10_large_batches.ipynb", "spread > 3e-4", "spread >= 0"),  # marks that tell batches apart, to any marks
+    # the rise without warm-up and the warm-up's fall below the starting weights (correct runs: 0.08 and 0.15 or more)
+    ("10_large_batches.ipynb", "margin = 0.01", "margin = 0.001"),
+    ("10_large_batches.ipynb", "margin = 0.01", "margin = 0.0"),  # the proof as it was (> 0, < 0)
     ("14_predicting_scaling.ipynb", "0.5 < ratio", "0.05 < ratio"),
     ("14_predicting_scaling.ipynb", "ratio < 2.0", "ratio < 20.0"),
     ("14_predicting_scaling.ipynb", "extra_s / 2 <", "extra_s / 20 <"),

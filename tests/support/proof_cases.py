@@ -1221,6 +1221,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     # below its own first step's 3.2: the old yardstick, its first step, passed it
     ("10_large_batches.ipynb", {**_lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 3.1, 3.1, 3.15, 2.0] + [1.0] * 19}),
                                 "frozen_loss": [3.2, 2.95, 2.9, 3.0, 2.9, 2.95, 3.0]}, "with warm-up steps 2 to"),
+    # tenth review, finding 1: a rise of 1e-5 without warm-up (step 3, 3.10001 on a batch the starting weights lose 3.1
+    # on), or a warm-up's step 1e-5 below them (step 2, 3.14999 against 3.15): rounding, not a rise or a fall (a step's
+    # loss worked out from the running means is off by up to 3e-5 at losses near 3 in epochs of 97 steps, 6e-5 at
+    # losses up to 10); the old proof (> 0 and < 0) passed both. And half the proof's margin of 0.01 (0.005), which
+    # that margin loosened 10x lets through
+    *[("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear, no warm-up": [3.2, 3.14, 3.1 + d, 3.19, 3.0, 3.1, 3.0]
+                                                     + [1.0] * 25}), "starting weights' loss") for d in (1e-5, 0.005)],
+    *[("10_large_batches.ipynb", _lb("step_loss", **{"batch 512, linear + warm-up": [3.2, 3.15 - d, 2.6, 2.3, 2.0] + [1.0] * 27}),
+       "with warm-up steps 2 to") for d in (1e-5, 0.005)],
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", runs=[0])), "one resumed run"),
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", outcomes=["stopped", "stopped"])), "fit"),
     ("11_checkpoints_requeue.ipynb", _rq("custom, warned", _requeued("u", **{"stopped at": ["s", "t"]})),
