@@ -39,7 +39,7 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
                "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
                "file_stats": ["s0", None], "fit_read": [128, 128], "iterations": [4, 4], "steps_per_epoch": [2, 2],
-               "means_moved": [0.021, 0.018], **by_rank_changes}
+               "means_moved": [0.021, 0.018], "fit_sum": [917, 883], "again_sum": [917, 883], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -56,9 +56,11 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
     ({"kept": (True, True)}, "only the chief should keep"),  # rank 1's temporary copy left on node2
     ({"kept": (False, False)}, "only the chief should keep"),  # the chief's file missing on node1
     # review 4: the chief's file read back holds rank 1's statistics, not its own first replica's
-    ({"file_stats": ["s1", None]}, "first replica's batch-norm statistics")],
+    ({"file_stats": ["s1", None]}, "first replica's batch-norm statistics"),
+    # seventeenth review: rank 1's fit handed on other examples than a fresh copy of its pipeline delivers
+    ({"fit_sum": [917, 884]}, "fresh copy of worker_pipeline")],
     ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
-         "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics"])
+         "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics", "rank 1's fit fed other batches"])
 def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
     """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
     rank 1's temporary directory on node2) or their processes, only what they return. The cell
@@ -125,6 +127,8 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
         pipeline = pipeline.replace(body, body.replace("context)", "SimpleNamespace(input_pipeline_id=0, "
                                                                    "num_input_pipelines=1))"))
         namespace["SimpleNamespace"] = SimpleNamespace
+    device = cell_defining("03_multiworker_ipyparallel.ipynb", "def counted").replace("%%px\n", "")
+    exec(compile(device, "03 measuring device", "exec"), namespace)  # fit_reads, checksum, counted (never run here)
     exec(compile(pipeline, "03 pipeline", "exec"), namespace)
     for marker in ("def fingerprint", "pass_shards = []", "in_split = collections.Counter("):  # the pass's three cells
         cell = cell_defining("03_multiworker_ipyparallel.ipynb", marker).replace("%%px\n", "")
@@ -400,6 +404,9 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
     assert not loaded[0].exists(), f"the chief's temporary copy should be removed: {loaded}"
 
 
+_FIT_LAMBDA = "lambda context: worker_pipeline(context, fit_shards).repeat().map(counted))"  # fit's, as written
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("old,new,where,environ,expected", [
     ("steps_per_epoch=steps_per_epoch,", "steps_per_epoch=steps_per_epoch - 1,", "model.fit(train_ds",
@@ -409,8 +416,12 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
     ('weighted_metrics=["accuracy"])', 'metrics=["accuracy"])', "compile_args = dict",
      {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"}, "count for nothing"),
     ("    model = small_cnn(seed=seed)", "    model = small_cnn()", "compile_args = dict", {"COURSE_MAX_STEPS": "1"},
-     "ask for its own seed")],
-    ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps", "one seed in the scope"])
+     "ask for its own seed"),
+    (_FIT_LAMBDA, _FIT_LAMBDA.replace(".repeat()", ".take(1).concatenate(worker_pipeline(tf.distribute.InputContext("
+                                      "context.num_input_pipelines, 0, context.num_replicas_in_sync), []).repeat())"),
+     "train_ds = strategy", {}, "fresh copy of worker_pipeline")],
+    ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps", "one seed in the scope",
+         "fit fed its own first batch, then worker 0's"])
 def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, monkeypatch, old, new, where, environ,
                                                                       expected):
     """Review 6 (03, findings 1 and 3), run for real in quick mode at 2 workers: fit given one step fewer per epoch
@@ -420,7 +431,10 @@ def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, mo
     NOT CHECKED. Each must now fail the proof. Review 7 (finding 1): the edit is to the trained model's compile
     (`compile_args`, cell 25), which the proof's copy shares; when the copy compiled its own text, `metrics=` in the
     trained model's compile alone passed the proof. Review 10 (finding 1): `small_cnn()` in the scope (seed 42 on every
-    worker) passed too, each own digest built from `seed` = 42 + rank; the seed is now read back from the model."""
+    worker) passed too, each own digest built from `seed` = 42 + rank; the seed is now read back from the model.
+    Seventeenth review (finding 1): fit's lambda handing on its own first batch, then worker 0's whole pipeline,
+    repeated (both workers train on the same batches for 63 of 64 steps), passed: the proof looked at a fresh copy
+    only, never at what fit's copy handed on. The checksum of what it handed on now differs from a fresh copy's."""
     monkeypatch.setenv("COURSE_MODE", "quick")
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
