@@ -207,6 +207,39 @@ def test_lesson_16_a_worker_that_reads_the_shared_directory_fails_the_run(tmp_pa
     assert sorted(p.name for p in shared.iterdir()) == ["part-0.tfrecord", "part-1.tfrecord"], "shared restored"
 
 
+@pytest.mark.parametrize("renamed", [True, False], ids=["as written", "without the rename"])
+def test_lesson_16_read_on_notes_hidden_only_once_the_shared_directory_is_gone(tmp_path, renamed):
+    """Eleventh review, finding 1: read_on set hidden_first from "no report yet" alone, before
+    `shared.rename(hidden)`: with the rename deleted the shared directory stayed visible while the workers ran,
+    hidden_first was still {2: True} and the proof passed. read_on with stand-in workers that note whether they
+    can see the shared directory: as written they cannot, hidden_first is {2: True} and the proof passes; without
+    the rename they can, hidden_first is {2: False} and the proof fails."""
+    import json
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "part-0.tfrecord").write_bytes(b"x")
+    visible = []
+
+    def run_local_workers(args, n, deadline_s, env=None):
+        visible.append(shared.exists())
+        out = Path(args[args.index("--out") + 1])
+        out.mkdir(exist_ok=True)
+        for rank in range(n):
+            (out / f"worker-{rank}.json").write_text(json.dumps({"rank": rank}))
+        return [SimpleNamespace(output="") for _ in range(n)]
+
+    change = None if renamed else ("            shared.rename(hidden)\n", "")
+    namespace = _read_on(tmp_path, shared, run_local_workers, quiet=True, change=change)
+    assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
+    assert visible == [not renamed], visible
+    assert shared.is_dir() and not (tmp_path / "shared-hidden").exists(), "shared restored"
+    ok = OK["16_input_at_scale.ipynb"]
+    holds_unless(None if renamed else "hidden before any worker", run_proof, "16_input_at_scale.ipynb",
+                 {**ok, "hidden_first": {**ok["hidden_first"], **namespace["hidden_first"]}, "print": lambda *a, **k: None})
+    assert namespace["hidden_first"] == {2: renamed}, namespace["hidden_first"]
+
+
 def test_lesson_16_read_on_run_again_counts_only_the_new_run_s_reports(tmp_path):
     """Fifth review, finding 2: cell 20 run twice kept the first run's worker-*.json in run-W, so a second run whose
     workers wrote nothing returned the old reports (and the proof said the shared directory was hidden after a
@@ -233,12 +266,16 @@ def test_lesson_16_read_on_run_again_counts_only_the_new_run_s_reports(tmp_path)
     assert namespace["hidden_first"] == {2: True}
 
 
-@pytest.mark.parametrize("seen", ["staged, no report yet", "gone before the kernel looked", "reports before STAGED"])
+@pytest.mark.parametrize("seen", ["staged, no report yet", "gone before the kernel looked", "reports before STAGED",
+                                  "staged, never renamed"])
 def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_report(tmp_path, seen, monkeypatch):
     """On Slurm the kernel hides the shared directory when the job's log says STAGED: only a job seen
     in the queue with STAGED in its log and no worker report yet counts as hidden first; a job that
     left the queue before the kernel looked, or whose workers reported first, must not. The wait is
-    the package's (`wait_for_job`), its squeue answered here."""
+    the package's (`wait_for_job`), its squeue answered here. Eleventh review, finding 1: hide_once_staged
+    set hidden_first from "no report yet" before it renamed the shared directory, so with the rename deleted
+    (the shared directory visible while the workers ran) it still noted {2: True} and the proof passed; it
+    notes hidden only once the shared directory is gone and the hidden one there: the proof fails that run."""
     import os
     import subprocess
     import sys
@@ -267,9 +304,17 @@ def test_lesson_16_run_job_notes_whether_it_hid_the_shared_directory_before_any_
                  "job_environment": lambda extra: {}, "job_dir": tmp_path, "shared": shared,
                  "hidden": tmp_path / "shared-hidden", "hidden_first": {2: False}, "course_setting": settings_value,
                  "wait_for_job": queue.wait_for_job}
-    exec(function_source("16_input_at_scale.ipynb", "run_job"), namespace)
+    source = function_source("16_input_at_scale.ipynb", "run_job")
+    if seen == "staged, never renamed":
+        assert source.count("            shared.rename(hidden)\n") == 1, source
+        source = source.replace("            shared.rename(hidden)\n", "")
+    exec(source, namespace)
     assert "STAGED" in namespace["run_job"](2, out)
-    assert namespace["hidden_first"] == {2: seen == "staged, no report yet"}, (seen, namespace["hidden_first"])
+    hidden = seen == "staged, no report yet"
+    ok = OK["16_input_at_scale.ipynb"]
+    holds_unless(None if hidden else "hidden before any worker", run_proof, "16_input_at_scale.ipynb",
+                 {**ok, "hidden_first": {**ok["hidden_first"], **namespace["hidden_first"]}, "print": lambda *a, **k: None})
+    assert namespace["hidden_first"] == {2: hidden}, (seen, namespace["hidden_first"])
 
 
 @pytest.mark.parametrize("where,held", [("its copy", True), ("the shared directory", False),
@@ -827,8 +872,9 @@ def test_lesson_16_cell_16_checks_the_proof_s_cut_against_tensorflow_s(rule, mat
     holds_unless(match, exec, compile(source, "16 cut", "exec"), {"tf": tf, "print": lambda *a, **k: None})
 
 
-def _read_on(tmp_path: Path, shared: Path, run_local_workers, quiet: bool = False) -> dict:
-    """The namespace of lesson 16's `read_on`, defined from its cell, with local (not Slurm) workers stood in for."""
+def _read_on(tmp_path: Path, shared: Path, run_local_workers, quiet: bool = False, change=None) -> dict:
+    """The namespace of lesson 16's `read_on`, defined from its cell, with local (not Slurm) workers stood in for;
+    `change`: (old, new), an edit of its source (old once in it)."""
     import json
     import shutil
     import sys
@@ -839,5 +885,9 @@ def _read_on(tmp_path: Path, shared: Path, run_local_workers, quiet: bool = Fals
                  "json": json, "sys": sys, "os": os}
     if quiet:
         namespace["print"] = lambda *a, **k: None
-    exec(function_source("16_input_at_scale.ipynb", "read_on"), namespace)
+    source = function_source("16_input_at_scale.ipynb", "read_on")
+    if change is not None:
+        assert source.count(change[0]) == 1, change[0]
+        source = source.replace(*change)
+    exec(source, namespace)
     return namespace
