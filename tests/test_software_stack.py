@@ -52,8 +52,9 @@ def _system_python(why: str) -> None:
 
 
 READER_LOOP = """for prefix in os.environ.get("EBPYTHONPREFIXES", "").split(os.pathsep):
-    if prefix:
-        site.addsitedir(os.path.join(prefix, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))
+    sitedir = os.path.join(prefix, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+    if prefix and os.path.isdir(sitedir):  # as EasyBuild's: a prefix without one adds nothing
+        site.addsitedir(sitedir)
 """
 
 
@@ -838,15 +839,7 @@ def test_keras_2_without_tf_keras_stops_at_tf_keras(tmp_path, report):
     (tmp_path / "keras_versions.py").write_text(next(text for name, text in written_programs("17_software_stack.ipynb").items()
                                                      if name.endswith('"keras_versions.py"}')))
     (tmp_path / "without_tf_keras.py").write_text(WITHOUT_TF_KERAS)
-    site = sysconfig.get_paths()["purelib"]
-    farm = tmp_path / "site-packages"
-    farm.mkdir()
-    for entry in Path(site).iterdir():
-        if not entry.name.startswith("tf_keras"):
-            (farm / entry.name).symlink_to(entry)
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "TF_USE_LEGACY_KERAS") and not k.startswith("SLURM_")}
-    done = subprocess.run([sys.executable, str(tmp_path / "without_tf_keras.py"), site, str(farm)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    done = _run_without_tf_keras(tmp_path, "without_tf_keras.py")
     log = done.stdout + done.stderr
     raised = [l for l in log.splitlines() if l.startswith("ImportError")]
     reports = [l for l in log.splitlines() if l.startswith("KERAS ")]
@@ -856,6 +849,60 @@ def test_keras_2_without_tf_keras_stops_at_tf_keras(tmp_path, report):
     assert "you do not have the tf_keras package installed" in log, log[-2000:]
     assert raised == ["ImportError: Keras cannot be imported. Check that it is installed."], log[-2000:]
     assert "package = tf.keras.__name__" in log, log[-2000:]  # the traceback's line: the program's first tf.keras
+
+
+def _run_without_tf_keras(tmp_path: Path, program: str) -> subprocess.CompletedProcess:
+    """`program` (in tmp_path) run with every package of the module's but tf_keras: its first two arguments are this
+    Python's site-packages and a directory of links to each entry of it but tf_keras, which the program puts in its place."""
+    site = sysconfig.get_paths()["purelib"]
+    farm = tmp_path / "site-packages"
+    farm.mkdir(exist_ok=True)
+    for entry in Path(site).iterdir():
+        if not entry.name.startswith("tf_keras") and not (farm / entry.name).exists():
+            (farm / entry.name).symlink_to(entry)
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "TF_USE_LEGACY_KERAS") and not k.startswith("SLURM_")}
+    return subprocess.run([sys.executable, str(tmp_path / program), site, str(farm)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def test_the_pth_reader_adds_only_prefixes_that_hold_a_site_directory(tmp_path):
+    """Lesson 17, sixteenth review, finding 3: the job's reader does as EasyBuild's sitecustomize.py (it adds a prefix only
+    where its site-packages exists). Run as its .pth runs it, with EBPYTHONPREFIXES naming a prefix that has none before
+    one that has: ADDED (what the job reports) holds only the second. The reader before the review added both."""
+    reader = _notebook_script().split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    (tmp_path / "ebpythonprefixes.py").write_text(reader)
+    version = "python%d.%d" % sys.version_info[:2]
+    (tmp_path / "real" / "lib" / version / "site-packages").mkdir(parents=True)
+    prefixes = os.pathsep.join([str(tmp_path / "missing"), str(tmp_path / "real")])
+    done = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
+                           "import ebpythonprefixes; print(ebpythonprefixes.ADDED)"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "EBPYTHONPREFIXES": prefixes})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str([str(tmp_path / "real" / "lib" / version / "site-packages")]), done.stdout
+
+
+FROM_IMPORT_WITHOUT_TF_KERAS = """import os, sys
+site, farm = sys.argv[1:3]
+sys.path[sys.path.index(site)] = farm  # the module's packages, but tf_keras
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before import tensorflow, as the lesson says
+import tensorflow as tf
+from tensorflow.keras import Input, Sequential, layers  # Keras 2 code's usual import style
+model = Sequential([Input((4,)), layers.Dense(1)])
+print("MODEL_FROM", type(model).__module__, "TF_KERAS", tf.keras.__name__)
+"""
+
+
+def test_keras_2_code_that_imports_from_tensorflow_keras_gets_keras_3_without_tf_keras(tmp_path, report):
+    """Lesson 17, sixteenth review, finding 1: with TF_USE_LEGACY_KERAS=1 and no tf_keras package, only `tf.keras` refuses;
+    `from tensorflow.keras import ...` finds Keras 3, silently (TF 2.21's tensorflow/__init__.py puts the missing package's
+    directory, None, before Keras 3's keras/_tf_keras on tensorflow's __path__), and binds it to tf.keras. The lesson says so."""
+    (tmp_path / "from_import.py").write_text(FROM_IMPORT_WITHOUT_TF_KERAS)
+    done = _run_without_tf_keras(tmp_path, "from_import.py")
+    log = done.stdout + done.stderr
+    line = next((l for l in done.stdout.splitlines() if l.startswith("MODEL_FROM ")), "")
+    report(f"lesson 17: Keras 2 code in `from tensorflow.keras import` style without tf_keras: exit {done.returncode}, {line}")
+    assert done.returncode == 0 and line.split()[1].startswith("keras.src."), log[-2000:]  # Keras 3's model
+    assert "ImportError" not in log and "tf_keras package" not in log, log[-2000:]  # no error, no warning
 
 
 STAND_IN_WORKER = """import json, os, sys, time

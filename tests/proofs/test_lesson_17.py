@@ -179,7 +179,8 @@ def test_lesson_17_solution_1_sees_the_import_path(from_import, rebinds, match):
 
 _EARLIER_17 = "/your/earlier/root"  # COURSE_MODULE_ROOT before the load, as solution 2 sets it
 # PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT before the load, with the module, after the unload
-_VARIABLES_17 = f"/usr/bin:/bin||{_EARLIER_17}\n/m/bin:/usr/bin:/bin|/m|/m\n/usr/bin:/bin||\n"
+# PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT|"set" where COURSE_MODULE_ROOT is set at all: before, with, after the module
+_VARIABLES_17 = f"/usr/bin:/bin||{_EARLIER_17}|set\n/m/bin:/usr/bin:/bin|/m|/m|set\n/usr/bin:/bin|||\n"
 
 
 class _Shell:
@@ -202,17 +203,19 @@ class _Shell:
     ("0.1-other", "0.1-other", _VARIABLES_17, "without module purge"),  # module purge did not help
     ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "||/m"), "set EBPYTHONPREFIXES and"),  # no EBPYTHONPREFIXES from the module
     ("0.1-other", "99.0", _VARIABLES_17.replace("|/m|/m", "|/m|"), "set EBPYTHONPREFIXES and"),  # no COURSE_MODULE_ROOT
-    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "|/m|\n", "give PATH and EBPYTHONPREFIXES back"),  # EBPYTHONPREFIXES left after unload
-    ("0.1-other", "99.0", _VARIABLES_17[:-3] + "||/m\n", "unset COURSE_MODULE_ROOT"),  # COURSE_MODULE_ROOT left
-    ("0.1-other", "99.0", _VARIABLES_17[:-16] + "/m/bin:/usr/bin:/bin||\n", "give PATH and EBPYTHONPREFIXES back"),  # PATH keeps bin/
+    ("0.1-other", "99.0", _VARIABLES_17[:-4] + "|/m||\n", "give PATH and EBPYTHONPREFIXES back"),  # EBPYTHONPREFIXES left after unload
+    ("0.1-other", "99.0", _VARIABLES_17[:-4] + "||/m|set\n", "unset COURSE_MODULE_ROOT"),  # COURSE_MODULE_ROOT left
+    # sixteenth review: left set but empty ("${COURSE_MODULE_ROOT-}" alone printed the same as unset)
+    ("0.1-other", "99.0", _VARIABLES_17[:-4] + "|||set\n", "unset COURSE_MODULE_ROOT"),
+    ("0.1-other", "99.0", _VARIABLES_17[:-17] + "/m/bin:/usr/bin:/bin|||\n", "give PATH and EBPYTHONPREFIXES back"),  # PATH keeps bin/
     # lesson 17's fourth review, finding 3: unload restored the earlier COURSE_MODULE_ROOT (pushenv, not setenv) ...
-    ("0.1-other", "99.0", _VARIABLES_17[:-3] + f"||{_EARLIER_17}\n", "unset COURSE_MODULE_ROOT, not restore"),
+    ("0.1-other", "99.0", _VARIABLES_17[:-4] + f"||{_EARLIER_17}|set\n", "unset COURSE_MODULE_ROOT, not restore"),
     # ... or there was no earlier value to restore (the shell never set it: "not restored" shown by nothing)
-    ("0.1-other", "99.0", _VARIABLES_17.replace(f"||{_EARLIER_17}\n", "||\n", 1), "unset COURSE_MODULE_ROOT, not restore"),
+    ("0.1-other", "99.0", _VARIABLES_17.replace(f"||{_EARLIER_17}|set\n", "|||\n", 1), "unset COURSE_MODULE_ROOT, not restore"),
     # finding 6: bin/ first, but what was first is not second (the module put its entry elsewhere too, or reordered)
     ("0.1-other", "99.0", _VARIABLES_17.replace("/m/bin:/usr/bin:/bin", "/m/bin:/bin:/usr/bin"), "what was first comes second"),
 ], ids=["as run", "no shadowing shown", "purge did not help", "no EBPYTHONPREFIXES", "no COURSE_MODULE_ROOT",
-        "EBPYTHONPREFIXES left", "COURSE_MODULE_ROOT left", "PATH left", "COURSE_MODULE_ROOT restored",
+        "EBPYTHONPREFIXES left", "COURSE_MODULE_ROOT left", "COURSE_MODULE_ROOT left empty", "PATH left", "COURSE_MODULE_ROOT restored",
         "no earlier COURSE_MODULE_ROOT", "PATH reordered"])
 def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_purge, purge, variables, match):
     """Solution 2's answers: the module's three variables set (its bin/ first on PATH, what was first second), PATH's and
@@ -320,7 +323,8 @@ class _Lmod:
         before = path.split(":")
         with_module = ["/m/bin", *[p for p in before if p != "/m/bin"]]
         after = before if "/m/bin" in before else with_module[1:]
-        return SimpleNamespace(stdout=f"{':'.join(before)}||/your/earlier/root\n{':'.join(with_module)}|/m|/m\n{':'.join(after)}||\n")
+        return SimpleNamespace(stdout=f"{':'.join(before)}||/your/earlier/root|set\n{':'.join(with_module)}|/m|/m|set\n"
+                                      f"{':'.join(after)}|||\n")
 
 
 def test_lesson_17_solution_2_with_the_venv_s_bin_first_on_the_kernel_s_path(tmp_path, monkeypatch):
@@ -711,7 +715,8 @@ def test_lesson_17_pre_flight_says_why_a_cuda_build_sees_more_or_fewer_gpus_than
 @pytest.mark.parametrize("cuda_build,seen,said", [
     (False, 0, "GO (no GPU given here"),
     (True, 2, "NO-GO: TensorFlow sees 2 GPUs, the job was given 0: nothing hides the others (no CUDA_VISIBLE_DEVICES); "
-              "it would use GPUs the job was not given"),
+              "it would use GPUs the job was not given, which other jobs may hold (or your centre gives its GPUs out "
+              "without Slurm: ask it)"),
 ], ids=["cpu build", "cuda build sees the node's 2"])
 def test_lesson_17_pre_flight_in_a_job_given_no_gpu_counts_none(monkeypatch, tmp_path, cuda_build, seen, said):
     """Lesson 17's fourteenth review, finding 2: inside a Slurm job (SLURM_JOB_ID set) given no GPU, on a GPU node whose
