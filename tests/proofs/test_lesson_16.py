@@ -400,7 +400,7 @@ def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, 
 
 def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
                 same_order=False, bind_mounted=False, copy_altered=False, orders_all=False, stopped=False,
-                spread=False, front_cut=False, files=8, per_worker=1) -> list[dict]:
+                spread=False, front_cut=False, files=8, per_worker=1, device="CPU") -> list[dict]:
     """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
     the files r, r + W, ... (FILE sharding of `files` files), their examples (i in file i % files) in
     steps as MultiWorkerMirroredStrategy gives them (a global batch of 2 x W of its own examples, W pieces
@@ -408,7 +408,8 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     empty batches), the order of its files on two passes, the files its pipeline opened in its node-local
     copy (path, device and inode, SHA-256). front_cut: the last, partial global batch cut into pieces of 2 from the front (a
     pipeline that ends in .batch(G): 2, 2, 0), not as TensorFlow's legacy rebatch cuts it. per_worker: each worker's
-    replicas (R): a global batch of 2 x W x R cut into W x R pieces, a worker's R of them a step."""
+    replicas (R): a global batch of 2 x W x R cut into W x R pieces, a worker's R of them a step; device: their device
+    type, as strategy.extended.worker_devices names them."""
     import hashlib
 
     names = sorted(p.name for p in (tmp_path / "shared").glob("*.tfrecord"))
@@ -442,6 +443,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
         batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
         reports.append({"rank": rank, "host": f"node{rank + 1}", "opened": opened, "global_batch": global_batch,
                         "replicas": replicas,
+                        "devices": [f"/job:worker/replica:0/task:{rank}/device:{device}:{j}" for j in range(per_worker)],
                         "indices": indices + indices[:1] * (repeat_first and rank == 0), "batches": batches,
                         "orders": [list(range(files)) if orders_all else mine,
                                    (list(range(files)) if orders_all else mine)[::1 if same_order else -1]]})
@@ -473,6 +475,9 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # so the worker's steps are 4, 4, 1, where a cut over its 3 workers would expect 3, 3, 3; tenth review,
     # finding 1: the lesson's job runs one replica a worker, so the proof, past the cut, fails it there
     ({"files": 12, "per_worker": 2}, "one replica a worker"),
+    # eleventh review, finding 2: one GPU a worker (make_strategy makes one GPU replica where a worker sees one GPU):
+    # one replica a worker, W in sync, and the old proof (in sync only) passed it
+    ({"device": "GPU"}, "on a CPU"),
     # the second staged epoch read half its batches from the shared files (counted per pass)
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
     # fourth review, finding 5: the cache's later epochs read nothing from the shared files, and gave nothing either
@@ -481,7 +486,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount",
          "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end",
-         "last batch cut from the front", "12 files", "2 replicas a worker",
+         "last batch cut from the front", "12 files", "2 replicas a worker", "a GPU a worker",
          "staged epoch reads shared", "empty cache replay", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
@@ -611,7 +616,7 @@ def _one_node_16() -> dict:
     return {**OK["16_input_at_scale.ipynb"], "NODES": 1, "reports": {1: [{}], 2: [{}, {}]}, "expected": files,
             "hidden_first": {1: True, 2: True}, "orders_own": {1: True, 2: True}, "steps": {1: [32], 2: [16]}, "fills": {1: [32], 2: [8, 8]},
             "ran_out": {1: [], 2: []}, "counts": {1: [2048], 2: [1024, 1024]}, "covered": {1: True, 2: True},
-            "partial": {1: [0], 2: [0, 0]},
+            "partial": {1: [0], 2: [0, 0]}, "device_types": {1: [["CPU"]], 2: [["CPU"], ["CPU"]]},
             "staged_everywhere": {1: True, 2: True}}
 
 
@@ -820,6 +825,7 @@ def test_lesson_16_workers_report_the_files_their_pipeline_opened(tmp_path, read
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "out" / "worker-0.json").read_text())
+    assert [d.rsplit("/", 1)[-1] for d in report["devices"]] == ["device:CPU:0"], report["devices"]  # its one replica
     ok = OK["16_input_at_scale.ipynb"]
     raw = {**{k: v for k, v in ok.items() if k not in ("expected", "counts", "covered", "staged_everywhere", "reshuffled",
                                                         "copy_complete", "staged_files", "shared_files", "orders_own",

@@ -376,6 +376,7 @@ OK["16_input_at_scale.ipynb"] = {
     "steps": {2: [16], 3: [12]}, "fills": {2: [8, 8], 3: [4, 4, 3]}, "ran_out": {2: [], 3: [True]}, "replayed": 64, "uncached": 64,
     "split_even": {2: [True, True], 3: [True, True, True]}, "partial": {2: [0, 0], 3: [0, 0, 128]},
     "in_sync": {2: [2, 2], 3: [3, 3, 3]},  # one replica a worker (the job hides the GPUs)
+    "device_types": {2: [["CPU"]] * 2, 3: [["CPU"]] * 3},  # each worker's replicas' devices: a CPU
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
     "staged_everywhere": {2: True, 3: True}, "opened": {w: [{"path": f"/local/shards-7/f{k}"} for k in range(8)] for w in (2, 3)},
@@ -1598,6 +1599,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     # tenth review, finding 1: 2 replicas a worker (GPUs the job did not hide: make_strategy makes one a GPU), the
     # cut right for them: the lesson's job runs one replica a worker on CPUs
     ("16_input_at_scale.ipynb", {"in_sync": {2: [4, 4], 3: [6, 6, 6]}}, "one replica a worker"),
+    # eleventh review, finding 2: one GPU a worker (a node's one GPU the job did not hide: make_strategy then makes
+    # one GPU replica, collective_all_reduce_strategy.py 403-425): W in sync all the same, and the old proof passed it
+    ("16_input_at_scale.ipynb", {"device_types": {2: [["CPU"], ["CPU"]], 3: [["GPU"], ["GPU"], ["GPU"]]}},
+     "on a CPU"),
     # a job that left the queue before the kernel saw STAGED: nothing was hidden while the workers read
     ("16_input_at_scale.ipynb", {"hidden_first": {2: True, 3: False}}, "hidden before any worker"),
     # a simulation that never reached the shared files (and so never waited): nothing else the proof says about
