@@ -22,12 +22,14 @@ SBATCH_EXCLUSIVE = "#!/bin/bash\n#SBATCH --exclusive=user\nsrun python script.py
 
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w", "w"),
             script="import json\nimport keras\nimport tensorflow as tf\n", markers_seen=(), course_1=(),
-            module=None, sbatch=SBATCH_EXCLUSIVE, saved_by_1=15_000, procid_1="1", gpus_seen_1=1) -> dict:
+            module=None, sbatch=SBATCH_EXCLUSIVE, saved_by_1=15_000, procid_1="1", gpus_seen_1=1, logged_by=0,
+            synthetic=True) -> dict:
     """Lesson 08's raw results for a job of 2 tasks on `hosts`: the take-home script and the module beside it
     (mwms_slurm.py, or `module`'s text), the sbatch file's text, the plans, each
     rank's report (rank 1's model saved, `saved_by_1` bytes, then deleted; its TensorFlow found `gpus_seen_1` of
-    its 1 planned GPU), the files the chief wrote, what the job saw of Slurm (rank 1's SLURM_PROCID `procid_1`)
-    and of the kernel's markers."""
+    its 1 planned GPU; each rank's host name and pid), the files the chief wrote (the event file named after rank
+    `logged_by`'s host and pid, as TensorFlow names it), what the job saw of Slurm (rank 1's SLURM_PROCID `procid_1`)
+    and of the kernel's markers, on `synthetic` data or real CIFAR-10."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (tmp_path / "script.py").write_text(script)
@@ -37,9 +39,10 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
     (tmp_path / "job.sbatch").write_text(sbatch)
     kept = {"node-local": "/tmp/node2-scratch/model.keras", "run dir": str(run_dir / "worker-1" / "model.keras"), "none": None}
     reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "saved": 15_000, "course_modules": [],
-                "gpus_seen": 1, "all_reduce": "NCCL"},
+                "gpus_seen": 1, "all_reduce": "NCCL", "hostname": hosts[0], "pid": 4242},
                {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "saved": saved_by_1, "course_modules": list(course_1),
-                "gpus_seen": gpus_seen_1, "all_reduce": "NCCL" if gpus_seen_1 else "RING"}]
+                "gpus_seen": gpus_seen_1, "all_reduce": "NCCL" if gpus_seen_1 else "RING", "hostname": hosts[1], "pid": 4243}]
+    event_file = f"tensorboard/train/events.out.tfevents.1796030602.{hosts[logged_by]}.{4242 + logged_by}.0.v2"
     markers = {"SLURM_COURSE_PARENT_MARKER": "1", "ROCR_VISIBLE_DEVICES": "course-parent-marker",
                "CUDA_VISIBLE_DEVICES": "course-parent-marker"}
     return {"script": tmp_path / "script.py", "module_file": module_file, "sbatch_file": tmp_path / "job.sbatch",
@@ -48,7 +51,8 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
             "added": ["--exclusive=user", "--gpus-per-task=1"], "saved_digest": "w", "reports": reports,
             "plans": [{"rank": r, "host": h, "address": f"{h}:{20000 + r}", "gpus": 1, "planned_all_reduce": "NCCL"}
                       for r, h in enumerate(hosts)],
-            "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
+            "written": ["model.keras", "result.json", event_file],
+            "dataset": SimpleNamespace(synthetic=synthetic),
             "result": {"model": "cnn", "workers": 2, "replicas": 2, "global_batch": 64, "loss": [2.3, 1.6],
                        "steps_per_epoch": 32},
             "markers": markers, "batch_sizes": {0: 32, 1: 32},
@@ -94,12 +98,16 @@ def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run
     # third review, finding 5: rank 1 given its GPU by Slurm, its TensorFlow found none: it trained on its CPU
     ({"gpus_seen_1": 0}, "found other GPUs than its plan"),
     # third review, finding 7: a package the lesson's first cell does not name
-    ({"script": "import json\nimport keras\nimport matplotlib.pyplot as plt\n"}, "does not name")],
+    ({"script": "import json\nimport keras\nimport matplotlib.pyplot as plt\n"}, "does not name"),
+    # eighth review, finding 3: the TensorBoard callback given to rank 1, not the chief: still one event file
+    ({"logged_by": 1}, "not the chief's"),
+    # eighth review, finding 4: rank 1 wrote a byte where the chief saved its model (any size above 0 passed)
+    ({"saved_by_1": 1}, "as many bytes")],
     ids=["two nodes", "rank 1 kept in the run dir", "one node", "weights apart", "imports helpers",
          "its module imports helpers", "kernel's Slurm env",
          "kernel's GPUs", "course loaded by importlib", "exclusive commented out", "exclusive after a command",
          "rank 1 never saved", "rank 1 saw procid 0", "rank 1 kept its file elsewhere", "rank 1 found no GPU",
-         "imports matplotlib"])
+         "imports matplotlib", "rank 1 logged", "rank 1 wrote a byte"])
 def test_lesson_08_gathering_cell_on_a_job_across_two_nodes(tmp_path, monkeypatch, changes, match):
     """Rank 1 runs on node2, saves its model and deletes it: only the chief's file stays. Rank 1's file kept anywhere,
     in the shared run directory or on node2's own disk, must fail the proof. The TensorFlow is taken for a GPU build
@@ -228,6 +236,8 @@ SHUFFLE_FIRST = ("ds = examples.shard(", "ds = examples.shuffle(10_000).shard(")
 # sixth review, finding 2: fit's pipeline built as one worker's of one (the whole split), the evidence printed elsewhere
 FIT_UNSHARDED = ("lambda context: pipeline(examples, global_batch, context, True)",
                  "lambda context: pipeline(examples, global_batch, type(context)(1, 0, context.num_replicas_in_sync), True)")
+# eighth review, finding 1: the shard printed, then the pipeline fit reads mapped from the whole split (a one-word slip)
+SHARD_DISCARDED = ("ds = ds.map(lambda image, label:", "ds = examples.map(lambda image, label:")
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -235,8 +245,9 @@ FIT_UNSHARDED = ("lambda context: pipeline(examples, global_batch, context, True
     ([NO_SHARD, NO_SEED], "1/2 of the split"),  # sixth review, finding 3: the old digests (after shuffle) passed ~60 %
     ([FIT_UNSHARDED], "1/2 of the split"),
     ([SHUFFLE_FIRST], "do not split the split"),
+    ([SHARD_DISCARDED], "1/2 of the split"),
     ([("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch")], "per-replica batch of 32"),
-    ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "shuffled before shard",
+    ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "shuffled before shard", "shard printed, then the split mapped",
                       "batched by the global batch", "as written"])
 def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, changes,
                                                                                          match):
@@ -306,3 +317,100 @@ def test_lesson_08_does_not_hold_resnet50_to_learning_its_minimum_steps_unmeasur
     holds_unless(match, gather_and_prove, "08_batch_job.ipynb", job)
     if match is None:
         assert (said in "\n".join(printed)) if said else not any("learning NOT" in p for p in printed), printed
+
+
+# eighth review, finding 3: the TensorBoard callback given to the other workers (here rank 1), not the chief
+WORKER_1_LOGS = ('"tensorboard"))] if chief else []', '"tensorboard"))] if not chief else []')
+# eighth review, finding 4: rank 1 writes a byte where it should save the model (any size above 0 passed)
+CHIEF_ONLY_SAVE = ("    model.save(kept)  # every worker saves; only the chief's file stays\n",
+                   "    if chief:\n        model.save(kept)\n    else:\n        open(kept, 'wb').write(b'x')\n")
+
+
+@pytest.mark.parametrize("changes,match", [([], None), ([WORKER_1_LOGS], "not the chief's"),
+                                           ([CHIEF_ONLY_SAVE], "as many bytes")],
+                         ids=["as written", "rank 1 logged", "rank 1 wrote a byte"])
+def test_lesson_08_proof_reads_who_logged_and_what_each_saved_from_a_real_run(tmp_path, changes, match):
+    """Eighth review, findings 3 and 4: one event file under tensorboard/ passed whoever wrote it, and any byte count
+    above 0 passed as a worker's saved model. Real 2-worker runs of the written script (local processes): the proof
+    reads the job's own WORKER lines (host name, pid, bytes saved) and the files it wrote; the event file must be named
+    after the chief's host and pid (as TensorFlow names it), and every worker must save as many bytes as the chief."""
+    gathered = _job_read_back(tmp_path / "job", *changes)
+    real = {k: gathered[k] for k in ("run_dir", "plans", "reports", "written", "shards", "batch_sizes", "result",
+                                     "split_sum")}
+    chief = next(r for r in real["reports"] if r["rank"] == 0)
+    if match is None:  # as written: both workers saved the same bytes, and the one event file is the chief's
+        assert len({r["saved"] for r in real["reports"]}) == 1, real["reports"]
+    job = {**_job_08(tmp_path), **real, "use_slurm": False, "saved_digest": chief["weights"]}  # local processes
+    holds_unless(match, gather_and_prove, "08_batch_job.ipynb", job)
+
+
+@pytest.mark.parametrize("synthetic,match", [(True, "learnt nothing"), (False, None)], ids=["synthetic", "real CIFAR-10"])
+def test_lesson_08_proof_holds_the_small_cnn_to_its_bounds_on_synthetic_data_only(tmp_path, monkeypatch, synthetic, match):
+    """Eighth review, finding 5: the learning bounds (50 steps, 0.3 below ln 10, 0.5 with each batch's statistics) were
+    measured on synthetic images; quick mode reads real CIFAR-10 where COURSE_DATA_DIR is set, where a correct job may
+    end above them. A 64-step run with a loss of 2.1 and 0.3 on the test images fails on synthetic data and, on real
+    CIFAR-10, passes with the proof saying it did not check learning (the old proof failed it: 'learnt nothing')."""
+    from helpers import host
+
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
+    monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: False)
+    job = _job_08(tmp_path, synthetic=synthetic)
+    job["result"] = {**job["result"], "loss": [2.3, 2.1]}
+    printed = []
+    job.update(batch_accuracy=0.3, print=lambda *a, **k: printed.append(" ".join(map(str, a))))
+    holds_unless(match, gather_and_prove, "08_batch_job.ipynb", job)
+    if match is None:
+        assert any("learning NOT checked for the small CNN on real CIFAR-10" in p for p in printed), printed
+
+
+@pytest.mark.parametrize("passed_on,match", [("env=job_env", None), ("env={**os.environ, **job_env}", "own Slurm settings")],
+                         ids=["the job's environment", "the kernel's environment passed on"])
+def test_lesson_08_markers_are_in_the_kernel_while_sbatch_starts(tmp_path, monkeypatch, passed_on, match):
+    """Eighth review, finding 2: the kernel's markers were put back before sbatch started, so a submission passing the
+    kernel's own environment on (env={**os.environ, ...}) gave the job none of them and passed. The submitting cell,
+    as written, runs with a stand-in sbatch that starts the written script (--plan) in the environment it was given,
+    as --export=ALL passes it to a task; its ENV lines are read as the notebook reads them."""
+    import subprocess as real_subprocess
+
+    popen = real_subprocess.Popen
+    from helpers.slurm import queue
+    from helpers.slurm.submit import job_environment
+    from tests.support.proof_cells import assignment_source
+
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    script = job_dir / "train_mwms.py"
+    script.write_text(written_program("08_batch_job.ipynb", "{script}"))
+    copy_beside(job_dir)
+    for name in [n for n in os.environ if n.startswith(("SLURM_", "SLURMD_", "SRUN_"))]:
+        monkeypatch.delenv(name)  # the test's own: none
+    from helpers import host
+
+    monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")  # the rest of the job planted as a GPU job's (_job_08)
+    monkeypatch.setattr(host, "tensorflow_is_cpu_build", lambda: False)
+
+    class Sbatch:  # the job's task, started with what sbatch was given: its log, then exit status 0
+        def __init__(self, argv, cwd, env, **kwargs):
+            task = popen([sys.executable, str(script), "--plan"], env=env, stdout=real_subprocess.PIPE, text=True)
+            (cwd / "tf-mwms-7.out").write_text(task.communicate()[0])
+            self.stdout, self.stderr, self.returncode = SimpleNamespace(readline=lambda: "7\n"), None, 0
+
+        def poll(self):
+            return 0
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(real_subprocess, "Popen", Sbatch)
+    monkeypatch.setattr(queue, "wait_for_job", lambda *a, **k: None)
+    cell = cell_defining("08_batch_job.ipynb", "sbatch = subprocess.Popen(")
+    assert cell.count("env=job_env") == 1
+    namespace = {"use_slurm": True, "job_environment": job_environment, "dataset": SimpleNamespace(data_dir=tmp_path),
+                 "run_dir": job_dir / "run", "added": [], "NODES": 2, "sbatch_file": job_dir / "train_mwms.sbatch",
+                 "options": [], "job_dir": job_dir, "print": lambda *a, **k: None}
+    exec(compile(cell.replace("env=job_env", passed_on), "08 submitting", "exec"), namespace)
+    assert not any(os.environ.get(k) == v for k, v in namespace["markers"].items()), "the markers were not put back"
+    for name in ("lines", "task_env"):  # as the notebook reads the job's log
+        exec(compile(assignment_source("08_batch_job.ipynb", name), "08 reading", "exec"), namespace)
+    job = _job_08(tmp_path)
+    holds_unless(match, gather_and_prove, "08_batch_job.ipynb", {**job, "task_env": job["task_env"] | namespace["task_env"]})

@@ -186,8 +186,12 @@ OK["08_batch_job.ipynb"] = {
     "plans": [_plan(0, "node1"), _plan(1, "node2")], "reports": [{"weights": "w"}, {"weights": "w"}], "course_modules": [],
     "steps_run": 64,
     "hosts": ["node1", "node2"], "result": {"workers": 2, "replicas": 2, "loss": [2.3, 1.6]}, "digests": {"w"},
-    "event_files": ["tensorboard/train/events.out.tfevents.1.node1"],
-    "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1.node1"],
+    "event_files": ["tensorboard/train/events.out.tfevents.1796030602.node1.4242.0.v2"],
+    "written": ["model.keras", "result.json", "tensorboard/train/events.out.tfevents.1796030602.node1.4242.0.v2"],
+    # the chief's (host name, pid), and the event files named after them (TensorFlow's <time>.<host>.<pid>...)
+    "chief_writer": ("node1", 4242), "chief_files": ["tensorboard/train/events.out.tfevents.1796030602.node1.4242.0.v2"],
+    "saved_bytes": {0: 206_673, 1: 206_673},  # rank: the bytes of its model file (the small CNN's, measured)
+    "synthetic": True,  # the data: the learning bounds hold on synthetic images only
     "added": ["--exclusive=user", "--gpus-per-task=1"], "job_seen": {"sharing": "USER", "gpus": 2}, "seen_markers": [],
     "gpus_each": 1, "replicas_expected": 2, "kept": [(0, True)], "sbatch_exclusive": True, "saved_by": [0, 1],
     "ran_on": {0: (1, "NCCL"), 1: (1, "NCCL")}, "planned_on": {0: (1, "NCCL"), 1: (1, "NCCL")},  # (GPUs, all-reduce)
@@ -1043,9 +1047,15 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 1.6]}}, "one cluster"),
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [1.6, 1.6]}}, "lower the loss"),
     ("08_batch_job.ipynb", {"digests": {"w", "v"}}, "differ"),
-    ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"]},
+    # two event files, both named after the chief (two TensorBoard callbacks, say)
+    ("08_batch_job.ipynb", {"event_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"],
+                            "chief_files": ["tensorboard/train/a.tfevents", "tensorboard/train/b.tfevents"]},
      "more than one writer"),
     ("08_batch_job.ipynb", {"written": ["result.json"]}, "chief's model"),
+    # eighth review, finding 3: one event file, rank 1's (the TensorBoard callback given to the other workers)
+    ("08_batch_job.ipynb", {"chief_files": []}, "not the chief's"),
+    # eighth review, finding 4: rank 1 wrote one byte where it should save the model (any size above 0 passed)
+    ("08_batch_job.ipynb", {"saved_bytes": {0: 206_673, 1: 1}}, "as many bytes"),
     # the job's environment built as {**os.environ, ...}: its tasks report the markers the kernel set
     ("08_batch_job.ipynb", {"seen_markers": ["SLURM_COURSE_PARENT_MARKER"]}, "own Slurm settings"),
     ("08_batch_job.ipynb", {"seen_markers": ["ROCR_VISIBLE_DEVICES=course-parent-marker"]}, "own Slurm settings"),
@@ -1105,7 +1115,8 @@ BROKEN: list[tuple[str, dict, str]] = [
                                             "tensorboard/worker1/train/events.out.tfevents.1.node2"]},
      "more than one writer"),
     # one writer, but its log outside tensorboard/ (where the lesson tells TensorBoard to look)
-    ("08_batch_job.ipynb", {"event_files": ["logs/events.out.tfevents.1.node1"]}, "logs/events"),
+    ("08_batch_job.ipynb", {"event_files": ["logs/events.out.tfevents.1.node1"],
+                            "chief_files": ["logs/events.out.tfevents.1.node1"]}, "logs/events"),  # the chief's
     ("09_monitoring.ipynb", {"event_files": {"starved": 2, "healthy": 1}}, "one event file per run"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 2 for i in range(10)}}, "a histogram of every weight"),
     ("09_monitoring.ipynb", {"histograms": {f"layer{i}/w/histogram": 1 for i in range(12)}}, "a histogram of every weight"),
