@@ -43,6 +43,45 @@ def test_lesson_13_proof_allows_horovods_gradient_two_sums_orders_from_the_engin
                                         "horovod_gaps": {"gradient": 3.8e-7, "weights": 7e-9, "recipe": 1.9e-7}})
 
 
+def test_lesson_13_kernel_takes_the_model_file_as_last_written(tmp_path, monkeypatch):
+    """Twelfth review, finding 4: the kernel imported make_model from tiny_model.py with `from tiny_model import`;
+    a learner who edits the model's cell and runs it again kept the old module (Python keeps an imported module),
+    while the engines and the recipe's fresh process took the new file. The kernel's cell, run again after the file
+    changed, must give the new make_model."""
+    import sys
+    from types import SimpleNamespace
+
+    cell = next(c for c in code_cells("13_from_horovod.ipynb") if 'np.savez(work_dir / "batch.npz"' in c)
+    off = SimpleNamespace(enable_tensor_float_32_execution=lambda enabled: None)  # not this process's TensorFlow
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "tiny_model", raising=False)
+    made = []
+    try:
+        for version in ("first", "second, edited"):
+            (tmp_path / "tiny_model.py").write_text(f"def make_model(seed):\n    return {version!r}\n")
+            namespace = {"np": np, "tf": SimpleNamespace(config=SimpleNamespace(experimental=off)), "work_dir": tmp_path,
+                         "images": np.zeros((2, 1)), "labels": np.zeros(2)}
+            exec(compile(cell, "13 kernel cell", "exec"), namespace)
+            made.append(namespace["make_model"](seed=0))
+    finally:
+        sys.modules.pop("tiny_model", None)
+    assert made == ["first", "second, edited"], made
+
+
+def test_lesson_13_engines_print_their_tf_config(monkeypatch, capsys):
+    """Twelfth review, finding 5: TF_CONFIG is what replaces hvd.init() here (setup_multiworker writes it), and the
+    lesson never showed it: the size/rank cell prints it (planted strategy and resolver)."""
+    from types import SimpleNamespace
+
+    config = '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 1}}'
+    monkeypatch.setenv("TF_CONFIG", config)
+    cell = next(c for c in code_cells("13_from_horovod.ipynb") if "# Horovod: hvd.size(); hvd.rank()" in c)
+    namespace = {"os": os, "strategy": SimpleNamespace(num_replicas_in_sync=2, extended=SimpleNamespace(worker_devices=["cpu"])),
+                 "resolver": SimpleNamespace(task_id=1, cluster_spec=lambda: SimpleNamespace(num_tasks=lambda kind: 2))}
+    exec(compile(cell.removeprefix("%%px\n"), "13 size cell", "exec"), namespace)
+    assert f"TF_CONFIG: {config}" in capsys.readouterr().out.splitlines()
+
+
 def _lesson_13_global_batch(batch: int) -> None:
     """The setup cell and cell 7 (the fixed global batch) in quick mode, synthetic data, with BATCH `batch`."""
     cells = code_cells("13_from_horovod.ipynb")
@@ -122,6 +161,18 @@ def test_lesson_13_solution_1_takes_its_count_from_the_workers(outputs, match):
     holds_unless(match, _lesson_13_solution_1, outputs)
 
 
+def test_lesson_13_solution_1_says_what_it_counted_and_what_it_did_not():
+    """Twelfth review, finding 2: the solution printed "2 workers of 4 replicas each, 8 replicas in sync" as the
+    exercise's answer, but its workers were told of 4 GPUs (SimpleClusterResolver's num_accelerators,
+    collective_all_reduce_strategy.py line 412), while the exercise's srun + TF_CONFIG has the strategy count the
+    GPUs TensorFlow sees (context.num_gpus(), line 409), which no run here can. The line says what was counted and
+    how, and a NOT CHECKED line the rest (planted: a real run's counts)."""
+    said = _lesson_13_solution_1(_COUNTED)["said"]
+    assert said[-2].startswith("told of 4 GPUs each (SimpleClusterResolver's num_accelerators): 2 workers of 4 replicas "
+                               "each, 8 replicas in sync"), said
+    assert said[-1].startswith("NOT CHECKED (no GPU here)") and "context.num_gpus()" in said[-1], said
+
+
 def test_lesson_13_solution_1_says_it_did_not_measure_where_local_workers_are_refused():
     """On a login node run_local_workers refuses (one line): the solution says it did not measure, and checks nothing."""
     from helpers.errors import CourseError
@@ -140,7 +191,8 @@ def test_lesson_13_solution_1_measures_two_workers_for_real(change, counts):
     counts 2 and the solution fails."""
     if change is None:
         ran = _lesson_13_solution_1(change=change)
-        assert ran["counts"] == counts and "2 workers of 4 replicas each, 8 replicas in sync" in ran["said"][-1], ran["said"]
+        assert ran["counts"] == counts and "2 workers of 4 replicas each, 8 replicas in sync" in ran["said"][-2], ran["said"]
+        assert ran["said"][-1].startswith("NOT CHECKED (no GPU here)"), ran["said"]
     else:
         with pytest.raises(AssertionError, match=re.escape(str(counts))):
             _lesson_13_solution_1(change=change)
