@@ -79,13 +79,17 @@ def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match)
 @pytest.mark.parametrize("field,other,match", [
     ("threads", [0, 0], "different thread pools"), ("devices", "GPU", "another kind of device"),
     ("times", {"span_s": 2.0, "in_steps_s": 1.0, "input_s": 0.001, "median_step_s": 0.09}, "inside timed steps"),
-    ("times", {"span_s": 2.0, "in_steps_s": 1.9, "input_s": 0.1, "median_step_s": 0.19}, "reading the input alone")])
+    ("times", {"span_s": 2.0, "in_steps_s": 1.9, "input_s": 0.1, "median_step_s": 0.19}, "reading the input alone"),
+    # eleventh review, finding 3: worker 1 alone with XLA (its own TF_XLA_FLAGS, or Keras running its step compiled)
+    ("xla_flags", "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", "auto-clustering"), ("jit_compile", True, "without XLA")])
 def test_lesson_07_gathering_cell_checks_every_worker_not_worker_0_only(field, other, match):
     """The third review's w2: thread pools given to rank 0 only, so worker 1 ran with TensorFlow's defaults
     (threads [[1, 2], [0, 0]]); or worker 1 on another kind of device. Tenth review, finding 1: worker 1's own
     timing, half of its span outside its timed steps (a pause between steps as long as its step), or its input alone
-    over half of its median step (worker 0's steps, waiting for it in the all-reduce, look as planned). Worker 0's
-    result, the point's own, is as planned: the proof must fail through the gathering cell, which reads every worker's."""
+    over half of its median step (worker 0's steps, waiting for it in the all-reduce, look as planned). Eleventh review,
+    finding 3: worker 1 alone asking XLA for auto-clustering (TF_XLA_FLAGS), or run with jit_compile=True: the old
+    gathering cell read worker 0's XLA settings only and passed both. Worker 0's result, the point's own, is as planned:
+    the proof must fail through the gathering cell, which reads every worker's."""
     multi = _timed("MultiWorkerMirroredStrategy", 2)
     ok = {**multi}  # every worker as planned: passes
     bad = {**multi, f"worker_{field}": [multi[f"worker_{field}"][0], other]}
@@ -345,6 +349,12 @@ def test_lesson_07_proof_fails_when_the_workers_do_not_shard(variant, match):
 
 # the program's own lines, each changed so that worker 1 (input pipeline or TF_CONFIG task 1) alone breaks a claim
 WORKER_1 = {
+    # eleventh review, finding 3 (the review's real run: worker 1 logged one 'Compiled cluster using XLA', worker 0
+    # none; the old proof failed on 'weights differ' only, its XLA assert reading worker 0's settings)
+    "worker 1 asks XLA": ('if __name__ == "__main__":  # one worker of a multi-worker measurement\n',
+                          'if __name__ == "__main__":  # one worker of a multi-worker measurement\n'
+                          "    if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+                          "        os.environ['TF_XLA_FLAGS'] = '--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'\n"),
     "worker 1 doubles": ("batch(context.get_per_replica_batch_size(global_batch),",
                          "batch(context.get_per_replica_batch_size(global_batch) * (1 + context.input_pipeline_id),"),
     "worker 1 pauses": ("        self.durations.append(self.ends[-1] - self.began)\n",  # as long again as its step took
@@ -358,14 +368,16 @@ WORKER_1 = {
 
 
 @pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches"),
-                                           ("worker 1 pauses", "inside timed steps"),
+                                           ("worker 1 pauses", "inside timed steps"), ("worker 1 asks XLA", "auto-clustering"),
                                            ("worker 1 reads slowly", "reading the input alone")])
 def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
     batched per_replica x (1 + input_pipeline_id) (batches [[32], [64]], 128 and 256 examples kept) passed it. Tenth
     review, finding 1: so did the shares of the span inside timed steps and of the input alone, and real runs where
     worker 1 alone slept as long again as each step after it, or read each batch 0.1 s late, passed (worker 0, whose
-    steps wait for worker 1's in the all-reduce, measures neither). The program as written and so changed, run as 2
+    steps wait for worker 1's in the all-reduce, measures neither). Eleventh review, finding 3: worker 1 alone with
+    TF_XLA_FLAGS='--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit' (its step compiled by auto-clustering) was caught by
+    'weights differ' only, the XLA assert reading worker 0's settings. The program as written and so changed, run as 2
     real workers, 10 timed steps (at 5, worker 1's reads buffered ahead made its median read short once: 0.134 of a
     step); the workers' gathering cell and the proof on their output (the kernel's points planted): as written it
     passes, each change must fail it."""
@@ -395,7 +407,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           f"kept {[len(k) for k in ns['points'][-1]['worker_kept']]}, share of its span inside its timed steps "
           f"{[round(r['in_steps_s'] / r['span_s'], 2) for r in results]}, input alone over its median step "
           f"{[round(r['input_s'] / r['median_step_s'], 3) for r in results]} (ms: "
-          f"{[(round(1000 * r['input_s'], 1), round(1000 * r['median_step_s'], 1)) for r in results]})")
+          f"{[(round(1000 * r['input_s'], 1), round(1000 * r['median_step_s'], 1)) for r in results]}), TF_XLA_FLAGS "
+          f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}")
     raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 

@@ -145,7 +145,7 @@ def _p04(run: str, **changes) -> dict:
 def lesson_07_point(label, replicas, agree=True, moved=True):
     """A point as lesson 07 records it: a MirroredStrategy point in this process, or a multi-worker
     point of `replicas` workers with one replica each, started as `replicas` workers (`asked`: the replicas
-    asked of mirrored(), or the workers started), with every worker's thread pools and device; `moved`: every
+    asked of mirrored(), or the workers started), with every worker's thread pools, device and XLA settings; `moved`: every
     worker's trainable weights ended away from where they started."""
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
@@ -154,7 +154,9 @@ def lesson_07_point(label, replicas, agree=True, moved=True):
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "asked": replicas,
             "kept": [f"example{i}" for i in range(4)],
             **({"workers": replicas, "weights_moved": moved, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
-                "worker_batches": [[32]] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)]} if multi else {})}
+                "worker_batches": [[32]] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)],
+                "worker_jit_compile": [False] * replicas, "worker_xla_flags": [""] * replicas,
+                "worker_optimizer_jit": [""] * replicas} if multi else {})}
 
 
 OK["07_scaling_performance.ipynb"] = {
@@ -163,8 +165,11 @@ OK["07_scaling_performance.ipynb"] = {
     # keyed by (label, asked, rank), as threads_used: the shares of every process, each worker's by its own clock
     "in_steps": {("MirroredStrategy", 1, 0): 0.97, ("MirroredStrategy", 2, 0): 0.95, ("MultiWorkerMirroredStrategy", 2, 0): 0.99,
                  ("MultiWorkerMirroredStrategy", 2, 1): 0.98},
-    "jit": {("MirroredStrategy", 1): False, ("MirroredStrategy", 2): False, ("MultiWorkerMirroredStrategy", 2): False},
-    "clustering": {("MirroredStrategy", 1): "", ("MirroredStrategy", 2): "", ("MultiWorkerMirroredStrategy", 2): ""},
+    # keyed by (label, asked, rank) too (eleventh review, finding 3): every worker's own XLA settings
+    "jit": {("MirroredStrategy", 1, 0): False, ("MirroredStrategy", 2, 0): False, ("MultiWorkerMirroredStrategy", 2, 0): False,
+            ("MultiWorkerMirroredStrategy", 2, 1): False},
+    "clustering": {("MirroredStrategy", 1, 0): "", ("MirroredStrategy", 2, 0): "", ("MultiWorkerMirroredStrategy", 2, 0): "",
+                   ("MultiWorkerMirroredStrategy", 2, 1): ""},
     # keyed by (label, asked, rank): this kernel's points rank 0, each worker of a multi-worker run its own
     "threads_used": {("MirroredStrategy", 1, 0): (1, 2), ("MirroredStrategy", 2, 0): (1, 2),
                      ("MultiWorkerMirroredStrategy", 2, 0): (1, 2), ("MultiWorkerMirroredStrategy", 2, 1): (1, 2)},
@@ -983,14 +988,24 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
                                                    ("MirroredStrategy", 2, 0): 0.88}}, "inside timed steps"),
     # one configuration measured with jit_compile=True (the measure() default changed, or the argument passed)
-    ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MirroredStrategy", 1): True}},
+    ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MirroredStrategy", 1, 0): True}},
      "without XLA"),
-    # every configuration asked for jit_compile=False, but the workers' TF_XLA_FLAGS turned auto-clustering on
-    # on their CPUs (helpers.xla_flags: --tf_xla_auto_jit=2 alone compiles nothing on a CPU)
+    # every configuration asked for jit_compile=False, but worker 0's TF_XLA_FLAGS turned auto-clustering on
+    # on its CPU (helpers.xla_flags: --tf_xla_auto_jit=2 alone compiles nothing on a CPU)
     ("07_scaling_performance.ipynb", {"clustering": {**OK["07_scaling_performance.ipynb"]["clustering"],
-                                                     ("MultiWorkerMirroredStrategy", 2):
+                                                     ("MultiWorkerMirroredStrategy", 2, 0):
                                                          "TF_XLA_FLAGS='--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'"}},
      "auto-clustering"),
+    # eleventh review, finding 3: worker 1 alone with those flags (the review's real run: worker 1 compiled a cluster,
+    # worker 0 none; the old gathering cell read worker 0's settings only, and the proof failed on 'weights differ'
+    # alone; tests/proofs/test_lesson_07.py runs it through the gathering cell)
+    ("07_scaling_performance.ipynb", {"clustering": {**OK["07_scaling_performance.ipynb"]["clustering"],
+                                                     ("MultiWorkerMirroredStrategy", 2, 1):
+                                                         "TF_XLA_FLAGS='--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'"}},
+     "auto-clustering"),
+    # worker 1 alone run with jit_compile=True (Keras's own switch)
+    ("07_scaling_performance.ipynb", {"jit": {**OK["07_scaling_performance.ipynb"]["jit"], ("MultiWorkerMirroredStrategy", 2, 1): True}},
+     "without XLA"),
     # the plan said GPU for the workers (as many GPUs as workers), but they ran on CPU (a worker that saw no GPU)
     ("07_scaling_performance.ipynb", {"ran_on": {**OK["07_scaling_performance.ipynb"]["ran_on"],
                                                  ("MultiWorkerMirroredStrategy", 2, 0): ("CPU", "GPU")}}, "another kind of device"),
