@@ -37,6 +37,25 @@ def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path
     assert agree(str(fresh), 0, 2) == {0: 0, 1: 0}  # no backup yet: nothing to agree on
     assert not fresh.exists()
 
+    # worker 1 died before its first save: it has no directory, so nobody resumes; worker 0 drops its epoch 1
+    # (the program as first written listed worker-1/ to copy from it: NotFoundError on every restart)
+    early = tmp_path / "early"
+    _backup(early, 0, 1, "weights after epoch 1")
+    assert agree(str(early), 1, 2) == {0: 1, 1: 0}
+    assert agree(str(early), 0, 2) == {0: 1, 1: 0}
+    assert not (early / "worker-0").exists() and not (early / "worker-1").exists()  # both start from scratch
+
+    # worker 1 died between its weights and its metadata: a weights file alone is no backup (BackupAndRestore
+    # would load it and start at epoch 0); both directories go, both start from scratch (as first written,
+    # worker 0 copied the weights alone and kept its `epoch: 1`, worker 1 started at 0 from stray weights)
+    half = tmp_path / "half"
+    _backup(half, 0, 1, "weights after epoch 1")
+    (half / "worker-1").mkdir()
+    (half / "worker-1" / "latest.weights.h5").write_text("weights after epoch 1, no metadata")
+    assert agree(str(half), 0, 2) == {0: 1, 1: 0}
+    assert agree(str(half), 1, 2) == {0: 0, 1: 0}  # worker 0 already dropped its own
+    assert not (half / "worker-0").exists() and not (half / "worker-1").exists()
+
 
 def _requeue_runs(program: Path, data_dir: Path, state: Path, warn: bool) -> list[dict]:
     """Notebook 11's program in one process over 2 logical CPUs (2 local replicas, as a worker with

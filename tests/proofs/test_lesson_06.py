@@ -6,7 +6,7 @@ not a planted final value."""
 import pytest
 
 from tests.support.proof_cases import OK
-from tests.support.proof_cells import gather_and_prove, holds_unless
+from tests.support.proof_cells import gather_and_prove, holds_unless, solution_source
 
 
 def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1) -> dict:
@@ -34,3 +34,31 @@ def test_lesson_06_gathering_cell_times_the_wait_beside_a_hung_peer(changes, mat
     """From the workers' reports: each wait is rank 0's own clock from entering the all-reduce to
     its end (the engines' order does not matter); beside the late peer, what every worker got."""
     holds_unless(match, gather_and_prove, "06_fault_tolerance.ipynb", _hung(**changes))
+
+
+_METADATA = 'tf.io.gfile.rename(f"{own}/metadata.tmp", f"{own}/training_metadata.json", overwrite=True)'
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # the weights copied, the metadata left: worker 0 holds epoch 2's weights and says epoch 3 (the first review's
+    # variant; the solution checked the weights file alone and passed it)
+    ((_METADATA, "pass"), "3"),
+    # the newer worker keeps its own backup: each resumes from its own epoch
+    (('    elif epochs[rank] != epochs[oldest]:', '    elif False:'), "weights after epoch 3")],
+    ids=["as written", "weights only", "each its own"])
+def test_lesson_06_solution_1_checks_the_epoch_worker_0_resumes_from(change, match, monkeypatch):
+    """Solution 1 runs the program's agree_on_backup on planted backups at epochs 3 and 2: worker 0 must then
+    hold epoch 2 whole (weights and metadata), and the epochs it found must be the planted ones."""
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
+
+    monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
+    text = written_program("06_fault_tolerance.ipynb", "{worker_program}")
+    if change is not None:
+        assert text.count(change[0]) == 1, change[0]
+        text = text.replace(*change)
+    program: dict = {}
+    exec(compile(text, "06_worker.py", "exec"), program)
+    holds_unless(match, exec, compile(solution_source("06_fault_tolerance.ipynb", 1), "06 solution 1", "exec"),
+                 {"program": program, "json": __import__("json"), "print": lambda *a, **k: None})
