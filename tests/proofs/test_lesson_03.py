@@ -39,11 +39,12 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
                "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
                "file_stats": ["s0", None], "fit_read": [128, 128], "iterations": [4, 4], "steps_per_epoch": [2, 2],
-               "means_moved": [0.021, 0.018], "fit_sum": [917, 883], "again_sum": [917, 883], **by_rank_changes}
+               "means_moved": [0.021, 0.018], "fit_sum": [917, 883], "again_sum": [917, 883],
+               "own_right": [170, 180], "own_rows": [250, 250], "eval_accuracy": [0.7, 0.7], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
-            "histories": [{"loss": [1.6, 0.6], "val_loss": list(v)} for v in val_losses[::-1]]}
+            "histories": [{"loss": [1.6, 0.6], "val_loss": list(v), "val_accuracy": [0.6, 0.7]} for v in val_losses[::-1]]}
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -58,9 +59,15 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
     # review 4: the chief's file read back holds rank 1's statistics, not its own first replica's
     ({"file_stats": ["s1", None]}, "first replica's batch-norm statistics"),
     # seventeenth review: rank 1's fit handed on other examples than a fresh copy of its pipeline delivers
-    ({"fit_sum": [917, 884]}, "fresh copy of worker_pipeline")],
+    ({"fit_sum": [917, 884]}, "fresh copy of worker_pipeline"),
+    # eighteenth review: b and d reach no worker (shards of 3 pipelines for 2 workers); the duplicate b delivered once
+    ({"seen": (["a"], ["c"])}, "2 never"),
+    ({"seen": (["a", "b"], ["c"]), "in_split": ("a", "b", "b", "c")}, "1 never"),
+    # eighteenth review: evaluate's accuracy rank 0's alone (170 of 250), handed to both; the pooled count is 350 of 500
+    ({"eval_accuracy": [0.68, 0.68]}, "pool every worker's shard")],
     ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
-         "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics", "rank 1's fit fed other batches"])
+         "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics", "rank 1's fit fed other batches",
+         "half the split delivered", "a duplicate delivered once", "evaluate rank 0's alone"])
 def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
     """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
     rank 1's temporary directory on node2) or their processes, only what they return. The cell
@@ -419,9 +426,13 @@ _FIT_LAMBDA = "lambda context: worker_pipeline(context, fit_shards).repeat().map
      "ask for its own seed"),
     (_FIT_LAMBDA, _FIT_LAMBDA.replace(".repeat()", ".take(1).concatenate(worker_pipeline(tf.distribute.InputContext("
                                       "context.num_input_pipelines, 0, context.num_replicas_in_sync), []).repeat())"),
-     "train_ds = strategy", {}, "fresh copy of worker_pipeline")],
+     "train_ds = strategy", {}, "fresh copy of worker_pipeline"),
+    ("    return training_dataset(train_examples, global_batch, context)",
+     "    return training_dataset(train_examples, global_batch, tf.distribute.InputContext(\n"
+     "        context.num_input_pipelines + 1, context.input_pipeline_id, context.num_replicas_in_sync))",
+     "def worker_pipeline", {}, "never")],
     ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps", "one seed in the scope",
-         "fit fed its own first batch, then worker 0's"])
+         "fit fed its own first batch, then worker 0's", "shards of one pipeline more than the workers"])
 def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, monkeypatch, old, new, where, environ,
                                                                       expected):
     """Review 6 (03, findings 1 and 3), run for real in quick mode at 2 workers: fit given one step fewer per epoch
@@ -434,7 +445,10 @@ def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, mo
     worker) passed too, each own digest built from `seed` = 42 + rank; the seed is now read back from the model.
     Seventeenth review (finding 1): fit's lambda handing on its own first batch, then worker 0's whole pipeline,
     repeated (both workers train on the same batches for 63 of 64 steps), passed: the proof looked at a fresh copy
-    only, never at what fit's copy handed on. The checksum of what it handed on now differs from a fresh copy's."""
+    only, never at what fit's copy handed on. The checksum of what it handed on now differs from a fresh copy's.
+    Eighteenth review (finding 1): `worker_pipeline` sharding with one pipeline more than there are workers (672 + 672
+    of quick mode's 2,048 images trained, 704 never) passed: the proof asserted no overlap, not that nothing was lost.
+    The shards must now partition the split."""
     monkeypatch.setenv("COURSE_MODE", "quick")
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -559,3 +573,18 @@ def test_lesson_03_set_up_predicts_a_tensorflow_start_for_each_engine(monkeypatc
     exec(compile(cell, "03 set-up", "exec"), {"MODE": "quick", "N_ENGINES": n_engines})
     out = capsys.readouterr().out
     assert f"start-up {start_up} " in out, out
+
+
+@pytest.mark.parametrize("own_right,says", [([32, 32], True), ([32, 33], False)], ids=["alike", "apart"])
+def test_lesson_03_metrics_check_says_not_checked_where_every_workers_own_figure_is_the_pooled_one(
+        capsys, own_right, says):
+    """Eighteenth review (03, finding 2): at COURSE_MAX_STEPS=1 worker 0's own accuracy (0.125) was the pooled one, so
+    evaluate's figure from worker 0 alone could not be told from the sum over all workers. The proof, as written, on a
+    run whose workers got 32 and 32 of 256 each (0.125 pooled and alone) with evaluate at 0.125: it says NOT CHECKED;
+    at 32 and 33 (0.126953125 pooled) it checks, and passes where evaluate and val_accuracy give the pooled figure."""
+    pooled = sum(own_right) / 512
+    history = {**OK["03_multiworker_ipyparallel.ipynb"]["histories"][0], "val_accuracy": [0.1, pooled]}
+    run_proof("03_multiworker_ipyparallel.ipynb", {**OK["03_multiworker_ipyparallel.ipynb"], "own_right": own_right,
+                                                   "own_rows": [256, 256], "eval_accuracies": [pooled] * 2,
+                                                   "histories": [history] * 2})
+    assert ("NOT CHECKED (every worker's own test accuracy is the pooled one" in capsys.readouterr().out) is says
