@@ -9,14 +9,16 @@ from tests.support.proof_cases import OK
 from tests.support.proof_cells import gather_and_prove, holds_unless, solution_source
 
 
-def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1) -> dict:
+def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1, sleeper_ended=106.0) -> dict:
     """Lesson 06's raw reports of its two runs, in engine order (rank 1 first), wall clocks of the
-    workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came;
+    workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came,
+    and when rank 1 woke and left;
     beside a peer 13 s late with no timeout (both entering at 200.0), what rank 0 got and when."""
     ok = OK["06_fault_tolerance.ipynb"]
     late = {"error": late_error, "value": None if late_error else 2.0}
-    return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "late_results", "late_waited_s")},
-            "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": 106.0},
+    return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "sleeper_ended_s", "late_results",
+                                                       "late_waited_s")},
+            "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": sleeper_ended},
                           {"rank": 0, "entered": 100.0, "error": error, "value": None, "ended": failed}],
             "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": 2.0, "ended": 213.1},
                           {"rank": 0, "entered": 200.0, **late, "ended": late_ended}]}
@@ -27,9 +29,12 @@ def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_end
     ({"error": "UnavailableError"}, "should time out"),  # the heartbeats' error: the peer counted as dead
     ({"failed": 100.4}, "after about 3 s"),  # an error before the timeout could fire
     ({"failed": 109.0}, "after about 3 s"),  # 9 s: not the timeout's doing
+    ({"failed": 106.5}, "after about 3 s"),  # 6.5 s: after worker 1 woke (6 s) and left
+    ({"failed": 105.0, "sleeper_ended": 104.0}, "before worker 1 woke"),  # the error only once worker 1 had left
     ({"late_error": "UnavailableError", "late_ended": 210.0}, "past the heartbeat timeout"),  # asleep = dead
     ({"late_ended": 205.0}, "past the heartbeat timeout")],  # rank 0 done before the heartbeats could matter
-    ids=["timed out", "heartbeat error", "too soon", "too late", "late peer counted dead", "late peer not late"])
+    ids=["timed out", "heartbeat error", "too soon", "too late", "after the peer woke", "after the peer left",
+         "late peer counted dead", "late peer not late"])
 def test_lesson_06_gathering_cell_times_the_wait_beside_a_hung_peer(changes, match):
     """From the workers' reports: each wait is rank 0's own clock from entering the all-reduce to
     its end (the engines' order does not matter); beside the late peer, what every worker got."""
@@ -62,3 +67,73 @@ def test_lesson_06_solution_1_checks_the_epoch_worker_0_resumes_from(change, mat
     exec(compile(text, "06_worker.py", "exec"), program)
     holds_unless(match, exec, compile(solution_source("06_fault_tolerance.ipynb", 1), "06 solution 1", "exec"),
                  {"program": program, "json": __import__("json"), "print": lambda *a, **k: None})
+
+
+_FROZEN_DRIVER = '''import json, os, signal, subprocess, sys, time
+rank, ports, frozen, path = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3] == "frozen", sys.argv[4]
+os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                                      "task": {"type": "worker", "index": rank}})
+program = {}
+exec(compile(open(path).read(), path, "exec"), program)
+
+
+class Frozen:  # the program's `time`, its sleep stopping the whole process (every thread): a child wakes it
+    time = staticmethod(time.time)
+
+    @staticmethod
+    def sleep(seconds):
+        subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+if frozen:
+    program["time"] = Frozen
+print("REPORT " + json.dumps(program["all_reduce_beside_a_late_peer"](None, 13, True)), flush=True)
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("worker_1", ["frozen", "asleep"])
+def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp_path):
+    """Cells 12 and 42: the lesson's late run (no collective timeout, worker 1 13 s late) with worker 1 frozen by
+    SIGSTOP instead of asleep in Python: its heartbeats stop with it, and within the coordination service's
+    heartbeat timeout (10 s) worker 0's all-reduce fails with UnavailableError, before worker 1 wakes. Asleep, as
+    in the lesson, worker 1 joins and every worker gets the sum (what the lesson shows); so this run, not the
+    lesson's, is what tells that the service checks heartbeats at all."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from tests.support.notebooks import written_program
+
+    program = tmp_path / "06_hung_peer.py"
+    program.write_text(written_program("06_fault_tolerance.ipynb", "{hung_program}"))
+    (tmp_path / "driver.py").write_text(_FROZEN_DRIVER)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            ports.append(str(s.getsockname()[1]))
+    env = {**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    workers = [subprocess.Popen([sys.executable, "driver.py", str(rank), ",".join(ports), worker_1, str(program)],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+               for rank in (0, 1)]
+    reports = {}
+    try:
+        for rank, worker in enumerate(workers):
+            out, _ = worker.communicate(timeout=180)
+            reports[rank] = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("REPORT ")), None)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    zero, one = reports[0], reports[1]
+    waited_s = zero["ended"] - zero["entered"]
+    print(f"worker 1 {worker_1}: worker 0 got {zero['error'] or zero['value']} after {waited_s:.2f} s; "
+          f"worker 1 {one and (one['error'] or one['value'])}")
+    if worker_1 == "frozen":
+        assert zero["error"] == "UnavailableError" and 10 <= waited_s < 13, (zero, waited_s)
+    else:
+        assert zero["value"] == 2.0 and one["value"] == 2.0 and waited_s > 10, (reports, waited_s)

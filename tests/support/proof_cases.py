@@ -131,7 +131,7 @@ OK: dict[str, dict] = {
         "results": [{"rank": r, "epochs run": [2, 3], "weights at start": "b", "weights": "a"} for r in (0, 1)],
         # beside a peer alive but never joining: the all-reduce's error and its wait; beside a peer that
         # joined 13 s late, with no timeout: what each worker got, how long worker 0 waited
-        "TIMEOUT_S": 3, "timeout_error": "DeadlineExceededError", "waited_s": 3.1,
+        "TIMEOUT_S": 3, "timeout_error": "DeadlineExceededError", "waited_s": 3.1, "sleeper_ended_s": 6.0,
         "late_results": [2.0, 2.0], "late_waited_s": 13.1},
 }
 
@@ -933,6 +933,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("06_fault_tolerance.ipynb", {"timeout_error": "UnavailableError"}, "should time out"),
     ("06_fault_tolerance.ipynb", {"waited_s": 0.4}, "after about 3 s"),
     ("06_fault_tolerance.ipynb", {"waited_s": 11.0}, "after about 3 s"),
+    # past twice the timeout, after worker 1 woke (6 s) though before it left (a slow return under load): not the
+    # timeout's doing; or within it, but only once worker 1 had left (its process gone, not the timeout)
+    ("06_fault_tolerance.ipynb", {"waited_s": 6.5, "sleeper_ended_s": 6.6}, "after about 3 s"),
+    ("06_fault_tolerance.ipynb", {"waited_s": 5.0, "sleeper_ended_s": 4.0}, "before worker 1 woke"),
     # beside the late peer with no timeout: the heartbeats' error (a peer asleep counted as dead), or a
     # peer that joined before the heartbeat timeout could have told anything
     ("06_fault_tolerance.ipynb", {"late_results": [2.0, "UnavailableError"]}, "asleep past the heartbeat timeout"),
