@@ -338,6 +338,48 @@ def test_lesson_04_proof_fails_when_the_loss_scale_sees_every_replicas_overflow(
     holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
                  {**OK["04_custom_training_loop.ipynb"], "overflow": dict(enumerate(measured))})
 
+
+LESSON_04_GUARD = """
+import json, sys
+import nbformat
+from helpers import environment
+environment.local_replicas(2)
+import keras, numpy as np, tensorflow as tf
+from helpers.lesson import small_cnn
+
+code = [c.source for c in nbformat.read("notebooks/04_custom_training_loop.ipynb", as_version=4).cells if c.cell_type == "code"]
+guard = next(s for s in code if s.startswith("def all_finite_or_nan"))
+if sys.argv[1] == "flag not all-reduced":  # each replica's own flag: replica 1 poisons only its own gradients
+    reduced = "context.all_reduce(tf.distribute.ReduceOp.SUM, bad_here)"
+    assert reduced in guard
+    guard = guard.replace(reduced, "bad_here")
+strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+rng = np.random.default_rng(0)
+images, labels = rng.uniform(size=(16, 32, 32, 3)).astype("float32"), rng.integers(0, 10, size=16).astype("int32")
+batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((images, labels)).batch(16))))
+ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "strategy": strategy, "examples": 16, "batch": batch,
+      "print": lambda *a, **k: None}
+exec(next(s for s in code if s.startswith("def overflow_on")), ns)
+exec(guard, ns)
+print("RESULT " + json.dumps({"overflow": list(ns["overflow"].values()), "guarded": ns["guarded"]}))
+"""
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("flag not all-reduced", "flag all-reduced")])
+def test_lesson_04_all_reduced_finiteness_flag_skips_replica_1s_overflow(variant, match, capsys):
+    """Second review of the round, finding 1: cell 48 advised an all-reduced finiteness flag but showed none (the
+    obvious tf.cond around apply_gradients fails: merge_call inside control flow). The new cell all-reduces the flag
+    and makes every replica's gradients NaN when any overflowed, so the optimizer's check on replica 0 skips the step:
+    run for real on 2 logical CPU replicas, replica 1's overflow is skipped (scale 16384, weights finite) and the proof
+    passes; the same check without the all-reduce lets the step through (32768, weights non-finite): the proof fails."""
+    measured = _run_script(LESSON_04_GUARD, variant)
+    with capsys.disabled():
+        print(f"\n[04 guard, {variant}] {measured}")
+    holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
+                 {**OK["04_custom_training_loop.ipynb"], "overflow": dict(enumerate(measured["overflow"])),
+                  "guarded": measured["guarded"]})
+
+
 LESSON_04_SOLUTIONS = """
 import json, sys
 import nbformat
