@@ -293,9 +293,9 @@ OK["12_strategy_tour.ipynb"] = {
               ("ps", 0, "h", 14, "grpc://h:4")], "cluster": _PS_CLUSTER, "PS_WORKERS": _PS_WORKERS,
     "variable_devices": [_PS], "applied_updates": _PS_STEPS + _PS_WORKERS, "moved_updates": _PS_STEPS + _PS_WORKERS,
     "optimizer_count": _PS_STEPS - 5, "async_log": [(2.3, 0, 1, 0.0, 0.1)] * _PS_STEPS, "overlapping": 30,
-    "straggles": [(0.4, 0.2)[i // 4 % 2] if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)],
-    "scheduling_s": 0.05, "pause_floor": 1.5, "evenly": 0.0032,  # the chief's schedule loop; 3.0 s of pauses over 2 workers
-    "released_seen": [True] * _PS_STEPS, "first_straggler": 3,  # each step read the chief's flag set after its loop
+    "straggles": [0.4 + 0.01 * _PS_STEPS] + [(0.4, 0.2)[i // 4 % 2] if i % 4 == 0 else 0.0 for i in range(1, _PS_STEPS)],
+    "scheduling_s": 0.05, "pause_floor": 1.7, "evenly": 0.0032,  # the chief's schedule loop; 3.4 s of pauses over 2 workers
+    "released_seen": [True] * _PS_STEPS, "first_straggler": 0,  # each step read the chief's flag set after its loop
     "staleness": [0, 1, 2] * 13 + [0], "first": 2.31, "last": 1.2, "sync_first": 2.31, "sync_last": 0.9,
     "sync_digests": ["d", "d"], "sync_in_sync": [2, 2], "sync_locals": [1, 1], "sync_logs": [[], []], "overflow_step": 120,
     "copies": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1}, "places": {"OneDevice": 1, "Mirrored": 2, "CentralStorage": 1},
@@ -1396,15 +1396,24 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("12_strategy_tour.ipynb", {"scheduling_s": 2.658}, "waited for the steps while scheduling"),
     ("12_strategy_tour.ipynb", {"scheduling_s": 2.123}, "waited for the steps while scheduling"),
     ("12_strategy_tour.ipynb", {"scheduling_s": 2.162}, "waited for the steps while scheduling"),
-    ("12_strategy_tour.ipynb", {"scheduling_s": 1.5}, "waited for the steps while scheduling"),  # the floor: not less
+    ("12_strategy_tour.ipynb", {"scheduling_s": 1.7}, "waited for the steps while scheduling"),  # the floor: not less
     # a learner's `if (i + 1) % 14 == 0: coordinator.join()` in the loop: it waits for 28 of 40 steps, the loop under the
     # floor (seventh review: 1.357 s; it passed the proof), the 28 steps ended before the chief set `released`
     # (test_lesson_12_proof_fails_when_the_workers_join_every_few_steps runs it)
     ("12_strategy_tour.ipynb", {"scheduling_s": 1.357, "released_seen": [False] * 28 + [True] * 12},
      "before the chief had scheduled every step"),
-    # a single join after the first straggler's step: only it and the steps before it ended before the flag was set
+    # a single join in the loop after its first 4 steps: they ended before the flag was set
     ("12_strategy_tour.ipynb", {"released_seen": [False] * 4 + [True] * 36}, "before the chief had scheduled every step"),
-    ("12_strategy_tour.ipynb", {"straggles": [0.0] * (_PS_STEPS - 1) + [0.2]}, "no straggler before the last step"),
+    # one join after the loop's first 1, 2 or 3 steps: the proof passed them while the first straggler was step 3
+    # (test_lesson_12_proof_fails_when_the_chief_joins_after_the_loop_s_first_steps runs them: steps [0, 1, 2], [0, 1]
+    # and [0, 1, 2, 4] ended before the flag on that schedule, the first straggler's step after it)
+    ("12_strategy_tour.ipynb", {"released_seen": [False] + [True] * 39}, "before the chief had scheduled every step"),
+    ("12_strategy_tour.ipynb", {"released_seen": [False] * 2 + [True] * 38}, "before the chief had scheduled every step"),
+    ("12_strategy_tour.ipynb", {"released_seen": [False] * 3 + [True] * 37}, "before the chief had scheduled every step"),
+    ("12_strategy_tour.ipynb", {"straggles": [0.0] * (_PS_STEPS - 1) + [0.2]}, "first scheduled step is no straggler"),
+    # the eighth review's schedule, the first straggler at step 3: a join before it went unseen
+    ("12_strategy_tour.ipynb", {"straggles": [(0.4, 0.2)[i // 4 % 2] if i % 4 == 3 else 0.0 for i in range(_PS_STEPS)]},
+     "first scheduled step is no straggler"),
     ("12_strategy_tour.ipynb", {"last": 2.4}, "did not lower its loss"),
     ("12_strategy_tour.ipynb", {"sync_last": 2.4}, "did not lower its loss"),
     # no update applied (apply_gradients deleted): the counter still counts, the loss only drifts with the batches
