@@ -440,6 +440,18 @@ def test_lesson_12_async_step_reads_the_weights_after_the_counter(variant, order
     assert _lesson_12_async(variant)["forward_after_counter"] is ordered
 
 
+def test_lesson_12_the_step_it_runs_is_the_bare_step_it_shows_with_records():
+    """The lesson shows a bare scheduled step (`bare_step`, defined and never scheduled) before the one it runs: every
+    line of the bare step's work (the forward pass and its loss, the gradients, the apply, strategy.run on the worker's
+    next batch) must be in `async_step` too, comments aside, so the step that runs is the one shown with records added."""
+    def lines(source):
+        return [line.split("  # ")[0].strip() for line in source.splitlines()[1:] if line.strip()]  # without %%px_chief
+    bare, step = (lines(cell_defining("12_strategy_tour.ipynb", marker)) for marker in ("def bare_step", "def async_step"))
+    work = [line for line in bare if not line.startswith(("@tf.function", "def bare_step", "return loss"))]
+    assert len(work) == 7, work
+    assert [line for line in work if line not in step] == []
+
+
 @pytest.mark.parametrize("variant,match", [("as written", None), ("no update", "not one update per step"),
                                            ("every other", "not one update per step")])
 def test_lesson_12_proof_fails_when_the_scheduled_steps_apply_no_update(variant, match):
