@@ -196,21 +196,32 @@ def test_lesson_07_predicts_for_its_model_and_steps():
 def test_lesson_13_counts_its_own_batch_on_any_number_of_workers(capsys, monkeypatch):
     """Lesson 13's fourth review, finding 4: its stopwatch with 9 workers in quick mode raised lesson 05's error ('64
     examples do not fill one global batch of 72'): every lesson's work was computed, not the one asked for. And it
-    printed '64 images through cnn' whatever BATCH and N_ENGINES: now six passes of its global batch (the engines'
-    step, the recipe by hand, Horovod's run, solution 2's three), at the lesson's own BATCH."""
+    printed '64 images through cnn' whatever BATCH and N_ENGINES: now passes of its global batch at the lesson's own
+    BATCH. Thirteenth review, finding 3: it printed 192 (six passes: the recipe by hand as one, Horovod's run where it
+    does not run, solution 2's three after the stopwatch's report); now what runs before the report: the engines'
+    step, the recipe's two (each rank's share at both scalings), and Horovod's run only where it runs."""
     import json
 
+    from helpers import horovod_env
     from helpers.errors import CourseError
     from helpers.training_time import LESSON_13_BATCH, Work
 
     quick = mode_sizes("quick")
-    assert lesson_work("13", quick, 9) == [Work("cnn", 6 * 16 * 9, 16)]
-    assert lesson_work("13", quick, 10, 64) == [Work("cnn", 6 * 64 * 10, 64)]
+    assert lesson_work("13", quick, 9) == [Work("cnn", 3 * 16 * 9, 16)]
+    assert lesson_work("13", quick, 9, horovod=True) == [Work("cnn", 4 * 16 * 9, 16)]
+    assert lesson_work("13", quick, 10, 64) == [Work("cnn", 3 * 64 * 10, 64)]
     with pytest.raises(CourseError, match="do not fill one global batch of 72"):
         lesson_work("05", quick, 9)  # lesson 05's own sizes: its error, where lesson 05 is asked for
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(horovod_env, "site_dir", lambda: None)  # not built: Horovod's run not counted
     time_lesson("13", quick, 10, batch=64)
-    assert capsys.readouterr().out.startswith("quick mode: 3,840 images through cnn;")
+    assert capsys.readouterr().out.startswith("quick mode: 1,920 images through cnn;")
+    time_lesson("13", quick, 2, batch=LESSON_13_BATCH)  # the lesson as shipped, Horovod not built
+    assert capsys.readouterr().out.startswith("quick mode: 96 images through cnn;")
+    monkeypatch.setattr(horovod_env, "site_dir", lambda: Path("/built"))  # built, and allowed here: its run counted
+    monkeypatch.setattr(horovod_env, "refusal", lambda n: None)
+    time_lesson("13", quick, 2, batch=LESSON_13_BATCH)
+    assert capsys.readouterr().out.startswith("quick mode: 128 images through cnn;")
     notebook = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "13_from_horovod.ipynb").read_text())
     first = "".join(notebook["cells"][1]["source"])
     assert f"\nBATCH = {LESSON_13_BATCH} " in first, "the table's batch for 13 is the notebook's BATCH as shipped"
