@@ -242,15 +242,25 @@ _MEAN_OPTIMIZER = ("sgd.apply_gradients(zip(tape.gradient(loss, m.trainable_vari
     (2, (), "PASSED", 16384),
     # tenth review, finding 2: 15 examples (3 workers of 5) split 8 and 7 over 2 replicas, and the old fixed loss
     # divided each by its own batch x 2 (16 and 14), 0.0648 off Horovod's step in the review's run: it failed
-    (2, (), "PASSED", 15)],
-    ids=["two replicas", "one device", "the optimizer averages", "16,384 examples", "15 examples"])
+    (2, (), "PASSED", 15),
+    # thirteenth review, finding 1: every batch the solution took split evenly, so a replica's batch x replicas (the
+    # default divisor) passed every assert; now 15 examples split 8 and 7 too, the fix's within its bound (random
+    # images: 6.0e-6), the default divisor's 3.8e-2 off: it fails. The old solution passed without global_batch_size
+    (2, (", global_batch_size=len(xs)", ""), "FAILED the global batch should divide an uneven split too", 32),
+    # finding 2: a divisor one off (len + 1) at the old cap, 2,048 random images, was 5.1e-4 off, inside the old bound
+    # 1e-3 (passed); at the cap of 512 it is 2.0e-3 off, over min(1e-3, 0.5 / 512)
+    (2, ("global_batch_size=len(xs)", "global_batch_size=len(xs) + 1"), "FAILED the fixed loss should give Horovod's step",
+     2048)],
+    ids=["two replicas", "one device", "the optimizer averages", "16,384 examples", "15 examples",
+         "the default divisor", "a divisor one off"])
 def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change, expected, examples):
     """Issue 54 (13 cell 54): the solution once divided by len(x) * 2 whatever the replicas, so its ratio of 2 held
     by construction, on one device too. Now it measures the step apply_gradients takes with each loss against
     Horovod's (one step with no strategy on the whole batch): the fixed loss's step must be Horovod's, the
     per-replica mean's num_replicas_in_sync times it, on 2 replicas or more: on one device, or with an optimizer
     step that averages the replicas instead of summing them, it must fail. Ninth review: on a batch of 16,384 examples
-    too (it takes at most 2,048)."""
+    too (it takes at most 2,048; since the thirteenth review 512). Thirteenth review: the fixed loss without the global
+    batch, or over one example more, must fail."""
     import subprocess
     import sys
 
