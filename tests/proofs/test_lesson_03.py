@@ -14,8 +14,8 @@ import pytest
 
 from tests.support.proof_cases import OK, PlantedSizes
 from tests.support.proof_cells import (
-    NOTEBOOKS, PlantedEngines, cell_defining, gather_and_prove, holds_unless, proof_source, run_edited_to_its_proof,
-    run_proof, solution_source,
+    NOTEBOOKS, PlantedEngines, cell_defining, code_cells, gather_and_prove, holds_unless, proof_source,
+    run_edited_to_its_proof, run_proof, solution_source,
 )
 
 
@@ -588,3 +588,76 @@ def test_lesson_03_metrics_check_says_not_checked_where_every_workers_own_figure
                                                    "own_rows": [256, 256], "eval_accuracies": [pooled] * 2,
                                                    "histories": [history] * 2})
     assert ("NOT CHECKED (every worker's own test accuracy is the pooled one" in capsys.readouterr().out) is says
+
+
+@pytest.mark.parametrize("own_right,own_rows,says", [([229, 240], [256, 256], True), ([59, 69, 66], [171, 171, 170], False)],
+                         ids=["as many rows", "other rows"])
+def test_lesson_03_metrics_check_says_not_checked_where_the_mean_of_the_workers_accuracies_is_the_pooled_one(
+        capsys, own_right, own_rows, says):
+    """Nineteenth review (03, finding 2): where every worker's shard holds as many real rows (2 and 4 workers here),
+    the mean of the workers' own accuracies is the pooled count, so 'summed, not averaged' is not told apart (the
+    review's variant, the step's own logs in place of the re-read metrics, passed at 2 engines and failed at 3). The
+    proof, as written, on runs whose evaluate and val_accuracy give the pooled figure: NOT CHECKED where own_rows are
+    all equal (229 and 240 of 256 each), not where they differ (3 workers: 171, 171 and 170); it passes both."""
+    pooled = sum(own_right) / sum(own_rows)
+    history = {**OK["03_multiworker_ipyparallel.ipynb"]["histories"][0], "val_accuracy": [0.1, pooled]}
+    run_proof("03_multiworker_ipyparallel.ipynb", {**OK["03_multiworker_ipyparallel.ipynb"], "own_right": own_right,
+                                                   "own_rows": own_rows, "eval_accuracies": [pooled] * len(own_rows),
+                                                   "histories": [history] * 2})
+    out = capsys.readouterr().out
+    assert ("summed counts rather than the mean of the workers' accuracies" in out) is says, out
+
+
+_COUNT_ON_TWO_REPLICAS = """
+import json, sys
+from types import SimpleNamespace
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np
+from helpers.data import ensure_data, load_split
+from helpers.lesson import evaluation_dataset, small_cnn
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+global_batch, workers = 32, 1
+test_examples = load_split("test", ensure_data(True).data_dir, limit=200)  # 7 steps of 32, the last one padded
+test_steps = -(-200 // global_batch)
+with strategy.scope():
+    model = small_cnn(seed=42)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), weighted_metrics=["accuracy"])
+rng = np.random.default_rng(0)
+for w in model.non_trainable_weights:  # the second replica's own batch-norm statistics, not the first's
+    second = strategy.experimental_local_results(w.value)[1]
+    second.assign(second + rng.uniform(0.5, 1.5, second.shape).astype("float32"))
+test_ds = strategy.distribute_datasets_from_function(
+    lambda context: evaluation_dataset(test_examples, global_batch, context))
+evaluation = model.evaluate(test_ds, steps=test_steps, verbose=0, return_dict=True)
+namespace = {"tf": tf, "np": np, "keras": keras, "print": lambda *a, **k: None, "strategy": strategy,
+             "model": model, "test_ds": test_ds, "test_examples": test_examples, "global_batch": global_batch,
+             "test_steps": test_steps, "workers": workers, "evaluation": evaluation, "evaluation_dataset": evaluation_dataset,
+             "resolver": SimpleNamespace(task_id=0)}
+for source in json.load(sys.stdin):
+    exec(compile(source.replace("%%px\\n", ""), "03 cell", "exec"), namespace)
+print("MEASURED " + json.dumps({k: namespace[k] for k in ("own_right", "own_rows", "eval_accuracy")}))
+"""
+
+
+def test_lesson_03_metrics_count_takes_every_local_replicas_batch_with_its_own_statistics():
+    """Nineteenth review (03, finding 1): with 2 replicas a worker the count read `take(test_steps)` of the worker's
+    own pipeline, one replica's batch a step of the two `evaluate` read (`distribute_lib.py`: one batch per local
+    replica per step), and scored it with the first replica's batch-norm statistics outside `strategy.run`, so the
+    proof's pooled figure was not `evaluate`'s although the claim held. The lesson's counting cells, run for real on
+    one worker of 2 logical CPUs (MirroredStrategy), the second replica's moving statistics moved off the first's:
+    every real test row (200) counted, and the count gives `evaluate`'s accuracy to 1e-6."""
+    import json
+    import subprocess
+    import sys
+
+    code = code_cells("03_multiworker_ipyparallel.ipynb")
+    start = next(i for i, c in enumerate(code) if "own_right, own_rows = 0, 0" in c)
+    cells = [c for c in code[start - 1:start + 1] if "own_right" in c or "count_right" in c]
+    done = subprocess.run([sys.executable, "-c", _COUNT_ON_TWO_REPLICAS], input=json.dumps(cells), capture_output=True,
+                          text=True, timeout=300, cwd=NOTEBOOKS.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(next(l[9:] for l in done.stdout.splitlines() if l.startswith("MEASURED ")))
+    assert measured["own_rows"] == 200, measured
+    assert abs(measured["own_right"] / measured["own_rows"] - measured["eval_accuracy"]) < 1e-6, measured
