@@ -301,6 +301,17 @@ def test_lesson_04_lazy_build_proof_fails_when_sgd_without_slots_was_built_up_fr
     holds_unless(match, run_proof, "04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], "lazy_build": measured})
 
 
+# the lesson's overflow cell run on 2 logical CPU replicas with a fixed batch of 16 (the scripts below: `code` is the
+# lesson's code cells)
+_OVERFLOW_ON_TWO_REPLICAS = """strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+rng = np.random.default_rng(0)
+images, labels = rng.uniform(size=(16, 32, 32, 3)).astype("float32"), rng.integers(0, 10, size=16).astype("int32")
+batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((images, labels)).batch(16))))
+ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "strategy": strategy, "examples": 16, "batch": batch,
+      "print": lambda *a, **k: None}
+exec(next(s for s in code if s.startswith("def overflow_on")), ns)
+"""
+
 LESSON_04_OVERFLOW = """
 import json, sys
 import nbformat
@@ -315,14 +326,7 @@ if sys.argv[1] == "checked across replicas":  # a Keras whose finiteness flag is
     LossScaleOptimizer.check_finite = lambda self, grads: tf.distribute.get_replica_context().all_reduce(
         "SUM", tf.cast(tf.logical_not(check(self, grads)), tf.float32)) == 0  # no replica's gradients non-finite
 code = [c.source for c in nbformat.read("notebooks/04_custom_training_loop.ipynb", as_version=4).cells if c.cell_type == "code"]
-strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
-rng = np.random.default_rng(0)
-images, labels = rng.uniform(size=(16, 32, 32, 3)).astype("float32"), rng.integers(0, 10, size=16).astype("int32")
-batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((images, labels)).batch(16))))
-ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "strategy": strategy, "examples": 16, "batch": batch,
-      "print": lambda *a, **k: None}
-exec(next(s for s in code if s.startswith("def overflow_on")), ns)
-print("RESULT " + json.dumps(list(ns["overflow"].values())))
+""" + _OVERFLOW_ON_TWO_REPLICAS + """print("RESULT " + json.dumps(list(ns["overflow"].values())))
 """
 
 
@@ -353,14 +357,7 @@ if sys.argv[1] == "flag not all-reduced":  # each replica's own flag: replica 1 
     reduced = "context.all_reduce(tf.distribute.ReduceOp.SUM, bad_here)"
     assert reduced in guard
     guard = guard.replace(reduced, "bad_here")
-strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
-rng = np.random.default_rng(0)
-images, labels = rng.uniform(size=(16, 32, 32, 3)).astype("float32"), rng.integers(0, 10, size=16).astype("int32")
-batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((images, labels)).batch(16))))
-ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn, "strategy": strategy, "examples": 16, "batch": batch,
-      "print": lambda *a, **k: None}
-exec(next(s for s in code if s.startswith("def overflow_on")), ns)
-exec(guard, ns)
+""" + _OVERFLOW_ON_TWO_REPLICAS + """exec(guard, ns)
 print("RESULT " + json.dumps({"overflow": list(ns["overflow"].values()), "guarded": ns["guarded"]}))
 """
 
