@@ -122,6 +122,9 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
                      job_dir=tmp_path) is True, stack["setuptools_built_with"]
     assert _gathered(log, "stack", "module_site", "venv_site", "wheel_command", "wheel_from_module", sys=sys, job_dir=tmp_path) \
         is True, stack["bdist_wheel_built_with"]  # (j) the build's bdist_wheel: the module's
+    from importlib.metadata import distributions
+    builders = _gathered(log, "stack", "module_builders", distributions=distributions)  # ... as its WHEEL file says
+    assert _gathered(log, "stack", "wheel_generator") in builders, (stack["wheel_generator"], builders)
     assert _gathered(log, "stack", "module_site", "venv_site", "sites", "stdlib_first", sys=sys, job_dir=tmp_path) is True, \
         stack["sys_path"]  # (g) the standard library before every site directory
     took = {l.split()[0]: float(l.split()[-2]) for l in log.splitlines() if l.startswith(("MADE the venv in ", "INSTALLED "))}
@@ -130,7 +133,7 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     report(f"lesson 17's module (EBPYTHONPREFIXES) and venv (.pth): venv's einops {stack['einops']} kept, "
            f"TensorFlow {stack['tensorflow']} from the module after the venv's site-packages, /usr/bin/python3 finds {other}; "
            f"python before the load {_gathered(log, 'python_before')!r}; myextras built with {stack['setuptools_built_with']} "
-           f"and {stack['bdist_wheel_built_with']}")
+           f"and {stack['bdist_wheel_built_with']} (WHEEL: built by {stack['wheel_generator']})")
 
 
 def test_system_site_packages_adds_the_system_pythons_sites_and_finds_no_module(tmp_path, report):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -421,6 +422,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
             "myextras_from": f"{venv_site}/myextras/__init__.py",
             "setuptools_built_with": f"{module_site if setuptools_from_module else venv_site}/setuptools/__init__.py",
             "bdist_wheel_built_with": f"{venv_site if wheel_in_venv else module_site}/wheel/_bdist_wheel.py",
+            "wheel_generator": f"bdist_wheel ({version('wheel')})",  # the module's wheel built it (setuptools 66.1.1 here)
             "einops": "0.8.2" if einops_from_module else "99.0",
             "einops_from": f"{module_site if einops_from_module else venv_site}/einops/__init__.py",
             "pythonpath": module_site if pythonpath else "", "user_site": user_site, "pyvenv_cfg": "home = /usr/bin\ninclude-system-site-packages = true\n" + (
@@ -495,6 +497,11 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"python_before": "/usr/bin/python"}, None),
     # finding 2: the build's bdist_wheel from a wheel of the venv's own, not the module's
     ({"wheel_in_venv": True}, "bdist_wheel should come from the module"),
+    # nineteenth review, finding 1: setup.py found the module's bdist_wheel, but another command built the wheel (its
+    # WHEEL file's Generator line: setuptools.setup(cmdclass={"bdist_wheel": ...}), or another wheel's): passed before
+    ({"stack_changes": {"wheel_generator": "mybuilder (1.0)"}}, "bdist_wheel should come from the module"),
+    ({"stack_changes": {"wheel_generator": "bdist_wheel (0.42.0)"}}, "bdist_wheel should come from the module"),
+    ({"stack_changes": {"wheel_generator": None}}, "bdist_wheel should come from the module"),
     # finding 4: the node's `module` is Tcl Environment Modules: NOT CHECKED, not a failure
     ({"stack": None, "log": "NO_LMOD 'module' on node1 is not Lmod: Modules Release 5.2.0 (2022-11-08)\n"}, None),
     ({"stack": None, "log": "NO_LMOD\n"}, "should load the module"),  # a line without its reason proves nothing
@@ -523,7 +530,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
-         "bdist_wheel from the venv", "node without lmod: not checked", "no_lmod without a reason", "venv by /usr/bin/python3",
+         "bdist_wheel from the venv", "another builder in the wheel file", "another wheel's bdist_wheel",
+         "no generator line", "node without lmod: not checked", "no_lmod without a reason", "venv by /usr/bin/python3",
          "no command line", "easybuild's order", "easybuild's script, stdlib first", "easybuild's script, stdlib elsewhere",
          "easybuild's order, no script", "easybuild's order, no reader"])
 def test_lesson_17_gathering_cell_reads_the_jobs_stack_and_keras_reports(tmp_path, changes, match):
