@@ -58,7 +58,8 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
             "markers": markers, "batch_sizes": {0: 32, 1: 32},
             "shards": {r: (128, 256, 2**63 + r) for r in (0, 1)}, "split_sum": 1,  # digest sums: 2**64 + 1 wraps to 1
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID=0", f"SLURM_PROCID={procid_1}", "PATH"},
-            "env_ranks": [0, 1], "procids": {0: "0", 1: procid_1}, "accuracy": 0.2, "batch_accuracy": 0.95}
+            "env_ranks": [0, 1], "procids": {0: "0", 1: procid_1}, "accuracy": 0.2, "batch_accuracy": 0.95,
+            "sizes": SimpleNamespace(per_replica_batch=32)}  # the --per-replica-batch the notebook passed
 
 
 
@@ -238,6 +239,12 @@ FIT_UNSHARDED = ("lambda context: pipeline(examples, global_batch, context, True
                  "lambda context: pipeline(examples, global_batch, type(context)(1, 0, context.num_replicas_in_sync), True)")
 # eighth review, finding 1: the shard printed, then the pipeline fit reads mapped from the whole split (a one-word slip)
 SHARD_DISCARDED = ("ds = ds.map(lambda image, label:", "ds = examples.map(lambda image, label:")
+# ninth review, finding 1: --per-replica-batch taken as the global batch in train and evaluate_save_report: each
+# worker batched 16 where 32 was asked, and the old proof (its per-replica batch read from the job's own result) passed
+UNSCALED = [("    global_batch = args.per_replica_batch * strategy.num_replicas_in_sync\n    examples = cifar10(",
+             "    global_batch = args.per_replica_batch\n    examples = cifar10("),
+            ("    global_batch = args.per_replica_batch * strategy.num_replicas_in_sync\n    test = cifar10(",
+             "    global_batch = args.per_replica_batch\n    test = cifar10(")]
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -247,8 +254,9 @@ SHARD_DISCARDED = ("ds = ds.map(lambda image, label:", "ds = examples.map(lambda
     ([SHUFFLE_FIRST], "do not split the split"),
     ([SHARD_DISCARDED], "1/2 of the split"),
     ([("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch")], "per-replica batch of 32"),
+    (UNSCALED, "global batch should be the per-replica batch of 32 times its 2 replicas: 32"),
     ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "shuffled before shard", "shard printed, then the split mapped",
-                      "batched by the global batch", "as written"])
+                      "batched by the global batch", "per-replica batch taken as the global", "as written"])
 def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, changes,
                                                                                          match):
     """Fifth review, finding A: a copy of the job without `.shard`, and one batching by the global batch, passed the
