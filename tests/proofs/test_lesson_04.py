@@ -44,6 +44,11 @@ if sys.argv[1] == "through the inner optimizer":  # nothing scaled, nothing divi
     assert applied in step
     step = step.replace(applied, "(optimizer.inner_optimizer if scaled else optimizer).apply_gradients("
                                  "zip(gradients, model.trainable_variables))")
+if sys.argv[1] == "conv kernels not updated":  # scaled float16 with the convolutions' gradients lost (review r04c)
+    taken = "        gradients = tape.gradient(to_differentiate, model.trainable_variables)\\n"
+    assert taken in step
+    step = step.replace(taken, taken + "        if scaled:\\n            gradients = [tf.zeros_like(g) if 'conv2d' in v.path "
+                                       "else g for g, v in zip(gradients, model.trainable_variables)]\\n")
 ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn,
       "strategy": tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")]),
       "print": lambda *a, **k: None}
@@ -65,14 +70,16 @@ sys.stdout.write("PRECISION " + json.dumps(ns["precision"]) + "\\n")
 
 @pytest.mark.parametrize("variant,match", [("unscaled", "about as far"),
                                            ("through the inner optimizer", "unscaled one step"),
-                                           ("gradients not small", "lose small gradients")])
+                                           ("gradients not small", "lose small gradients"),
+                                           ("conv kernels not updated", "about as far")])
 def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(variant, match):
     """Notebook 04's own step and mixed-precision cells, run; then its proof on what they measured. The
     step with `to_differentiate = loss` (the loss not scaled, the gradients still divided) must fail, and
     so must the step that also applies through `optimizer.inner_optimizer` (nothing scaled, nothing divided
     back: the scale still reads 32768, but the optimizer unscaled nothing), and so must the steps taken at their
     ordinary size (SMALL = 1.0: float16 without loss scaling then moves as far as float32, 1.0017x in the first
-    review, so nothing shows that float16 needs the scaling). As written these cells are the nbval pass's, on the
+    review, so nothing shows that float16 needs the scaling), and so must a scaled float16 step whose convolution
+    kernels get no update (0.633x float32's step: the old band, 0.5 to 2, passed it; correct runs 1.002-1.010x). As written these cells are the nbval pass's, on the
     same 16 images and 2 replicas, and its proof passes there: no control run here (it was one, 17 s)."""
     done = subprocess.run([sys.executable, "-c", LESSON_04_PRECISION, variant], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**__import__("os").environ})
