@@ -720,8 +720,11 @@ def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_f
     run = {"tf": tf, "node_local": tmp_path, "print": lambda *a, **k: None}
     exec(compile(source, "16 clash", "exec"), run)
     assert run["clash"].startswith("AlreadyExistsError") != first_done, run["clash"]
+    # twelfth review, finding 1: while the first writes, the failed second's end deletes the first's lock and cache
+    # file, so the first, read on, stops too (NotFoundError); after the first finished, nothing is left to read
+    assert run["first_then"].startswith("NotFoundError") != first_done, run["first_then"]
     holds_unless("should stop with AlreadyExistsError" if first_done else None, run_proof, "16_input_at_scale.ipynb",
-                 {**OK["16_input_at_scale.ipynb"], "clash": run["clash"]})
+                 {**OK["16_input_at_scale.ipynb"], "clash": run["clash"], "first_then": run["first_then"]})
 
 
 @pytest.mark.parametrize("memory_on_top,runs,match", [(False, 1, None), (True, 1, "its files removed"), (False, 2, None)],
