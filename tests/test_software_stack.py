@@ -620,7 +620,8 @@ def test_the_venvs_build_takes_the_modules_wheel_and_stops_without_one(tmp_path,
     _lmod()
     prose = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
                  if c.cell_type == "markdown" and "`#!/bin/bash -l` makes the batch shell" in c.source)
-    assert "--no-build-isolation" in prose and "the module's (TensorFlow's `astunparse` requires it)" in prose, prose
+    assert "--no-build-isolation" in prose and "from the module: here its\n  `wheel`'s (TensorFlow's `astunparse` requires" \
+        in prose, prose
     namespace = {"job_dir": tmp_path / "alone", "print": lambda *a: None}
     exec(_cell('extras = job_dir / "extras"'), namespace)
     bare = tmp_path / "bare"  # a venv of the module's Python that sees nothing else
@@ -707,8 +708,9 @@ def _solution_2_shells(job_dir: Path) -> list[str]:
     python.parent.mkdir(parents=True)
     python.write_text('#!/bin/sh\nprintf "python [%s]\\n" "$0" >> "$RECORD"\n')
     python.chmod(0o755)
-    # PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT before (the earlier root solution 2 sets), with the module, after
-    variables = f"/usr/bin||/your/earlier/root\n{sys.prefix}/bin:/usr/bin|{sys.prefix}|{sys.prefix}\n/usr/bin||"
+    # PATH|EBPYTHONPREFIXES|COURSE_MODULE_ROOT|"set" where that is set at all: before (the earlier root solution 2
+    # sets), with the module, after
+    variables = f"/usr/bin||/your/earlier/root|set\n{sys.prefix}/bin:/usr/bin|{sys.prefix}|{sys.prefix}|set\n/usr/bin|||"
     answers, shells = iter([variables, "0.1-other", "99.0"]), []
 
     def run(args, **_):
