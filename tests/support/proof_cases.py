@@ -1360,6 +1360,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     # a never-warned fit whose workers ended apart
     ("11_checkpoints_requeue.ipynb", _rq("fit, never warned", {"runs": [0], "outcomes": ["finished"], "final": ["g", "h"]}),
      "never-warned run"),
+    # a never-warned job whose node failed in its first run: Slurm requeued it (--requeue) and its second run finished;
+    # the first run's chief logged no end, so its outcomes alone look like one run's
+    ("11_checkpoints_requeue.ipynb", _rq("custom, never warned", {"runs": [0, 1], "outcomes": ["finished"], "final": ["u"]},
+                                         use_slurm=True), "never-warned run"),
+    # its chief killed after its last step, before it logged its end (its node failed); worker 1 logged its end
+    ("11_checkpoints_requeue.ipynb", _rq("custom, never warned", {"runs": [0], "outcomes": [], "final": ["u"]}, use_slurm=True),
+     "never-warned run"),
     # the optimizer's count at the stop (40) is not where the callback says fit stopped (16 steps into epoch 1: 48)
     ("11_checkpoints_requeue.ipynb", _rq("fit, warned", _requeued("f", **{"iterations at stop": 40, "iterations at start": [0, 40],
                                                                            "iterations at end": [72]})),
