@@ -561,3 +561,42 @@ def test_lesson_07_expects_the_pools_the_course_gave_its_kernel(tuning_on, visib
     ns = {"tuning": tuning, "gpu_count_without_tf": gpu_count_without_tf, "MAX_REPLICAS": max_replicas}
     exec(assignment_source("07_scaling_performance.ipynb", "course_pools"), ns)
     assert tuple(ns["course_pools"]) == expected, ns["course_pools"]
+
+
+def test_lesson_07_table_prints_the_schedulers_autogroup_setting(capsys):
+    """Twelfth review, finding 1: under load Linux's autogroup shares CPU time per session, each worker is a session of
+    its own and the kernel's replicas share one, which explains efficiencies above 1 (1.87 and 2.04 without stalls);
+    a centre's node may have it off. The table's cell as written, on planted points: it must print the setting as this
+    machine has it (the old cell printed nothing of it)."""
+    import os
+
+    from tests.support.proof_cases import OK
+
+    setting = "/proc/sys/kernel/sched_autogroup_enabled"
+    points = [{**p, "span_images_per_s": 100.0 * p["replicas"], "images_per_s": 100.0 * p["replicas"], "cpu_per_s": 0.5,
+               "load": 1.0, **({"worker_cpu_per_s": [0.5] * p["workers"]} if "workers" in p else {})}
+              for p in OK["07_scaling_performance.ipynb"]["points"]]
+    exec(cell_defining("07_scaling_performance.ipynb", "single, single_span = "), {"points": points, "os": os})
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("scheduler autogroup")]
+    expected = open(setting).read().strip() if os.path.exists(setting) else "not on this system"
+    assert len(said) == 1 and said[0].endswith(f": {expected}"), said
+
+
+def test_lesson_07s_workers_run_in_sessions_of_their_own():
+    """Twelfth review, finding 1: cells 0, 14 and 24 say each worker runs in a session of its own (so, with autogroup
+    on, a scheduler's share of its own under load) and the kernel's replicas in the kernel's one. The launcher the
+    lesson uses, on 2 workers that print their session and autogroup: neither is this process's, nor each other's."""
+    import os
+
+    from helpers.local_workers import run_local_workers
+
+    ask = ("import os; g = '/proc/self/autogroup'; "
+           "print('SESSION', os.getsid(0), open(g).read().split()[0] if os.path.exists(g) else '-')")
+    outcomes = run_local_workers(["-c", ask], n=2, deadline_s=120)
+    assert all(o.returncode == 0 for o in outcomes), [o.output[-1000:] for o in outcomes]
+    seen = [next(line.split()[1:] for line in o.output.splitlines() if line.startswith("SESSION ")) for o in outcomes]
+    sessions = {int(s) for s, _ in seen}
+    assert len(sessions) == 2 and os.getsid(0) not in sessions, (os.getsid(0), seen)
+    if os.path.exists("/proc/self/autogroup"):
+        groups = {g for _, g in seen}
+        assert len(groups) == 2 and open("/proc/self/autogroup").read().split()[0] not in groups, seen
