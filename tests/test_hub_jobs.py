@@ -6,9 +6,10 @@ it, lessons 08 and 11 run as a learner runs them (executed by nbconvert from the
 kernel, so their kernels carry the server job's environment). Each job they submit must be
 accepted, get the GPUs the class layout gives (simulated GPUs: TensorFlow's CPU wheel trains on
 the CPU), and finish. Lesson 11's jobs are also read for Slurm's side of the requeue: each warned
-job (scancel --signal=USR1, what --signal=USR1@120 sends before the time limit; the custom loop,
-the loop with PreemptionCheckpointHandler, fit) saved, stopped, was requeued, ran again from its
-checkpoint and completed; the notebook's own proof checks the weights. This is the course's one
+job (its chief alone warns itself with SIGUSR1, --warn: Slurm's --signal would reach every task at
+once, which cannot show the workers' agreement; the custom loop, the loop with
+PreemptionCheckpointHandler, fit) saved, stopped, was requeued, ran again from its checkpoint and
+completed; the notebook's own proof checks the weights and that only the chief was warned. This is the course's one
 run of lessons 08 and 11 on Slurm from a notebook, as a class runs them (test_slurm runs lesson 08
 once more outside a job with GPUs, where its jobs must ask for none). Root only, under the shared lock.
 """

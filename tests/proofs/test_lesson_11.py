@@ -28,12 +28,15 @@ def _event(event: str, t: float, rank: int = 0, **fields) -> dict:
 def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
     """The gathering cell itself, on planted job events: a fit of 2 epochs of 32 steps warned in
     epoch 1, stopped at its checkpoint 16 steps in (optimizer step 48), resumed at epoch 1 with the
-    optimizer at step 48 (so 16 steps repeated: 80 in the end), both workers stopping and finishing together.
+    optimizer at step 48 (so 16 steps repeated: 80 in the end), both workers stopping and finishing together, the
+    chief alone warned.
     Worker 1 logs its stop before the chief logs its save: the chief's save is still the one before the stop."""
     warned = [_event("start", 0, r, run=0, epoch=0, batch=0, weights="init", iterations=0) for r in (0, 1)]
     # worker 1 logs its save and its stop before the chief logs its save (as seen on Slurm)
     warned += [_event("saved", 1.8 if r == 0 else 1, r, epoch=1, batch=16, weights="s", iterations=48) for r in (0, 1)]
-    warned += [_event("stopped", 2 if r == 0 else 1.5, r, warnings=["SIGUSR1"], weights="s", iterations=48) for r in (0, 1)]
+    # the chief alone warned (it warns itself); worker 1 stopped on the agreement, its own note empty
+    warned += [_event("stopped", 2 if r == 0 else 1.5, r, warnings=["SIGUSR1"] if r == 0 else [], weights="s", iterations=48)
+               for r in (0, 1)]
     warned += [_event("start", 3, r, run=1, epoch=1, batch=0, weights="s", iterations=48) for r in (0, 1)]
     warned += [_event("finished", 4, r, warnings=[], weights="f", iterations=80) for r in (0, 1)]
     warned.sort(key=lambda e: e["time"])  # as the notebook orders them
@@ -54,6 +57,7 @@ def test_lesson_11_summary_reads_a_requeued_fit_from_its_events():
     # and the proof cell accepts exactly this
     custom = {**got, "final": ["u"], "stopped in": [None, None], "resumed at epoch": [None]}
     assert got["stop steps"] == [48] and got["stopped ranks"] == got["finished ranks"] == got["workers"] == [0, 1], got
+    assert got["warned ranks"] == [0], got
     assert got["exit statuses"] == [[3, 3], [0, 0]] and reference["exit statuses"] is None, (got, reference)
     run_proof("11_checkpoints_requeue.ipynb", {"result": {
         "custom, warned": custom, "handler, warned": custom,
