@@ -81,7 +81,7 @@ site: install
 
 # the nbval pass keeps the notebooks it executed in build/nbval/notebooks, for the site test;
 # three pytest streams side by side: the tests on the local Slurm (or with a second Unix user), and the rest
-# in two shares of whole files (tests/shares.py)
+# in two streams, each taking the next whole file, longest first, as it frees up (tests/shares.py)
 test: install
 	rm -rf build/nbval
 	COURSE_DURATIONS=$(CURDIR)/build/test-durations.json COURSE_NBVAL_KEEP=$(CURDIR)/build/nbval/notebooks $(PY) -m tests.streams tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --durations=0 --durations-min=2 -m "not fullcheck" $(PYTEST_ARGS)

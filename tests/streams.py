@@ -1,6 +1,6 @@
 """`make test` as three pytest runs side by side: the tests that use what the machine has only one of
 (its local Slurm, a second Unix user; marked `machine_wide` at collection) in one, everything else in
-two shares of whole files (tests/shares.py). The local Slurm's jobs, JupyterHub's spawns and the engines'
+two that take whole files as they free up (tests/shares.py). The local Slurm's jobs, JupyterHub's spawns and the engines'
 start-ups often wait, so the other streams' TensorFlow runs fill the time; they run niced, because the
 Slurm stream is the longest and sets the run's length (in the first three-stream run, unniced, it
 stretched from 30.2 to 33.2 minutes while the two shares took 27; niced, 32.7). Each stream's leftover
@@ -17,36 +17,38 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 from tests import durations
-from tests.shares import SHARE_ENV
+from tests.shares import CLAIMS_ENV
 
 class Stream(NamedTuple):
     markers: str  # its part of the marker expression
-    share: str = ""  # its share of those tests (COURSE_TEST_SHARE, tests/shares.py), or all of them
+    shared: bool = False  # whether it shares those tests with the other such streams (tests/shares.py), or runs all
     nice: int = 0  # its CPU priority: the local shares yield to the Slurm stream, which sets the run's length
 
 
-# All three run side by side: the Slurm stream, and the rest in two shares of whole files (the Slurm
+# All three run side by side: the Slurm stream, and the rest in two streams taking whole files (the Slurm
 # stream waits for jobs, servers and engines much of the time, so two TensorFlow streams beside it keep
 # both cores busy; niced, they take what it leaves). No stream runs alone after them: the last proofs
 # that timed an effect (a `quiet` stream of their own until 2026-11-29) now count it, whatever the load.
 # So the proofs with timing thresholds (lessons 02, 06, 07, 09, 12, 14, 16) run beside the two other streams.
 LOCAL = "not machine_wide"
-SELECTIONS = {"slurm": Stream("machine_wide"), "local-1": Stream(LOCAL, "1/2", 10), "local-2": Stream(LOCAL, "2/2", 10)}
+SELECTIONS = {"slurm": Stream("machine_wide"), "local-1": Stream(LOCAL, True, 10), "local-2": Stream(LOCAL, True, 10)}
 SIDE_BY_SIDE = list(SELECTIONS)
 
 
 def _command(stream: str, args: list[str], markers: str) -> list[str]:
     own = SELECTIONS[stream]
     expression = f"({own.markers}) and ({markers})" if markers else own.markers
-    plugin = ["-p", "tests.shares"] if own.share else []
+    plugin = ["-p", "tests.shares"] if own.shared else []
     nice = ["nice", "-n", str(own.nice)] if own.nice else []
     return [*nice, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, *args, "-m", expression]
 
@@ -93,11 +95,20 @@ def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
 def _run(streams: list[str], args: list[str], markers: str, files: dict[str, Path],
          lock: threading.Lock) -> dict[str, int]:
     """Run `streams` at once, relaying their lines; their exit statuses."""
+    claims = tempfile.mkdtemp(prefix="course-test-claims-")  # the shared streams' claims on whole files, this run's
+    try:
+        return _run_claiming(streams, args, markers, files, lock, claims)
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
+
+
+def _run_claiming(streams: list[str], args: list[str], markers: str, files: dict[str, Path],
+                  lock: threading.Lock, claims: str) -> dict[str, int]:
     procs, relays = {}, []
     for stream in streams:
         # each stream's own summary compares with nothing: the recorded run is all streams together
         env = {**os.environ, "COURSE_DURATIONS": str(files[stream]), "COURSE_DURATIONS_BEFORE": os.devnull,
-               SHARE_ENV: SELECTIONS[stream].share}
+               CLAIMS_ENV: claims if SELECTIONS[stream].shared else ""}
         procs[stream] = subprocess.Popen(_command(stream, args, markers), env=env, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, bufsize=1)
         relays.append(threading.Thread(target=_relay, args=(stream, procs[stream], lock), daemon=True))

@@ -42,43 +42,68 @@ def test_make_test_s_streams_share_out_the_suite_and_join_its_time(tmp_path):
     assert streams._merge(files, wall_s=9.0) is None
 
 
-def test_shares_are_whole_files_of_about_equal_recorded_time():
-    """tests/shares.py: longest unit first to the lightest share; the notebooks and the site that reads
-    them stay one unit; an unknown test counts a second."""
-    units = {"a": ["a::1", "a::2"], "b": ["b::1"], "c": ["c::1"], "d": ["d::new"]}
+def test_streams_take_whole_files_longest_first():
+    """tests/shares.py: units ordered by recorded time, longest first; a test the record lacks counts its
+    file's mean (else a second); the notebooks and the site that reads them stay one unit."""
+    units = {"a": ["a::1", "a::2"], "b": ["b::1"], "c": ["c::1", "c::new"], "d": ["d::new"]}
     recorded = {"a::1": 6.0, "a::2": 4.0, "b::1": 7.0, "c::1": 3.0}
-    assert shares.split(units, recorded, 2) == [["a", "d"], ["b", "c"]]  # 10 + 1 against 7 + 3
-    assert shares.split(units, recorded, 1) == [["a", "b", "c", "d"]]
+    assert shares.longest_first(units, recorded) == ["a", "b", "c", "d"]  # 10, 7, 3 + 3, 1
+    recorded["c::1"] = 4.0
+    assert shares.longest_first(units, recorded) == ["a", "c", "b", "d"]  # c: 4 + its file's mean 4
     assert shares.unit_of("notebooks/03_x.ipynb::Cell 4", False) == shares.unit_of("tests/test_site.py::t", True)
     assert shares.unit_of("tests/test_a.py::t[1]", False) == "tests/test_a.py"
     assert {shares.unit_of(f"{path}::t", False) for path in shares.BEFORE_NOTEBOOKS} == {shares.NOTEBOOKS_UNIT}
-    for bad in ("2", "0/2", "3/2", "a/b"):
-        with pytest.raises(pytest.UsageError, match="COURSE_TEST_SHARE"):
-            shares.parse_share(bad)
 
 
-def test_the_two_shares_collect_every_test_once():
-    """Collected for real, as the local streams are: share 1/2 and 2/2 of the same files are disjoint,
-    together the whole, and the site lands with the notebooks; Horovod's build and Lmod's install land
-    there too, before the notebooks (lessons 13 and 17 use them), even when named after the notebooks."""
-    files = ["tests/test_streams.py", "tests/test_settings.py", "tests/test_site.py", "tests/test_cli.py",
-             "notebooks/00_environment.ipynb", "notebooks/01_mirrored_strategy.ipynb", *shares.BEFORE_NOTEBOOKS]
+def test_two_streams_claiming_run_every_test_once_and_the_notebooks_unit_in_one(tmp_path):
+    """Run for real, as the local streams are: two pytest processes on one claims directory run disjoint
+    whole files that together are every test, both take work, a file the other took is counted deselected,
+    and the notebooks unit (a BEFORE_NOTEBOOKS file, a notebook, the site) runs in one stream, its
+    BEFORE_NOTEBOOKS file first. Without the claims both would run everything."""
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "notebooks").mkdir()
+    (tree / "conftest.py").write_text(
+        "def pytest_configure(config):\n"
+        "    config.addinivalue_line('markers', 'after_notebooks: reads the notebooks')\n"
+        "def pytest_collection_modifyitems(items):\n"  # as the course's conftest.py orders them
+        "    last = [i for i in items if i.get_closest_marker('after_notebooks')]\n"
+        "    items[:] = [i for i in items if i not in last] + last\n")
+    slow = "import time\n" + "".join(f"def test_{i}():\n    time.sleep(0.4)\n" for i in range(3))
+    for name in ("a", "b", "c", "d", "e", "f"):
+        (tree / "tests" / f"test_{name}.py").write_text(slow)
+    (tree / shares.BEFORE_NOTEBOOKS[0]).write_text("def test_built():\n    pass\n")
+    (tree / "tests" / "test_site.py").write_text(
+        "import pytest\n@pytest.mark.after_notebooks\ndef test_site():\n    pass\n")
+    import nbformat
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), tree / "notebooks" / "x.ipynb")
+    claims = tmp_path / "claims"
+    claims.mkdir()
 
-    def collect(share: str) -> list[str]:
-        listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.shares",
-                                 "--nbval-lax", "--collect-only", "-q", *files],
-                                env={**os.environ, shares.SHARE_ENV: share}, capture_output=True, text=True,
-                                cwd=ROOT, timeout=300).stdout
-        return [line for line in listed.splitlines() if "::" in line]
+    def start(env_claims: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.shares",
+                                 "-v", "--nbval-lax", "--nbval-current-env", "--rootdir", str(tree), str(tree / "tests"),
+                                 str(tree / "notebooks")],
+                                cwd=tree, env={**os.environ, "PYTHONPATH": str(ROOT), shares.CLAIMS_ENV: env_claims},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    whole, first, second = collect(""), collect("1/2"), collect("2/2")
-    assert first and second and not set(first) & set(second) and set(first + second) == set(whole), \
-        (len(first), len(second), len(whole))
-    with_site = first if any("test_site.py" in t for t in first) else second
-    assert {t for t in whole if ".ipynb" in t} <= set(with_site)
-    needed = [i for i, t in enumerate(with_site) if t.split("::")[0] in shares.BEFORE_NOTEBOOKS]
-    assert {with_site[i].split("::")[0] for i in needed} == set(shares.BEFORE_NOTEBOOKS), with_site
-    assert max(needed) < min(i for i, t in enumerate(with_site) if ".ipynb" in t), with_site
+    def passed(out: str) -> list[str]:
+        return [line.split(" PASSED")[0] for line in out.splitlines() if " PASSED" in line]
+
+    procs = [start(str(claims)), start(str(claims))]
+    outs = [proc.communicate(timeout=300)[0] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outs
+    ran = [passed(out) for out in outs]
+    alone = passed(start("").communicate(timeout=300)[0])
+    assert len(alone) == 21 and all(ran), (alone, ran)  # 6 files of 3, the build, the cell, the site
+    assert not set(ran[0]) & set(ran[1]) and sorted(ran[0] + ran[1]) == sorted(alone), ran
+    assert all(f"{21 - len(r)} deselected" in out for r, out in zip(ran, outs)), outs
+    with_site = next(r for r in ran if "tests/test_site.py::test_site" in r)
+    cell = next(t for t in alone if t.endswith("::Cell 0"))  # nbval's own spelling of the notebook's path
+    order = [with_site.index(t) for t in ("tests/test_horovod.py::test_built", cell, "tests/test_site.py::test_site")]
+    assert order == sorted(order), with_site
+    for path in ("tests/test_a.py", "tests/test_f.py"):  # whole files
+        assert len({i for i, r in enumerate(ran) for t in r if t.startswith(path)}) == 1, ran
 
 
 def test_every_test_of_the_local_slurm_or_a_second_user_is_in_the_slurm_stream():
