@@ -1,5 +1,5 @@
 """The suite's time budget, read from the recorded run (docs/bench/test-durations.json, kept by
-`make durations-record` after a full `make test` here): a warning above 25 minutes, a failure above 40."""
+`make durations-record` after a full `make test` here): a warning above 25 minutes, a failure above 60."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from tests.conftest import ROOT
 from tests.support.recorded_run import recorded_run
 
 
-def test_the_budget_warns_above_25_and_fails_above_40_minutes():
+def test_the_budget_warns_above_25_and_fails_above_60_minutes():
     assert durations.budget(recorded_run(24 * 60))[0] == "ok"
     assert durations.budget(recorded_run(26 * 60))[0] == "warn"
-    assert durations.budget(recorded_run(41 * 60))[0] == "fail"
+    assert durations.budget(recorded_run(59 * 60))[0] == "warn"
+    assert durations.budget(recorded_run(61 * 60))[0] == "fail"
 
 
 def test_the_summary_names_the_ten_slowest_and_the_change_against_the_run_before():

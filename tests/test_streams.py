@@ -163,8 +163,8 @@ def test_a_whole_run_over_the_time_limit_fails_itself(tmp_path, monkeypatch, cap
     monkeypatch.setenv("COURSE_DURATIONS", str(tmp_path / "durations.json"))
     monkeypatch.setenv("COURSE_DURATIONS_BEFORE", os.devnull)
     monkeypatch.setattr(streams, "_run", lambda names, *rest: {name: 0 for name in names})
-    for minutes, expected in ((41, 1), (24, 0)):
+    for minutes, expected in ((61, 1), (24, 0)):
         monkeypatch.setattr(streams, "_merge", lambda files, wall: {**recorded_run(minutes * 60), "streams": {}})
         assert streams.main(["-m", "not fullcheck", "tests"]) == expected
-        assert ("FAILED: this run's wall time, 41.0 min is over the 40-minute limit" in capsys.readouterr().out) \
+        assert ("FAILED: this run's wall time, 61.0 min is over the 60-minute limit" in capsys.readouterr().out) \
             == (expected == 1)
