@@ -6,7 +6,7 @@ not a planted final value."""
 import pytest
 
 from tests.support.proof_cases import OK
-from tests.support.proof_cells import cell_defining, holds_unless, run_proof, solution_source
+from tests.support.proof_cells import assignment_source, cell_defining, code_cells, holds_unless, run_proof, solution_source
 
 
 def test_lesson_11_proof_on_slurm_passes_without_exit_statuses_but_not_without_the_logged_stops():
@@ -77,3 +77,50 @@ def test_lesson_11_solution_1_fails_when_fit_was_never_stopped(change, match):
         assert change[0] in source
         source = source.replace(*change)
     holds_unless(match, exec, compile(source, "11 solution 1", "exec"), {"print": lambda *a, **k: None})
+
+
+def test_lesson_11_gives_each_run_a_deadline_that_grows_with_the_predicted_training():
+    """Review finding 4: the runs' deadline was a fixed 900 s, which full mode on a CPU (about 27 minutes of training
+    predicted, most of it a run's) would pass: the deadline is 15 minutes or three times the predicted training,
+    whichever is longer, and it is what every run of workers and every job is given."""
+    import ast
+    from types import SimpleNamespace
+
+    from helpers.mode import mode_sizes
+    from helpers.training_time import lesson_work, seconds
+
+    name = "11_checkpoints_requeue.ipynb"
+    full_on_cpu = seconds(lesson_work("11", mode_sizes("full"), 2), 0, 2)
+    for predicted, expected in ((4.5, 900), (full_on_cpu, round(3 * full_on_cpu))):
+        namespace = {"stopwatch": SimpleNamespace(predicted_s=predicted), "print": lambda *a, **k: None}
+        exec(assignment_source(name, "run_deadline"), namespace)
+        assert namespace["run_deadline"] == expected, (predicted, namespace["run_deadline"])
+    assert full_on_cpu > 900, full_on_cpu  # the case the fixed deadline failed
+    calls = [node for cell in code_cells(name) if not cell.lstrip().startswith("%")
+             for node in ast.walk(ast.parse(cell)) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", None) in ("run_local_workers", "follow_job")]
+    assert len(calls) == 2, len(calls)
+    for call in calls:
+        given = {k.arg: ast.unparse(k.value) for k in call.keywords}
+        assert given.get("deadline_s") == "run_deadline", (ast.unparse(call), given)
+
+
+def test_lesson_11_stopwatch_counts_every_start_of_the_lessons_workers():
+    """Review finding 5: the stopwatch counted the kernel and 3 jobs (5 first steps) where the lesson starts its
+    workers 8 times: each warned run twice (before and after its requeue), each never-warned run once; the kernel
+    starts no TensorFlow while the clock runs (its solutions import it after the report)."""
+    from helpers.training_time import KERNEL_TF_OFF_THE_CLOCK, LESSON_STARTS
+
+    name = "11_checkpoints_requeue.ipynb"
+    namespace: dict = {}
+    exec(assignment_source(name, "runs"), namespace)
+    starts = sum(1 if "never" in run else 2 for run in namespace["runs"])
+    assert starts == 8, namespace["runs"]
+    engines, local_runs, jobs, first_steps = LESSON_STARTS["11"]
+    assert (engines, local_runs, jobs, first_steps) == (0, 0, starts, starts), LESSON_STARTS["11"]
+    assert "11" in KERNEL_TF_OFF_THE_CLOCK
+    cells = code_cells(name)
+    clock = next(i for i, c in enumerate(cells) if "time_lesson(" in c)
+    report = next(i for i, c in enumerate(cells) if "stopwatch.report()" in c)
+    in_kernel = [c for c in cells[clock:report] if not c.lstrip().startswith("%%writefile")]  # not the program's cells
+    assert not any("import tensorflow" in c or "import_tensorflow" in c or "import keras" in c for c in in_kernel)
