@@ -44,7 +44,7 @@ class Sizes:
     resnet_train_examples: int | None
     resnet_test_examples: int | None
     resnet_per_replica_batch: int  # small on purpose: where synchronized batch norm matters
-    fault_epochs: int  # lesson 06: a worker is lost in the middle of epoch fault_epochs // 2
+    fault_epochs: int  # lesson 06: a worker is lost at the end of epoch fault_epochs // 2, before saving it
     schedule_epochs: int  # lesson 10: every learning-rate schedule runs this many epochs
     warmup_fraction: float  # lesson 10: the warm-up's share of the run
     tour_steps: int  # lesson 12: training steps of every strategy
@@ -107,7 +107,7 @@ def mode_sizes(mode: str | None = None) -> Sizes:
     epochs, max_steps = _positive(EPOCHS_ENV), _positive(MAX_STEPS_ENV)
     if epochs:
         chosen = replace(chosen, epochs=epochs, resnet_epochs=epochs, schedule_epochs=epochs,
-                         fault_epochs=max(2, epochs))  # lesson 06: one epoch kept, one lost
+                         fault_epochs=max(3, epochs))  # lesson 06: kept, saved by all but one, failed in
     if max_steps:
         # lesson 12 keeps quick mode's 40 steps at least: fewer do not show every strategy's loss falling
         chosen = replace(chosen, max_steps=max_steps, tour_steps=max(40, min(chosen.tour_steps, max_steps)))

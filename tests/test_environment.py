@@ -82,7 +82,7 @@ def test_the_class_overrides_reach_every_size(monkeypatch):
     monkeypatch.setenv(mode.MAX_STEPS_ENV, "5")
     full = mode.mode_sizes("full")
     assert (full.epochs, full.resnet_epochs, full.schedule_epochs) == (1, 1, 1)
-    assert full.fault_epochs == 2  # lesson 06 needs an epoch to keep and one to lose
+    assert full.fault_epochs == 3  # lesson 06: an epoch every worker keeps, one only the others save, one to fail in
     assert full.tour_steps == 40 and full.train_examples is None  # lesson 12's least; the data stays full size
     assert full.steps_per_epoch(50_000, 256) == 5
     monkeypatch.delenv(mode.MAX_STEPS_ENV)

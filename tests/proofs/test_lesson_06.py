@@ -137,3 +137,25 @@ def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp
         assert zero["error"] == "UnavailableError" and 10 <= waited_s < 13, (zero, waited_s)
     else:
         assert zero["value"] == 2.0 and one["value"] == 2.0 and waited_s > 10, (reports, waited_s)
+
+
+def test_lesson_06_agree_on_backup_counts_a_vanished_peer_file_as_none(tmp_path, monkeypatch):
+    """The second review's finding 5: a peer's metadata can vanish between a check that it exists and its read (that
+    peer dropping its own backup because some worker has none). agree_on_backup counts it as no backup (epoch 0, every
+    worker from scratch); the program as first written checked, then read, and raised NotFoundError here."""
+    import json
+
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
+
+    monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
+    program: dict = {}
+    exec(compile(written_program("06_fault_tolerance.ipynb", "{worker_program}"), "06_worker.py", "exec"), program)
+    (tmp_path / "worker-0").mkdir()
+    (tmp_path / "worker-0" / "training_metadata.json").write_text(json.dumps({"epoch": 2, "batch": 0}))
+    (tmp_path / "worker-0" / "latest.weights.h5").write_text("weights after epoch 2")
+    gone = f"{tmp_path}/worker-1/training_metadata.json"  # there when checked, gone when read
+    gfile, exists = program["tf"].io.gfile, program["tf"].io.gfile.exists
+    monkeypatch.setattr(gfile, "exists", lambda path: path == gone or exists(path))
+    assert program["agree_on_backup"](str(tmp_path), 0, 2) == {0: 2, 1: 0}
+    assert not (tmp_path / "worker-0").exists()  # nothing every worker can resume from: worker 0 dropped its own
