@@ -66,7 +66,7 @@ FIRST_STEP_S = {"cnn": 5.0, "resnet50": 20.0}
 # what each lesson starts, counted from its code: (engine clusters, local worker runs, jobs, first steps); each
 # cluster's engines import TensorFlow one after another (`Engines.setup_multiworker`): a start each
 LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03": (1, 0, 0, 2),
-                 "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (3, 0, 0, 3),
+                 "04": (1, 0, 0, 2), "05": (0, 0, 0, 2), "06": (4, 0, 0, 3),
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 6), "11": (0, 0, 8, 8),
                  "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
                  "16": (0, 0, 2, 1), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}  # 16: its jobs read, only the kernel trains
@@ -163,7 +163,7 @@ def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str =
         "03": lambda: [cnn(s.epochs * epoch())],
         "04": lambda: [cnn(2 * s.epochs * epoch())],  # one process, then the engines
         "05": lambda: [Work("resnet50", 2 * s.resnet_epochs * resnet_epoch(), s.resnet_per_replica_batch)],
-        "06": lambda: [cnn(int((s.fault_epochs + 0.5) * epoch()))],  # to the crash in mid-run, then the rest
+        "06": lambda: [cnn((s.fault_epochs + 1) * epoch())],  # to the crash at the end of epoch E // 2, then from it again
         # STEPS + 1 steps of MODEL for each of its MirroredStrategy replica counts and each of its worker counts
         # (`lesson_07_counts`); solution 1 runs after the stopwatch's report, so it is not counted
         "07": lambda: [Work(model, (steps + 1) * b * sum(sum(c) for c in lesson_07_counts(replicas, max_replicas)), b)],
