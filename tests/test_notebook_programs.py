@@ -285,7 +285,8 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
     for none; without its enable_tensor_float_32_execution(False) line it reports TF32 on (TensorFlow's
     default, on a CPU too); with an `import helpers`, `import keras` or `import tf_keras` added it fails
     (exit status 1); with the import of Keras or tf_keras in a `try` it serves (exit status 0) and the
-    runner reports the import asked for. The lesson's proof fails on each. And `import tensorflow`
+    runner reports the import asked for, and so with `importlib.import_module`, `importlib.__import__`
+    or `__import__` in a `try` (the first two passed the old runner: no import statement). The lesson's proof fails on each. And `import tensorflow`
     alone, Keras importable, loads Keras (the reason the runner refuses it)."""
     import ast
     import json
@@ -326,13 +327,23 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
                 "with import tf_keras": (adding("import tf_keras"), refused),
                 "with import keras in a try": (adding("try:\n    import keras\nexcept ImportError:\n    pass"), refused),
                 "with import tf_keras in a try": (adding("try:\n    import tf_keras\nexcept ImportError:\n    keras = None"),
-                                                  refused)}
+                                                  refused),
+                # lesson 15's 2026-11-30 review, finding 2c: imports that are no import statement
+                "with importlib.import_module in a try": (adding("import importlib\ntry:\n    importlib.import_module("
+                                                                 "'helpers')\nexcept ImportError:\n    pass"), refused),
+                "with importlib.__import__ in a try": (adding("import importlib\ntry:\n    importlib.__import__('keras')"
+                                                              "\nexcept ImportError:\n    pass"), refused),
+                "with __import__ in a try": (adding("try:\n    __import__('tf_keras')\nexcept ImportError:\n    pass"),
+                                             refused)}
     expected = {"as the lesson runs it": (0, [], False), "without the TF32 line": (0, [], True),
                 "with import helpers": (1, [["helpers", "__main__"]], None),
                 "with import keras": (1, [["keras", "__main__"]], None),
                 "with import tf_keras": (1, [["tf_keras", "__main__"]], None),
                 "with import keras in a try": (0, [["keras", "__main__"]], False),
-                "with import tf_keras in a try": (0, [["tf_keras", "__main__"]], False)}
+                "with import tf_keras in a try": (0, [["tf_keras", "__main__"]], False),
+                "with importlib.import_module in a try": (0, [["helpers", "__main__"]], False),
+                "with importlib.__import__ in a try": (0, [["keras", "__main__"]], False),
+                "with __import__ in a try": (0, [["tf_keras", "__main__"]], False)}
     for name, (source, match) in variants.items():
         script, out = tmp_path / f"{name.replace(' ', '_')}.py", tmp_path / f"{name.replace(' ', '_')}.npz"
         script.write_text(source)

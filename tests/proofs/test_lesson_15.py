@@ -19,18 +19,28 @@ from tests.support.proof_cells import PlantedEngines, code_cells, gather_and_pro
 
 @pytest.mark.parametrize("change,match", [
     (None, None),
-    (("save_best_only=True", "save_best_only=False"), "the file should score the best"),  # it keeps the last epoch
-    (("0.05 * (-20 if epoch == 4 else 1)", "0.05"), "staged last epoch should be worse"),  # best = last proves nothing
-], ids=["as written", "save_best_only=False", "no staged last epoch"])
+    ([("save_best_only=True", "save_best_only=False")], "best val_accuracy epoch's"),  # it keeps the last epoch
+    # no staged epoch, at the old learning rate 0.05: val_accuracy rises to the last epoch (best = last proves nothing;
+    # at 0.3 epochs 2 and 4 tie at 0.828 and the first is kept)
+    ([("0.3 * (-20 if epoch == 4 else 1)", "0.05"), ("SGD(0.3)", "SGD(0.05)")], "staged last epoch should be worse"),
+    # 2026-11-30 review, finding 2d: the checkpoint monitoring val_loss keeps epoch 3 (val_accuracy 0.8125, the best 0.828 at
+    # epoch 2); and the solution's old run (learning rate 0.05), where both metrics' best is epoch 3, cannot tell them
+    # apart: there the old check passed a checkpoint monitoring val_loss
+    ([('monitor="val_accuracy"', 'monitor="val_loss"')], "best val_accuracy epoch's"),
+    ([('monitor="val_accuracy",', 'monitor="val_accuracy", mode="min",')], "best val_accuracy epoch's"),
+    ([("0.3 * (-20", "0.05 * (-20"), ("SGD(0.3)", "SGD(0.05)")], "tell val_accuracy's best epoch from val_loss's"),
+], ids=["as written", "save_best_only=False", "no staged last epoch", "monitor val_loss", "mode min", "the old run"])
 def test_lesson_15_solution_1_fails_when_the_file_is_not_the_best_epoch(change, match):
-    """Solution 1's check on a run where the best val_accuracy is not the last: a checkpoint that
-    keeps every epoch (so the last) fails it, and so does a run with no worse last epoch."""
+    """Solution 1's check on a run where the best val_accuracy is neither the last epoch nor the best
+    val_loss's: a checkpoint that keeps every epoch (so the last), one that monitors val_loss, or one
+    that keeps the lowest accuracy fails it, and so does a run with no worse last epoch, or one whose
+    two metrics pick the same epoch (it cannot tell which metric chose the file)."""
     import keras
 
     source = solution_source("15_models_you_keep.ipynb", 1)
-    if change is not None:
-        assert change[0] in source
-        source = source.replace(*change)
+    for old, new in change or ():
+        assert old in source
+        source = source.replace(old, new)
     namespace = {"np": np, "keras": keras, "print": lambda *a, **k: None}
     holds_unless(match, exec, compile(source, "15 solution 1", "exec"), namespace)
 
@@ -68,10 +78,11 @@ class _Tensor:
 
 
 def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7, kernel_replicas=3, mirrored=3,
-            mirrored_copy=None, gpus=(False, False)) -> dict:
+            mirrored_copy=None, gpus=(False, False), built_under=None) -> dict:
     """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
     copies reloaded here (a model with weights, predictions, losses, replicas), the serving program's
-    answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on."""
+    answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on; `built_under`
+    the contexts whose strategy built some copies (each its own by default)."""
     import hashlib
 
     val_loss = [2.0, 1.8, 1.7, 3.5]
@@ -86,7 +97,8 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
     reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False,
-                       "replicas": replicas[name]} for k, name in enumerate(replicas)}
+                       "replicas": replicas[name], "built under": (built_under or {}).get(name, name)}
+                for k, name in enumerate(replicas)}
     fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
                                                      list_logical_devices=lambda kind: []))
     return {"engines": PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
@@ -134,6 +146,8 @@ def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_p
     ({"copy_gap": 1e-7}, "predicts differently"),  # 1e-7 off: on CPUs the copies must predict bit for bit
     ({"loss_gap": 1e-4}, "best epoch's val_loss"),  # a copy scores 1.7001
     ({"mirrored_copy": 1}, "another replica count"),  # the Mirrored copy loaded outside strategy.scope()
+    # 2026-11-30 review, finding 2a: the OneDeviceStrategy copy loaded outside its scope (one replica, as it should have)
+    ({"built_under": {"OneDeviceStrategy": "no strategy"}}, "its own context"),
     # CPU_REPLICAS=2 beside 2 workers: the Mirrored copy runs on 1 replica, the copy without a strategy evaluates
     # batches of 64; a copy 1.2e-5 off 1.7 is inside 2 (64 + 12 + 2 + 3) u of it, outside the bound with n = 32
     ({"kernel_replicas": 2, "mirrored": 1, "loss_gap": 6e-6}, None),
@@ -199,3 +213,22 @@ def test_lesson_15_solution_2_fails_when_the_weights_are_not_loaded(change, matc
     namespace = {"np": np, "keras": keras, "tempfile": tempfile, "probe": probe, "print": lambda *a, **k: None,
                  "reloaded": {"no strategy": {"model": original}}}
     holds_unless(match, exec, compile(source, "15 solution 2", "exec"), namespace)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lesson_15_proof_on_one_worker_says_not_checked_for_the_workers_claims(capsys, workers):
+    """Review 2, finding 2b: with N_ENGINES=1 every claim about several workers (the chief's losses seen by all,
+    the same epochs saved, the same best, the others' copies removed) holds by construction. The proof must say
+    NOT CHECKED for them there (it said nothing), and not with 2 workers."""
+    import math
+
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import run_proof
+
+    ok = OK["15_models_you_keep.ipynb"]
+    one = {name: ok[name][:workers] for name in ("histories", "saved", "digests", "checkpoint_best", "held_counts",
+                                                 "on_read")}
+    listed = {"this kernel": ["15_best.keras"], **{f"worker {r}": ["15_best.keras"] for r in range(workers)}}
+    run_proof("15_models_you_keep.ipynb", {"math": math, **ok, **one, "models_listed_by": listed, "worker_replicas": workers})
+    said = capsys.readouterr().out
+    assert ("NOT CHECKED (one worker)" in said) == (workers == 1), said

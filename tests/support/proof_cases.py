@@ -380,7 +380,9 @@ OK["15_models_you_keep.ipynb"] = {
     "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002},
     "tf32_on": {"workers": False, "here": False, "serving program": False}, "prediction_tolerance": 0.0,  # on CPUs: bit for bit
     "loss_tolerance": 2 * (96 + 12 + 3 + 3) * 2**-24,  # on CPUs: 384 images, batches of 32 per replica, 96 here, 3 replicas
-    "jit": {"no strategy": False, "OneDeviceStrategy": False, "MirroredStrategy, 3 replicas": False}}
+    "jit": {"no strategy": False, "OneDeviceStrategy": False, "MirroredStrategy, 3 replicas": False},
+    "built_under": {"no strategy": "no strategy", "OneDeviceStrategy": "OneDeviceStrategy",
+                    "MirroredStrategy, 3 replicas": "MirroredStrategy, 3 replicas"}}
 
 
 _FILES = {2: [[0, 2, 4, 6], [1, 3, 5, 7]], 3: [[0, 3, 6], [1, 4, 7], [2, 5]]}
@@ -1661,6 +1663,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"mirrored_replicas": 2, "mirrored_copy": 2}, "another replica count"),
     # the Mirrored copy loaded outside strategy.scope(): it runs on one replica, whatever the strategy's count
     ("15_models_you_keep.ipynb", {"mirrored_copy": 1}, "another replica count"),
+    # 2026-11-30 review, finding 2a: the OneDeviceStrategy copy loaded outside its scope (built under the default strategy, one
+    # replica as before), or the copy with no strategy loaded inside the Mirrored scope
+    ("15_models_you_keep.ipynb", {"built_under": {"no strategy": "no strategy", "OneDeviceStrategy": "no strategy"}},
+     "its own context"),
+    ("15_models_you_keep.ipynb", {"built_under": {"no strategy": "MirroredStrategy, 3 replicas"}}, "its own context"),
     # the model compiled with jit_compile="auto" and the file storing it so
     ("15_models_you_keep.ipynb", {"stored_jit": "auto"}, "float32 without XLA"),
     ("15_models_you_keep.ipynb", {"stored_jit": True}, "float32 without XLA"),
