@@ -211,8 +211,11 @@ cells = [c.source for c in nbformat.read("notebooks/13_from_horovod.ipynb", as_v
 ns = {"tf": tf, "keras": keras, "np": np, "print": print}
 exec(next(c for c in cells if c.startswith("%%writefile {model_file}")).split("\\n", 1)[1], ns)  # make_model
 rng = np.random.default_rng(0)
-count = int(os.environ.get("SOLUTION_2_EXAMPLES", "32"))  # the kernel's batch: BATCH x N_ENGINES examples
+count, *how = os.environ.get("SOLUTION_2_EXAMPLES", "32").split()  # the kernel's batch: BATCH x N_ENGINES examples
+count = int(count)
 ns.update(images=rng.uniform(size=(count, 32, 32, 3)).astype("float32"), labels=rng.integers(0, 10, size=count).astype("int32"))
+if "alike" in how:  # every example the first one: the replicas' shares have the same mean gradient
+    ns.update(images=np.repeat(ns["images"][:1], count, axis=0), labels=np.repeat(ns["labels"][:1], count))
 solution = next(c for c in cells if c.startswith("# Solution 2"))
 if len(sys.argv) > 2:  # a broken variant: (old, new) in the solution's source
     assert sys.argv[2] in solution, sys.argv[2]
@@ -250,9 +253,22 @@ _MEAN_OPTIMIZER = ("sgd.apply_gradients(zip(tape.gradient(loss, m.trainable_vari
     # finding 2: a divisor one off (len + 1) at the old cap, 2,048 random images, was 5.1e-4 off, inside the old bound
     # 1e-3 (passed); at the cap of 512 it is 2.0e-3 off, over min(1e-3, 0.5 / 512)
     (2, ("global_batch_size=len(xs)", "global_batch_size=len(xs) + 1"), "FAILED the fixed loss should give Horovod's step",
-     2048)],
+     2048),
+    # fourteenth review, finding 1: "with Adam about 1.02 times" was computed nowhere; Adam swapped for SGD (its ratio 2.0
+    # planted where Adam's is measured) must fail (measured: Adam 1.0120 and 1.0046 here, 1.0181 and 1.0090 on quick
+    # mode's data, after 1 and 10 steps)
+    (2, ("optimizer=keras.optimizers.Adam", "optimizer=lambda: keras.optimizers.SGD(1.0)"),
+     "FAILED with Adam the bug should hide", 32),
+    # finding 2: the default divisor's step against the figure predicted from the shares' means; each replica's own mean
+    # measured in its place (about 1 off, not 3.8e-2) passed the old `default_odd > 1e-2`
+    (2, ("tf.nn.compute_average_loss(per_example)\n", "tf.reduce_mean(per_example)\n"),
+     "FAILED a replica's batch x replicas should miss by the shares' means apart", 32),
+    # ... and where the shares agree (every example alike) the default divisor misses by nothing: the old check failed
+    # this correct run
+    (2, (), "PASSED", "32 alike")],
     ids=["two replicas", "one device", "the optimizer averages", "16,384 examples", "15 examples",
-         "the default divisor", "a divisor one off"])
+         "the default divisor", "a divisor one off", "SGD for Adam", "each replica's mean for the default divisor",
+         "shares alike"])
 def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change, expected, examples):
     """Issue 54 (13 cell 54): the solution once divided by len(x) * 2 whatever the replicas, so its ratio of 2 held
     by construction, on one device too. Now it measures the step apply_gradients takes with each loss against
@@ -260,7 +276,8 @@ def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change,
     per-replica mean's num_replicas_in_sync times it, on 2 replicas or more: on one device, or with an optimizer
     step that averages the replicas instead of summing them, it must fail. Ninth review: on a batch of 16,384 examples
     too (it takes at most 2,048; since the thirteenth review 512). Thirteenth review: the fixed loss without the global
-    batch, or over one example more, must fail."""
+    batch, or over one example more, must fail. Fourteenth review: Adam's ratio is measured (SGD's 2.0 in its place
+    fails), and the default divisor's miss is the one its shares predict (whatever the data)."""
     import subprocess
     import sys
 
@@ -274,6 +291,7 @@ def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change,
     assert verdict and verdict[-1].startswith(expected), done.stdout[-2000:]
     if expected == "PASSED":
         assert "the step is 2.000 times Horovod's" in done.stdout, done.stdout[-2000:]
+        assert re.search(r"with Adam the per-replica mean's update is 1\.0\d+ times", done.stdout), done.stdout[-2000:]
 
 
 # the recipe cell in a kernel whose thread pools are sized as the setup's split of the CPU sizes them (argv[2] "split":
