@@ -123,7 +123,7 @@ def test_the_venv_keeps_its_own_packages_and_other_pythons_get_none_of_the_modul
     assert _gathered(log, "stack", "module_site", "venv_site", "wheel_command", "wheel_from_module", sys=sys, job_dir=tmp_path) \
         is True, stack["bdist_wheel_built_with"]  # (j) the build's bdist_wheel: the module's
     from importlib.metadata import distributions
-    builders = _gathered(log, "stack", "module_builders", distributions=distributions)  # ... as its WHEEL file says
+    builders = _gathered(log, "stack", "module_site", "module_builders", distributions=distributions)  # ... as its WHEEL says
     assert _gathered(log, "stack", "wheel_generator") in builders, (stack["wheel_generator"], builders)
     assert _gathered(log, "stack", "module_site", "venv_site", "sites", "stdlib_first", sys=sys, job_dir=tmp_path) is True, \
         stack["sys_path"]  # (g) the standard library before every site directory

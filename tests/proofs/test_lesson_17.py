@@ -794,3 +794,47 @@ def test_lesson_17_the_local_job_log_keeps_stdout_and_stderr_in_order(tmp_path):
     exec(_stack_job_cells_17()[0], namespace)
     order = [l.split()[0] for l in namespace["stack_log"].splitlines() if l.split() and l.split()[0] in ("BEFORE", "MADE", "AFTER")]
     assert order == ["BEFORE", "MADE", "AFTER"], namespace["stack_log"][-1000:]
+
+
+def _dist_info_17(directory: Path, name: str, found: str | None) -> None:
+    """A distribution's metadata in `directory` (a site-packages), as pip leaves it; none where `found` is None."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if found:
+        (directory / f"{name}-{found}.dist-info").mkdir()
+        (directory / f"{name}-{found}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {found}\n")
+
+
+@pytest.mark.parametrize("inside,outside,match", [
+    ("0.8.2", None, None),
+    # twentieth review, finding 3: an einops only outside the module's site-packages (a PYTHONPATH's, on the kernel's
+    # sys.path): the old cell searched the whole sys.path and took it for the module's (DID NOT RAISE)
+    (None, "0.8.2", "own einops should win"),
+    # ... and one ahead of the module's on sys.path: the old cell took it (99.0) for the module's, and the proof failed
+    ("0.8.2", "99.0", None)],
+    ids=["the module's", "only outside the module", "another ahead of the module's"])
+def test_lesson_17_the_module_s_einops_is_looked_up_in_its_site_packages(tmp_path, monkeypatch, inside, outside, match):
+    """The cell that looks up the module's einops reads the module's site-packages (this kernel's purelib, planted here),
+    not whatever the kernel's sys.path holds; the proof then runs on what it found."""
+    module_site, elsewhere = tmp_path / "module-site", tmp_path / "pythonpath"
+    _dist_info_17(module_site, "einops", inside)
+    _dist_info_17(elsewhere, "einops", outside)
+    monkeypatch.syspath_prepend(str(elsewhere))
+    namespace = {**_gathering_namespace_17(tmp_path, {}), "print": lambda *a, **k: None}
+    paths = sysconfig.get_paths()
+    with monkeypatch.context() as planted:
+        planted.setattr(sysconfig, "get_paths", lambda *a, **k: {**paths, "purelib": str(module_site)})
+        exec(_cell_17("module_einops = next("), namespace)
+    holds_unless(match, gather_and_prove, "17_software_stack.ipynb", namespace)
+    assert namespace["module_einops"] == inside, namespace["module_einops"]  # the module's, or none
+
+
+@pytest.mark.parametrize("builder,generator", [("wheel", "bdist_wheel (77.0)"), ("setuptools", "setuptools (77.0)")])
+def test_lesson_17_the_module_s_bdist_wheel_is_looked_up_in_its_site_packages(tmp_path, monkeypatch, builder, generator):
+    """Twentieth review, finding 3: the WHEEL file's Generator line must name a builder in the module's site-packages; a
+    wheel (or a setuptools 70.1+) found only elsewhere on the kernel's sys.path (a PYTHONPATH's) passed the old gathering
+    cell, which searched the whole sys.path (DID NOT RAISE)."""
+    _dist_info_17(tmp_path / "pythonpath", builder, "77.0")
+    monkeypatch.syspath_prepend(str(tmp_path / "pythonpath"))
+    holds_unless("bdist_wheel should come from the module", gather_and_prove, "17_software_stack.ipynb",
+                 _gathering_namespace_17(tmp_path, {"stack_changes": {"wheel_generator": generator}}))
