@@ -575,37 +575,67 @@ def test_lesson_03_set_up_predicts_a_tensorflow_start_for_each_engine(monkeypatc
     assert f"start-up {start_up} " in out, out
 
 
-@pytest.mark.parametrize("own_right,says", [([32, 32], True), ([32, 33], False)], ids=["alike", "apart"])
-def test_lesson_03_metrics_check_says_not_checked_where_every_workers_own_figure_is_the_pooled_one(
-        capsys, own_right, says):
+def _workers_03(n: int, own_right: list, own_rows: list, accuracy: float) -> dict:
+    """Lesson 03's correct-run namespace widened to n workers, their own test counts and rows given, evaluate and
+    every worker's last val_accuracy at `accuracy`."""
+    from collections import Counter
+
+    ok = OK["03_multiworker_ipyparallel.ipynb"]
+    names = [chr(ord("a") + r) for r in range(n)]
+    wide = {} if n == 2 else {
+        "in_sync": [n] * n, "local_replicas": [1] * n, "task_ids": list(range(n)), "seen": [[c] for c in names],
+        "together": Counter(names), "in_split": [Counter(names)] * n, "moved": [0.5] * n, "digests": ["d"] * n,
+        "predicted_rows": [512] * n, "padded": [512] * n, "found_at": [[32 * r] for r in range(n)], "rows": [32] * n,
+        "fit_shards": [[(r, n)] for r in range(n)], "pass_shards": [[(r, n)] for r in range(n)],
+        "kept": [r == 0 for r in range(n)], "initial_digests": ["a"] * n, "own_digests": names,
+        "asked_seeds": [42 + r for r in range(n)], "wrote": [True] * n, "stats_digests": [f"s{r}" for r in range(n)],
+        "file_stats": ["s0"] + [None] * (n - 1), "means_moved": [0.02] * n, "prediction_digests": ["p"] * n,
+        "uneven_rows": [512] * n, "fit_read": [128] * n, "iterations": [4] * n, "steps": [2] * n,
+        "step_examples": [[32]] * n, "fit_sums": list(range(n)), "again_sums": list(range(n)),
+        "val_losses": [[2.1, 1.9]] * n, "padding_checks": ok["padding_checks"][:1] * n}
+    history = {**ok["histories"][0], "val_accuracy": [0.1, accuracy]}
+    return {**ok, **wide, "own_right": own_right, "own_rows": own_rows, "eval_accuracies": [accuracy] * n,
+            "histories": [history] * n}
+
+
+@pytest.mark.parametrize("own_right,own_rows,says", [
+    ([32, 32], [256, 256], True), ([32, 33], [256, 256], False), ([60, 50, 70, 60], [128] * 4, True),
+    ([60, 50, 70, 61], [128] * 4, False)], ids=["alike", "apart", "4 workers, the chief's the pooled", "4 workers, none"])
+def test_lesson_03_metrics_check_says_not_checked_where_any_workers_own_figure_is_the_pooled_one(
+        capsys, own_right, own_rows, says):
     """Eighteenth review (03, finding 2): at COURSE_MAX_STEPS=1 worker 0's own accuracy (0.125) was the pooled one, so
-    evaluate's figure from worker 0 alone could not be told from the sum over all workers. The proof, as written, on a
-    run whose workers got 32 and 32 of 256 each (0.125 pooled and alone) with evaluate at 0.125: it says NOT CHECKED;
-    at 32 and 33 (0.126953125 pooled) it checks, and passes where evaluate and val_accuracy give the pooled figure."""
-    pooled = sum(own_right) / 512
-    history = {**OK["03_multiworker_ipyparallel.ipynb"]["histories"][0], "val_accuracy": [0.1, pooled]}
-    run_proof("03_multiworker_ipyparallel.ipynb", {**OK["03_multiworker_ipyparallel.ipynb"], "own_right": own_right,
-                                                   "own_rows": [256, 256], "eval_accuracies": [pooled] * 2,
-                                                   "histories": [history] * 2})
-    assert ("NOT CHECKED (every worker's own test accuracy is the pooled one" in capsys.readouterr().out) is says
+    evaluate's figure from worker 0 alone could not be told from the sum over all workers. Twenty-first review
+    (finding 1): the proof said so only where EVERY worker's figure was the pooled one; at 4 workers of 128 rows each,
+    60, 50, 70 and 60 right, the chief's 60/128 is the pooled 240/512 while the others differ, and evaluate handed the
+    chief's figure to all passed without a word (the old cell printed no such line: this test fails on it). The proof,
+    as written, with evaluate and val_accuracy at the pooled figure: NOT CHECKED where any worker's own figure is it
+    (32 and 32 of 256; the 4 workers above), not where none is (32 and 33; 60, 50, 70 and 61); it passes them all."""
+    pooled = sum(own_right) / sum(own_rows)
+    run_proof("03_multiworker_ipyparallel.ipynb", _workers_03(len(own_rows), own_right, own_rows, pooled))
+    out = capsys.readouterr().out
+    assert ("NOT CHECKED (a worker's own test accuracy is the pooled one here)" in out) is says, out
 
 
-@pytest.mark.parametrize("own_right,own_rows,says", [([229, 240], [256, 256], True), ([59, 69, 66], [171, 171, 170], False)],
-                         ids=["as many rows", "other rows"])
+@pytest.mark.parametrize("own_right,own_rows,says", [
+    ([229, 240], [256, 256], True), ([59, 69, 66], [171, 171, 170], False), ([66, 67, 66], [171, 171, 170], True),
+    ([85, 86, 85], [171, 171, 170], True)], ids=["as many rows", "other rows", "other rows, 8.5e-7 apart", "other rows, 0.5"])
 def test_lesson_03_metrics_check_says_not_checked_where_the_mean_of_the_workers_accuracies_is_the_pooled_one(
         capsys, own_right, own_rows, says):
     """Nineteenth review (03, finding 2): where every worker's shard holds as many real rows (2 and 4 workers here),
     the mean of the workers' own accuracies is the pooled count, so 'summed, not averaged' is not told apart (the
-    review's variant, the step's own logs in place of the re-read metrics, passed at 2 engines and failed at 3). The
-    proof, as written, on runs whose evaluate and val_accuracy give the pooled figure: NOT CHECKED where own_rows are
-    all equal (229 and 240 of 256 each), not where they differ (3 workers: 171, 171 and 170); it passes both."""
+    review's variant, the step's own logs in place of the re-read metrics, passed at 2 engines and failed at 3).
+    Twenty-first review (finding 2): with rows unequal the mean can still be the pooled figure, or within the proof's
+    1e-6 of it: 3 workers of 171, 171 and 170 rows, 85, 86 and 85 right (both 0.5) or 66, 67 and 66 (8.5e-7 apart),
+    where evaluate at the mean passed in silence (the old cell printed no line for them: this test fails on it). The
+    proof, as written, with evaluate and val_accuracy at the mean of the workers' accuracies, which is the pooled
+    figure or within 1e-6 of it wherever NOT CHECKED is due: NOT CHECKED there, not at 59, 69 and 66 (the mean 1.8e-5
+    off: there the pooled figure is passed, as here)."""
     pooled = sum(own_right) / sum(own_rows)
-    history = {**OK["03_multiworker_ipyparallel.ipynb"]["histories"][0], "val_accuracy": [0.1, pooled]}
-    run_proof("03_multiworker_ipyparallel.ipynb", {**OK["03_multiworker_ipyparallel.ipynb"], "own_right": own_right,
-                                                   "own_rows": own_rows, "eval_accuracies": [pooled] * len(own_rows),
-                                                   "histories": [history] * 2})
+    mean = sum(r / n for r, n in zip(own_right, own_rows)) / len(own_rows)
+    run_proof("03_multiworker_ipyparallel.ipynb", _workers_03(len(own_rows), own_right, own_rows, mean if says else pooled))
     out = capsys.readouterr().out
-    assert ("summed counts rather than the mean of the workers' accuracies" in out) is says, out
+    assert ("NOT CHECKED (the mean of the workers' own test accuracies is the pooled one here): summed counts rather "
+            "than the mean of the workers' accuracies" in out) is says, out
 
 
 _COUNT_ON_TWO_REPLICAS = """

@@ -665,6 +665,11 @@ BROKEN: list[tuple[str, dict, str]] = [
      "pool every worker's shard"),
     # the last val_accuracy worker 0's alone (170 of its 250), handed to every worker
     ("03_multiworker_ipyparallel.ipynb", {"histories": [{**_HISTORY_03, "val_accuracy": [0.3, 0.68]}] * 2}, "pool every worker's shard"),
+    # twenty-first review, finding 1: evaluate and val_accuracy at 0.5 where every worker's own figure is the pooled
+    # 0.125 (32 of 256 each): the old proof printed NOT CHECKED and skipped the assert
+    ("03_multiworker_ipyparallel.ipynb", {"own_right": [32, 32], "own_rows": [256, 256], "eval_accuracies": [0.5] * 2,
+                                          "histories": [{**_HISTORY_03, "val_accuracy": [0.3, 0.5]}] * 2},
+     "pool every worker's shard"),
     # nineteenth review, finding 2: the mean of the workers' own accuracies in place of the summed counts (the review's
     # run at 3 engines, the metrics re-read after the steps replaced by the step's own logs: its workers' own 59, 69
     # and 66 of 171, 171 and 170, pooled 0.37890625, evaluate and val_accuracy 0.3789244592189789, their mean)
