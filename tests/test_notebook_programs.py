@@ -10,11 +10,13 @@ from helpers.take_home import MODULE, copy_beside
 from tests.support.notebooks import NOTEBOOKS, written_program, written_programs
 
 
-def _backup(root: Path, worker: int, epoch: int, weights: str) -> None:
+def _backup(root: Path, worker: int, epoch: int, weights: str, record=None) -> None:
     directory = root / f"worker-{worker}"
     directory.mkdir(parents=True)
     (directory / "training_metadata.json").write_text(json.dumps({"epoch": epoch, "batch": 0}))
     (directory / "latest.weights.h5").write_text(weights)
+    if record:  # the program's record of a whole backup (its weights' digest), as its callback writes it
+        record(str(directory))
 
 
 def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path, monkeypatch):
@@ -23,10 +25,10 @@ def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path
     monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
     program: dict = {}
     exec(compile(written_program("06_fault_tolerance.ipynb", "{worker_program}"), "06_worker.py", "exec"), program)
-    agree = program["agree_on_backup"]
+    agree, record = program["agree_on_backup"], program["record_backup"]
 
-    _backup(tmp_path, 0, 3, "weights after epoch 3")
-    _backup(tmp_path, 1, 2, "weights after epoch 2")
+    _backup(tmp_path, 0, 3, "weights after epoch 3", record)
+    _backup(tmp_path, 1, 2, "weights after epoch 2", record)
     assert agree(str(tmp_path), 1, 2) == {0: 3, 1: 2}  # the older one keeps its own
     assert (tmp_path / "worker-1" / "latest.weights.h5").read_text() == "weights after epoch 2"
     assert agree(str(tmp_path), 0, 2) == {0: 3, 1: 2}
@@ -40,7 +42,7 @@ def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path
     # worker 1 died before its first save: it has no directory, so nobody resumes; worker 0 drops its epoch 1
     # (the program as first written listed worker-1/ to copy from it: NotFoundError on every restart)
     early = tmp_path / "early"
-    _backup(early, 0, 1, "weights after epoch 1")
+    _backup(early, 0, 1, "weights after epoch 1", record)
     assert agree(str(early), 1, 2) == {0: 1, 1: 0}
     assert agree(str(early), 0, 2) == {0: 1, 1: 0}
     assert not (early / "worker-0").exists() and not (early / "worker-1").exists()  # both start from scratch
@@ -49,7 +51,7 @@ def test_fault_tolerance_workers_resume_from_the_oldest_backed_up_epoch(tmp_path
     # would load it and start at epoch 0); both directories go, both start from scratch (as first written,
     # worker 0 copied the weights alone and kept its `epoch: 1`, worker 1 started at 0 from stray weights)
     half = tmp_path / "half"
-    _backup(half, 0, 1, "weights after epoch 1")
+    _backup(half, 0, 1, "weights after epoch 1", record)
     (half / "worker-1").mkdir()
     (half / "worker-1" / "latest.weights.h5").write_text("weights after epoch 1, no metadata")
     assert agree(str(half), 0, 2) == {0: 1, 1: 0}

@@ -50,7 +50,7 @@ _METADATA = 'tf.io.gfile.rename(f"{own}/metadata.tmp", f"{own}/training_metadata
     # variant; the solution checked the weights file alone and passed it)
     ((_METADATA, "pass"), "3"),
     # the newer worker keeps its own backup: each resumes from its own epoch
-    (('    elif epochs[rank] != epochs[oldest]:', '    elif False:'), "weights after epoch 3")],
+    (('    elif rank != oldest:', '    elif False:'), "weights after epoch 3")],
     ids=["as written", "weights only", "each its own"])
 def test_lesson_06_solution_1_checks_the_epoch_worker_0_resumes_from(change, match, monkeypatch):
     """Solution 1 runs the program's agree_on_backup on planted backups at epochs 3 and 2: worker 0 must then
@@ -154,8 +154,57 @@ def test_lesson_06_agree_on_backup_counts_a_vanished_peer_file_as_none(tmp_path,
     (tmp_path / "worker-0").mkdir()
     (tmp_path / "worker-0" / "training_metadata.json").write_text(json.dumps({"epoch": 2, "batch": 0}))
     (tmp_path / "worker-0" / "latest.weights.h5").write_text("weights after epoch 2")
+    program["record_backup"](str(tmp_path / "worker-0"))  # as the program's callback does after every save
     gone = f"{tmp_path}/worker-1/training_metadata.json"  # there when checked, gone when read
     gfile, exists = program["tf"].io.gfile, program["tf"].io.gfile.exists
     monkeypatch.setattr(gfile, "exists", lambda path: path == gone or exists(path))
     assert program["agree_on_backup"](str(tmp_path), 0, 2) == {0: 2, 1: 0}
     assert not (tmp_path / "worker-0").exists()  # nothing every worker can resume from: worker 0 dropped its own
+
+
+def _program_on_planted_backups(root, monkeypatch, planted) -> dict:
+    """The lesson's worker program, and real Keras backups planted in root: {worker: epoch}, each recorded whole."""
+    import json
+
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
+
+    monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
+    program: dict = {}
+    exec(compile(written_program("06_fault_tolerance.ipynb", "{worker_program}"), "06_worker.py", "exec"), program)
+    for worker, (epoch, seed) in planted.items():
+        model = program["compiled_cnn"]()
+        model.optimizer.build(model.trainable_variables)
+        model.layers[-1].kernel.assign(model.layers[-1].kernel + seed)  # each worker's weights its own
+        (root / f"worker-{worker}").mkdir()
+        model.save_weights(str(root / f"worker-{worker}" / "latest.weights.h5"))
+        (root / f"worker-{worker}" / "training_metadata.json").write_text(json.dumps({"epoch": epoch, "batch": 0}))
+        if "record_backup" in program:  # the program as it was before the third review recorded nothing
+            program["record_backup"](str(root / f"worker-{worker}"))
+    return program
+
+
+def test_lesson_06_agree_on_backup_counts_a_torn_weights_file_as_none(tmp_path, monkeypatch):
+    """The third review's finding 1: BackupAndRestore writes the weights file in place, then the metadata; a worker
+    killed while writing epoch 3's weights leaves a torn file beside epoch 2's metadata. The agreement checks the
+    weights against the digest recorded after the last whole save, and counts a torn file as no backup (every worker
+    from scratch). The program before that chose worker 0's torn file (the oldest, epoch 2) and copied it over worker 1's
+    whole one: the restart failed (OSError: truncated file)."""
+    program = _program_on_planted_backups(tmp_path, monkeypatch, {0: (2, 0.0), 1: (3, 0.0)})
+    weights = tmp_path / "worker-0" / "latest.weights.h5"
+    size = weights.stat().st_size
+    with open(weights, "r+b") as torn:  # killed half-way through the next save's weights
+        torn.truncate(size // 2)
+    assert program["agree_on_backup"](str(tmp_path), 1, 2) == {0: 0, 1: 3}
+    assert not (tmp_path / "worker-1").exists()  # worker 1 dropped its own; nothing torn copied over it
+
+
+def test_lesson_06_agree_on_backup_copies_one_backup_at_equal_epochs(tmp_path, monkeypatch):
+    """The third review's finding 1: two whole backups of one epoch with different weights (a worker killed after its
+    weights file and its metadata, before the other's) must not leave the workers on different weights: every worker
+    takes the lowest rank's. The program before that copied only when the epochs differed."""
+    program = _program_on_planted_backups(tmp_path, monkeypatch, {0: (2, 0.0), 1: (2, 1.0)})
+    assert program["agree_on_backup"](str(tmp_path), 1, 2) == {0: 2, 1: 2}
+    same = [(tmp_path / f"worker-{w}" / "latest.weights.h5").read_bytes() for w in (0, 1)]
+    assert same[0] == same[1], "worker 1 kept weights of its own beside worker 0's of the same epoch"
+
