@@ -662,7 +662,7 @@ def _gist(message: str) -> str:
     telling = [l for l in useful if re.search(r"aborted by|peer|unavailable|socket|connect|timed? ?out|deadline",
                                               l, re.IGNORECASE)]
     chosen = telling[0] if telling else (useful[-1] if useful else (lines[0] if lines else ""))
-    return chosen[:240]
+    return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", chosen)[:240]  # not the op's name: the cause
 
 
 # ---------------------------------- 3. stop: what this kernel started, or what a dead kernel left

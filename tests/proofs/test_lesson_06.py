@@ -208,3 +208,15 @@ def test_lesson_06_agree_on_backup_copies_one_backup_at_equal_epochs(tmp_path, m
     same = [(tmp_path / f"worker-{w}" / "latest.weights.h5").read_bytes() for w in (0, 1)]
     assert same[0] == same[1], "worker 1 kept weights of its own beside worker 0's of the same epoch"
 
+
+def test_lesson_06_survivor_error_line_keeps_its_cause():
+    """The third review's finding 4: the first attempt prints each survivor's error cut at 240 characters; the op's
+    name TensorFlow puts first ({{function_node ...}}, 113 characters) cut the heartbeats' cause to "stopped sending
+    hear". The message is a survivor's, from a run of the lesson's program."""
+    from helpers.engines.cluster import _gist
+
+    message = ("{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/replica:0/task:0/device:"
+               "CPU:0}} Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks are "
+               "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed")
+    assert _gist(message) == ("Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks "
+                              "are unhealthy (stopped sending heartbeats):")
