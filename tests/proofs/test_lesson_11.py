@@ -124,3 +124,58 @@ def test_lesson_11_stopwatch_counts_every_start_of_the_lessons_workers():
     report = next(i for i, c in enumerate(cells) if "stopwatch.report()" in c)
     in_kernel = [c for c in cells[clock:report] if not c.lstrip().startswith("%%writefile")]  # not the program's cells
     assert not any("import tensorflow" in c or "import_tensorflow" in c or "import keras" in c for c in in_kernel)
+
+
+def _fit_stopped_twice(make_backup, root) -> list[tuple[int, int]]:
+    """Three fits of 3 epochs of 4 steps with one backup directory, a backup every step: the first stopped after 6
+    steps (epoch 1, 2 steps in), the second (resumed) 2 steps into its first epoch, the third to the end. Each run's
+    (epoch it starts at, optimizer steps at its start), and the third's steps at its end."""
+    import numpy as np
+    from helpers.host import import_tensorflow
+
+    import_tensorflow()  # quietly
+    import keras
+
+    seen = []
+    for stop_after in (6, 2, 0):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+
+        class Stop(keras.callbacks.Callback):
+            steps = 0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                if self.steps == 0:  # after the backup's restore
+                    seen.append((epoch, int(self.model.optimizer.iterations.numpy())))
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.steps += 1
+                self.model.stop_training = self.steps == stop_after
+
+        model.fit(np.zeros((32, 4)), np.zeros((32, 1)), batch_size=8, epochs=3, callbacks=[make_backup(root), Stop()],
+                  verbose=0)
+    return [*seen, int(model.optimizer.iterations.numpy())]
+
+
+@pytest.mark.parametrize("change", [None, ("self._current_epoch = epoch", "pass")], ids=["as written", "stock callback"])
+def test_lesson_11_fit_backup_keeps_the_epoch_when_a_resumed_run_stops_in_its_first_epoch(change, tmp_path, monkeypatch):
+    """Second review this round, finding 1: Keras 3.15's BackupAndRestore counts epochs from 0 in every run and moves on
+    only at an epoch's end, so the backups a resumed fit writes before its first epoch ends say epoch 0: a job stopped
+    again there started fit over at epoch 0 (and trained 20 steps in all instead of 12 + the 4 repeated twice = 16).
+    The program's epoch_keeping_backup must resume the third run at epoch 1 with the optimizer at step 8."""
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
+
+    source = written_program("11_checkpoints_requeue.ipynb", "{program}")
+    if change is not None:
+        assert change[0] in source
+        source = source.replace(*change)
+    monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
+    namespace: dict = {"__name__": "train_requeue"}
+    exec(compile(source, "train_requeue.py", "exec"), namespace)
+    got = _fit_stopped_twice(lambda root: namespace["epoch_keeping_backup"](str(root / "backup"), 1), tmp_path)
+
+    def check():
+        assert got == [(0, 0), (1, 6), (1, 8), 16], got
+
+    holds_unless(None if change is None else r"\(0, 8\), 20\]", check)
