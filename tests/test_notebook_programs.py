@@ -288,8 +288,13 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
     default, on a CPU too); with an `import helpers`, `import keras` or `import tf_keras` added it fails
     (exit status 1); with the import of Keras or tf_keras in a `try` it serves (exit status 0) and the
     runner reports the import asked for, and so with `importlib.import_module`, `importlib.__import__`
-    or `__import__` in a `try` (the first two passed the old runner: no import statement). The lesson's proof fails on each. And `import tensorflow`
-    alone, Keras importable, loads Keras (the reason the runner refuses it)."""
+    or `__import__` in a `try` (the first two passed the old runner: no import statement), and so with
+    `tf.keras.models.load_model` or `from tensorflow import keras` in a `try` (TensorFlow's lazy Keras loader: the
+    runner of the second review passed both, ASKED [] and exit status 0, skipping every import a tensorflow.* module
+    made). The lesson's proof fails on each. And `import tensorflow` alone, Keras importable, loads Keras (the reason
+    the runner refuses it). The program reads raw uint8 pixels and scales them as the training pipeline did
+    (helpers.lesson.normalize): it serves the logits the model gives the scaled images, bit for bit; without its
+    division by 255 it serves other logits."""
     import ast
     import json
     import math
@@ -302,9 +307,14 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
     from tests.support.proof_cases import OK
     from tests.support.proof_cells import run_proof
 
+    from helpers.lesson import normalize
+
     keras.utils.set_random_seed(0)
-    keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]).export(str(tmp_path / "exported"), verbose=False)
-    np.save(tmp_path / "probe.npy", np.ones((3, 4), np.float32))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.export(str(tmp_path / "exported"), verbose=False)
+    raw = np.array([[0, 255, 17, 128], [3, 3, 200, 90], [255, 0, 0, 1]], np.uint8)  # raw pixels, as the lesson saves them
+    np.save(tmp_path / "probe.npy", raw)
+    kernel = model(normalize(raw, 0)[0]).numpy()  # the logits of the images as training scaled them
     program = written_program("15_models_you_keep.ipynb")
     cell = next(c.source for c in nbformat.read(NOTEBOOKS / "15_models_you_keep.ipynb", as_version=4).cells
                 if c.cell_type == "code" and "RUNNER = " in c.source)
@@ -336,7 +346,14 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
                 "with importlib.__import__ in a try": (adding("import importlib\ntry:\n    importlib.__import__('keras')"
                                                               "\nexcept ImportError:\n    pass"), refused),
                 "with __import__ in a try": (adding("try:\n    __import__('tf_keras')\nexcept ImportError:\n    pass"),
-                                             refused)}
+                                             refused),
+                # the second review of 2026-11-30, finding 1: Keras asked for through TensorFlow's lazy loader
+                "with tf.keras in a try": (adding("try:\n    tf.keras.models.load_model\nexcept ImportError:\n    pass"),
+                                           refused),
+                "with from tensorflow import keras in a try": (adding("try:\n    from tensorflow import keras\n"
+                                                                      "    keras.models.load_model\nexcept ImportError:\n"
+                                                                      "    pass"), refused),
+                "without the scaling": (program.replace(" / 255.0", ""), None)}
     expected = {"as the lesson runs it": (0, [], False), "without the TF32 line": (0, [], True),
                 "with import helpers": (1, [["helpers", "__main__"]], None),
                 "with import keras": (1, [["keras", "__main__"]], None),
@@ -345,7 +362,10 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
                 "with import tf_keras in a try": (0, [["tf_keras", "__main__"]], False),
                 "with importlib.import_module in a try": (0, [["helpers", "__main__"]], False),
                 "with importlib.__import__ in a try": (0, [["keras", "__main__"]], False),
-                "with __import__ in a try": (0, [["tf_keras", "__main__"]], False)}
+                "with __import__ in a try": (0, [["tf_keras", "__main__"]], False),
+                "with tf.keras in a try": (0, [["keras", "__main__"]], False),
+                "with from tensorflow import keras in a try": (0, [["keras", "__main__"]], False),
+                "without the scaling": (0, [], False)}
     for name, (source, match) in variants.items():
         script, out = tmp_path / f"{name.replace(' ', '_')}.py", tmp_path / f"{name.replace(' ', '_')}.npz"
         script.write_text(source)
@@ -357,6 +377,7 @@ def test_lesson_15_serving_program_runs_without_keras_and_helpers_and_the_proof_
             with np.load(out) as answer:
                 assert answer["logits"].shape == (3, 2)
                 tf32 = bool(answer["tf32"])
+                assert np.array_equal(answer["logits"], kernel) == (name != "without the scaling"), (name, answer["logits"])
         assert (done.returncode, asked, tf32) == expected[name], (name, done.stdout[-1000:], done.stderr[-3000:])
         assert done.returncode == 0 or "ModuleNotFoundError" in done.stderr, (name, done.stderr[-3000:])
         reported = {"tf32_on": {"workers": False, "here": False, "serving program": tf32}, "served_status": done.returncode,

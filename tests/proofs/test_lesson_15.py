@@ -93,7 +93,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [1.7, 1.7],
-              "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [22, 22], **answers}
+              "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
     reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False,
@@ -103,7 +103,8 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
                                                      list_logical_devices=lambda kind: []))
     return {"engines": PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
             "served_status": 0, "served_asked": [], "stored_jit": False, "mirrored_replicas": mirrored,
-            "kernel_replicas": kernel_replicas, "file_arrays": 22, "tf": fake_tf}
+            "kernel_replicas": kernel_replicas, "file_arrays": (12, 10), "tf": fake_tf,
+            "file_modules": ["keras", "keras.layers"]}
 
 
 def _gather_15(namespace: dict) -> None:
@@ -232,3 +233,37 @@ def test_lesson_15_proof_on_one_worker_says_not_checked_for_the_workers_claims(c
     run_proof("15_models_you_keep.ipynb", {"math": math, **ok, **one, "models_listed_by": listed, "worker_replicas": workers})
     said = capsys.readouterr().out
     assert ("NOT CHECKED (one worker)" in said) == (workers == 1), said
+
+
+@pytest.mark.parametrize("layer,match", [("keras", None), ("the course's", "Keras's modules only")])
+def test_lesson_15_file_cell_reads_the_modules_and_arrays_of_a_real_file(tmp_path, monkeypatch, layer, match):
+    """2026-11-30 second review, findings 3 and 5: the cell that opens the .keras file, run on a real file. A
+    model with a layer registered by code outside Keras (as a course layer in small_cnn would be) names that
+    module in config.json: the proof must fail on it (the old proof had no such check, and the file then
+    opens only where that code is installed). And the arrays it counts are the model's and the optimizer's,
+    each as many as the model's and the optimizer's variables."""
+    import keras
+
+    @keras.saving.register_keras_serializable(package="course_planted")
+    class Doubled(keras.layers.Layer):  # its module: this test's, as a course layer's would be helpers.*
+        def call(self, x):
+            return x * 2.0
+
+    keras.utils.set_random_seed(0)
+    extra = [Doubled()] if layer == "the course's" else [keras.layers.Activation("linear")]
+    model = keras.Sequential([keras.Input((4,)), *extra, keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse", jit_compile=False)
+    model.fit(np.ones((8, 4), "float32"), np.ones((8, 3), "float32"), epochs=1, verbose=0)
+    kept_file = tmp_path / "15_best.keras"
+    model.save(kept_file)
+    cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "file_modules = " in s)
+    held = (len(model.variables), len(model.optimizer.variables))
+    namespace = {"kept_file": kept_file, "held_counts": [held] * 2, "worker_replicas": 2, "print": lambda *a, **k: None}
+    exec(compile(cell, "15 file", "exec"), namespace)
+    assert namespace["file_arrays"] == held, (namespace["file_arrays"], held)
+    assert ("keras.layers" in namespace["file_modules"]
+            and (Doubled.__module__ in namespace["file_modules"]) == (layer != "keras")), namespace["file_modules"]
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
+    holds_unless(match, _gather_15, {**_raw_15(answers), "file_modules": namespace["file_modules"]})
