@@ -16,12 +16,31 @@ Measured on this course's CPU (tests/test_xla_flags.py runs a `jit_compile=False
 TensorFlow's "Compiled cluster using XLA!" line): `--tf_xla_auto_jit=2` alone and `set_jit` alone
 compile nothing; either with `--tf_xla_cpu_global_jit` compiles; `=0` with it compiles only with
 `set_jit`; `=-1` with it and `set_jit` compiles nothing. The GPU rule is from the sources only.
+
+`TF_XLA_FLAGS` may also name a file of flags: XLA's `parse_flags_from_env.cc` (which TensorFlow's flags.cc
+calls) reads the value as flags when, past leading spaces and tabs, it starts with '-', else as the name of a
+file whose contents are the flags (TensorFlow stops at start when it cannot open it). `flags_in` does the same,
+and `auto_clustering` reads its `xla_flags` through it; measured here, a file holding `--tf_xla_auto_jit=2
+--tf_xla_cpu_global_jit` named by `TF_XLA_FLAGS` compiled a `jit_compile=False` step (tests/test_xla_flags.py).
 """
 
 from __future__ import annotations
 
 AUTO_JIT = "--tf_xla_auto_jit="
 CPU_GLOBAL_JIT = "--tf_xla_cpu_global_jit"
+
+
+def flags_in(value: str) -> str:
+    """The flags a `TF_XLA_FLAGS` value gives, as XLA reads it: the value itself when empty or when, past leading
+    spaces and tabs, it starts with '-'; else the contents of the file it names. A file that cannot be read (XLA
+    stops the process) gives a value that does not start with '-', which `auto_clustering` counts as on."""
+    if not value.lstrip(" \t") or value.lstrip(" \t").startswith("-"):
+        return value
+    try:
+        with open(value) as named:
+            return named.read()
+    except OSError as error:
+        return f"(TF_XLA_FLAGS names a file that cannot be read: {error})"
 
 
 def _level(value: str | None, optimizer_jit: str, on_gpu: bool) -> bool:
@@ -54,18 +73,23 @@ def _cpu_global_jit(tokens: list[str]) -> bool:
 def auto_clustering(xla_flags: str, optimizer_jit: str, on_gpu: bool) -> str:
     """What of auto-clustering applies to the steps of a process, "" when none does.
 
-    `xla_flags`: its `TF_XLA_FLAGS`; `optimizer_jit`: its `tf.config.optimizer.get_jit()`
+    `xla_flags`: its `TF_XLA_FLAGS` (flags, or the name of a file of flags: `flags_in`); `optimizer_jit`: its `tf.config.optimizer.get_jit()`
     ("autoclustering" or ""); `on_gpu`: its steps run on a GPU. Not empty, the settings that turn it on,
     for a message. A `single-gpu(N)` level is counted wherever the process has a GPU, though TensorFlow
     applies it to one-GPU graphs only: a report of on where it may not be, never the other way.
     """
-    tokens = xla_flags.split()
+    given = flags_in(xla_flags)
+    if given.startswith("(TF_XLA_FLAGS names a file"):  # TensorFlow stops at start: never passed as off
+        return given
+    tokens = given.split()
     levels = [t[len(AUTO_JIT):] for t in tokens if t.startswith(AUTO_JIT)]
     if not _level(levels[-1] if levels else None, optimizer_jit, on_gpu):
         return ""
     if not (on_gpu or _cpu_global_jit(tokens)):
         return ""
     said = [f"TF_XLA_FLAGS={xla_flags.strip()!r}"] if xla_flags.strip() else []
+    if given is not xla_flags:  # read from the file it names
+        said[-1] += f" (the file's flags: {given.strip()!r})"
     return "; ".join(said + ([f"set_jit: {optimizer_jit}"] if optimizer_jit else [])) + (" on a GPU" if on_gpu else "")
 
 

@@ -81,3 +81,38 @@ def test_what_it_says_is_what_tensorflow_compiles_on_this_cpu(flags, optimizer_j
     said = next(line[5:] for line in done.stdout.splitlines() if line.startswith("SAID "))
     compiled = "Compiled cluster using XLA!" in done.stderr
     assert (said != "''") == compiled, f"TF_XLA_FLAGS={flags!r}, set_jit {optimizer_jit!r}: compiled {compiled}, said {said}"
+
+
+@pytest.mark.parametrize("in_file,optimizer_jit,on_gpu,expected", [
+    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit\n", "", OFF, ON),
+    ("--tf_xla_auto_jit=2\n", "", OFF, OFF),  # the file's flags by the same rules: a CPU compiles nothing without the flag
+    ("--tf_xla_auto_jit=-1 --tf_xla_cpu_global_jit", "autoclustering", OFF, OFF),
+    (None, "", OFF, ON)])  # a file that cannot be read: TensorFlow stops at start, never passed as off
+def test_a_value_not_starting_with_a_dash_names_a_file_of_flags(in_file, optimizer_jit, on_gpu, expected, tmp_path):
+    """Thirteenth review of lesson 07, finding 4: XLA reads TF_XLA_FLAGS as the name of a file of flags when it does
+    not start with '-' (parse_flags_from_env.cc); the old reading took the name for flags, found none, and said off."""
+    named = tmp_path / "xla_flags"
+    if in_file is not None:
+        from helpers.xla_flags import flags_in
+
+        named.write_text(in_file)
+        assert flags_in(str(named)) == in_file and flags_in(f"  {in_file}") == f"  {in_file}"
+    said = auto_clustering(str(named), optimizer_jit, on_gpu)
+    assert bool(said) == expected, (in_file, optimizer_jit, on_gpu, said)
+    assert not said or str(named) in said
+
+
+def test_a_file_of_flags_compiles_on_this_cpu_and_is_said_to(tmp_path):
+    """Thirteenth review of lesson 07, finding 4, on TensorFlow itself: TF_XLA_FLAGS naming a file that holds
+    '--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit' compiles a jit_compile=False step (TensorFlow's "Compiled cluster
+    using XLA!"), and auto_clustering_here says so (the old reading said '' here: DID NOT RAISE in the lesson's proof)."""
+    from tests.conftest import ROOT
+
+    named = tmp_path / "xla_flags"
+    named.write_text("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit\n")
+    env = {**os.environ, "TF_XLA_FLAGS": str(named), "TF_CPP_MIN_LOG_LEVEL": "0"}
+    done = subprocess.run([sys.executable, "-c", PROBE, ""], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = next(line[5:] for line in done.stdout.splitlines() if line.startswith("SAID "))
+    assert "Compiled cluster using XLA!" in done.stderr, done.stderr[-3000:]
+    assert said != "''", f"TF_XLA_FLAGS={named} (a file of flags): compiled, said {said}"
