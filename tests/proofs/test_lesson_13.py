@@ -244,7 +244,7 @@ _MEAN_OPTIMIZER = ("sgd.apply_gradients(zip(tape.gradient(loss, m.trainable_vari
     # solution 2.0e-3 off at 16,384 (failed), the solution capped at 2,048 examples 6.1e-5
     (2, (), "PASSED", 16384),
     # tenth review, finding 2: 15 examples (3 workers of 5) split 8 and 7 over 2 replicas, and the old fixed loss
-    # divided each by its own batch x 2 (16 and 14), 0.0648 off Horovod's step in the review's run: it failed
+    # divided each by its own batch x 2 (16 and 14), 0.0648 off the whole batch's mean in the review's run: it failed
     (2, (), "PASSED", 15),
     # thirteenth review, finding 1: every batch the solution took split evenly, so a replica's batch x replicas (the
     # default divisor) passed every assert; now 15 examples split 8 and 7 too, the fix's within its bound (random
@@ -259,25 +259,35 @@ _MEAN_OPTIMIZER = ("sgd.apply_gradients(zip(tape.gradient(loss, m.trainable_vari
     # mode's data, after 1 and 10 steps)
     (2, ("optimizer=keras.optimizers.Adam", "optimizer=lambda: keras.optimizers.SGD(1.0)"),
      "FAILED with Adam the bug should hide", 32),
-    # finding 2: the default divisor's step against the figure predicted from the shares' means; each replica's own mean
-    # measured in its place (about 1 off, not 3.8e-2) passed the old `default_odd > 1e-2`
+    # finding 2: the default divisor's step against the figure predicted from the shares' means (fifteenth review,
+    # finding 1: the mean of the shares' means is Horovod's step on an uneven split, the whole batch's mean is not);
+    # each replica's own mean measured in its place (about 1 off, not 3.8e-2) passed the old `default_odd > 1e-2`
     (2, ("tf.nn.compute_average_loss(per_example)\n", "tf.reduce_mean(per_example)\n"),
-     "FAILED a replica's batch x replicas should miss by the shares' means apart", 32),
+     "FAILED a replica's batch x replicas should miss the whole batch's mean as Horovod's mean of the shares' means", 32),
+    # fifteenth review, finding 2: Adam's ratio had no lower bound (`max(adam.values()) < 1.1`); the per-replica mean's
+    # Adam step at a rate 4 x replicas smaller (0.1265 and 0.1299 after 1 and 10 steps) passed it. Dividing its loss
+    # instead moves Adam hardly at all (it divides by the gradient's scale: measured 0.9659 and 0.9820)
+    (2, ("optimizer=keras.optimizers.Adam",
+         "optimizer=lambda k=kind: keras.optimizers.Adam(1e-3 / (4 * replicas) if k == \"per-replica mean\" else 1e-3)"),
+     "FAILED with Adam the bug should hide", 32),
     # ... and where the shares agree (every example alike) the default divisor misses by nothing: the old check failed
     # this correct run
     (2, (), "PASSED", "32 alike")],
     ids=["two replicas", "one device", "the optimizer averages", "16,384 examples", "15 examples",
          "the default divisor", "a divisor one off", "SGD for Adam", "each replica's mean for the default divisor",
-         "shares alike"])
+         "Adam's ratio far below 1", "shares alike"])
 def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change, expected, examples):
     """Issue 54 (13 cell 54): the solution once divided by len(x) * 2 whatever the replicas, so its ratio of 2 held
     by construction, on one device too. Now it measures the step apply_gradients takes with each loss against
-    Horovod's (one step with no strategy on the whole batch): the fixed loss's step must be Horovod's, the
-    per-replica mean's num_replicas_in_sync times it, on 2 replicas or more: on one device, or with an optimizer
-    step that averages the replicas instead of summing them, it must fail. Ninth review: on a batch of 16,384 examples
+    one process's step with no strategy on the whole batch (the whole batch's mean; Horovod's where the shares are
+    equal): the fixed loss's step must be that one, the per-replica mean's num_replicas_in_sync times it, on 2
+    replicas or more: on one device, or with an optimizer step that averages the replicas instead of summing them, it
+    must fail. Ninth review: on a batch of 16,384 examples
     too (it takes at most 2,048; since the thirteenth review 512). Thirteenth review: the fixed loss without the global
     batch, or over one example more, must fail. Fourteenth review: Adam's ratio is measured (SGD's 2.0 in its place
-    fails), and the default divisor's miss is the one its shares predict (whatever the data)."""
+    fails), and the default divisor's miss is the one its shares predict (whatever the data). Fifteenth review: on an
+    uneven split the default divisor, like Horovod, gives the mean of the shares' means, the fixed loss the whole
+    batch's mean; Adam's ratio must be near 1 from below too."""
     import subprocess
     import sys
 
