@@ -384,7 +384,8 @@ DROPS_XLA = ("    result = measure(strategy, examples, model_name, per_replica, 
                                            ("worker 1 pauses", "inside timed steps"), ("worker 1 asks XLA", "auto-clustering"),
                                            ("worker 1 reads slowly", "reading the input alone"),
                                            ("workers drop XLA flags", "auto-clustering"),
-                                           ("workers start with a flag file", "auto-clustering")])
+                                           ("workers start with a flag file", "auto-clustering"),
+                                           ("workers size inter-op from the environment", "not the course's")])
 def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
     batched per_replica x (1 + input_pipeline_id) (batches [[32], [64]], 128 and 256 examples kept) passed it. Tenth
@@ -397,7 +398,10 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     step); the workers' gathering cell and the proof on their output (the kernel's points planted): as written it
     passes, each change must fail it. Thirteenth review, finding 4: XLA reads a TF_XLA_FLAGS that does not start with
     '-' as the name of a file of flags; workers started with one naming a file of STARTED_WITH_XLA compiled their steps,
-    and the old proof, reading the file's name as the flags, passed (DID NOT RAISE)."""
+    and the old proof, reading the file's name as the flags, passed (DID NOT RAISE). Finding 5: where the course
+    leaves the pools at (0, 0) (COURSE_TUNING=off, GPU nodes), TensorFlow sizes a pool from TF_NUM_INTRAOP_THREADS /
+    TF_NUM_INTEROP_THREADS; workers started with TF_NUM_INTEROP_THREADS=8 (8 inter-op threads, 'tf_Compute' in
+    /proc, against 2 without) passed the old proof, which read the getters only (DID NOT RAISE)."""
     import json
 
     from helpers.data import ensure_data
@@ -406,21 +410,25 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     from tests.support.notebooks import written_program
 
     program = written_program("07_scaling_performance.ipynb", "{worker_program}")
-    if variant not in ("as written", "workers start with a flag file"):
+    if variant not in ("as written", "workers start with a flag file", "workers size inter-op from the environment"):
         old, new = DROPS_XLA if variant == "workers drop XLA flags" else WORKER_1[variant]
         assert program.count(old) == 1, old
         program = program.replace(old, new)
     (tmp_path / "07_measure.py").write_text(program)
     copy_beside(tmp_path)  # mwms_slurm.py, which the workers import
-    arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", "1", "2"]
+    from_env = variant == "workers size inter-op from the environment"  # the course's (0, 0): no tuning, or a GPU node
+    pools = ["0", "0"] if from_env else ["1", "2"]
+    arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", *pools]
     dropped = variant in ("workers drop XLA flags", "workers start with a flag file")  # TensorFlow's log on: it compiled
     (tmp_path / "xla_flags").write_text(STARTED_WITH_XLA + "\n")  # the flags in a file, its name in TF_XLA_FLAGS
     flags = str(tmp_path / "xla_flags") if variant == "workers start with a flag file" else STARTED_WITH_XLA
     env = {**__import__("os").environ, "TF_XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "0"} if dropped else None
+    env = {**__import__("os").environ, "TF_NUM_INTEROP_THREADS": "8"} if from_env else env
     runs = {2: run_local_workers(arguments, n=2, deadline_s=600, env=env)}
     assert all(o.returncode == 0 for o in runs[2]), [o.output[-2000:] for o in runs[2]]
     assert not dropped or all("Compiled cluster using XLA" in o.output for o in runs[2]), [o.output[-2000:] for o in runs[2]]
-    kernel = [{**lesson_07_point("MirroredStrategy", n), "span_s": 2.0, "in_steps_s": 1.9} for n in (1, 2)]
+    kernel = [{**lesson_07_point("MirroredStrategy", n), "span_s": 2.0, "in_steps_s": 1.9,
+               **({"threads": [0, 0]} if from_env else {})} for n in (1, 2)]
     ns = {"points": kernel, "runs": runs, "planned": {("MultiWorkerMirroredStrategy", 2): "CPU"}, "loads": {2: 1.0},
           "json": json, "print": lambda *a, **k: None}
     exec(cell_defining("07_scaling_performance.ipynb", "for n, outcomes in runs.items():"), ns)
@@ -431,7 +439,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           f"{[round(r['input_s'] / r['median_step_s'], 3) for r in results]} (ms: "
           f"{[(round(1000 * r['input_s'], 1), round(1000 * r['median_step_s'], 1)) for r in results]}), TF_XLA_FLAGS "
           f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}")
-    raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+    raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2],
+           **({"course_pools": (0, 0)} if from_env else {})}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
@@ -569,7 +578,9 @@ def test_lesson_07_slurm_plot_gives_each_batch_loop_and_batch_norm_its_curve_and
 @pytest.mark.parametrize("tuning_on,visible,max_replicas,expected", [
     ("on", "", 2, (2, 2)), ("on", "", 4, (1, 2)), ("on", "", 8, (1, 2)),  # cores / MAX_REPLICAS, at least 1; 2 inter-op
     ("off", "", 2, (0, 0)), ("on", "0", 2, (0, 0)), ("on", "", 1, (0, 0))])  # tuning off, a GPU, one replica
-def test_lesson_07_expects_the_pools_the_course_gave_its_kernel(tuning_on, visible, max_replicas, expected, monkeypatch):
+@pytest.mark.parametrize("pool_variables", [{"TF_NUM_INTRAOP_THREADS": "", "TF_NUM_INTEROP_THREADS": ""}])
+def test_lesson_07_expects_the_pools_the_course_gave_its_kernel(tuning_on, visible, max_replicas, expected, monkeypatch,
+                                                                 pool_variables):
     """Eighth review, finding 9: cells 0 and 14 state the pools (cores / MAX_REPLICAS intra-op threads on a CPU-only
     node, TensorFlow's (0, 0) with the tuning off), yet the proof checked only that every process had one pair, and
     passed with all of them at (0, 0) (a case in tests/support/proof_cases.py now fails). The workers' cell's
@@ -580,9 +591,35 @@ def test_lesson_07_expects_the_pools_the_course_gave_its_kernel(tuning_on, visib
     monkeypatch.setenv(tuning.TUNING_ENV, tuning_on)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setattr(tuning, "cpu_count", lambda: 4)
-    ns = {"tuning": tuning, "gpu_count_without_tf": gpu_count_without_tf, "MAX_REPLICAS": max_replicas}
+    for name, value in pool_variables.items():
+        monkeypatch.setenv(name, value) if value else monkeypatch.delenv(name, raising=False)
+    ns = {"tuning": tuning, "gpu_count_without_tf": gpu_count_without_tf, "MAX_REPLICAS": max_replicas,
+          "pool_from_env": _program_function("pool_from_env")}
     exec(assignment_source("07_scaling_performance.ipynb", "course_pools"), ns)
     assert tuple(ns["course_pools"]) == expected, ns["course_pools"]
+
+
+def _program_function(name):
+    """One function of lesson 07's program (07_measure.py), as written, defined alone."""
+    import ast
+
+    from tests.support.notebooks import written_program
+
+    program = written_program("07_scaling_performance.ipynb", "{worker_program}")
+    node = next(n for n in ast.parse(program).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    ns = {"os": __import__("os")}
+    exec(ast.get_source_segment(program, node), ns)
+    return ns[name]
+
+
+@pytest.mark.parametrize("tuning_on,visible,expected", [("off", "", (0, 8)), ("on", "0", (0, 8)), ("on", "", (2, 2))])
+def test_lesson_07_expects_tf_num_threads_where_the_course_leaves_the_pools_at_0(tuning_on, visible, expected, monkeypatch):
+    """Thirteenth review, finding 5: where the course leaves the pools at (0, 0), TensorFlow sizes them from
+    TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS (measured: 8 inter-op threads at TF_NUM_INTEROP_THREADS=8, 2
+    without, 3 with the getter set to 3 as well); the course's expected pair must be that one, and the tuned pair
+    (set through the getters, which TensorFlow prefers) stays."""
+    test_lesson_07_expects_the_pools_the_course_gave_its_kernel(
+        tuning_on, visible, 2, expected, monkeypatch, {"TF_NUM_INTRAOP_THREADS": "", "TF_NUM_INTEROP_THREADS": "8"})
 
 
 def test_lesson_07_table_prints_the_schedulers_autogroup_setting(capsys):
