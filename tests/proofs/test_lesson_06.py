@@ -9,18 +9,23 @@ from tests.support.proof_cases import OK
 from tests.support.proof_cells import gather_and_prove, holds_unless, solution_source
 
 
-def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1, sleeper_ended=106.0) -> dict:
+def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1, sleeper_ended=106.0,
+          replicas=2, late_value=None) -> dict:
     """Lesson 06's raw reports of its two runs, in engine order (rank 1 first), wall clocks of the
     workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came,
     and when rank 1 woke and left;
-    beside a peer 13 s late with no timeout (both entering at 200.0), what rank 0 got and when."""
+    beside a peer 13 s late with no timeout (both entering at 200.0), what rank 0 got and when; `replicas` is the
+    strategy's num_replicas_in_sync (all workers'), and the sum of 1.0 from each replica unless `late_value`."""
     ok = OK["06_fault_tolerance.ipynb"]
-    late = {"error": late_error, "value": None if late_error else 2.0}
+    value = float(replicas) if late_value is None else late_value
+    late = {"error": late_error, "value": None if late_error else value, "replicas": replicas}
     return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "sleeper_ended_s", "late_results",
                                                        "late_waited_s")},
-            "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": sleeper_ended},
-                          {"rank": 0, "entered": 100.0, "error": error, "value": None, "ended": failed}],
-            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": 2.0, "ended": 213.1},
+            "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": sleeper_ended,
+                           "replicas": replicas},
+                          {"rank": 0, "entered": 100.0, "error": error, "value": None, "ended": failed,
+                           "replicas": replicas}],
+            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": value, "ended": 213.1, "replicas": replicas},
                           {"rank": 0, "entered": 200.0, **late, "ended": late_ended}]}
 
 
@@ -32,9 +37,16 @@ def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_end
     ({"failed": 106.5}, "after about 3 s"),  # 6.5 s: after worker 1 woke (6 s) and left
     ({"failed": 105.0, "sleeper_ended": 104.0}, "before worker 1 woke"),  # the error only once worker 1 had left
     ({"late_error": "UnavailableError", "late_ended": 210.0}, "past the heartbeat timeout"),  # asleep = dead
-    ({"late_ended": 205.0}, "past the heartbeat timeout")],  # rank 0 done before the heartbeats could matter
+    ({"late_ended": 205.0}, "past the heartbeat timeout"),  # rank 0 done before the heartbeats could matter
+    ({"late_ended": 210.1}, "past the heartbeat timeout"),  # 10.1 s: not the 13 s sleep (the proof took > 10)
+    # 2 workers x 2 GPUs (helpers/gpus.py plans an equal share of a node's GPUs): strategy.run runs once per
+    # replica, so the sum is 4.0, a correct run the old proof (1.0 per worker, 2.0) refused; and the per-worker
+    # sum there, 2.0 of 4 replicas, is not the all-reduce of every replica
+    ({"replicas": 4}, None),
+    ({"replicas": 4, "late_value": 2.0}, "past the heartbeat timeout")],
     ids=["timed out", "heartbeat error", "too soon", "too late", "after the peer woke", "after the peer left",
-         "late peer counted dead", "late peer not late"])
+         "late peer counted dead", "late peer not late", "late peer 10.1 s", "2 x 2 replicas",
+         "2 x 2 replicas, per-worker sum"])
 def test_lesson_06_gathering_cell_times_the_wait_beside_a_hung_peer(changes, match):
     """From the workers' reports: each wait is rank 0's own clock from entering the all-reduce to
     its end (the engines' order does not matter); beside the late peer, what every worker got."""
