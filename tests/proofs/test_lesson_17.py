@@ -380,13 +380,14 @@ def _keras_runs_17(**changes) -> dict:
     per-worker changes (a list of 2 dicts), or to None for a run whose workers never reported."""
     good = {"Keras 3": {"fit": "ValueError: Attempt to convert a value (PerReplica:{...})", "module": "keras",
                         "keras": "3.15.1", "imported": "keras"},
-            "Keras 3 + fix": {"fit": "ok", "weights": "a1", "module": "keras", "keras": "3.15.1", "imported": "keras"},
-            "Keras 2 (tf_keras)": {"fit": "ok", "weights": "b2", "module": "tf_keras", "keras": "2.21.0",
+            "Keras 3 + fix": {"fit": "ok", "weights": "a1", "moved": True, "module": "keras", "keras": "3.15.1",
+                              "imported": "keras"},
+            "Keras 2 (tf_keras)": {"fit": "ok", "weights": "b2", "moved": True, "module": "tf_keras", "keras": "2.21.0",
                                    "imported": "tf_keras"}}
     out = {}
     for name, report in good.items():  # one cluster of 2 workers, one replica each
         per_worker = changes.get(name, [{}, {}])
-        out[name] = [] if per_worker is None else [{"rank": r, "replicas": 2, "local": 1, **report, **c}
+        out[name] = [] if per_worker is None else [{"rank": r, "host": f"node{r + 1}", "replicas": 2, "local": 1, **report, **c}
                                                    for r, c in enumerate(per_worker)]
     return out
 
@@ -460,6 +461,12 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"setuptools_from_module": True}, "setuptools"),  # on Python 3.11 the build took the module's: not as said
     ({"runs": {"Keras 3": [{}, {"fit": "ok", "weights": "c"}]}}, "should fail without the fix"),  # one worker fitted
     ({"runs": {"Keras 3 + fix": [{}, {"weights": "a2"}]}}, "identical weights"),
+    # twenty-first review, finding 1: a fit that trained nothing (SGD(0.0)) ends with identical weights by construction
+    # (MWMS starts every worker from worker 0's values), its fit ok: passed the old proof
+    ({"runs": {"Keras 3 + fix": [{"moved": False}, {"moved": False}]}}, "fit should change the weights"),
+    ({"runs": {"Keras 2 (tf_keras)": [{"moved": False}, {"moved": False}]}}, "fit should change the weights"),
+    # finding 3: on Slurm both workers of a run on one node (one per node was stated, never asserted): passed before
+    ({"runs": {"Keras 2 (tf_keras)": [{"host": "node1"}, {"host": "node1"}]}}, "one per node"),
     ({"runs": {"Keras 2 (tf_keras)": [{}, {"imported": "keras"}]}}, "from tensorflow.keras import"),
     ({"runs": {"Keras 2 (tf_keras)": [{}]}}, "every variant"),  # one worker's report lost
     # tenth review, finding 1: every worker ran alone (rank 0, one replica each): 2 reports a variant passed the old count
@@ -524,7 +531,8 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "pythonpath", "user site read", "found after unload", "not with ebpythonprefixes alone",
          "a system tensorflow after unload", "a system tensorflow with ebpythonprefixes alone",
          "a sibling env's tensorflow with ebpythonprefixes alone", "no ebonly line", "module's setuptools",
-         "keras 3 fitted on one", "fix weights apart", "from-import keras 3", "worker missing", "every worker rank 0 alone",
+         "keras 3 fitted on one", "fix weights apart", "fix trained nothing", "tf_keras trained nothing",
+         "two workers on one node", "from-import keras 3", "worker missing", "every worker rank 0 alone",
          "two rank 0s", "each worker its own cluster",
          "NoDevFiles counted", "slurm_gpus_on_node not read", "slurm_gpus_on_node first", "slurm_job_id not read",
          "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",

@@ -435,6 +435,7 @@ OK["17_software_stack.ipynb"] = {
     "keras_log": "ValueError: Attempt to convert a value (PerReplica:{...})",
     "keras3_fits": ["ValueError: Attempt to convert a value (PerReplica:{...})"] * 2,
     "weights": {"Keras 3": [None], "Keras 3 + fix": ["a"], "Keras 2 (tf_keras)": ["b"]},
+    "moved": {"Keras 3": [None], "Keras 3 + fix": [True], "Keras 2 (tf_keras)": [True]}, "hosts": dict.fromkeys(_VARIANTS, 2),
     "versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"], "Keras 2 (tf_keras)": ["tf_keras 2.21.0"]},
     "imported": {"Keras 3": ["keras"], "Keras 3 + fix": ["keras"], "Keras 2 (tf_keras)": ["tf_keras"]},
     "flagged": _FLAGGED, "where": "this machine", "counted": _COUNTED_17,
@@ -1873,6 +1874,17 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                "Keras 2 (tf_keras)": ["ok"]}}, "with the fix, and with tf_keras"),
     ("17_software_stack.ipynb", {"weights": {"Keras 3": [None], "Keras 3 + fix": ["a", "b"], "Keras 2 (tf_keras)": ["b"]}},
      "identical weights"),
+    # twenty-first review, finding 1: keras_versions.py with SGD(0.0) on 2 workers: fit ok, identical weights (MWMS starts
+    # every worker from worker 0's values), nothing trained: passed the old proof
+    ("17_software_stack.ipynb", {"moved": {"Keras 3": [None], "Keras 3 + fix": [False], "Keras 2 (tf_keras)": [False]}},
+     "fit should change the weights"),
+    ("17_software_stack.ipynb", {"moved": {"Keras 3": [None], "Keras 3 + fix": [True], "Keras 2 (tf_keras)": [False]}},
+     "fit should change the weights"),
+    ("17_software_stack.ipynb", {"moved": {"Keras 3": [None], "Keras 3 + fix": [False], "Keras 2 (tf_keras)": [True]}},
+     "fit should change the weights"),
+    # finding 3: on Slurm a run's 2 workers on one node (one per node stated, never asserted): passed the old proof
+    ("17_software_stack.ipynb", {"use_slurm": True, "hosts": {**dict.fromkeys(_VARIANTS, 2), "Keras 3 + fix": 1}},
+     "one per node"),
     ("17_software_stack.ipynb", {"versions": {"Keras 3": ["keras 3.15.1"], "Keras 3 + fix": ["keras 3.15.1"],
                                               "Keras 2 (tf_keras)": ["keras 3.15.1"]}}, "tf_keras only when asked"),
     # `package` read after `from tensorflow.keras import`, which binds the module tensorflow.keras to tf.keras (eighth review)
