@@ -28,6 +28,7 @@ from __future__ import annotations
 
 AUTO_JIT = "--tf_xla_auto_jit="
 CPU_GLOBAL_JIT = "--tf_xla_cpu_global_jit"
+UNREADABLE = "(TF_XLA_FLAGS names a file that cannot be read"  # flags_in's answer then
 
 
 def flags_in(value: str) -> str:
@@ -40,7 +41,7 @@ def flags_in(value: str) -> str:
         with open(value) as named:
             return named.read()
     except OSError as error:
-        return f"(TF_XLA_FLAGS names a file that cannot be read: {error})"
+        return f"{UNREADABLE}: {error})"
 
 
 def _level(value: str | None, optimizer_jit: str, on_gpu: bool) -> bool:
@@ -79,7 +80,7 @@ def auto_clustering(xla_flags: str, optimizer_jit: str, on_gpu: bool) -> str:
     applies it to one-GPU graphs only: a report of on where it may not be, never the other way.
     """
     given = flags_in(xla_flags)
-    if given.startswith("(TF_XLA_FLAGS names a file"):  # TensorFlow stops at start: never passed as off
+    if given.startswith(UNREADABLE):  # TensorFlow stops at start: never passed as off
         return given
     tokens = given.split()
     levels = [t[len(AUTO_JIT):] for t in tokens if t.startswith(AUTO_JIT)]

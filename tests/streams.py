@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,15 +94,12 @@ def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
 def _run(streams: list[str], args: list[str], markers: str, files: dict[str, Path],
          lock: threading.Lock) -> dict[str, int]:
     """Run `streams` at once, relaying their lines; their exit statuses."""
-    claims = tempfile.mkdtemp(prefix="course-test-claims-")  # the shared streams' claims on whole files, this run's
-    try:
-        return _run_claiming(streams, args, markers, files, lock, claims)
-    finally:
-        shutil.rmtree(claims, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="course-test-claims-") as claims:  # the shared streams' claims, this run's
+        return _started(streams, args, markers, files, lock, claims)
 
 
-def _run_claiming(streams: list[str], args: list[str], markers: str, files: dict[str, Path],
-                  lock: threading.Lock, claims: str) -> dict[str, int]:
+def _started(streams: list[str], args: list[str], markers: str, files: dict[str, Path],
+             lock: threading.Lock, claims: str) -> dict[str, int]:
     procs, relays = {}, []
     for stream in streams:
         # each stream's own summary compares with nothing: the recorded run is all streams together
