@@ -74,6 +74,7 @@ def record() -> dict:
         "wall_s": round(time.monotonic() - _started, 1),
         "tests_s": round(sum(_per_test.values()), 1),
         "outcomes": {k: sum(1 for v in _outcomes.values() if v == k) for k in sorted(set(_outcomes.values()))},
+        "failed": sorted(nodeid for nodeid, outcome in _outcomes.items() if outcome == "failed"),
         "tests": {nodeid: round(seconds, 2) for nodeid, seconds in sorted(_per_test.items())},
         "cpu": {nodeid: round(seconds, 1) for nodeid, seconds in sorted(_cpu.items()) if seconds >= 0.05},
     }

@@ -87,7 +87,8 @@ def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
     first = next(iter(runs.values()))
     cpu = {k: v for run in runs.values() for k, v in run.get("cpu", {}).items()}
     return {**first, "wall_s": round(wall_s, 1), "tests_s": round(sum(tests.values()), 1), "cpu": dict(sorted(cpu.items())),
-            "outcomes": dict(sorted(outcomes.items())), "tests": dict(sorted(tests.items())),
+            "outcomes": dict(sorted(outcomes.items())),
+            "failed": sorted(nodeid for run in runs.values() for nodeid in run.get("failed", [])), "tests": dict(sorted(tests.items())),
             "streams": {name: {"wall_s": run["wall_s"], "tests": len(run["tests"])} for name, run in runs.items()}}
 
 
@@ -127,6 +128,23 @@ def main(argv: list[str]) -> int:
     wall = time.monotonic() - started
     print(f"\n==== all streams: {', '.join(f'{s} exit {c}' for s, c in codes.items())}; {wall / 60:.1f} min wall")
     run = _merge(files, wall)
+    try:
+        return _summarised(run, target, args, markers, codes)
+    finally:  # last, so that a log's tail (all CI shows) names what failed
+        _print_failed(run)
+
+
+def _print_failed(run: dict | None) -> None:
+    if run is None:
+        return
+    outcomes = ", ".join(f"{count} {outcome}" for outcome, count in run.get("outcomes", {}).items())
+    print(f"==== outcomes, all streams: {outcomes}")
+    for nodeid in run.get("failed", []):
+        print(f"==== FAILED {nodeid}")
+
+
+def _summarised(run: dict | None, target: Path, args: list[str], markers: str, codes: dict[str, int]) -> int:
+    """The run's summary against the recorded one, and its exit status."""
     if run is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(run, indent=1) + "\n")

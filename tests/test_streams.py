@@ -168,3 +168,27 @@ def test_a_whole_run_over_the_time_limit_fails_itself(tmp_path, monkeypatch, cap
         assert streams.main(["-m", "not fullcheck", "tests"]) == expected
         assert ("FAILED: this run's wall time, 61.0 min is over the 60-minute limit" in capsys.readouterr().out) \
             == (expected == 1)
+
+
+
+def test_a_run_names_its_failed_tests_last(tmp_path, monkeypatch, capsys):
+    """CI shows a log's tail only: the failed tests (from a real pytest run's durations file) are the last lines
+    of make test's output, after the timing summary, so a refused run says what failed."""
+    (tmp_path / "test_two.py").write_text("def test_good():\n    pass\n\ndef test_bad():\n    assert False\n")
+    real = tmp_path / "real.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.durations",
+                           str(tmp_path / "test_two.py")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COURSE_DURATIONS": str(real), "COURSE_DURATIONS_BEFORE": os.devnull})
+    assert done.returncode == 1, done.stdout[-2000:]
+
+    def run(names, args, markers, files, lock):  # the streams ran: local-1 kept the real run's file
+        files["local-1"].write_text(real.read_text())
+        return {name: 1 if name == "local-1" else 0 for name in names}
+
+    monkeypatch.setenv("COURSE_DURATIONS", str(tmp_path / "durations.json"))
+    monkeypatch.setenv("COURSE_DURATIONS_BEFORE", os.devnull)
+    monkeypatch.setattr(streams, "_run", run)
+    assert streams.main(["-m", "not fullcheck", "tests"]) == 1
+    *_, outcomes, failed = capsys.readouterr().out.strip().splitlines()
+    assert outcomes == "==== outcomes, all streams: 1 failed, 1 passed"
+    assert failed.startswith("==== FAILED ") and failed.endswith("test_two.py::test_bad"), failed
