@@ -78,21 +78,23 @@ class _Tensor:
 
 
 def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7, kernel_replicas=3, mirrored=3,
-            mirrored_copy=None, gpus=(False, False), built_under=None) -> dict:
+            mirrored_copy=None, gpus=(False, False), built_under=None, val_loss=(2.0, 1.8, 1.7, 3.5),
+            saved=LESSON_15_SAVED, checkpoint_best=1.7) -> dict:
     """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
     copies reloaded here (a model with weights, predictions, losses, replicas), the serving program's
     answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on; `built_under`
-    the contexts whose strategy built some copies (each its own by default)."""
+    the contexts whose strategy built some copies (each its own by default); `val_loss`, `saved` and `checkpoint_best`
+    the run's losses, the epochs the file was written at and ModelCheckpoint's best, on both workers (the best epoch: 2)."""
     import hashlib
 
-    val_loss = [2.0, 1.8, 1.7, 3.5]
+    val_loss = list(val_loss)
     best = [1.0, 2.0]
     digest = hashlib.sha256(np.asarray(best, "float32").tobytes()).hexdigest()[:16]  # helpers.lesson.weights_digest
     trained = np.array([[2.0, -1.0, 0.5]], "float32")
-    pulled = {"history.history": [{"val_loss": val_loss}] * 2, "record.saved": [LESSON_15_SAVED] * 2,
+    pulled = {"history.history": [{"val_loss": val_loss}] * 2, "record.saved": [list(saved)] * 2,
               "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
-              "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [1.7, 1.7],
+              "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
               "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
@@ -160,6 +162,60 @@ def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monk
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
     answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
     holds_unless(match, _gather_15, _raw_15(answers, **changes))
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({}, None),
+    # third review, finding 1: a NaN validation loss in the middle of a correct run. ModelCheckpoint keeps its running best
+    # (2.0) through it and writes epoch 2 (1.7 < 2.0); the old proof asked that 1.7 be below every earlier loss, NaN
+    # included (False), expected [0] and failed this correct run
+    ({"val_loss": (2.0, NAN, 1.7, 3.5), "saved": [True, False, True, False]}, None),
+    # a checkpoint that took the NaN for a better loss (written at epoch 1), or one that stopped at it (nothing after)
+    ({"val_loss": (2.0, NAN, 1.7, 3.5), "saved": [True, True, True, False]}, "written exactly when"),
+    ({"val_loss": (2.0, NAN, 1.7, 3.5), "saved": [True, False, False, False], "checkpoint_best": 2.0},
+     "written exactly when"),
+    # a NaN first epoch: Keras 3.15 writes it (its best starts as None, not infinity) and never writes again: the file is the
+    # NaN epoch's, not the best's, and the proof must fail
+    ({"val_loss": (NAN, 1.8, 1.7, 3.5), "saved": [True, False, False, False], "checkpoint_best": NAN}, "checkpoint's best"),
+], ids=["as planted", "NaN in the middle", "NaN written", "nothing after a NaN", "NaN first"])
+def test_lesson_15_proof_expects_the_epochs_modelcheckpoint_writes(tmp_path, monkeypatch, changes, match):
+    """The epochs the file must be written at follow ModelCheckpoint's own rule, NaN losses included."""
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
+    holds_unless(match, _gather_15, _raw_15(answers, **changes))
+
+
+@pytest.mark.parametrize("losses", [
+    [2.0, 1.8, 1.7, 3.5], [2.0, NAN, 1.7, 3.5], [NAN, 1.8, 1.7, 3.5], [2.0, 2.0, 1.9, 1.9], [2.0, float("inf"), 1.0],
+    [float("inf"), 3.0, NAN, 2.5], [1.0, 1.0 - 1e-9, 0.9]],  # 1 - 1e-9 is 1.0 in float32: not below it
+    ids=["improving", "NaN in the middle", "NaN first", "ties", "inf in the middle", "inf first", "below in float64 only"])
+def test_lesson_15_gathering_cell_rule_is_modelcheckpoints_own(tmp_path, losses):
+    """The gathering cell's rule for the epochs the file is written at, against Keras's own ModelCheckpoint fed the
+    same logs: the same epochs for each run of losses."""
+    import re
+
+    import keras
+
+    cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "file_digest = " in s)
+    rule = re.search(r"^improved, best_so_far = .*?(?=^file_digest = )", cell, re.S | re.M).group(0)
+    namespace = {"np": np, "val_loss": losses}
+    exec(compile(rule, "15 rule", "exec"), namespace)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    path = tmp_path / "best.keras"
+    checkpoint = keras.callbacks.ModelCheckpoint(path, monitor="val_loss", save_best_only=True)
+    checkpoint.set_model(model)
+    written = []
+    for epoch, loss in enumerate(losses):
+        path.unlink(missing_ok=True)
+        checkpoint.on_epoch_begin(epoch)
+        checkpoint.on_epoch_end(epoch, {"val_loss": loss})
+        written.append(path.exists())
+    assert namespace["improved"] == [e for e, w in enumerate(written) if w], (losses, namespace["improved"], written)
 
 
 def test_lesson_15_epoch_record_tells_a_rewritten_file_by_its_bytes_not_its_timestamp(tmp_path):
