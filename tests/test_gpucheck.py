@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from helpers.commands.bench_report import render_gpuchecks
-from helpers.commands.gpucheck import SCHEMA, STEPS, _allreduce_result, validate
+from helpers.commands.gpucheck import SCHEMA, SHOW_GPU_LIBRARIES, STEPS, _allreduce_result, validate
 
 
 def _gpucheck(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
@@ -56,6 +56,17 @@ def test_a_cpu_build_given_gpus_is_the_failure_it_names(tmp_path):
     assert build["status"] == "failed", build
     assert "sees 0 of the 2 GPU(s) given: a CPU build of TensorFlow (tensorflow-cpu): make install EXTRA=gpu" \
         in build["reason"], build
+
+
+def test_the_command_named_for_a_cuda_build_without_its_libraries_shows_tensorflow_s_debug_lines():
+    """A CUDA build that sees fewer GPUs than given: the reason names a command, since the steps' own log (at
+    TF_CPP_MIN_LOG_LEVEL=2) holds neither TensorFlow's WARNING nor its VLOG(1) lines naming each library. Run here
+    as written (python = this venv's), it prints the device list and VLOG(1) lines (parse_flags_from_env's), which
+    TF_CPP_MAX_VLOG_LEVEL unset or misspelt would leave out."""
+    done = subprocess.run(["bash", "-c", SHOW_GPU_LIBRARIES], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
+    assert "parse_flags_from_env.cc" in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("broken, problem", [

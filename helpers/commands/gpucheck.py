@@ -106,6 +106,12 @@ def parse_slurm_time(text: str) -> int | None:
     return a * 60 + (b or 0)  # MM or MM:SS
 
 
+# TensorFlow names each library it could not open in a debug line (VLOG(1) in 2.21's dso_loader) and sums up in a
+# WARNING; the steps run at TF_CPP_MIN_LOG_LEVEL=2, so their log shows neither: this command shows both
+SHOW_GPU_LIBRARIES = ("TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_MAX_VLOG_LEVEL=1 python -c "
+                      "\"import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))\"")
+
+
 # ------------------------------------------------------------------ what runs in a step's own process
 def _in_step_build() -> dict:
     from ..gpus import visible_gpus
@@ -121,7 +127,8 @@ def _in_step_build() -> dict:
                "gpus_seen": seen, "gpus_allocated": allocated}
     if allocated and seen < allocated:
         why = ("a CPU build of TensorFlow (tensorflow-cpu): make install EXTRA=gpu" if not figures["cuda_build"]
-               else "a CUDA build that cannot open them: CUDA libraries missing or mismatched (see the log)")
+               else f"a CUDA build that cannot open them: CUDA libraries missing or mismatched (to see which, on the "
+                    f"GPU node: {SHOW_GPU_LIBRARIES})")
         return {"status": "failed", "reason": f"TensorFlow sees {seen} of the {allocated} GPU(s) given: {why}",
                 "figures": figures}
     return {"status": "ok", "figures": figures}
