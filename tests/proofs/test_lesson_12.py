@@ -473,7 +473,8 @@ def test_lesson_12_proof_fails_when_the_workers_join_every_few_steps(variant):
     While a group's straggler pauses, the other worker takes the group's next steps, so a step counts 2 or more
     others' updates and the proof's staleness check passes. The proof must fail on `released`: the first
     straggler's step ended before the chief set it after its loop. The in-loop join passed the proof's clock check
-    (seventh review: loop 1.357 to 1.389 s, under the 1.5 s floor); the barriers fail that check too."""
+    as it was at the seventh review (loop 1.357 to 1.389 s, under a fixed 1.5 s; the check is now `pause_floor`, the
+    stragglers' pauses shared over the workers); the barriers fail that check too."""
     ran = _lesson_12_async(variant)
     raw = _async_raw(ran)
     print(variant, {"largest staleness": max(ran["staleness"]), "schedule loop, s": round(ran["scheduling_s"], 3),
