@@ -496,7 +496,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     # made from another 3.11 (its base_prefix not the kernel's): both passed before
     ({"job_python": "/root/.pyenv/shims/python"}, "`python` should be the module's"),
     ({"job_python": None}, "`python` should be the module's"),
-    ({"stack_changes": {"base_prefix": "/root/.pyenv/versions/3.11.7"}}, "made from the module's Python"),
+    ({"stack_changes": {"base_prefix": "/root/.pyenv/versions/3.11.7"}}, "made from a Python under this kernel's installation prefix"),
     # sixth review, finding 1: `python` was this kernel's before the load too (a login shell that kept a PATH with the venv's
     # bin/ first): the module did not put it there; no PYTHON_BEFORE line proves nothing; another Python before is the case
     ({"python_before": f"{sys.prefix}/bin/python"}, "`python` should be the module's"),
@@ -846,3 +846,17 @@ def test_lesson_17_the_module_s_bdist_wheel_is_looked_up_in_its_site_packages(tm
     monkeypatch.syspath_prepend(str(tmp_path / "pythonpath"))
     holds_unless("bdist_wheel should come from the module", gather_and_prove, "17_software_stack.ipynb",
                  _gathering_namespace_17(tmp_path, {"stack_changes": {"wheel_generator": generator}}))
+
+
+def test_lesson_17_s_kernel_import_shows_nothing_of_the_import_at_any_level():
+    """Cell 44: the kernel's `import_tensorflow` sends what TensorFlow writes to stderr during its import to /dev/null,
+    so `TF_CPP_MIN_LOG_LEVEL=0` in the kernel shows none of it, where a plain `import tensorflow` at that level prints
+    TensorFlow's INFO lines (oneDNN's, from port.cc): the plain `python -c` command is the one to use."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}
+    plain = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, timeout=300,
+                           env=env)
+    kernel = subprocess.run([sys.executable, "-c", "from helpers.host import import_tensorflow; import_tensorflow()"],
+                            capture_output=True, text=True, timeout=300, env=env, cwd=NOTEBOOKS.parent)
+    assert plain.returncode == 0 and kernel.returncode == 0, plain.stderr[-1000:] + kernel.stderr[-1000:]
+    assert "port.cc" in plain.stderr, plain.stderr[-1000:]  # the plain import at level 0 shows TensorFlow's lines
+    assert kernel.stderr.strip() == "", kernel.stderr[-1000:]
