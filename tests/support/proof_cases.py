@@ -1942,7 +1942,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     # `python` after the load not the module's (its PATH line lost: pyenv's shim first), or the venv made from another 3.11
     ("17_software_stack.ipynb", {"python_from_module": False, "job_python": "/root/.pyenv/shims/python"},
      "`python` should be the module's"),
-    ("17_software_stack.ipynb", {"venv_from_module_python": False}, "made from the module's Python"),
+    ("17_software_stack.ipynb", {"venv_from_module_python": False}, "made from a Python under this kernel's installation prefix"),
     # seventh review, finding 1: the venv made by /usr/bin/python3 -m venv, whose base is the module's (/usr) too
     ("17_software_stack.ipynb", {"venv_by_module_python": False,
                                  "venv_command": "command = /usr/bin/python3 -m venv --system-site-packages /j/software_stack/venv"},
