@@ -143,8 +143,11 @@ _ONE_AT_A_TIME = threading.Lock()
     (('list_files(\n            pattern, shuffle=False).shard(2, rank).shuffle(8, seed=s + rank)',
       'list_files(\n            pattern, shuffle=False).shuffle(8, seed=s + rank).shard(2, rank)'),
      "sharding before the shuffle should give each file to one worker"),
+    # twelfth review, finding 3: "a new order every epoch" of the fix by hand, with a shuffle that keeps one order
+    (("shuffle(8, seed=rank)", "shuffle(8, seed=rank, reshuffle_each_iteration=False)"),
+     "a new order of its files on a later epoch"),
 ], ids=["as written", "one op seed for both", "no fix", "one op seed, not one", "one global seed, not one",
-        "global seed not per worker", "workers in one process", "shuffle before the shard"])
+        "global seed not per worker", "workers in one process", "shuffle before the shard", "one order every epoch"])
 def test_lesson_16_solution_2_fails_when_the_manual_shard_trap_is_not_shown(tmp_path, change, match):
     """Solution 2 lists 8 file names on each of two workers, each a process of its own, shuffles them and shards
     by hand: it must show two workers picking one file when their op seeds differ, or their global seeds do, and
