@@ -709,25 +709,42 @@ def test_lesson_16_staging_reads_every_record_once_into_the_copy(tmp_path, chang
         assert run["staged_records"] == 1000 and run["reads"]["staged"][0]["shared"] == 8 * math.ceil(125 / 32)
 
 
-@pytest.mark.parametrize("first_done", [False, True], ids=["while the first writes", "after the first finished"])
-def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_first_writes(tmp_path, first_done):
+@pytest.mark.parametrize("first_done,lock_kept", [(False, False), (True, False), (False, True)],
+                         ids=["while the first writes", "after the first finished", "a lock kept after the clash"])
+def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_first_writes(tmp_path, first_done,
+                                                                                             lock_kept):
     """Second review, finding 4: the clash is shown, not said: the lesson's cell, run for real, gets
     AlreadyExistsError from the second pipeline while the first is writing its cache; once the first has
-    finished (its whole pass read) the second reads that cache, the error is gone, and the proof fails."""
+    finished (its whole pass read) the second reads that cache, the error is gone, and the proof fails.
+    Twelfth review, finding 3: the failed second deletes the lock it found (a killed job's, or here the first's),
+    so a third pipeline under the name writes its own cache; a lock left in place (planted after the clash, as a
+    TensorFlow that kept it would leave it) stops the third, and the proof fails."""
+    import os
+
     import tensorflow as tf
 
     source = cell_defining("16_input_at_scale.ipynb", 'one_name = str(node_local / "one-name")')
     if first_done:
         assert "next(first)  #" in source
         source = source.replace("next(first)  #", "list(first)  #")
-    run = {"tf": tf, "node_local": tmp_path, "print": lambda *a, **k: None}
+    if lock_kept:
+        assert source.count("try:  # a third") == 1
+        source = source.replace("try:  # a third", 'open(one_name + "_0.lockfile", "w").close()\ntry:  # a third')
+    run = {"tf": tf, "os": os, "node_local": tmp_path, "print": lambda *a, **k: None}
     exec(compile(source, "16 clash", "exec"), run)
     assert run["clash"].startswith("AlreadyExistsError") != first_done, run["clash"]
     # twelfth review, finding 1: while the first writes, the failed second's end deletes the first's lock and cache
     # file, so the first, read on, stops too (NotFoundError); after the first finished, nothing is left to read
     assert run["first_then"].startswith("NotFoundError") != first_done, run["first_then"]
-    holds_unless("should stop with AlreadyExistsError" if first_done else None, run_proof, "16_input_at_scale.ipynb",
-                 {**OK["16_input_at_scale.ipynb"], "clash": run["clash"], "first_then": run["first_then"]})
+    # after the first finished, the third reads the first's cache (0-7), not its own data; with the lock kept it stops
+    assert run["after_clash"].startswith("gave [0, 1, 2, 3, 4, 5, 6, 7]" if first_done else
+                                         "AlreadyExistsError: There appears to be a concurrent caching iterator"
+                                         if lock_kept else "wrote its own cache"), run["after_clash"]
+    match = ("should stop with AlreadyExistsError" if first_done else "should write its own cache" if lock_kept
+             else None)
+    holds_unless(match, run_proof, "16_input_at_scale.ipynb",
+                 {**OK["16_input_at_scale.ipynb"], "clash": run["clash"], "first_then": run["first_then"],
+                  "after_clash": run["after_clash"]})
 
 
 @pytest.mark.parametrize("memory_on_top,runs,match", [(False, 1, None), (True, 1, "its files removed"), (False, 2, None)],

@@ -409,6 +409,7 @@ OK["16_input_at_scale.ipynb"] = {
                "staged": [0.03, 0.03, 0.02]}, "staging_s": 1.9, "waits": _WAITS, "SHARED_LATENCY_MS": 10.0,
     "train_size": 4096, "staged_records": 4096, "clash": "AlreadyExistsError: There appears to be a concurrent caching iterator",
     "first_then": "NotFoundError: one-name_0.data-00000-of-00001.tempstate1",
+    "after_clash": "wrote its own cache",
     "same_data": True, "rate": {"map, then batch": 32000.0, "batch, then map": 65000.0}}
 
 
@@ -1821,6 +1822,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     # twelfth review, finding 1: the first pipeline of one name read on to the end of its pass and finished (the
     # second's end had not deleted its lock and cache file): the text says both stop
     ("16_input_at_scale.ipynb", {"first_then": "finished its pass"}, "should stop too"),
+    # twelfth review, finding 3: a third pipeline under that name, after both, stopped by the lock (the failed
+    # second had not deleted it): the text says the failed run deletes the lock it found and the run after writes
+    ("16_input_at_scale.ipynb", {"after_clash": "AlreadyExistsError: There appears to be a concurrent caching iterator running"},
+     "should write its own cache"),
+    # ... or it read an old cache, not its own data
+    ("16_input_at_scale.ipynb", {"after_clash": "gave [0, 1, 2, 3, 4, 5, 6, 7]"}, "should write its own cache"),
     ("16_input_at_scale.ipynb", {"same_data": False}, "same data"),
     ("16_input_at_scale.ipynb", {"rate": {"map, then batch": 65000.0, "batch, then map": 32000.0}},
      "parsing batches should be at least twice"),
