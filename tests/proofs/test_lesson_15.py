@@ -79,12 +79,14 @@ class _Tensor:
 
 def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7, kernel_replicas=3, mirrored=3,
             mirrored_copy=None, gpus=(False, False), built_under=None, val_loss=(2.0, 1.8, 1.7, 3.5),
-            saved=LESSON_15_SAVED, checkpoint_best=1.7) -> dict:
+            saved=LESSON_15_SAVED, checkpoint_best=1.7, optimizer_steps=None) -> dict:
     """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
     copies reloaded here (a model with weights, predictions, losses, replicas), the serving program's
     answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on; `built_under`
     the contexts whose strategy built some copies (each its own by default); `val_loss`, `saved` and `checkpoint_best`
-    the run's losses, the epochs the file was written at and ModelCheckpoint's best, on both workers (the best epoch: 2)."""
+    the run's losses, the epochs the file was written at and ModelCheckpoint's best, on both workers (the best epoch: 2);
+    `optimizer_steps` the step each copy's optimizer was at as load_model returned it (by name; else 3: one step an
+    epoch, to the end of epoch 2)."""
     import hashlib
 
     val_loss = list(val_loss)
@@ -95,11 +97,13 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
-              "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, **answers}
+              "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, "steps_per_epoch": [1, 1],
+              **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
     reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False,
-                       "replicas": replicas[name], "built under": (built_under or {}).get(name, name)}
+                       "replicas": replicas[name], "built under": (built_under or {}).get(name, name),
+                       "optimizer steps": (optimizer_steps or {}).get(name, 3)}
                 for k, name in enumerate(replicas)}
     fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
                                                      list_logical_devices=lambda kind: []))
@@ -216,6 +220,85 @@ def test_lesson_15_gathering_cell_rule_is_modelcheckpoints_own(tmp_path, losses)
         checkpoint.on_epoch_end(epoch, {"val_loss": loss})
         written.append(path.exists())
     assert namespace["improved"] == [e for e, w in enumerate(written) if w], (losses, namespace["improved"], written)
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("loaded uncompiled, compiled afresh", "compile each copy from the file")])
+def test_lesson_15_copies_must_come_compiled_from_the_file(tmp_path, monkeypatch, variant, match):
+    """Third review, finding 2: cell 47 run on a real .keras file (a model trained 3 steps), as written and with each
+    load_model(...) replaced by a load with compile=False and a compile of its own (jit_compile=False, as the file
+    stores: on a CPU "auto" gives False too). The old proof read only jit_compile, False both ways, and passed the
+    variant; the optimizer's step as load_model returns the copy tells them apart (3 from the file, 0 afresh)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+    x, y = np.ones((12, 4), "float32"), np.zeros(12, "int64")
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)  # 3 steps: the end of epoch 2 at one step an epoch
+    kept_file = tmp_path / "15_best.keras"
+    model.save(kept_file)
+
+    def compiled_afresh(path, safe_mode=True):
+        copy = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
+        copy.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+        return copy
+
+    cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "reloaded = {}" in s)
+    if variant != "as written":
+        assert cell.count("keras.models.load_model(") == 2
+        cell = cell.replace("keras.models.load_model(", "compiled_afresh(")
+    contexts = {"no strategy": None, "OneDeviceStrategy": tf.distribute.OneDeviceStrategy("/cpu:0"),
+                "MirroredStrategy": tf.distribute.MirroredStrategy(["/cpu:0"])}  # its iterations: a MirroredVariable
+    namespace = {"keras": keras, "tf": tf, "contexts": contexts, "kept_file": kept_file, "compiled_afresh": compiled_afresh,
+                 "validation": tf.data.Dataset.from_tensor_slices((x, y)).batch(4), "probe": x[:2], "val_loss": [1.0],
+                 "best_epoch": 0, "validation_size": 12, "print": lambda *a, **k: None}
+    exec(compile(cell, "15 copies", "exec"), namespace)
+    measured = {name: r["optimizer steps"] for name, r in namespace["reloaded"].items()}
+    assert all(r["jit_compile"] is False for r in namespace["reloaded"].values())  # the old proof's only reading
+    out = tmp_path / "shared-output"
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
+    answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
+    steps = {"no strategy": measured["no strategy"], "OneDeviceStrategy": measured["OneDeviceStrategy"],
+             "MirroredStrategy, 3 replicas": measured["MirroredStrategy"]}
+    holds_unless(match, _gather_15, _raw_15(answers, optimizer_steps=steps))
+
+
+@pytest.mark.parametrize("safe_mode", [True, False])
+def test_lesson_15_lambda_calling_course_code_passes_the_module_check_and_stops_the_load(tmp_path, safe_mode):
+    """Third review, finding 3: a Lambda layer wrapping course code is Keras's class (keras.layers) with its lambda
+    stored as bytecode: the file names Keras's modules only, so the module check passes it (what cell 48 now says).
+    Cell 47's loads, safe_mode=True, refuse it; with safe_mode=False the same cell loads it."""
+    import keras
+    import tensorflow as tf
+
+    # course code called by a lambda with no closure (a closure over a module is stored under `builtins`, which the check
+    # refuses)
+    course_lambda = keras.layers.Lambda(lambda x: __import__("helpers.lesson").lesson.normalize(x, 0)[0], output_shape=(4,))
+    model = keras.Sequential([keras.Input((4,)), course_lambda, keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+    kept_file = tmp_path / "15_best.keras"
+    model.save(kept_file)
+    file_cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "file_modules = " in s)
+    held = (len(model.variables), len(model.optimizer.variables))
+    found = {"kept_file": kept_file, "held_counts": [held] * 2, "worker_replicas": 2, "print": lambda *a, **k: None}
+    exec(compile(file_cell, "15 file", "exec"), found)
+    assert found["file_modules"] and all(m.split(".")[0] == "keras" for m in found["file_modules"]), found["file_modules"]
+    cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "reloaded = {}" in s)
+    assert cell.count("safe_mode=True") == 2
+    x = np.ones((4, 4), "float32")
+    namespace = {"keras": keras, "tf": tf, "contexts": {"no strategy": None}, "kept_file": kept_file,
+                 "validation": tf.data.Dataset.from_tensor_slices((x, np.zeros(4, "int64"))).batch(4), "probe": x,
+                 "val_loss": [1.0], "best_epoch": 0, "validation_size": 4, "print": lambda *a, **k: None}
+    source = compile(cell if safe_mode else cell.replace("safe_mode=True", "safe_mode=False"), "15 copies", "exec")
+    if safe_mode:
+        with pytest.raises(ValueError, match="Lambda"):
+            exec(source, namespace)
+    else:
+        exec(source, namespace)
+        assert "no strategy" in namespace["reloaded"]
 
 
 def test_lesson_15_epoch_record_tells_a_rewritten_file_by_its_bytes_not_its_timestamp(tmp_path):

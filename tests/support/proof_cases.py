@@ -383,6 +383,8 @@ OK["15_models_you_keep.ipynb"] = {
     "tf32_on": {"workers": False, "here": False, "serving program": False}, "prediction_tolerance": 0.0,  # on CPUs: bit for bit
     "loss_tolerance": 2 * (96 + 12 + 3 + 3) * 2**-24,  # on CPUs: 384 images, batches of 32 per replica, 96 here, 3 replicas
     "jit": {"no strategy": False, "OneDeviceStrategy": False, "MirroredStrategy, 3 replicas": False},
+    # each copy's optimizer step as load_model returned it: the best epoch (2) ended on step 78 at 26 steps an epoch
+    "optimizer_steps": {"no strategy": 78, "OneDeviceStrategy": 78, "MirroredStrategy, 3 replicas": 78}, "steps_at_best": 78,
     "built_under": {"no strategy": "no strategy", "OneDeviceStrategy": "OneDeviceStrategy",
                     "MirroredStrategy, 3 replicas": "MirroredStrategy, 3 replicas"}}
 
@@ -1710,6 +1712,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"served_status": -11}, "helpers unimportable, asking for none"),
     ("15_models_you_keep.ipynb", {"tf32_on": {"workers": True, "here": False}}, "float32 without XLA"),
     ("15_models_you_keep.ipynb", {"jit": {"no strategy": True, "OneDeviceStrategy": False}}, "float32 without XLA"),
+    # third review, finding 2: a copy loaded with compile=False and compiled afresh (its optimizer at step 0): jit_compile
+    # False all the same (on a CPU "auto" gives False too), which the old proof read alone
+    ("15_models_you_keep.ipynb", {"optimizer_steps": {"no strategy": 78, "OneDeviceStrategy": 0}}, "compile each copy from the file"),
     ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "exported, served": 0.02}}, "predicts differently"),
     ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.75}},
      "best epoch's val_loss"),
