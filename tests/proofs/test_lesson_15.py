@@ -331,7 +331,11 @@ def test_lesson_15_epoch_record_tells_a_rewritten_file_by_its_bytes_not_its_time
 @pytest.mark.parametrize("change,match", [
     (None, None),
     (('    rebuilt.load_weights(f"{root}/best.weights.h5")\n', ""), "predict as the saved one"),  # the code alone
-], ids=["as written", "without load_weights"])
+    # third review: load_model handed another path ("File format not supported"): a ValueError too, which the old
+    # check (any refusal) passed; the exercise asks what it says of the weights file
+    (('keras.models.load_model(f"{root}/best.weights.h5")', 'keras.models.load_model(f"{root}/best.weights")'),
+     "for the model config it lacks"),
+], ids=["as written", "without load_weights", "another file refused"])
 def test_lesson_15_solution_2_fails_when_the_weights_are_not_loaded(change, match):
     """Solution 2 rebuilds the model from the code and loads the weights file into it. Without the
     load_weights it holds a fresh model's weights (small_cnn's seeded ones), not the trained model's:
