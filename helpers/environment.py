@@ -1,4 +1,5 @@
-"""What a lesson sets up and reports about its machine: logical CPU/GPU devices, proxies removed, versions, the output directory.
+"""What a lesson sets up and reports about its machine: logical CPU/GPU devices, proxies removed, versions, the output directory,
+whether Linux's autogroup shares CPU time between sessions first (`autogroup`: the setting and the CPU cgroup).
 
 Built on `host` (facts found without TensorFlow); the Slurm job and step are `helpers.slurm.step`'s.
 
@@ -197,3 +198,60 @@ def split_gpu(replicas: int) -> list:
         raise CourseError(f"TensorFlow already initialised with {have} GPU device(s); split the GPU into "
                           f"{replicas} before any TensorFlow op (restart the kernel)") from None
     return tf.config.list_logical_devices("GPU")
+
+
+# Linux's scheduler (lesson 07): with autogrouping on it shares CPU time between sessions first, but not for a
+# process in a CPU cgroup other than the root (man 7 sched: "The use of the cgroups(7) CPU controller to place
+# processes in cgroups other than the root CPU cgroup overrides the effect of autogrouping"): a Slurm node's
+# task/cgroup, a systemd slice with the cpu controller, a container. Paths, so that tests can plant others:
+PROC = "/proc"
+SYS_ROOT = "/"  # under which the cgroup v2 mount point that mountinfo names is read
+INITIAL_CGROUP_NAMESPACE = "cgroup:[4026531835]"  # the kernel's own (PROC_CGROUP_INIT_INO, 0xEFFFFFFB)
+
+
+def cpu_cgroup() -> tuple[str | None, str]:
+    """This process's CPU cgroup and where it was read. cgroup v1: the path on /proc/self/cgroup's line whose
+    controllers include `cpu`. Else v2: the `0::` path's nearest cgroup, itself or an ancestor below the root,
+    whose `cgroup.controllers` lists `cpu`, else the root, "/". None where it cannot tell: no such file, or a
+    cgroup namespace of the process's own (a container's), where "/" need not be the root."""
+    from pathlib import Path
+
+    try:
+        lines = [line.split(":", 2) for line in Path(PROC, "self/cgroup").read_text().splitlines()]
+        namespace = os.readlink(Path(PROC, "self/ns/cgroup"))
+    except OSError as error:
+        return None, f"unreadable: {error}"
+    if namespace != INITIAL_CGROUP_NAMESPACE:
+        return None, f"a cgroup namespace of its own, {namespace}: its '/' need not be the root"
+    v1 = [path for _, controllers, path in lines if "cpu" in controllers.split(",")]
+    if v1:
+        return v1[0], "cgroup v1, its cpu line"
+    path = next((path for _, controllers, path in lines if not controllers), None)
+    mounts = [m.split() for m in Path(PROC, "self/mountinfo").read_text().splitlines() if " - cgroup2 " in m]
+    if path is None or not mounts:
+        return None, "no cpu controller line and no cgroup v2"
+    parts = path.strip("/").split("/") if path != "/" else []
+    for depth in range(len(parts), 0, -1):  # the deepest first: the cgroup the cpu controller acts on
+        listed = Path(SYS_ROOT, mounts[0][4].lstrip("/"), *parts[:depth], "cgroup.controllers")
+        if listed.exists() and "cpu" in listed.read_text().split():
+            return "/" + "/".join(parts[:depth]), f"cgroup v2 {path}, the cpu controller on"
+    return "/", f"cgroup v2 {path}, the cpu controller on for none of it below the root"
+
+
+def autogroup() -> str:
+    """Whether Linux shares CPU time between sessions first for this process (and the workers it starts in its
+    cgroup): `sched_autogroup_enabled` 1 and the root CPU cgroup (man 7 sched), with the cgroup as read."""
+    from pathlib import Path
+
+    setting = Path(PROC, "sys/kernel/sched_autogroup_enabled")
+    if not setting.exists():
+        return "not on this system"
+    enabled, (cgroup, how) = setting.read_text().strip(), cpu_cgroup()
+    seen = f"sched_autogroup_enabled {enabled}, CPU cgroup {cgroup or '?'} ({how})"
+    if enabled != "1":
+        return f"{seen}: off, CPU time shared per thread (within any CPU cgroups)"
+    if cgroup == "/":
+        return f"{seen}: 1 and in the root CPU cgroup: sessions share first (man 7 sched)"
+    if cgroup is None:
+        return f"{seen}: 1, but a CPU cgroup other than the root would override it (man 7 sched): not known"
+    return f"{seen}: 1, but not in the root CPU cgroup, whose controller overrides autogrouping (man 7 sched)"

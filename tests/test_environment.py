@@ -5,6 +5,7 @@ import pytest
 from helpers import environment, gpus, mode
 from helpers.errors import CourseError
 from helpers.slurm.step import slurm_info
+from tests.support.planted_proc import V1, plant_proc
 from tests.support.required import unavailable
 
 
@@ -198,3 +199,38 @@ def test_lesson_15_kernel_replicas_differ_from_the_workers_on_gpu_nodes(monkeypa
 def test_devices_unlike_keeps_a_count_that_differs_already():
     assert environment.devices_unlike(["/CPU:0", "/CPU:1", "/CPU:2"], 2) == ["/CPU:0", "/CPU:1", "/CPU:2"]
     assert environment.devices_unlike(["/GPU:0"], 1) == ["/GPU:0"]  # never none
+
+
+@pytest.mark.parametrize("cgroup,controllers,enabled,namespace,found,verdict", [
+    (V1.format(cpu="2:cpu,cpuacct:/"), None, "1", None, "/", "1 and in the root CPU cgroup: sessions share first"),
+    (V1.format(cpu="2:cpu,cpuacct:/slurm/uid_1000/job_5/step_0"), None, "1", None, "/slurm/uid_1000/job_5/step_0",
+     "not in the root CPU cgroup"),  # Slurm's task/cgroup on cgroup v1
+    ("0::/system.slice/course.service\n", {"/": "cpu io", "/system.slice": "cpu io",
+                                           "/system.slice/course.service": "io"}, "1", None, "/system.slice",
+     "not in the root CPU cgroup"),  # a slice with the cpu controller, its service without: the slice's
+    ("0::/user.slice/session-3.scope\n", {"/": "cpu io", "/user.slice": "io", "/user.slice/session-3.scope": "io"},
+     "1", None, "/", "1 and in the root CPU cgroup: sessions share first"),  # the cpu controller on for none of it
+    ("0::/\n", {"/": "cpu io"}, "1", "cgroup:[4026532512]", None, "not known"),  # a container's namespace
+    (V1.format(cpu="2:cpu,cpuacct:/"), None, "0", None, "/", "off, CPU time shared per thread")])
+def test_autogroup_says_sessions_share_first_only_in_the_root_cpu_cgroup(cgroup, controllers, enabled, namespace, found,
+                                                                         verdict, tmp_path, monkeypatch):
+    """Lesson 07, fourteenth review, finding 1: sched_autogroup_enabled = 1 is not enough; man 7 sched: "The use of
+    the cgroups(7) CPU controller to place processes in cgroups other than the root CPU cgroup overrides the effect of
+    autogrouping". The CPU cgroup as cgroup v1 and v2 show it, and the verdict on it."""
+    plant_proc(tmp_path, monkeypatch, cgroup, enabled, namespace or environment.INITIAL_CGROUP_NAMESPACE, controllers)
+    assert environment.cpu_cgroup()[0] == found
+    said = environment.autogroup()
+    assert said.startswith(f"sched_autogroup_enabled {enabled}, CPU cgroup {found or '?'} (") and verdict in said, said
+    assert ("sessions share first" in said) == ("sessions share first" in verdict), said
+
+
+def test_autogroup_on_this_machine_reads_its_own_files():
+    """Here (the course's test machines): the setting and the CPU cgroup as /proc shows them, printed together."""
+    import os
+
+    said = environment.autogroup()
+    setting = "/proc/sys/kernel/sched_autogroup_enabled"
+    if not os.path.exists(setting):
+        assert said == "not on this system"
+        return
+    assert said.startswith(f"sched_autogroup_enabled {open(setting).read().strip()}, CPU cgroup "), said

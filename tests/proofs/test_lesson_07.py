@@ -622,24 +622,28 @@ def test_lesson_07_expects_tf_num_threads_where_the_course_leaves_the_pools_at_0
         tuning_on, visible, 2, expected, monkeypatch, {"TF_NUM_INTRAOP_THREADS": "", "TF_NUM_INTEROP_THREADS": "8"})
 
 
-def test_lesson_07_table_prints_the_schedulers_autogroup_setting(capsys):
+@pytest.mark.parametrize("cpu_line,shares", [("2:cpu,cpuacct:/", True), ("2:cpu,cpuacct:/slurm/uid_1000/job_5", False)])
+def test_lesson_07_table_prints_the_schedulers_autogroup_setting(cpu_line, shares, capsys, tmp_path, monkeypatch):
     """Twelfth review, finding 1: under load Linux's autogroup shares CPU time per session, each worker is a session of
     its own and the kernel's replicas share one, which may explain efficiencies above 1 (1.87 and 2.04 without stalls;
     thirteenth review, finding 3: a hypothesis beside per-thread fairness, not a measured cause); a centre's node may
-    have it off. The table's cell as written, on planted points: it must print the setting as this
-    machine has it (the old cell printed nothing of it)."""
-    import os
-
+    have it off (the old cell printed nothing of it). Fourteenth review, finding 1: 1 is not enough, a CPU cgroup other
+    than the root overrides it (man 7 sched; Slurm's task/cgroup, a systemd slice, a container). The table's cell as
+    written, on planted points and a planted /proc with the setting at 1: it must say sessions share first in the root
+    CPU cgroup only, and print the cgroup (the cell of the thirteenth review printed '1' for both)."""
+    from helpers import environment
     from tests.support.proof_cases import OK
+    from tests.support.planted_proc import V1, plant_proc
 
-    setting = "/proc/sys/kernel/sched_autogroup_enabled"
+    plant_proc(tmp_path, monkeypatch, V1.format(cpu=cpu_line))
     points = [{**p, "span_images_per_s": 100.0 * p["replicas"], "images_per_s": 100.0 * p["replicas"], "cpu_per_s": 0.5,
                "load": 1.0, **({"worker_cpu_per_s": [0.5] * p["workers"]} if "workers" in p else {})}
               for p in OK["07_scaling_performance.ipynb"]["points"]]
-    exec(cell_defining("07_scaling_performance.ipynb", "single, single_span = "), {"points": points, "os": os})
+    exec(cell_defining("07_scaling_performance.ipynb", "single, single_span = "),
+         {"points": points, "os": __import__("os"), "environment": environment})
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("scheduler autogroup")]
-    expected = open(setting).read().strip() if os.path.exists(setting) else "not on this system"
-    assert len(said) == 1 and said[0].endswith(f": {expected}"), said
+    assert len(said) == 1 and f"CPU cgroup {cpu_line.split(':')[2]} " in said[0], said
+    assert ("sessions share first" in said[0]) == shares and ("overrides" in said[0]) != shares, said
 
 
 def test_lesson_07s_workers_run_in_sessions_of_their_own():
