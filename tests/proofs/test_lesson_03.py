@@ -40,7 +40,8 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
                "file_stats": ["s0", None], "fit_read": [128, 128], "iterations": [4, 4], "steps_per_epoch": [2, 2],
                "means_moved": [0.021, 0.018], "fit_sum": [917, 883], "again_sum": [917, 883],
-               "own_right": [170, 180], "own_rows": [250, 250], "eval_accuracy": [0.7, 0.7], **by_rank_changes}
+               "own_right": [170, 180], "own_rows": [250, 250], "eval_accuracy": [0.7, 0.7],
+               "split_size": [sum(collections.Counter(in_split).values())] * 2, **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -90,6 +91,13 @@ class _ImageBatch:
         return len(self.images)
 
 
+class _Split(list):
+    """A split as loaded: a list of examples that answers `cardinality()`."""
+
+    def cardinality(self) -> int:
+        return len(self)
+
+
 class _PipelineBatches(list):
     """A finite dataset; `repeat()` here only marks it (fit's copy is never iterated)."""
 
@@ -122,7 +130,7 @@ def _lesson_03_worker(rank: int, ignore_context: bool, monkeypatch) -> dict:
     context = SimpleNamespace(input_pipeline_id=rank, num_input_pipelines=2)
     strategy = SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(context),
                                experimental_local_results=lambda value: [value])
-    examples = [(np.full((2, 2), i % 7, np.uint8), np.int32(i % 7)) for i in range(8)]  # example 7 is example 0
+    examples = _Split((np.full((2, 2), i % 7, np.uint8), np.int32(i % 7)) for i in range(8))  # example 7 is example 0
     import tensorflow as tf
 
     namespace = {"tf": tf, "strategy": strategy, "train_examples": examples, "test_examples": None, "global_batch": 4,
@@ -155,7 +163,8 @@ def test_lesson_03_fingerprint_pass_reads_the_pipeline_fit_reads(tmp_path, monke
     raw = _engines_on_nodes(tmp_path, seen=[w["examples_seen"] for w in workers], in_split=workers[0]["in_split"],
                             fit_shards=[w["fit_shards"] for w in workers], pass_shards=[w["pass_shards"] for w in workers],
                             replica_batches=[w["replica_batches"] for w in workers],
-                            step_examples=[w["step_examples"] for w in workers])
+                            step_examples=[w["step_examples"] for w in workers],
+                            split_size=[w["split_size"] for w in workers])
     holds_unless(match, gather_and_prove, "03_multiworker_ipyparallel.ipynb", raw)
 
 
@@ -412,6 +421,10 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
 
 
 _FIT_LAMBDA = "lambda context: worker_pipeline(context, fit_shards).repeat().map(counted))"  # fit's, as written
+_IMPORT_03 = "from helpers.lesson import evaluation_dataset, training_dataset\n"  # the pipeline cell's import
+# the twenty-third review's variant: training_dataset itself cuts half the split before it shards
+_HALF_CUT_03 = ("_cut = training_dataset\n"
+                "training_dataset = lambda ex, gb, ctx=None, seed=42: _cut(ex.take(int(ex.cardinality()) // 2), gb, ctx, seed)\n")
 
 
 @pytest.mark.multiprocess
@@ -430,9 +443,12 @@ _FIT_LAMBDA = "lambda context: worker_pipeline(context, fit_shards).repeat().map
     ("    return training_dataset(train_examples, global_batch, context)",
      "    return training_dataset(train_examples, global_batch, tf.distribute.InputContext(\n"
      "        context.num_input_pipelines + 1, context.input_pipeline_id, context.num_replicas_in_sync))",
-     "def worker_pipeline", {}, "never")],
+     "def worker_pipeline", {}, "never"),
+    (_IMPORT_03, _IMPORT_03 + _HALF_CUT_03, "def worker_pipeline", {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"},
+     "the split as loaded")],
     ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps", "one seed in the scope",
-         "fit fed its own first batch, then worker 0's", "shards of one pipeline more than the workers"])
+         "fit fed its own first batch, then worker 0's", "shards of one pipeline more than the workers",
+         "half the split cut before the shard"])
 def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, monkeypatch, old, new, where, environ,
                                                                       expected):
     """Review 6 (03, findings 1 and 3), run for real in quick mode at 2 workers: fit given one step fewer per epoch
@@ -448,7 +464,9 @@ def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, mo
     only, never at what fit's copy handed on. The checksum of what it handed on now differs from a fresh copy's.
     Eighteenth review (finding 1): `worker_pipeline` sharding with one pipeline more than there are workers (672 + 672
     of quick mode's 2,048 images trained, 704 never) passed: the proof asserted no overlap, not that nothing was lost.
-    The shards must now partition the split."""
+    The shards must now partition the split. Twenty-third review (finding 1): `training_dataset` cutting half the split
+    before it shards (512 + 512 of 2,048 images) passed, "never delivered: 0": the split's own count went through the
+    same function. The count is now held to the split's size as loaded."""
     monkeypatch.setenv("COURSE_MODE", "quick")
     for name, value in environ.items():
         monkeypatch.setenv(name, value)

@@ -71,6 +71,8 @@ OK: dict[str, dict] = {
         "in_sync": [2, 2], "task_ids": [0, 1], "seen": [["a", "b"], ["c", "d"]],
         # every example the workers delivered, counted, and the cut split's own count (each engine's): equal
         "together": Counter(["a", "b", "c", "d"]), "in_split": [Counter(["a", "b", "c", "d"])] * 2,
+        # the split as loaded and the global batch: the cut split above holds all 4, one global batch
+        "split_size": [4, 4], "global_batches": [4, 4],
         "moved": [0.5, 0.5], "digests": ["d", "d"], "predicted_rows": [512, 512], "padded": [512, 512],
         "val_losses": [[2.1, 1.9], [2.1, 1.9]], "sizes": PlantedSizes(epochs=2), "found_at": [[0], [32]],
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
@@ -664,6 +666,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     # eighteenth review: shards of num_input_pipelines + 1, part of the split reaching no worker (run for real,
     # quick mode, 2 workers: 672 + 672 of 2,048 images delivered, none shared); the old proof (no overlap) passed it
     ("03_multiworker_ipyparallel.ipynb", {"seen": [["a"], ["c"]], "together": Counter(["a", "c"])}, "never"),
+    # twenty-third review, finding 1: a cut of half the split before the shard, in training_dataset itself, which both
+    # the shards and the split's own count go through (run for real, quick mode, 2 workers: 512 + 512 of 2,048 images,
+    # "never delivered: 0"); the old proof compared the shards only with that count, and passed it
+    ("03_multiworker_ipyparallel.ipynb", {"split_size": [8, 8]}, "the split as loaded"),
+    # the split the shards partition holds more than the split as loaded (examples added before the shard)
+    ("03_multiworker_ipyparallel.ipynb", {"split_size": [3, 3]}, "the split as loaded"),
     # eighteenth review: evaluate's accuracy worker 0's alone, handed to every worker (the reviewer's run: its own 229
     # of 256, worker 1 240 of 256, pooled 0.916015625 = evaluate); the old proof asserted only that the workers agree
     ("03_multiworker_ipyparallel.ipynb", {"eval_accuracies": [0.89453125] * 2, "own_right": [229, 240], "own_rows": [256, 256],
