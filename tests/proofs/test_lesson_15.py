@@ -279,12 +279,7 @@ def test_lesson_15_lambda_calling_course_code_passes_the_module_check_and_stops_
     course_lambda = keras.layers.Lambda(lambda x: __import__("helpers.lesson").lesson.normalize(x, 0)[0], output_shape=(4,))
     model = keras.Sequential([keras.Input((4,)), course_lambda, keras.layers.Dense(3)])
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
-    kept_file = tmp_path / "15_best.keras"
-    model.save(kept_file)
-    file_cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "file_modules = " in s)
-    held = (len(model.variables), len(model.optimizer.variables))
-    found = {"kept_file": kept_file, "held_counts": [held] * 2, "worker_replicas": 2, "print": lambda *a, **k: None}
-    exec(compile(file_cell, "15 file", "exec"), found)
+    found, kept_file, held = _file_cell_on(model, tmp_path)
     assert found["file_modules"] and all(m.split(".")[0] == "keras" for m in found["file_modules"]), found["file_modules"]
     cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "reloaded = {}" in s)
     assert cell.count("safe_mode=True") == 2
@@ -397,12 +392,7 @@ def test_lesson_15_file_cell_reads_the_modules_and_arrays_of_a_real_file(tmp_pat
     model = keras.Sequential([keras.Input((4,)), *extra, keras.layers.Dense(3)])
     model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse", jit_compile=False)
     model.fit(np.ones((8, 4), "float32"), np.ones((8, 3), "float32"), epochs=1, verbose=0)
-    kept_file = tmp_path / "15_best.keras"
-    model.save(kept_file)
-    cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "file_modules = " in s)
-    held = (len(model.variables), len(model.optimizer.variables))
-    namespace = {"kept_file": kept_file, "held_counts": [held] * 2, "worker_replicas": 2, "print": lambda *a, **k: None}
-    exec(compile(cell, "15 file", "exec"), namespace)
+    namespace, kept_file, held = _file_cell_on(model, tmp_path)
     assert namespace["file_arrays"] == held, (namespace["file_arrays"], held)
     assert ("keras.layers" in namespace["file_modules"]
             and (Doubled.__module__ in namespace["file_modules"]) == (layer != "keras")), namespace["file_modules"]
@@ -410,3 +400,15 @@ def test_lesson_15_file_cell_reads_the_modules_and_arrays_of_a_real_file(tmp_pat
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
     answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
     holds_unless(match, _gather_15, {**_raw_15(answers), "file_modules": namespace["file_modules"]})
+
+
+def _file_cell_on(model, tmp_path):
+    """Lesson 15's cell that reads the kept .keras file (its modules and arrays), run on `model` saved as that file,
+    two workers holding its variables: the cell's namespace, the file, and the counts the workers hold."""
+    kept_file = tmp_path / "15_best.keras"
+    model.save(kept_file)
+    cell = next(s for s in code_cells("15_models_you_keep.ipynb") if "file_modules = " in s)
+    held = (len(model.variables), len(model.optimizer.variables))
+    namespace = {"kept_file": kept_file, "held_counts": [held] * 2, "worker_replicas": 2, "print": lambda *a, **k: None}
+    exec(compile(cell, "15 file", "exec"), namespace)
+    return namespace, kept_file, held
