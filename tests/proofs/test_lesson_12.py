@@ -126,6 +126,12 @@ ns.update(dataset=ensure_data(True), sizes=SimpleNamespace(train_examples=2048),
           LEARNING_RATE=rate)
 exec(cell_defining(name, "def plain_cnn"), ns)
 exec(cell_defining(name, "def fit_under"), ns)
+if variant.startswith("iterations"):  # the cell that traces one apply_gradients; "atomic": Keras increments by one AssignAdd
+    if variant == "iterations, atomic":
+        keras.Variable.assign_add = lambda self, value: self.value.assign_add(value)
+    exec(cell_defining(name, "update_ops = "), ns)
+    print("RESULT " + json.dumps(ns["update_ops"]))
+    sys.exit()
 if variant.startswith("solution 2"):  # the statistics' aggregation as written, deleted, or another one
     ns.update(central=tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))
     source, aggregation = solution_source(name, 2), 'kwargs["aggregation"] = "mean"'
@@ -427,8 +433,12 @@ def ancestors(op):  # the names of every op `op` waits for, by data or by contro
     return seen
 forward = [o for o in reads if o.inputs[0].name in weights and o.name.startswith("plain_cnn")]  # the model's call
 ns["forward_after_counter"] = bool(forward) and all(counter_read.name in ancestors(o) for o in forward)
+def writes(variables):  # the kinds of the step's ops that write these variables
+    handles = {inside[v.value.handle.ref()] for v in variables if v.value.handle.ref() in inside}  # none: not in the step
+    return sorted({o.type for o in graph.get_operations() if o.type.startswith(("Assign", "ResourceApply")) and o.inputs[0].name in handles})
+ns["step_update_ops"] = {"iterations": writes([ns["optimizer"].iterations]), "weight": writes(ns["model"].trainable_variables)}
 keys = ("async_log", "staleness", "straggles", "applied_updates", "moved_updates", "optimizer_count", "forward_after_counter",
-        "scheduling_s", "released_seen")
+        "scheduling_s", "released_seen", "step_update_ops")
 print("RESULT " + json.dumps({k: ns[k] for k in keys}))
 """
 
@@ -504,8 +514,34 @@ def test_lesson_12_proof_fails_when_the_chief_joins_after_the_loop_s_first_steps
 def test_lesson_12_async_step_reads_the_weights_after_the_counter(variant, ordered):
     """In the traced `async_step` every weight read of the forward pass waits for the step's read of the
     counter (tf.control_dependencies; auto_control_deps orders only the ops on one variable): as written it
-    does; with only the timestamp under the control dependency, as the step once was, it does not."""
-    assert _lesson_12_async(variant)["forward_after_counter"] is ordered
+    does; with only the timestamp under the control dependency, as the step once was, it does not. The same traced
+    step writes optimizer.iterations and the weights by the ops the lesson's kernel cell finds in one apply_gradients
+    (the proof checks that cell's: the chief's step is the same Keras code)."""
+    ran = _lesson_12_async(variant)
+    assert ran["forward_after_counter"] is ordered
+    assert ran["step_update_ops"] == OK["12_strategy_tour.ipynb"]["update_ops"], ran["step_update_ops"]
+
+
+@pytest.mark.parametrize("variant,match", [("iterations", None), ("iterations, atomic", "read then a write")])
+def test_lesson_12_proof_fails_when_the_optimizer_counts_atomically(variant, match):
+    """The lesson's cell that traces one apply_gradients of the chief's optimizer, as written (Keras 3 writes
+    optimizer.iterations by AssignVariableOp, assign(self + value), and a weight by AssignAddVariableOp), and with
+    Keras's Variable.assign_add made TensorFlow's atomic assign_add: the count could then not fall short, the proof's
+    bound 0 < count <= updates still passes (eleventh review, finding 1), and the proof must fail on the ops."""
+    update_ops = _lesson_12_real(variant)
+    print(variant, update_ops)
+    holds_unless(match, run_proof, "12_strategy_tour.ipynb", {**OK["12_strategy_tour.ipynb"], "update_ops": update_ops})
+
+
+@pytest.mark.parametrize("steps,history,match", [(121, 2.335, None), (122, 2.335, "should read nan"),
+                                                 (122, float("nan"), None), (200, float("nan"), None)])
+def test_lesson_12_proof_holds_fit_s_history_to_nan_past_the_overflow(steps, history, match):
+    """With 2 replicas the loss tracker overflows at step 120: a run of 2 steps or more past it (workshop's 200) must
+    show a history that is not finite (nan in the review's workshop run), and a finite one must fail (eleventh review,
+    finding 2: never asserted); within the 2 steps' margin (121) the proof asks nothing of it."""
+    ok = OK["12_strategy_tour.ipynb"]
+    holds_unless(match, run_proof, "12_strategy_tour.ipynb",
+                 {**ok, "STEPS": steps, "fit_loss": {**ok["fit_loss"], "CentralStorage": history}})
 
 
 def test_lesson_12_the_step_it_runs_is_the_bare_step_it_shows_with_records():
