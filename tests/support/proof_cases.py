@@ -391,7 +391,8 @@ OK["15_models_you_keep.ipynb"] = {
                     "exported, served": 0.0},
     "losses": {"no strategy": 1.7, "OneDeviceStrategy": 1.7000001, "MirroredStrategy, 3 replicas": 1.7000002},
     "tf32_on": {"workers": False, "here": False, "serving program": False}, "prediction_tolerance": 0.0,  # on CPUs: bit for bit
-    "loss_tolerance": 2 * (96 + 12 + 3 + 3) * 2**-24,  # on CPUs: 384 images, batches of 32 per replica, 96 here, 3 replicas
+    "loss_tolerance": 2 * (96 + 12 + 3 + 4) * 2**-24,  # on CPUs: 384 images, batches of 32 per replica, 96 here, 3 replicas
+    "raw_gap": 1.33e4,  # measured, quick mode, 2 workers: the raw pixels fed unscaled, their logits off the scaled ones
     "jit": {"no strategy": False, "OneDeviceStrategy": False, "MirroredStrategy, 3 replicas": False},
     # each copy's optimizer step as load_model returned it: the best epoch (2) ended on step 78 at 26 steps an epoch
     "optimizer_steps": {"no strategy": 78, "OneDeviceStrategy": 78, "MirroredStrategy, 3 replicas": 78}, "steps_at_best": 78,
@@ -1726,7 +1727,7 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"built_under": {"no strategy": "no strategy", "OneDeviceStrategy": "no strategy"}},
      "its own context"),
     ("15_models_you_keep.ipynb", {"built_under": {"no strategy": "MirroredStrategy, 3 replicas"}}, "its own context"),
-    # the model compiled with jit_compile="auto" and the file storing it so
+    # a file storing jit_compile "auto" (synthetic: Keras 3.15 resolves "auto" before it stores it), or True
     ("15_models_you_keep.ipynb", {"stored_jit": "auto"}, "float32 without XLA"),
     ("15_models_you_keep.ipynb", {"stored_jit": True}, "float32 without XLA"),
     # a sync-on-read variable in the file (its read would all-reduce), or a check that sees none at all
@@ -1757,6 +1758,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     # False all the same (on a CPU "auto" gives False too), which the old proof read alone
     ("15_models_you_keep.ipynb", {"optimizer_steps": {"no strategy": 78, "OneDeviceStrategy": 0}}, "compile each copy from the file"),
     ("15_models_you_keep.ipynb", {"differences": {"no strategy": 0.0, "exported, served": 0.02}}, "predicts differently"),
+    # fourth review, finding 2: raw pixels fed unscaled that gave the scaled probe's logits: the lesson's claim false
+    ("15_models_you_keep.ipynb", {"raw_gap": 0.0}, "other logits"),
     ("15_models_you_keep.ipynb", {"losses": {"no strategy": 1.7, "MirroredStrategy, 3 replicas": 1.75}},
      "best epoch's val_loss"),
     # the serving program without its enable_tensor_float_32_execution(False) line reports TF32 on
