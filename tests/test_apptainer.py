@@ -83,7 +83,8 @@ def test_the_definition_has_what_a_course_container_needs():
 
 def test_the_post_section_installs_the_course_beside_the_base_images_tensorflow(tmp_path, report):
     """%files copied, %post run with bash in a venv that has only tensorflow-cpu (the stand-in for
-    the base image's TensorFlow), then %test: the course imports, one TensorFlow, Keras 3.15."""
+    the base image's TensorFlow), then %test: the course imports, one TensorFlow, Keras 3.15, and tf.keras the same
+    Keras (with TF_USE_LEGACY_KERAS=1, as a base image might set, %test fails naming it)."""
     found = sections(templated(DEFINITION.read_text(), {"BASE_DIGEST": DIGEST.split(":")[1]}))
     root = tmp_path / "container"
     for line in found["files"].strip().splitlines():
@@ -107,6 +108,10 @@ def test_the_post_section_installs_the_course_beside_the_base_images_tensorflow(
                            env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stderr[-3000:]
     assert re.search(r"TensorFlow 2\.21\.\d+ Keras 3\.15\.\d+", check.stdout), check.stdout
+    legacy = subprocess.run(["bash", "-c", found["test"].replace("python3", str(venv / "bin" / "python"))],
+                            env={**env, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}, capture_output=True,
+                            text=True, timeout=300)  # a base image that sets it: tf.keras is tf_keras, and %test says so
+    assert legacy.returncode != 0 and "tf.keras is tf_keras.api._v2.keras (Keras 2): unset TF_USE_LEGACY_KERAS" in legacy.stderr, legacy.stderr[-3000:]
     listed = subprocess.run([*pip, "list", "--format=freeze"], capture_output=True, text=True, timeout=120).stdout
     names = {line.split("==")[0].lower().replace("_", "-") for line in listed.splitlines()}
     assert "tensorflow-cpu" in names and "tensorflow" not in names, "a second TensorFlow wheel came in"
