@@ -475,6 +475,9 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
     ({"runs": {"Keras 3 + fix": [{}, {"rank": 0}]}}, "every variant should run on 2 workers, ranks"),  # two rank 0s, one cluster
     ({"runs": {"Keras 2 (tf_keras)": [{"replicas": 1}, {"replicas": 1}]}}, "one cluster"),  # ranks right, each its own cluster
     ({"gpus_given": (', "NoDevFiles"', '')}, "count the GPUs"),  # the pre-flight's parse counts Slurm's NoDevFiles
+    # 29th review, finding 1: entries after one naming none counted one by one ("-1,0" counted 1, where CUDA sees none)
+    ({"gpus_given": ('len(list(itertools.takewhile(lambda d: d.strip() not in ("", "-1", "NoDevFiles"), entries)))',
+                     'len([d for d in entries if d.strip() not in ("", "-1", "NoDevFiles")])')}, "count the GPUs"),
     # twelfth review, finding 1: CUDA_VISIBLE_DEVICES unset, SLURM_GPUS_ON_NODE not read (the old count: none given) ...
     ({"gpus_given": ("int(on_node) if on_node.isdigit() else ", "")}, "count the GPUs"),
     # ... or read first, as gpucheck's batch step does: a task bound to 1 of its node's 4 GPUs counted 4
@@ -534,7 +537,7 @@ def _stack_17(job_dir: Path, *, pythonpath=False, einops_from_module=False, tens
          "keras 3 fitted on one", "fix weights apart", "fix trained nothing", "tf_keras trained nothing",
          "two workers on one node", "from-import keras 3", "worker missing", "every worker rank 0 alone",
          "two rank 0s", "each worker its own cluster",
-         "NoDevFiles counted", "slurm_gpus_on_node not read", "slurm_gpus_on_node first", "slurm_job_id not read",
+         "NoDevFiles counted", "entries after -1 counted", "slurm_gpus_on_node not read", "slurm_gpus_on_node first", "slurm_job_id not read",
          "no system python: not checked", "no other line", "stdlib last", "stdlib not on the path",
          "pythonpath not handed", "no handed line", "pythonpath kept", "python not the module's", "no python line",
          "venv from another python", "python the kernel's before the load", "no python-before line", "another python before",
@@ -595,7 +598,7 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
                  "where": "Slurm job 7", "lmod_here": changes.get("lmod_here", True), "lmod_why": changes.get("lmod_why", ""),
                  "use_slurm": changes.get("use_slurm", True), "NODES": 2,
                  "your_pythonpath": job_dir / "your-pythonpath",
-                 **{m: __import__(m) for m in ("json", "os", "sys", "sysconfig")}, "Path": Path}  # the lesson's first imports
+                 **{m: __import__(m) for m in ("itertools", "json", "os", "sys", "sysconfig")}, "Path": Path}  # the lesson's imports
     for marker in ("other_python = next(", "fit_ended = "):  # the cells that read the job's lines and the workers' reports
         exec(_cell_17(marker), namespace)
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)

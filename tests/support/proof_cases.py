@@ -427,7 +427,7 @@ OK["16_input_at_scale.ipynb"] = {
 
 
 _VARIANTS = ("Keras 3", "Keras 3 + fix", "Keras 2 (tf_keras)")
-_COUNTED_17 = {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0, "unset, SLURM_GPUS_ON_NODE=2": 2,
+_COUNTED_17 = {"0,1": 2, "3": 1, "": 0, "-1": 0, "NoDevFiles": 0, "-1,0": 0, "0,-1,1": 1, "unset, SLURM_GPUS_ON_NODE=2": 2,
                "0, SLURM_GPUS_ON_NODE=4": 1, "in a job given none, nvidia-smi lists 4": 0,
                "outside Slurm, nvidia-smi lists 4": 4}
 _CPU_BUILD_17 = "GPUs on this node (given, or listed by nvidia-smi) but TensorFlow is a CPU build"
@@ -1953,6 +1953,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("17_software_stack.ipynb", {"flagged": {**_FLAGGED, "CPU build, 4 GPUs allocated": []}}, "pre-flight should stop"),
     # Slurm's NoDevFiles counted as a GPU (the filter dropped: tests/proofs/test_lesson_17.py runs that edit)
     ("17_software_stack.ipynb", {"counted": {**_COUNTED_17, "NoDevFiles": 1}}, "count the GPUs"),
+    # entries after one naming none counted one by one (CUDA reads no further: "-1,0" names none)
+    ("17_software_stack.ipynb", {"counted": {**_COUNTED_17, "-1,0": 1}}, "count the GPUs"),
     # twelfth review, finding 1: CUDA_VISIBLE_DEVICES unset, SLURM_GPUS_ON_NODE=2 counted as none (a CPU build then said GO)
     ("17_software_stack.ipynb", {"counted": {**_COUNTED_17, "unset, SLURM_GPUS_ON_NODE=2": 0}}, "count the GPUs"),
     # ... or the node's count read before the task's own: a task bound to 1 of 4 GPUs counted 4 (a good node stopped)
