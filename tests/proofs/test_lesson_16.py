@@ -639,6 +639,22 @@ def test_lesson_16_proof_says_not_shown_where_no_run_is_uneven(capsys):
     assert "FILE sharding gave each of 2 and 3 workers its own files, every example once" in out, out
 
 
+def test_lesson_16_proof_says_the_job_scripts_staging_is_not_shown_without_slurm(capsys):
+    """13th review, finding 3: without Slurm the copy the workers read is read_on's shutil.copytree stand-in, and
+    read_shards.sbatch's staging (mktemp, tar, sbcast) never runs (tests/test_slurm.py runs it): the proof must say
+    NOT SHOWN there and its last line name the copy read; on Slurm it says neither. The closing line's staged copy
+    that read the shared file system once is this kernel's (fs.staged_copy), named so either way."""
+    stand_in = "NOT SHOWN without Slurm: the job script's staging did not run; the copy checked is read_on's local stand-in"
+    run_proof("16_input_at_scale.ipynb", {**OK["16_input_at_scale.ipynb"], "use_slurm": False})
+    out = capsys.readouterr().out
+    assert stand_in in out and "read from read_on's local stand-in for the job script's copy;" in out, out
+    assert "the job script's staged copy" not in out, out
+    run_proof("16_input_at_scale.ipynb", OK["16_input_at_scale.ipynb"])
+    out = capsys.readouterr().out
+    assert "NOT SHOWN" not in out and "read from the job script's staged copy;" in out, out
+    assert "this kernel's staged copy (fs.staged_copy) read the shared file system once" in out, out
+
+
 @pytest.mark.parametrize("train_size,batch,steps,said", [
     (2048, 32, 64, ""),  # quick mode: the whole split, in whole batches
     (50_000, 128, 390, "whole batches: 391 with the last, partial one"),  # workshop: not cut, 390.6 batches

@@ -407,7 +407,7 @@ _READS = {"shared every epoch": {"shared": [64, 64, 64], "node-local": [0, 0, 0]
 # the simulated waits (10 ms + bytes a batch; the staged way's first: the staging), printed by the proof, not proved
 _WAITS = {"shared every epoch": [0.9, 0.9, 0.9], "cache(filename=...)": [0.9, 0.0, 0.0], "staged": [1.8, 0.0, 0.0, 0.0]}
 OK["16_input_at_scale.ipynb"] = {
-    "NODES": 2, "STEPS": 64, "TIMED": 64, "ALL": 128, "reports": {2: [{}, {}], 3: [{}, {}, {}]},
+    "NODES": 2, "use_slurm": True, "STEPS": 64, "TIMED": 64, "ALL": 128, "reports": {2: [{}, {}], 3: [{}, {}, {}]},
     "expected": _FILES, "reshuffled": True, "hidden_first": {2: True, 3: True}, "orders_own": {2: True, 3: True},
     "steps": {2: [16], 3: [12]}, "fills": {2: [8, 8], 3: [4, 4, 3]}, "ran_out": {2: [], 3: [True]}, "replayed": 64, "uncached": 64,
     "split_even": {2: [True, True], 3: [True, True, True]}, "partial": {2: [0, 0], 3: [0, 0, 128]},
