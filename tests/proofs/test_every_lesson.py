@@ -185,10 +185,10 @@ LOOSENED = [
     ("13_from_horovod.ipynb", 'horovod_gaps["recipe"] < sum_order', 'horovod_gaps["recipe"] < scaling_gap + sum_order'),  # as it was
     ("13_from_horovod.ipynb", 'horovod_gaps["gradient"] < scaling_gap + 2 * sum_order', 'horovod_gaps["gradient"] < scaling_gap + 20 * sum_order'),
     ("13_from_horovod.ipynb", 'horovod_gaps["gradient"] < scaling_gap + 2 * sum_order', 'horovod_gaps["gradient"] < 1e-1 * rank_gradient_size'),  # the review's
-    ("15_models_you_keep.ipynb", "best_epoch < len(val_loss) - 1", "best_epoch <= len(val_loss) - 1"),
+    ("15_models_you_keep.ipynb", "not (val_loss[-1] <= val_loss[best_epoch])", "not (val_loss[-1] < val_loss[best_epoch])"),
     ("15_models_you_keep.ipynb", "<= prediction_tolerance", "<= prediction_tolerance + 1e-6"),  # 0.0 on CPUs
-    ("15_models_you_keep.ipynb", "<= loss_tolerance * max(1.0", "<= 10 * loss_tolerance * max(1.0"),
-    ("15_models_you_keep.ipynb", "max(1.0, val_loss[best_epoch])", "max(10.0, val_loss[best_epoch])"),
+    ("15_models_you_keep.ipynb", "<= loss_tolerance * val_loss[", "<= 10 * loss_tolerance * val_loss["),
+    ("15_models_you_keep.ipynb", "loss_tolerance * val_loss[best_epoch]", "loss_tolerance * max(1.0, val_loss[best_epoch])"),
     # lessons 04, 10 and 14: each bound loosened 10x, or a count or a zero to its nearest looser form. Not loosened,
     # bounds of rounding, not of a claim: 04's abs(loss) < inf; 10's rel_tol=1e-6 on float32 schedules; 14's
     # 1e-12 (compute plus all-reduce, one GPU at 1.0) and 1e-9 (the ring's 1.75x), float64 sums of exact terms
