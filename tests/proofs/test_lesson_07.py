@@ -183,7 +183,7 @@ def test_lesson_07s_readme_row_gives_the_share_its_proof_asserts():
 
     from tests.conftest import ROOT
 
-    bound = float(re.search(r"assert ([0-9.]+) <= in_steps\[k\]", cell_defining("07_scaling_performance.ipynb",
+    bound = float(re.search(r"assert not checked or ([0-9.]+) <= in_steps\[k\]", cell_defining("07_scaling_performance.ipynb",
                                                                               "<= in_steps[k]")).group(1))
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| [`07_"))
     said = re.search(r"the timed steps hold at least (\d+) % of the span", row)
@@ -680,18 +680,24 @@ def test_lesson_07_gathering_cell_reads_the_xla_flags_each_process_started_with(
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
-@pytest.mark.parametrize("steps,input_s,match", [(10, 0.001, None), (10, 0.1, "reading the input alone"),
-                                                 (5, 0.001, None), (5, 0.1, None)])
-def test_lesson_07_proof_says_not_checked_for_the_input_under_10_steps(steps, input_s, match):
+@pytest.mark.parametrize("steps,input_s,inside,match", [
+    (10, 0.001, 0.95, None), (10, 0.1, 0.95, "reading the input alone"), (5, 0.001, 0.95, None), (5, 0.1, 0.95, None),
+    # fifteenth review, finding 1: at STEPS = 1 a correct run's baseline had 0.89, 0.70 and 0.79 of its span inside its one
+    # timed step (a gap after the tracing step; 3 runs of 4 failed); at 10 a share that low still fails
+    (1, 0.001, 0.70, None), (10, 0.001, 0.70, "inside timed steps")])
+def test_lesson_07_proof_says_not_checked_for_the_input_under_10_steps(steps, input_s, inside, match):
     """Twelfth review, finding 5: under 10 timed steps the input's share is not a proof (at 5, buffered reads made a slow
     worker 1's median read short once, 0.134 of a step), yet the proof asserted it and the gathering cell only warned.
     Now, under 10, the proof leaves it out and prints NOT CHECKED with why; at 10 it checks it. On the old proof a
-    slow input at 5 steps failed it, and a fast one passed without a NOT CHECKED line."""
+    slow input at 5 steps failed it, and a fast one passed without a NOT CHECKED line. Fifteenth review, finding 1: the
+    share of the span inside timed steps likewise (checked from 10 steps, NOT CHECKED below); the old proof failed the
+    STEPS = 1 run above (0.70 of its span inside timed steps) and printed no NOT CHECKED line for that share."""
     printed = []
     slow = {**_timed("MirroredStrategy", 2), "input_s": input_s}  # of a 0.18 s median step
-    raw = {"points": [_timed("MirroredStrategy", 1), slow, _timed("MultiWorkerMirroredStrategy", 2)], "per_replica": 32,
-           "STEPS": steps, "counts": [1, 2], "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
+    raw = {"points": [_timed("MirroredStrategy", 1, inside), slow, _timed("MultiWorkerMirroredStrategy", 2)],
+           "per_replica": 32, "STEPS": steps, "counts": [1, 2],
+           "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
     said = [line for line in printed if line.startswith("NOT CHECKED")]
-    assert said == ([f"NOT CHECKED (only {steps} timed steps, under 10): that reading the input alone took under a "
-                     "quarter of a step"] if steps < 10 else []), said
+    assert said == ([f"NOT CHECKED (only {steps} timed steps, under 10): that the timed steps held 0.9 of the span and "
+                     "that reading the input alone took under a quarter of a step"] if steps < 10 else []), said
