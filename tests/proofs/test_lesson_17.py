@@ -599,7 +599,7 @@ def _gathering_namespace_17(tmp_path: Path, changes: dict) -> dict:
                  "use_slurm": changes.get("use_slurm", True), "NODES": 2,
                  "your_pythonpath": job_dir / "your-pythonpath",
                  **{m: __import__(m) for m in ("itertools", "json", "os", "sys", "sysconfig")}, "Path": Path}  # the lesson's imports
-    for marker in ("other_python = next(", "fit_ended = "):  # the cells that read the job's lines and the workers' reports
+    for marker in ("other_python = next(", "fit_ended = ", "ranks = {name"):  # the cells reading the job's lines, the reports
         exec(_cell_17(marker), namespace)
     exec(function_source("17_software_stack.ipynb", "preflight_problems"), namespace)
     exec(function_source("17_software_stack.ipynb", "gpus_listed"), namespace)
