@@ -33,6 +33,7 @@ None of this has run on a real GPU: the decisions are tested, TensorFlow's use o
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -113,10 +114,9 @@ def visible_gpus(environ: dict | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     for name in (VISIBLE_ENV, "GPU_DEVICE_ORDINAL"):
         if name in env:
-            value = env[name].strip()
-            if value in NO_DEVICES:
-                return []
-            return [item.strip() for item in value.split(",") if item.strip() not in NO_DEVICES]
+            # CUDA reads the list up to its first entry naming no device: "-1,0" names none
+            return list(itertools.takewhile(lambda item: item not in NO_DEVICES,
+                                            (item.strip() for item in env[name].split(","))))
     return [str(i) for i in range(_nvidia_smi_count())]
 
 

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from helpers.environment import PROXY_VARIABLES
-from helpers.gpus import plan_for_task
+from helpers.gpus import plan_for_task, visible_gpus
 from helpers.slurm.step import expand_hostlist, expand_tasks_per_node, hosts_by_rank
 from helpers.take_home import copy_beside, mwms_slurm
 from tests.support.notebooks import written_program
@@ -66,6 +66,9 @@ GPU_CASES = {
     "cyclic": (_layout("node[1-2]", "2(x2)", "cyclic"), ["0,1,2,3"] * 4, "4"),
     "ConstrainDevices, bound": (_layout("node[1-2]", "4(x2)"), ["0"] * 8, "4"),
     "CPU nodes": (_layout("node[1-2]", "2(x2)"), [None] * 4, None),
+    # CUDA reads CUDA_VISIBLE_DEVICES up to its first entry naming no device: "-1,0" names none, "0,-1,1" only 0
+    "-1 first": (_layout("node[1-2]", "1(x2)"), ["-1,0"] * 2, None),
+    "-1 in the middle": (_layout("node[1-2]", "1(x2)"), ["0,-1,1"] * 2, None),
     # -n 3 over 2 nodes with --gpus-per-task=1: the lone task on node2 sees the one GPU the job has there
     "3 tasks on 2 nodes, --gpus-per-task=1": (_layout("node[1-2]", "2,1"), ["0", "1", "0"], ["2", "2", "1"],
                                               {"SLURM_GPUS_PER_TASK": "1"}),
@@ -289,3 +292,10 @@ def test_no_gpu_written_as_minus_one_or_nodevfiles_plans_no_gpu(tmp_path, cvd, i
     out = _plan(tmp_path, SCRIPT, step, {"CUDA_VISIBLE_DEVICES": cvd}).stdout.splitlines()
     task = json.loads(next(line[5:] for line in out if line.startswith("TASK ")))
     assert (task["gpus"], task["planned_all_reduce"]) == (0, "RING"), task
+
+
+def test_visible_gpus_reads_up_to_the_first_entry_naming_none():
+    """As CUDA reads CUDA_VISIBLE_DEVICES: "-1,0" names no GPU, "0,-1,1" only GPU 0 (the twin test above holds
+    the take-home copy to the same answers)."""
+    values = ("0,1", " 2 , 3 ", "-1,0", "0,-1,1", "NoDevFiles", "")
+    assert [visible_gpus({"CUDA_VISIBLE_DEVICES": v}) for v in values] == [["0", "1"], ["2", "3"], [], ["0"], [], []]

@@ -22,6 +22,7 @@ From the course "Data-parallel TensorFlow on HPC" (lesson 08 explains each funct
 CPUs (TensorFlow 2.21, Keras 3.15.1, Slurm 22.05). NOTHING here has run on a GPU: memory growth,
 the memory share, NCCL and the start-up all-reduce over NCCL are GPU-only branches.
 """
+import itertools
 import json
 import os
 import subprocess
@@ -68,7 +69,8 @@ def set_tf_config_from_slurm():
 
 def choose_gpus(hosts, rank):
     """This worker's GPUs: bound by Slurm, keep them; shared by the node's tasks, an equal share."""
-    visible = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g not in ("", "-1", "NoDevFiles")]
+    entries = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")  # CUDA reads up to the first naming none
+    visible = list(itertools.takewhile(lambda g: g not in ("", "-1", "NoDevFiles"), entries))
     on_node = int(os.environ.get("SLURM_GPUS_ON_NODE") or len(visible))
     per_task = os.environ.get("SLURM_GPUS_PER_TASK", "")  # set by --gpus-per-task
     if not visible or len(visible) < on_node or per_task == str(len(visible)):  # no GPU, or bound to this task
