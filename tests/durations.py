@@ -32,6 +32,7 @@ FAIL_MINUTES = 60
 _per_test: dict[str, float] = {}
 _cpu: dict[str, float] = {}  # CPU seconds: this pytest and the children it reaped (not what runs under Slurm's daemons)
 _outcomes: dict[str, str] = {}
+_reasons: dict[str, str] = {}  # a failed test's one-line reason: CI shows the log's tail only
 _started = time.monotonic()
 
 
@@ -54,6 +55,17 @@ def pytest_runtest_logreport(report) -> None:
     _per_test[report.nodeid] = _per_test.get(report.nodeid, 0.0) + report.duration
     if report.when == "call" or report.outcome != "passed":
         _outcomes[report.nodeid] = report.outcome
+    if report.outcome == "failed" and report.nodeid not in _reasons:
+        _reasons[report.nodeid] = reason(report)
+
+
+def reason(report) -> str:
+    """The failure's own line (pytest's crash message), on one line and short enough for a log's tail."""
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    text = crash.message if crash is not None else str(getattr(report, "longrepr", "") or "")
+    line = " ".join(text.split())
+    where = f"{report.when}: " if report.when != "call" else ""
+    return where + (line if len(line) <= 400 else line[:400] + " ...")
 
 
 def _commit() -> str:
@@ -75,6 +87,8 @@ def record() -> dict:
         "tests_s": round(sum(_per_test.values()), 1),
         "outcomes": {k: sum(1 for v in _outcomes.values() if v == k) for k in sorted(set(_outcomes.values()))},
         "failed": sorted(nodeid for nodeid, outcome in _outcomes.items() if outcome == "failed"),
+        "reasons": {nodeid: _reasons.get(nodeid, "") for nodeid, outcome in sorted(_outcomes.items())
+                    if outcome == "failed"},
         "tests": {nodeid: round(seconds, 2) for nodeid, seconds in sorted(_per_test.items())},
         "cpu": {nodeid: round(seconds, 1) for nodeid, seconds in sorted(_cpu.items()) if seconds >= 0.05},
     }

@@ -88,7 +88,8 @@ def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
     cpu = {k: v for run in runs.values() for k, v in run.get("cpu", {}).items()}
     return {**first, "wall_s": round(wall_s, 1), "tests_s": round(sum(tests.values()), 1), "cpu": dict(sorted(cpu.items())),
             "outcomes": dict(sorted(outcomes.items())),
-            "failed": sorted(nodeid for run in runs.values() for nodeid in run.get("failed", [])), "tests": dict(sorted(tests.items())),
+            "failed": sorted(nodeid for run in runs.values() for nodeid in run.get("failed", [])),
+            "reasons": {k: v for run in runs.values() for k, v in run.get("reasons", {}).items()}, "tests": dict(sorted(tests.items())),
             "streams": {name: {"wall_s": run["wall_s"], "tests": len(run["tests"])} for name, run in runs.items()}}
 
 
@@ -140,7 +141,8 @@ def _print_failed(run: dict | None) -> None:
     outcomes = ", ".join(f"{count} {outcome}" for outcome, count in run.get("outcomes", {}).items())
     print(f"==== outcomes, all streams: {outcomes}")
     for nodeid in run.get("failed", []):
-        print(f"==== FAILED {nodeid}")
+        why = run.get("reasons", {}).get(nodeid)
+        print(f"==== FAILED {nodeid}" + (f" -- {why}" if why else ""))
 
 
 def _summarised(run: dict | None, target: Path, args: list[str], markers: str, codes: dict[str, int]) -> int:

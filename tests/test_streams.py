@@ -173,7 +173,8 @@ def test_a_whole_run_over_the_time_limit_fails_itself(tmp_path, monkeypatch, cap
 
 def test_a_run_names_its_failed_tests_last(tmp_path, monkeypatch, capsys):
     """CI shows a log's tail only: the failed tests (from a real pytest run's durations file) are the last lines
-    of make test's output, after the timing summary, so a refused run says what failed."""
+    of make test's output, after the timing summary, each with its own failure's line, so a refused run says what
+    failed and why."""
     (tmp_path / "test_two.py").write_text("def test_good():\n    pass\n\ndef test_bad():\n    assert False\n")
     real = tmp_path / "real.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.durations",
@@ -191,4 +192,4 @@ def test_a_run_names_its_failed_tests_last(tmp_path, monkeypatch, capsys):
     assert streams.main(["-m", "not fullcheck", "tests"]) == 1
     *_, outcomes, failed = capsys.readouterr().out.strip().splitlines()
     assert outcomes == "==== outcomes, all streams: 1 failed, 1 passed"
-    assert failed.startswith("==== FAILED ") and failed.endswith("test_two.py::test_bad"), failed
+    assert failed.startswith("==== FAILED ") and failed.endswith("test_two.py::test_bad -- assert False"), failed
