@@ -403,8 +403,9 @@ def test_lesson_16_solution_1_reads_the_examples_in_the_files(tmp_path, layout, 
 
 def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None, repeat_first=False,
                 same_order=False, bind_mounted=False, copy_altered=False, orders_all=False, stopped=False,
-                spread=False, front_cut=False, files=8, per_worker=1, device="CPU") -> list[dict]:
-    """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on its own node:
+                spread=False, front_cut=False, files=8, per_worker=1, device="CPU", nodes=2) -> list[dict]:
+    """Each worker's report as lesson 16's read_shards.py writes it, worker r of W on node r x nodes // W + 1 (Slurm's
+    block distribution over min(W, nodes) nodes: 2 workers on 2 nodes one a node, 3 on 2 two and one):
     the files r, r + W, ... (FILE sharding of `files` files), their examples (i in file i % files) in
     steps as MultiWorkerMirroredStrategy gives them (a global batch of 2 x W of its own examples, W pieces
     of it one a step, each cut as TensorFlow's legacy rebatch cuts it; a worker that ran out steps on with
@@ -444,7 +445,8 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
         if spread and len(full) < steps:  # its examples spread over every step: no empty batch at the end
             full = [len(indices) // steps] * steps
         batches = full + [0] * (steps - len(full)) * (not stopped)  # stopped: no empty batches, fewer steps
-        reports.append({"rank": rank, "host": f"node{rank + 1}", "opened": opened, "global_batch": global_batch,
+        reports.append({"rank": rank, "host": f"node{rank * min(workers, nodes) // workers + 1}", "opened": opened,
+                        "global_batch": global_batch,
                         "replicas": replicas,
                         "devices": [f"/job:worker/replica:0/task:{rank}/device:{device}:{j}" for j in range(per_worker)],
                         "indices": indices + indices[:1] * (repeat_first and rank == 0), "batches": batches,
@@ -481,6 +483,8 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     # eleventh review, finding 2: one GPU a worker (make_strategy makes one GPU replica where a worker sees one GPU):
     # one replica a worker, W in sync, and the old proof (in sync only) passed it
     ({"device": "GPU"}, "on a CPU"),
+    # 14th review, finding 1: both runs' workers on one node (a job of --nodes=1): the hosts were printed, not asserted
+    ({"nodes": 1}, "should run on min"),
     # the second staged epoch read half its batches from the shared files (counted per pass)
     ({"staged_reads": [(128, 0), (0, 64), (32, 32), (0, 64)]}, "staged epochs should read nothing from the shared"),
     # fourth review, finding 5: the cache's later epochs read nothing from the shared files, and gave nothing either
@@ -489,7 +493,7 @@ def _reports_16(tmp_path: Path, workers: int, train_size: int, *, shards_of=None
     ({"copied": 4}, "byte for byte"), ({"altered": True}, "byte for byte")],
     ids=["as run", "a worker missing", "manual shard", "an example twice", "no reshuffle", "bind mount",
          "a worker's file altered", "orders of every file", "stopped early", "no empty batch at the end",
-         "last batch cut from the front", "12 files", "2 replicas a worker", "a GPU a worker",
+         "last batch cut from the front", "12 files", "2 replicas a worker", "a GPU a worker", "one node",
          "staged epoch reads shared", "empty cache replay", "half copied", "copy altered"])
 def test_lesson_16_gathering_cell_counts_files_and_examples_from_the_workers_reports(tmp_path, changes, match):
     """From the workers' raw reports (two runs, 2 and 3 workers, each worker on its own node) and
@@ -559,7 +563,7 @@ def test_lesson_16_at_one_worker_the_split_check_says_not_shown(tmp_path, capsys
     (tmp_path / "shared").mkdir()
     staged = _shared_and_staged_16(tmp_path, 8, 8, False)
     reads = [(128, 0), (0, 64), (0, 64), (0, 64)]
-    one = {1: _reports_16(tmp_path, 1, 64), 2: _reports_16(tmp_path, 2, 64)}
+    one = {1: _reports_16(tmp_path, 1, 64, nodes=1), 2: _reports_16(tmp_path, 2, 64, nodes=1)}
     gather_and_prove("16_input_at_scale.ipynb", _gathering_16(tmp_path, one, 8, staged, reads, (64, 64, 64), NODES=1,
                                                               hidden_first={1: True, 2: True}, print=print))
     out = capsys.readouterr().out
@@ -620,6 +624,7 @@ def _one_node_16() -> dict:
             "hidden_first": {1: True, 2: True}, "orders_own": {1: True, 2: True}, "steps": {1: [32], 2: [16]}, "fills": {1: [32], 2: [8, 8]},
             "ran_out": {1: [], 2: []}, "counts": {1: [2048], 2: [1024, 1024]}, "covered": {1: True, 2: True},
             "partial": {1: [0], 2: [0, 0]}, "device_types": {1: [["CPU"]], 2: [["CPU"], ["CPU"]]},
+            "hosts": {1: ["node1"], 2: ["node1"]},  # NODES = 1: both runs on one node
             "staged_everywhere": {1: True, 2: True}}
 
 
@@ -648,6 +653,8 @@ def test_lesson_16_proof_says_the_job_scripts_staging_is_not_shown_without_slurm
     run_proof("16_input_at_scale.ipynb", {**OK["16_input_at_scale.ipynb"], "use_slurm": False})
     out = capsys.readouterr().out
     assert stand_in in out and "read from read_on's local stand-in for the job script's copy;" in out, out
+    # 14th review, finding 1: the hosts are asserted on Slurm only; without it every worker ran here
+    assert "NOT SHOWN without Slurm: every worker ran on this machine" in out, out
     assert "the job script's staged copy" not in out, out
     run_proof("16_input_at_scale.ipynb", OK["16_input_at_scale.ipynb"])
     out = capsys.readouterr().out

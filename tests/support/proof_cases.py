@@ -412,6 +412,7 @@ OK["16_input_at_scale.ipynb"] = {
     "steps": {2: [16], 3: [12]}, "fills": {2: [8, 8], 3: [4, 4, 3]}, "ran_out": {2: [], 3: [True]}, "replayed": 64, "uncached": 64,
     "split_even": {2: [True, True], 3: [True, True, True]}, "partial": {2: [0, 0], 3: [0, 0, 128]},
     "in_sync": {2: [2, 2], 3: [3, 3, 3]},  # one replica a worker (the job hides the GPUs)
+    "hosts": {2: ["node1", "node2"], 3: ["node1", "node2"]},  # on Slurm min(W, NODES) nodes: 2 on 2, then 3 on 2
     "device_types": {2: [["CPU"]] * 2, 3: [["CPU"]] * 3},  # each worker's replicas' devices: a CPU
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
@@ -1817,6 +1818,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     # one GPU replica, collective_all_reduce_strategy.py 403-425): W in sync all the same, and the old proof passed it
     ("16_input_at_scale.ipynb", {"device_types": {2: [["CPU"], ["CPU"]], 3: [["GPU"], ["GPU"], ["GPU"]]}},
      "on a CPU"),
+    # 14th review, finding 1: the hosts were printed, never asserted: a job on one node (sbatch --nodes=1) passed; nor
+    # the run of NODES + 1 on NODES + 1 nodes (one worker a node, where the lesson says NODES + 1 on NODES)
+    ("16_input_at_scale.ipynb", {"hosts": {2: ["node1"], 3: ["node1"]}}, "should run on min"),
+    ("16_input_at_scale.ipynb", {"hosts": {2: ["node1", "node2"], 3: ["node1", "node2", "node3"]}}, "should run on min"),
     # a job that left the queue before the kernel saw STAGED: nothing was hidden while the workers read
     ("16_input_at_scale.ipynb", {"hidden_first": {2: True, 3: False}}, "hidden before any worker"),
     # a simulation that never reached the shared files (and so never waited): nothing else the proof says about
