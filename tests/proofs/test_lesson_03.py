@@ -37,11 +37,12 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "initial_digest": ["a", "a"], "own_digest": ["a", "b"], "asked_seed": [42, 43],
                "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
-               "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": ["s0", "s1"],
+               "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": [["s0"], ["s1"]],
                "file_stats": ["s0", None], "fit_read": [128, 128], "iterations": [4, 4], "steps_per_epoch": [2, 2],
                "means_moved": [0.021, 0.018], "fit_sum": [917, 883], "again_sum": [917, 883],
                "own_right": [170, 180], "own_rows": [250, 250], "eval_accuracy": [0.7, 0.7],
-               "split_size": [sum(collections.Counter(in_split).values())] * 2, **by_rank_changes}
+               "split_size": [sum(collections.Counter(in_split).values())] * 2,
+               "unequal": OK["03_multiworker_ipyparallel.ipynb"]["unequal"], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -593,9 +594,10 @@ def test_lesson_03_set_up_predicts_a_tensorflow_start_for_each_engine(monkeypatc
     assert f"start-up {start_up} " in out, out
 
 
-def _workers_03(n: int, own_right: list, own_rows: list, accuracy: float) -> dict:
+def _workers_03(n: int, own_right: list, own_rows: list, accuracy: float, unequal: list | None = None) -> dict:
     """Lesson 03's correct-run namespace widened to n workers, their own test counts and rows given, evaluate and
-    every worker's last val_accuracy at `accuracy`."""
+    every worker's last val_accuracy at `accuracy`; `unequal`: the counts on shards of unequal size (by default
+    8 + r of 16 x (r + 1) rows, evaluate at their pooled figure)."""
     from collections import Counter
 
     ok = OK["03_multiworker_ipyparallel.ipynb"]
@@ -606,14 +608,17 @@ def _workers_03(n: int, own_right: list, own_rows: list, accuracy: float) -> dic
         "predicted_rows": [512] * n, "padded": [512] * n, "found_at": [[32 * r] for r in range(n)], "rows": [32] * n,
         "fit_shards": [[(r, n)] for r in range(n)], "pass_shards": [[(r, n)] for r in range(n)],
         "kept": [r == 0 for r in range(n)], "initial_digests": ["a"] * n, "own_digests": names,
-        "asked_seeds": [42 + r for r in range(n)], "wrote": [True] * n, "stats_digests": [f"s{r}" for r in range(n)],
+        "asked_seeds": [42 + r for r in range(n)], "wrote": [True] * n, "stats_digests": [[f"s{r}"] for r in range(n)],
         "file_stats": ["s0"] + [None] * (n - 1), "means_moved": [0.02] * n, "prediction_digests": ["p"] * n,
         "uneven_rows": [512] * n, "fit_read": [128] * n, "iterations": [4] * n, "steps": [2] * n,
         "step_examples": [[32]] * n, "fit_sums": list(range(n)), "again_sums": list(range(n)),
         "val_losses": [[2.1, 1.9]] * n, "padding_checks": ok["padding_checks"][:1] * n}
     history = {**ok["histories"][0], "val_accuracy": [0.1, accuracy]}
+    if unequal is None and n != 2:
+        right, rows = [8 + r for r in range(n)], [16 * (r + 1) for r in range(n)]
+        unequal = [{"right": a, "rows": b, "accuracy": sum(right) / sum(rows)} for a, b in zip(right, rows)]
     return {**ok, **wide, "own_right": own_right, "own_rows": own_rows, "eval_accuracies": [accuracy] * n,
-            "histories": [history] * n}
+            "histories": [history] * n, **({"unequal": unequal} if unequal else {})}
 
 
 @pytest.mark.parametrize("own_right,own_rows,says", [
@@ -634,27 +639,59 @@ def test_lesson_03_metrics_check_says_not_checked_where_any_workers_own_figure_i
     assert ("NOT CHECKED (a worker's own test accuracy is the pooled one here)" in out) is says, out
 
 
-@pytest.mark.parametrize("own_right,own_rows,says", [
-    ([229, 240], [256, 256], True), ([59, 69, 66], [171, 171, 170], False), ([66, 67, 66], [171, 171, 170], True),
-    ([85, 86, 85], [171, 171, 170], True)], ids=["as many rows", "other rows", "other rows, 8.5e-7 apart", "other rows, 0.5"])
+@pytest.mark.parametrize("right,rows,says", [
+    ([8, 16], [16, 32], True), ([10, 21], [16, 32], False), ([0, 1, 1], [170, 171, 169], True),
+    ([59, 69, 66], [171, 170, 169], False)], ids=["alike", "apart", "3 workers, 1.4e-7 apart", "3 workers, apart"])
 def test_lesson_03_metrics_check_says_not_checked_where_the_mean_of_the_workers_accuracies_is_the_pooled_one(
-        capsys, own_right, own_rows, says):
-    """Nineteenth review (03, finding 2): where every worker's shard holds as many real rows (2 and 4 workers here),
-    the mean of the workers' own accuracies is the pooled count, so 'summed, not averaged' is not told apart (the
-    review's variant, the step's own logs in place of the re-read metrics, passed at 2 engines and failed at 3).
-    Twenty-first review (finding 2): with rows unequal the mean can still be the pooled figure, or within the proof's
-    1e-6 of it: 3 workers of 171, 171 and 170 rows, 85, 86 and 85 right (both 0.5) or 66, 67 and 66 (8.5e-7 apart),
-    where evaluate at the mean passed in silence (the old cell printed no line for them: this test fails on it). The
-    proof, as written, with evaluate and val_accuracy at the mean of the workers' accuracies, which is the pooled
-    figure or within 1e-6 of it wherever NOT CHECKED is due: NOT CHECKED there, not at 59, 69 and 66 (the mean 1.8e-5
-    off: there the pooled figure is passed, as here)."""
-    pooled = sum(own_right) / sum(own_rows)
-    mean = sum(r / n for r, n in zip(own_right, own_rows)) / len(own_rows)
-    run_proof("03_multiworker_ipyparallel.ipynb", _workers_03(len(own_rows), own_right, own_rows, mean if says else pooled))
+        capsys, right, rows, says):
+    """Nineteenth and twenty-first reviews (03, finding 2): where the mean of the workers' own accuracies is the pooled
+    count, or within the proof's 1e-6 of it, 'summed, not averaged' is not told apart. Twenty-sixth review (finding 1):
+    on the test set that was so at 2 and 4 workers and wherever COURSE_MAX_STEPS cut the test steps; the check now
+    runs on shards of unequal size, each worker's real rows a number of its own. The proof, as written, with evaluate
+    on them at the mean where it is within 1e-6 of the pooled figure (both 0.5; 0, 1 and 1 right of 170, 171 and 169,
+    1.4e-7 apart): NOT CHECKED there; at the pooled figure elsewhere, no such line."""
+    pooled = sum(right) / sum(rows)
+    mean = sum(r / n for r, n in zip(right, rows)) / len(rows)
+    assert (abs(mean - pooled) < 1e-6) is says, (mean, pooled)
+    unequal = [{"right": r, "rows": n, "accuracy": mean if says else pooled} for r, n in zip(right, rows)]
+    n = len(rows)
+    run_proof("03_multiworker_ipyparallel.ipynb", _workers_03(n, [170] * n, [250] * n, 170 / 250, unequal))
     out = capsys.readouterr().out
     assert ("NOT CHECKED (the mean of the workers' own test accuracies is the pooled one here): summed counts rather "
             "than the mean of the workers' accuracies" in out) is says, out
 
+
+@pytest.mark.parametrize("workers,max_steps", [(2, None), (3, None), (4, None), (2, 1), (3, 1), (4, 1)])
+def test_lesson_03_unequal_shards_tell_the_summed_counts_from_the_mean_in_every_configuration(workers, max_steps):
+    """Twenty-sixth review (03, finding 1): 'summed counts, not the mean' was NOT CHECKED at 2 and 4 workers and at 3
+    with COURSE_MAX_STEPS=1, where every worker's test shard held as many real rows. The lesson's `unequal_shard`, as
+    written, on quick mode's 512 test images (the steps COURSE_MAX_STEPS leaves), one replica a worker: each worker's
+    real rows a number of its own. On them, with each worker's accuracy a figure of its own (right rows r + 1 in 8),
+    the proof passes evaluate at the summed count and fails evaluate at the mean of the workers' accuracies."""
+    import tensorflow as tf
+
+    from helpers.lesson import evaluation_dataset
+
+    images = tf.zeros((512, 32, 32, 3), tf.uint8)
+    examples = tf.data.Dataset.from_tensor_slices((images, tf.zeros(512, tf.int64)))
+    global_batch = 32 * workers
+    steps = -(-512 // global_batch)
+    steps = min(steps, max_steps) if max_steps else steps
+    namespace = {"tf": tf, "evaluation_dataset": evaluation_dataset, "test_examples": examples, "global_batch": global_batch}
+    exec(compile(cell_defining("03_multiworker_ipyparallel.ipynb", "def unequal_shard").replace("%%px\n", ""), "03", "exec"),
+         namespace)
+    rows = [int(sum(float(tf.reduce_sum(tf.cast(w == 1, tf.float32))) for _, _, w in
+                    namespace["unequal_shard"](tf.distribute.InputContext(workers, rank, workers)).take(steps)))
+            for rank in range(workers)]
+    assert len(set(rows)) == workers and min(rows) > 0, rows
+    right = [n * (r + 1) // 8 for r, n in enumerate(rows)]
+    pooled = sum(right) / sum(rows)
+    mean = sum(r / n for r, n in zip(right, rows)) / workers
+    assert abs(mean - pooled) > 1e-6, (right, rows)
+    for accuracy, match in ((pooled, None), (mean, "summed counts")):
+        unequal = [{"right": r, "rows": n, "accuracy": accuracy} for r, n in zip(right, rows)]
+        holds_unless(match, run_proof, "03_multiworker_ipyparallel.ipynb",
+                     _workers_03(workers, [170] * workers, [250] * workers, 170 / 250, unequal))
 
 _COUNT_ON_TWO_REPLICAS = """
 import json, sys

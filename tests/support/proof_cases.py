@@ -78,7 +78,9 @@ OK: dict[str, dict] = {
         "rows": [32, 32], "fit_shards": [[(0, 2)], [(1, 2)]], "pass_shards": [[(0, 2)], [(1, 2)]],
         "kept": [True, False], "initial_digests": ["a", "a"], "own_digests": ["a", "b"], "local_replicas": [1, 1],
         "asked_seeds": [42, 43],  # the seed each worker's model in the scope was built with: 42 + rank
-        "wrote": [True, True], "stats_digests": ["s0", "s1"], "file_stats": ["s0", None],  # the chief's file: its stats
+        "wrote": [True, True], "stats_digests": [["s0"], ["s1"]], "file_stats": ["s0", None],  # the chief's file: its stats
+        # shards of unequal size: 80 of 128 and 190 of 256 rows right; evaluate the summed 270 of 384, not the mean 0.6836
+        "unequal": [{"right": 80, "rows": 128, "accuracy": 0.703125}, {"right": 190, "rows": 256, "accuracy": 0.703125}],
         "means_moved": [0.021, 0.018],  # the least any batch-norm layer's moving means moved from 0, per worker
         "prediction_digests": ["p", "p"], "uneven_rows": [512, 512],
         "histories": [_HISTORY_03] * 2,
@@ -725,7 +727,9 @@ BROKEN: list[tuple[str, dict, str]] = [
                                           "moved": [0.5],
                                           "digests": ["d"], "predicted_rows": [512], "padded": [512],
                                           "val_losses": [[2.1, 1.9]], "found_at": [[0]], "rows": [32],
-                                          "fit_shards": [[(0, 1)]], "pass_shards": [[(0, 1)]], "kept": [True]},
+                                          "fit_shards": [[(0, 1)]], "pass_shards": [[(0, 1)]], "kept": [True],
+                                          "stats_digests": [["s0"]],
+                                          "unequal": [{"right": 80, "rows": 128, "accuracy": 0.625}]},
      "at least 2 workers"),
     ("03_multiworker_ipyparallel.ipynb", {"found_at": [[32], [0]]}, "order of the shards"),
     ("03_multiworker_ipyparallel.ipynb", {"found_at": [[0], []]}, "order of the shards"),
@@ -781,12 +785,26 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"wrote": [True, False]}, "every worker should save"),
     # synchronized batch normalization (small_cnn(synchronized=True)): the statistics alike on every worker,
     # measured as one digest on both (the old proof passed it and printed them 'each worker's own')
-    ("03_multiworker_ipyparallel.ipynb", {"stats_digests": ["s", "s"], "file_stats": ["s", None]},
+    ("03_multiworker_ipyparallel.ipynb", {"stats_digests": [["s"], ["s"]], "file_stats": ["s", None]},
      "batch-norm moving statistics"),
     # review 12: a worker whose batch-norm statistics never updated (momentum 1.0 there, say): the digests still differ
     ("03_multiworker_ipyparallel.ipynb", {"means_moved": [0.021, 0.0]}, "moving means should have left their start"),
     # review 4: the chief's file holding statistics other than its first replica's (worker 1's, say, or an average)
     ("03_multiworker_ipyparallel.ipynb", {"file_stats": ["s1", None]}, "first replica's batch-norm statistics"),
+    # 26th review, finding 2: 2 replicas a worker, only the first digested (the old cell), or two replicas alike
+    ("03_multiworker_ipyparallel.ipynb", {"stats_digests": [["s0"], ["s1"]], "local_replicas": [2, 2], "in_sync": [4, 4]},
+     "one digest each"),
+    ("03_multiworker_ipyparallel.ipynb", {"stats_digests": [["s0", "s0"], ["s1", "s2"]], "local_replicas": [2, 2],
+                                          "in_sync": [4, 4]}, "one digest each"),
+    # 26th review, finding 1: on shards of unequal size, evaluate at the mean of the workers' accuracies (80/128 and
+    # 190/256: 0.68359375, the pooled 0.703125), or at worker 0's own figure handed to all
+    ("03_multiworker_ipyparallel.ipynb", {"unequal": [{"right": 80, "rows": 128, "accuracy": 0.68359375},
+                                                      {"right": 190, "rows": 256, "accuracy": 0.68359375}]}, "summed counts"),
+    ("03_multiworker_ipyparallel.ipynb", {"unequal": [{"right": 80, "rows": 128, "accuracy": 0.625},
+                                                      {"right": 190, "rows": 256, "accuracy": 0.625}]}, "summed counts"),
+    # the shards as many rows each (the cell's cut lost): the mean is the pooled figure, nothing told apart
+    ("03_multiworker_ipyparallel.ipynb", {"unequal": [{"right": 80, "rows": 128, "accuracy": 0.6796875},
+                                                      {"right": 94, "rows": 128, "accuracy": 0.6796875}]}, "of its own"),
     # accuracy compiled as `metrics=` instead of `weighted_metrics=`: the padding counted, as a real run measured it
     # (review 4: within the two-image tolerance it then had, the proof passed it)
     ("03_multiworker_ipyparallel.ipynb", {"padding_checks": [{**OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"][0],
