@@ -47,6 +47,7 @@ def test_lesson_16_read_on_runs_its_local_workers_on_cpus_only(tmp_path, monkeyp
     namespace = _read_on(tmp_path, shared, run_local_workers, quiet=True)
     assert [r["rank"] for r in namespace["read_on"](2)] == [0, 1]
     assert seen == [""], f"the local workers should see no GPU (CUDA_VISIBLE_DEVICES empty): {seen}"
+    assert namespace["staged_how"] == {2: "a local copytree, no Slurm"}, namespace["staged_how"]  # its STAGED line
 
 
 def test_lesson_16_job_script_hides_the_node_s_gpus_from_its_steps(tmp_path):
@@ -658,8 +659,16 @@ def test_lesson_16_proof_says_the_job_scripts_staging_is_not_shown_without_slurm
     assert "the job script's staged copy" not in out, out
     run_proof("16_input_at_scale.ipynb", OK["16_input_at_scale.ipynb"])
     out = capsys.readouterr().out
-    assert "NOT SHOWN" not in out and "read from the job script's staged copy;" in out, out
+    assert "NOT SHOWN" not in out and "read from the job script's staged copy (one sbcast of a tar);" in out, out
     assert "this kernel's staged copy (fs.staged_copy) read the shared file system once" in out, out
+    # 14th review, finding 2: on Slurm with one directory for all nodes (this course's local Slurm without
+    # COURSE_NODE_LOCAL) the job script copies with cp, and its sbcast path never runs (making sbcast exit 1 passed):
+    # the proof says NOT SHOWN for it, and its last line names the cp
+    cp = "one cp, one directory for all nodes"
+    run_proof("16_input_at_scale.ipynb", {**OK["16_input_at_scale.ipynb"], "staged_how": {2: cp, 3: cp}})
+    out = capsys.readouterr().out
+    assert "NOT SHOWN (the nodes share one directory): the job script copied with cp" in out, out
+    assert f"read from the job script's staged copy ({cp});" in out, out
 
 
 @pytest.mark.parametrize("train_size,batch,steps,said", [
@@ -933,7 +942,7 @@ def _read_on(tmp_path: Path, shared: Path, run_local_workers, quiet: bool = Fals
     import time
 
     namespace = {"use_slurm": False, "job_dir": tmp_path, "shared": shared, "hidden": tmp_path / "shared-hidden",
-                 "hidden_first": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
+                 "hidden_first": {}, "staged_how": {}, "run_local_workers": run_local_workers, "shutil": shutil, "time": time,
                  "json": json, "sys": sys, "os": os}
     if quiet:
         namespace["print"] = lambda *a, **k: None

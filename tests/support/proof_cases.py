@@ -415,6 +415,7 @@ OK["16_input_at_scale.ipynb"] = {
     "split_even": {2: [True, True], 3: [True, True, True]}, "partial": {2: [0, 0], 3: [0, 0, 128]},
     "in_sync": {2: [2, 2], 3: [3, 3, 3]},  # one replica a worker (the job hides the GPUs)
     "hosts": {2: ["node1", "node2"], 3: ["node1", "node2"]},  # on Slurm min(W, NODES) nodes: 2 on 2, then 3 on 2
+    "staged_how": {2: "one sbcast of a tar", 3: "one sbcast of a tar"},  # the job's STAGED lines: each node its disk
     "device_types": {2: [["CPU"]] * 2, 3: [["CPU"]] * 3},  # each worker's replicas' devices: a CPU
     "cache_files": ["cache.data-00000-of-00001", "cache.index"],
     "counts": {2: [1024, 1024], 3: [768, 768, 512]}, "covered": {2: True, 3: True},
