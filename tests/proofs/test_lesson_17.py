@@ -237,9 +237,9 @@ def test_lesson_17_solution_2_shows_what_a_forgotten_purge_does(tmp_path, no_pur
 @pytest.mark.parametrize("edit,match", [
     (None, None),
     (("setenv(\"COURSE_MODULE_ROOT\", root)\n", "setenv(\"COURSE_MODULE_ROOT\", root)\n"
-      "prepend_path(\"PYTHONPATH\", pathJoin(root, \"lib\"))\n"), "should put"),  # hands its packages out on PYTHONPATH too
-    (("prepend_path(\"EBPYTHONPREFIXES\", root)", "prepend_path(\"EBPYTHONPREFIXES\", \"/elsewhere\")"), "should put"),
-    (("pathJoin(root, \"bin\")", "root"), "should put"),  # PATH gets the prefix, not its bin/
+      "prepend_path(\"PYTHONPATH\", pathJoin(root, \"lib\"))\n"), "modulefile should prepend"),  # hands its packages out on PYTHONPATH too
+    (("prepend_path(\"EBPYTHONPREFIXES\", root)", "prepend_path(\"EBPYTHONPREFIXES\", \"/elsewhere\")"), "modulefile should prepend"),
+    (("pathJoin(root, \"bin\")", "root"), "modulefile should prepend"),  # PATH gets the prefix, not its bin/
 ], ids=["as written", "also PYTHONPATH", "another prefix", "PATH without bin"])
 def test_lesson_17_solution_2_without_lmod_reads_what_the_modulefile_sets(tmp_path, edit, match):
     """Without Lmod, solution 2 reads the modulefile: the three variables, each set as the lesson says
