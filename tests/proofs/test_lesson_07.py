@@ -66,6 +66,30 @@ def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, flag
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
+@pytest.mark.parametrize("rank,at_fit,flags,device,match", [
+    (0, "", "--tf_xla_cpu_global_jit", "CPU", None), (0, "autoclustering", "--tf_xla_cpu_global_jit", "CPU", "auto-clustering"),
+    (1, "autoclustering", "--tf_xla_cpu_global_jit", "CPU", "auto-clustering"), (0, "autoclustering", "", "GPU", "auto-clustering"),
+    (0, "autoclustering", "", "CPU", None)])  # the last: set_jit alone compiles nothing on a CPU (tests/test_xla_flags.py)
+def test_lesson_07_gathering_cell_reads_set_jit_as_fit_began(rank, at_fit, flags, device, match):
+    """Sixteenth review, finding 1: TensorFlow applies set_jit when the step function is called, yet the proof read
+    get_jit() when measure ended; the review's run of the notebook's own measure with set_jit("autoclustering") just
+    before fit and set_jit(False) just after (TF_XLA_FLAGS=--tf_xla_cpu_global_jit) logged 'Compiled cluster using XLA',
+    recorded '' and passed. A process whose get_jit() was 'autoclustering' when fit began and '' at the end, the kernel's
+    2-replica point (rank 0) or worker 1 of 2 (rank 1), must fail through the gathering cell; the old cell ignored the
+    reading as fit began and passed both (DID NOT RAISE)."""
+    on = lambda p: {**p, "device": device, "planned": device}
+    if rank == 0:
+        two = {**on(_timed("MirroredStrategy", 2)), "xla_flags_at_start": flags, "optimizer_jit_at_fit": at_fit}
+        multi = _timed("MultiWorkerMirroredStrategy", 2)
+    else:
+        two = _timed("MirroredStrategy", 2)
+        multi = {**_timed("MultiWorkerMirroredStrategy", 2), "worker_xla_flags_at_start": ["", flags],
+                 "worker_optimizer_jit_at_fit": ["", at_fit]}
+    raw = {"points": [on(_timed("MirroredStrategy", 1)) if rank == 0 else _timed("MirroredStrategy", 1), two, multi],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
 @pytest.mark.parametrize("ran,match", [("CPU", None), ("GPU", "another kind of device")])
 def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match):
     """A worker planned on CPU (a node with fewer GPUs than workers) that ran on a GPU, from the runs' own
@@ -378,6 +402,12 @@ STARTED_WITH_XLA = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
 DROPS_XLA = ("    result = measure(strategy, examples, model_name, per_replica, steps)\n",
              "    os.environ.pop('TF_XLA_FLAGS', None)  # after TensorFlow read them (make_strategy set up its devices)\n"
              "    result = measure(strategy, examples, model_name, per_replica, steps)\n")
+# sixteenth review, finding 1: set_jit("autoclustering") just before fit and set_jit(False) just after, in processes
+# started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit (which alone compiles nothing): TensorFlow applies set_jit when
+# the step function is called, so the steps compiled ('Compiled cluster using XLA'), and the old proof, reading
+# get_jit() when measure ended (''), passed (DID NOT RAISE)
+FIT = "    model.fit(train_ds, epochs=1, steps_per_epoch=steps + 1, callbacks=[times], verbose=0)\n"
+SET_JIT_AROUND_FIT = (FIT, '    tf.config.optimizer.set_jit("autoclustering")\n' + FIT + "    tf.config.optimizer.set_jit(False)\n")
 
 
 @pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches"),
@@ -385,6 +415,7 @@ DROPS_XLA = ("    result = measure(strategy, examples, model_name, per_replica, 
                                            ("worker 1 reads slowly", "reading the input alone"),
                                            ("workers drop XLA flags", "auto-clustering"),
                                            ("workers start with a flag file", "auto-clustering"),
+                                           ("workers set_jit around fit", "auto-clustering"),
                                            ("workers size inter-op from the environment", "not the course's")])
 def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
@@ -401,7 +432,10 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     and the old proof, reading the file's name as the flags, passed (DID NOT RAISE). Finding 5: where the course
     leaves the pools at (0, 0) (COURSE_TUNING=off, GPU nodes), TensorFlow sizes a pool from TF_NUM_INTRAOP_THREADS /
     TF_NUM_INTEROP_THREADS; workers started with TF_NUM_INTEROP_THREADS=8 (8 inter-op threads, 'tf_Compute' in
-    /proc, against 2 without) passed the old proof, which read the getters only (DID NOT RAISE)."""
+    /proc, against 2 without) passed the old proof, which read the getters only (DID NOT RAISE). Sixteenth review,
+    finding 1: workers started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit that call set_jit("autoclustering") just
+    before fit and set_jit(False) just after compiled their steps, and the old proof, reading get_jit() at the end
+    only, passed (DID NOT RAISE)."""
     import json
 
     from helpers.data import ensure_data
@@ -411,7 +445,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
 
     program = written_program("07_scaling_performance.ipynb", "{worker_program}")
     if variant not in ("as written", "workers start with a flag file", "workers size inter-op from the environment"):
-        old, new = DROPS_XLA if variant == "workers drop XLA flags" else WORKER_1[variant]
+        old, new = {"workers drop XLA flags": DROPS_XLA, "workers set_jit around fit": SET_JIT_AROUND_FIT}.get(
+            variant) or WORKER_1[variant]
         assert program.count(old) == 1, old
         program = program.replace(old, new)
     (tmp_path / "07_measure.py").write_text(program)
@@ -419,9 +454,10 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     from_env = variant == "workers size inter-op from the environment"  # the course's (0, 0): no tuning, or a GPU node
     pools = ["0", "0"] if from_env else ["1", "2"]
     arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", *pools]
-    dropped = variant in ("workers drop XLA flags", "workers start with a flag file")  # TensorFlow's log on: it compiled
+    dropped = variant in ("workers drop XLA flags", "workers start with a flag file", "workers set_jit around fit")  # they compiled
     (tmp_path / "xla_flags").write_text(STARTED_WITH_XLA + "\n")  # the flags in a file, its name in TF_XLA_FLAGS
     flags = str(tmp_path / "xla_flags") if variant == "workers start with a flag file" else STARTED_WITH_XLA
+    flags = "--tf_xla_cpu_global_jit" if variant == "workers set_jit around fit" else flags  # compiles nothing alone
     env = {**__import__("os").environ, "TF_XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "0"} if dropped else None
     env = {**__import__("os").environ, "TF_NUM_INTEROP_THREADS": "8"} if from_env else env
     runs = {2: run_local_workers(arguments, n=2, deadline_s=600, env=env)}
@@ -438,7 +474,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           f"{[round(r['in_steps_s'] / r['span_s'], 2) for r in results]}, input alone over its median step "
           f"{[round(r['input_s'] / r['median_step_s'], 3) for r in results]} (ms: "
           f"{[(round(1000 * r['input_s'], 1), round(1000 * r['median_step_s'], 1)) for r in results]}), TF_XLA_FLAGS "
-          f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}")
+          f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}, get_jit() when fit "
+          f"began {[r.get('optimizer_jit_at_fit') for r in results]} and at the end {[r['optimizer_jit'] for r in results]}")
     raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2],
            **({"course_pools": (0, 0)} if from_env else {})}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
