@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import durations
 from tests.support.slurm_lock import local_slurm_lock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +137,29 @@ def tagged(tag: str) -> list[psutil.Process]:
             except psutil.Error:
                 continue
     return found
+
+
+@pytest.fixture(autouse=True)
+def environment_restored(request):
+    """After every test: this process's environment and working directory as they were before it. Tests run
+    in-process code that sets variables for the processes it starts (a GPU plan's CUDA_VISIBLE_DEVICES, a class
+    layout, TF_CONFIG); the streams hand each file to whichever stream frees up first, so a variable one test
+    left would reach another's subprocesses in one run and not the next. What was restored is kept in the
+    run's durations file ("environment_restored"), so that its source can be mended."""
+    before, cwd = dict(os.environ), os.getcwd()
+    yield
+    own = (TAG_ENV, "PYTEST_CURRENT_TEST")  # the harness's: set for each test and between tests on purpose
+    changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k) and k not in own)
+    if changed:
+        for name in changed:
+            if name in before:
+                os.environ[name] = before[name]
+            else:
+                del os.environ[name]
+        durations.environment_restored(request.node.nodeid, changed)
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+        durations.environment_restored(request.node.nodeid, ["(working directory)"])
 
 
 @pytest.fixture(autouse=True)

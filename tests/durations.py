@@ -32,7 +32,8 @@ FAIL_MINUTES = 60
 _per_test: dict[str, float] = {}
 _cpu: dict[str, float] = {}  # CPU seconds: this pytest and the children it reaped (not what runs under Slurm's daemons)
 _outcomes: dict[str, str] = {}
-_reasons: dict[str, str] = {}  # a failed test's one-line reason: CI shows the log's tail only
+_reasons: dict[str, str] = {}
+_restored: dict[str, list[str]] = {}  # what a test left in the environment, put back by conftest  # a failed test's one-line reason: CI shows the log's tail only
 _started = time.monotonic()
 
 
@@ -68,6 +69,10 @@ def reason(report) -> str:
     return where + (line if len(line) <= 400 else line[:400] + " ...")
 
 
+def environment_restored(nodeid: str, names: list[str]) -> None:
+    _restored.setdefault(nodeid, []).extend(names)
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -90,6 +95,7 @@ def record() -> dict:
         "reasons": {nodeid: _reasons.get(nodeid, "") for nodeid, outcome in sorted(_outcomes.items())
                     if outcome == "failed"},
         "tests": {nodeid: round(seconds, 2) for nodeid, seconds in sorted(_per_test.items())},
+        "environment_restored": dict(sorted(_restored.items())),
         "cpu": {nodeid: round(seconds, 1) for nodeid, seconds in sorted(_cpu.items()) if seconds >= 0.05},
     }
 

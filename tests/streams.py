@@ -89,7 +89,9 @@ def _merge(files: dict[str, Path], wall_s: float) -> dict | None:
     return {**first, "wall_s": round(wall_s, 1), "tests_s": round(sum(tests.values()), 1), "cpu": dict(sorted(cpu.items())),
             "outcomes": dict(sorted(outcomes.items())),
             "failed": sorted(nodeid for run in runs.values() for nodeid in run.get("failed", [])),
-            "reasons": {k: v for run in runs.values() for k, v in run.get("reasons", {}).items()}, "tests": dict(sorted(tests.items())),
+            "reasons": {k: v for run in runs.values() for k, v in run.get("reasons", {}).items()},
+            "environment_restored": {k: v for run in runs.values() for k, v in run.get("environment_restored", {}).items()},
+            "tests": dict(sorted(tests.items())),
             "streams": {name: {"wall_s": run["wall_s"], "tests": len(run["tests"])} for name, run in runs.items()}}
 
 
@@ -138,6 +140,10 @@ def main(argv: list[str]) -> int:
 def _print_failed(run: dict | None) -> None:
     if run is None:
         return
+    restored = run.get("environment_restored", {})
+    if restored:  # harmless now (conftest put it back), but each names a test whose code leaves it set
+        names = sorted({name for changed in restored.values() for name in changed})
+        print(f"==== environment put back after {len(restored)} test(s): {', '.join(names)[:300]}")
     outcomes = ", ".join(f"{count} {outcome}" for outcome, count in run.get("outcomes", {}).items())
     print(f"==== outcomes, all streams: {outcomes}")
     for nodeid in run.get("failed", []):

@@ -193,3 +193,23 @@ def test_a_run_names_its_failed_tests_last(tmp_path, monkeypatch, capsys):
     *_, outcomes, failed = capsys.readouterr().out.strip().splitlines()
     assert outcomes == "==== outcomes, all streams: 1 failed, 1 passed"
     assert failed.startswith("==== FAILED ") and failed.endswith("test_two.py::test_bad -- assert False"), failed
+
+
+def test_a_test_s_environment_never_reaches_the_next_one(tmp_path):
+    """A test that leaves a variable set (as in-process code does: a GPU plan, a class layout, TF_CONFIG) must not
+    hand it to the tests after it in its stream: which tests follow depends on which stream frees up first, so a
+    leak fails another file's subprocesses in one run and not the next. conftest puts the environment and the
+    working directory back after each test and the durations file names what it put back."""
+    (tmp_path / "test_leak.py").write_text(
+        "import os\n\ndef test_leaves_a_variable():\n    os.environ['COURSE_CLASS_LAYOUT'] = 'gpu'\n    os.chdir('/')\n\n"
+        "def test_after_it():\n    assert 'COURSE_CLASS_LAYOUT' not in os.environ and os.getcwd() != '/'\n")
+    record = tmp_path / "run.json"
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_CLASS_LAYOUT"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.durations",
+                           "-p", "tests.conftest", str(tmp_path / "test_leak.py")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300,
+                          env={**env, "COURSE_DURATIONS": str(record), "COURSE_DURATIONS_BEFORE": os.devnull})
+    assert done.returncode == 0, done.stdout[-2000:]
+    restored = json.loads(record.read_text())["environment_restored"]
+    assert [(k.split("::")[-1], v) for k, v in restored.items()] == \
+        [("test_leaves_a_variable", ["COURSE_CLASS_LAYOUT", "(working directory)"])], restored
