@@ -492,28 +492,42 @@ def _solution_1(edit=("", "")) -> None:
                  "train_examples": None, "MODEL": "cnn", "per_replica": 32, "STEPS": 10, "single": 100.0,
                  "points": [{"images_per_s": 100.0}, {"images_per_s": 180.0}], "print": lambda *a, **k: None}
     source = solution_source("07_scaling_performance.ipynb", 1)
-    assert source.count(edit[0]) >= 1
+    assert source.count(edit[0]) == (1 if edit[0] else len(source) + 1), edit[0]
     exec(compile(source.replace(*edit), "07 solution 1", "exec"), namespace)
 
 
+DOUBLED = ", train_examples, MODEL, 2 * per_replica, STEPS)"  # each of the solution's two measures, with its batch
+
+
 @pytest.mark.parametrize("edit,match", [(("", ""), None),
-                                        (("mirrored(mirrored_counts[-1])", "mirrored(1)"), "not all 2")])
+                                        (("mirrored(mirrored_counts[-1])", "mirrored(1)"), "not all 2"),
+                                        # sixteenth review, finding 6: either measure left at the lesson's batch
+                                        (("mirrored(mirrored_counts[-1])" + DOUBLED, "mirrored(mirrored_counts[-1])"
+                                          + DOUBLED.replace("2 * ", "")), r"replicas got \[32, 32\]"),
+                                        (("mirrored(1)" + DOUBLED, "mirrored(1)" + DOUBLED.replace("2 * ", "")),
+                                         r"the one replica got \[32\]")])
 def test_lesson_07_solution_1_measures_all_replicas(edit, match):
     """Fourth review's P3: solution 1 says MirroredStrategy over all replicas; measured over one, its asserts
-    (each replica's batch) passed. Now it must fail."""
+    (each replica's batch) passed. Now it must fail. Sixteenth review, finding 6: no variant showed the batch asserts
+    failing; either measure run with `per_replica` instead of `2 * per_replica` must fail its own."""
     holds_unless(match, _solution_1, edit)
 
 
-@pytest.mark.parametrize("ran_with,replicas,match", [(None, 1, None), (False, 1, "XLA: jit_compile False"),
-                                                     (None, 2, "on 2 replicas")])
-def test_lesson_07_gpu_cell_checks_each_run_had_its_xla_switch_on_one_replica(ran_with, replicas, match):
+@pytest.mark.parametrize("ran_with,replicas,scaled,match", [
+    (None, 1, None, None), (False, 1, None, "XLA: jit_compile False"), (None, 2, None, "on 2 replicas"),
+    # sixteenth review, finding 7: the one-GPU mixed precision run without loss scaling (float32 with it, likewise)
+    (None, 1, {"mixed_float16": False}, "mixed precision: loss scaling False"),
+    (None, 1, {"float32": True}, "float32: loss scaling True")])
+def test_lesson_07_gpu_cell_checks_each_run_had_its_xla_switch_on_one_replica(ran_with, replicas, scaled, match):
     """Sixth review, finding 7: Keras can turn XLA off with a warning (its trainer's jit_compile setter), and the GPU
     cell printed images/s whatever it ran with. On planted measurements of a GPU node (the cell has never run on a
-    GPU), a run asked for XLA that ran without it, or on 2 replicas where no strategy was asked, must fail it."""
+    GPU), a run asked for XLA that ran without it, or on 2 replicas where no strategy was asked, must fail it.
+    Sixteenth review, finding 7: so must a mixed_float16 run whose optimizer was not loss-scaled (a float32 one that
+    was)."""
     def measure(strategy, examples, model, per_replica, steps, precision="float32", jit=False):
         asked = jit if ran_with is None or not jit else ran_with
         return {"images_per_s": 100.0, "device": "GPU", "policy": precision, "jit_compile": asked, "replicas": replicas,
-                "loss_scaled": precision == "mixed_float16"}
+                "loss_scaled": (scaled or {}).get(precision, precision == "mixed_float16")}
 
     ns = {"gpus": ["/device:GPU:0"], "measure": measure, "train_examples": None, "MODEL": "cnn", "per_replica": 32,
           "STEPS": 10, "tf": SimpleNamespace(distribute=SimpleNamespace(get_strategy=lambda: None),
@@ -717,6 +731,24 @@ def test_lesson_07_gathering_cell_reads_the_xla_flags_each_process_started_with(
                       _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
            "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+def test_lesson_07_keeps_the_xla_flags_its_kernel_started_with_across_a_rerun(monkeypatch):
+    """Sixteenth review, finding 1b: the set-up cell read TF_XLA_FLAGS from os.environ whenever it ran, so a kernel
+    started with flags that compile on its CPU, then cleared them and re-ran every cell without a restart, recorded ''
+    while TensorFlow kept the flags it read at start. The set-up cell's assignment run twice in one namespace, the
+    flags changed in between: it must keep the first (the old cell recorded the second: '' here), and the proof then
+    fail through the gathering cell."""
+    import os
+
+    from helpers.xla_flags import flags_in
+
+    ns = {"os": os, "flags_in": flags_in}
+    for flags in (STARTED_WITH_XLA, ""):
+        monkeypatch.setenv("TF_XLA_FLAGS", flags)
+        exec(assignment_source("07_scaling_performance.ipynb", "xla_flags_at_start"), ns)
+    assert ns["xla_flags_at_start"] == STARTED_WITH_XLA, ns["xla_flags_at_start"]
+    test_lesson_07_gathering_cell_reads_the_xla_flags_each_process_started_with(ns["xla_flags_at_start"], "auto-clustering")
 
 
 @pytest.mark.parametrize("steps,input_s,inside,match", [
