@@ -145,6 +145,21 @@ def _lesson_07_starts(replicas: int, max_replicas: int) -> tuple[int, int, int, 
     return 0, len(workers), 0, len(mirrored) + len(workers)
 
 
+def _lesson_15_epoch(s: Sizes, replicas: int) -> int:
+    """Images of one of lesson 15's epochs: whole global batches of the training split less the validation set it
+    holds out (its cells 11 and 13: whole units of `per_replica` x lcm(replicas, the kernel's CPU_REPLICAS), a fifth
+    of the split at most, fewer under COURSE_MAX_STEPS); the kernel's replicas as its first cell sets them on a CPU
+    (with GPUs the kernel's are its GPUs: the cut may then differ by a unit)."""
+    import math
+
+    train, b = s.train_examples or FULL_TRAIN, s.per_replica_batch
+    kernel = replicas - 1 if replicas > 2 else replicas + 1
+    unit = b * math.lcm(replicas, kernel)
+    at_most = max(1, s.max_steps * b * replicas // unit) if s.max_steps else train
+    held_out = max(0, min(train // 5 // unit, at_most)) * unit  # 0 where the lesson raises (no unit fits)
+    return s.steps_per_epoch(train - held_out, b * replicas) * b * replicas
+
+
 def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str = "cnn",
                  steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS,
                  horovod: bool = False) -> dict[str, Callable[[], list[Work]]]:
@@ -185,7 +200,7 @@ def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str =
         # worker's step alone, after 3 first (traced) calls each; the wide CNN's 5.1 M multiply-adds per image
         # counted as the small CNN's 5.6 M; the all-reduces (probes and steps) are not counted
         "14": lambda: [Work("cnn", 32 * (20 * (3 * replicas + 1) + 3 * replicas), 32)],
-        "15": lambda: [cnn(max(3, s.epochs) * epoch())],  # at least 3 epochs: improving ones, then a worse one
+        "15": lambda: [cnn(max(3, s.epochs) * _lesson_15_epoch(s, replicas))],  # at least 3 epochs: improving, then worse
         # its step timing fits min(TIMED, 24) + 1 steps, TIMED at least 32: 25 in every mode, COURSE_MAX_STEPS or not
         "16": lambda: [Work("cnn", 25 * b, b)],
         "17": lambda: [],  # three runs of 8 steps on random numbers: nothing to speak of

@@ -337,3 +337,14 @@ def test_lesson_12_counts_the_engines_of_its_parameter_server_cluster():
     quick = mode_sizes("quick")
     assert startup_seconds("12", quick, 0) == pytest.approx(
         (1 + engines) * TF_START_S + 2 * ENGINES_START_S + LESSON_STARTS["12"][3] * FIRST_STEP_S["cnn"])
+
+
+@pytest.mark.parametrize("workers,images", [(1, 3 * 52 * 32), (2, 3 * 26 * 64), (3, 3 * 17 * 96), (4, 3 * 13 * 128)])
+def test_lesson_15_counts_the_images_its_workers_train_on(workers, images):
+    """Lesson 15's 7th review, finding 2: its prediction counted the whole 2,048-image split each epoch (6,144 images
+    at 3 epochs), but the workers train on what is left once the validation set is held out (384 images in quick
+    mode: 2 units of 192 at 2 and 3 workers, 6 of 64 at 1, 1 of 384 at 4): 26 steps of 64 images an epoch on 2
+    workers, as the lesson's cell prints."""
+    from helpers.training_time import Work
+
+    assert lesson_work("15", mode_sizes("quick"), workers) == [Work("cnn", images, 32)]
