@@ -35,10 +35,13 @@ def test_lesson_07_gathering_cell_computes_the_share_inside_timed_steps(inside, 
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
-@pytest.mark.parametrize("inside,match", [(0.95, None), (0.5, "inside timed steps")])
+@pytest.mark.parametrize("inside,match", [(0.95, "with 4 replicas"), (0.5, "with 4 replicas")])
 def test_lesson_07_gathering_cell_keeps_two_multi_worker_runs_of_as_many_replicas_apart(inside, match):
     """A GPU node of 4 GPUs, MAX_REPLICAS = 4: 2 workers of 2 GPUs have 4 replicas, like 4 workers of one. The
-    first run's steps cover half its span: the proof must fail, not read the second run's figures for both."""
+    first run's steps cover half its span: the proof must fail, not read the second run's figures for both.
+    Sixteenth review, finding 2: such a run compares 4 replicas with MirroredStrategy's 2 at the same x; the program
+    now keeps one GPU a worker, and a 2-worker run of 4 replicas must fail the proof however its steps ran (the old
+    proof passed it at 0.95: DID NOT RAISE)."""
     two = {**_timed("MultiWorkerMirroredStrategy", 4, inside), "asked": 2, "workers": 2, "replica_batches": [32, 32],
            "worker_batches": [[32, 32]] * 2, "worker_kept": [["example0"], ["example1"]]}  # each worker's kept examples, digested
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), _timed("MirroredStrategy", 4),
@@ -124,6 +127,18 @@ def test_lesson_07_gathering_cell_checks_every_worker_not_worker_0_only(field, o
         raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), point],
                "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
         holds_unless(expected, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+@pytest.mark.parametrize("given,kept", [("0,1", "0"), ("2,3", "2"), ("0", "0"), (None, "0"), ("", ""), ("-1", "-1"),
+                                        ("GPU-1a2b,GPU-3c4d", "GPU-1a2b")])
+def test_lesson_07_program_keeps_one_gpu_a_worker(given, kept):
+    """Sixteenth review, finding 2: run_local_workers gives each of n local workers len(visible) // n GPUs and
+    MultiWorkerMirroredStrategy makes a replica of each, so on a node of 4 GPUs 2 workers ran 4 replicas, plotted at
+    x = 4 beside MirroredStrategy's points of one device a replica. The program's one_gpu_each, on the
+    CUDA_VISIBLE_DEVICES a worker could be given (planted: no GPU here): it keeps the first, none stays none."""
+    environ = {} if given is None else {"CUDA_VISIBLE_DEVICES": given}
+    _program_function("one_gpu_each")(environ)
+    assert environ == {"CUDA_VISIBLE_DEVICES": kept}, environ
 
 
 def _fake_tf(physical_gpus: int):

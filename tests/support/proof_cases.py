@@ -1083,6 +1083,12 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                  dict(lesson_07_point("MultiWorkerMirroredStrategy", 2), workers=1,
                                                       replica_batches=[32, 32], worker_batches=[[32, 32]] * 2)]},
      "formed a cluster of 1"),
+    # sixteenth review, finding 2: 2 workers of 2 GPUs each (a node of 4: run_local_workers' equal share), 4 replicas
+    # plotted beside MirroredStrategy's one device a replica; the old proof passed it
+    ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
+                                                 dict(lesson_07_point("MultiWorkerMirroredStrategy", 2), replicas=4, global_batch=128,
+                                                      replica_batches=[32, 32], worker_batches=[[32, 32]] * 2)]},
+     "with 4 replicas"),
     # ninth review, finding 1: worker 1 of 2 batched per_replica x (1 + input_pipeline_id), worker 0 as asked (a real
     # run: [[32], [64]], 128 and 256 examples kept); the old proof read worker 0's batches only and passed
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1), lesson_07_point("MirroredStrategy", 2),
