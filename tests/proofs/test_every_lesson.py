@@ -218,9 +218,9 @@ LOOSENED = [
     ("07_scaling_performance.ipynb", "for p in points) >= 2", "for p in points) >= 1"),
     ("10_large_batches.ipynb", "<= 1e-6 * peak_rate[n]", "<= 1e-5 * peak_rate[n]"),  # correct runs: 0.0
     ("10_large_batches.ipynb", "shape_gap < 0.1", "shape_gap < 1.0"),  # correct runs: 2.5e-5 (quick) to 0.008 (93,120 updates)
-    ("10_large_batches.ipynb", "abs_tol=1e-4", "abs_tol=1e-3"),  # the same batches: equal marks
+    ("10_large_batches.ipynb", "abs_tol=one_label / 2", "abs_tol=one_label * 5"),  # the same batches: equal marks
     ("10_large_batches.ipynb", "left < gap / 4", "left < gap / 2"),  # the bound it was (correct runs: 0.8 to 9.7 %)
-    ("10_large_batches.ipynb", "spread > 3e-4", "spread >= 0"),  # marks that tell batches apart, to any marks
+    ("10_large_batches.ipynb", "spread > one_label / 2", "spread >= 0"),  # marks that tell batches apart, to any marks
     # the rise without warm-up and the warm-up's fall below the starting weights (correct runs: 0.08 and 0.15 or more)
     ("10_large_batches.ipynb", "margin = 0.01", "margin = 0.001"),
     ("10_large_batches.ipynb", "margin = 0.01", "margin = 0.0"),  # the proof as it was (> 0, < 0)
