@@ -99,6 +99,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
               "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, "steps_per_epoch": [1, 1],
+              "overlap": [(1664, 384, 0)] * 2,
               **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
@@ -418,3 +419,34 @@ def _file_cell_on(model, tmp_path):
     namespace = {"kept_file": kept_file, "held_counts": [held] * 2, "worker_replicas": 2, "print": lambda *a, **k: None}
     exec(compile(cell, "15 file", "exec"), namespace)
     return namespace, kept_file, held
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("trained on the whole split", "never train on a validation")])
+def test_lesson_15_workers_never_train_on_a_validation_image(variant, match):
+    """7th review, finding 3: "the workers never train on [the validation images]" was true by construction only:
+    `training_dataset(split, ...)` in the cell that builds the training input passed every proof. The cells that cut
+    the split, build the inputs and digest an epoch of the training input, run on a small planted split, must fail the
+    proof then."""
+    import tensorflow as tf
+
+    from tests.support.proof_cases import OK
+    from tests.support.proof_cells import run_proof
+
+    cells = code_cells("15_models_you_keep.ipynb")
+    cut = next(s for s in cells if "validation_examples = split.skip(" in s)
+    inputs = next(s for s in cells if "def train_input(" in s)
+    check = next(s for s in cells if "overlap = (" in s)
+    if variant != "as written":
+        assert "training_dataset(train_examples, " in inputs
+        inputs = inputs.replace("training_dataset(train_examples, ", "training_dataset(split, ")
+    images = np.arange(64 * 4, dtype="uint8").reshape(64, 2, 2, 1)  # 64 distinct images, 4 bytes each
+    strategy = SimpleNamespace(distribute_datasets_from_function=lambda make: make(tf.distribute.InputContext()))
+    engine = {"split": tf.data.Dataset.from_tensor_slices((images, np.zeros(64, "int64"))), "train_size": 64,
+              "units": 2, "unit": 8, "global_batch": 8, "sizes": SimpleNamespace(steps_per_epoch=lambda n, b: n // b),
+              "strategy": strategy, "print": lambda *a, **k: None}
+    for source in (cut, inputs, check):
+        exec(compile(source.removeprefix("%%px\n"), "15 engine", "exec"), engine)
+    assert engine["overlap"][:2] == (48, 16), engine["overlap"]  # every image of an epoch, every validation image
+    run = lambda: run_proof("15_models_you_keep.ipynb", {**OK["15_models_you_keep.ipynb"], "math": __import__("math"),
+                                                         "overlaps": [engine["overlap"]] * 2})
+    holds_unless(match, run)

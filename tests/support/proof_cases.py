@@ -384,6 +384,7 @@ OK["15_models_you_keep.ipynb"] = {
     "val_loss": [2.0, 1.8, 1.7, 3.5], "improved": [0, 1, 2], "best_epoch": 2, "saved": [LESSON_15_SAVED, LESSON_15_SAVED],
     "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "histories": [{"val_loss": [2.0, 1.8, 1.7, 3.5]}] * 2,
     "checkpoint_best": [1.7, 1.7], "copies_left": [0], "shared_elsewhere": [],
+    "overlaps": [(1664, 384, 0)] * 2,  # images trained on in an epoch, validated on, both (quick mode, 2 workers)
     "models_listed_by": {"this kernel": ["15_best.keras"], "worker 0": ["15_best.keras"], "worker 1": ["15_best.keras"]},
     "mirrored_replicas": 3, "worker_replicas": 2, "stored_jit": False,
     "on_read": [{"in the file": [], "metrics": ["loss/total", "loss/count"]}] * 2, "served_status": 0, "served_asked": [],
@@ -1724,6 +1725,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [10.0, -10.0]]] * 2, "horovod_gaps": None,
                                "horovod_collectives": None, ENVIRON: {"COURSE_REQUIRE_HOROVOD": ""}}, "collectives"),
     ("15_models_you_keep.ipynb", {"saved": [LESSON_15_SAVED, [True, True, False, False]]}, "same epochs"),
+    # 7th review, finding 3: the workers trained on the whole split, validation images included
+    ("15_models_you_keep.ipynb", {"overlaps": [(2048, 384, 384)] * 2}, "never train on a validation image"),
     # each worker validated on its own shard alone: the same epochs saved, other losses
     ("15_models_you_keep.ipynb", {"histories": [{"val_loss": [2.0, 1.8, 1.7, 3.5]}, {"val_loss": [2.1, 1.9, 1.6, 3.4]}]},
      "chief's val_loss"),
