@@ -1696,6 +1696,13 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("13_from_horovod.ipynb", {**_THREE_13, "scaling_gap": 2e-5, "gradient_gap": 2e-5, "same_scaling_gap": 1e-9,
                                "update_gap": 3e-6, "horovod_gaps": {"gradient": 2e-5, "weights": 3e-6, "recipe": 4e-9}},
      "differ by rounding only"),
+    # eighteenth review, finding 2: the same x 1.005 at 3 workers of BATCH 2,000 (workshop data, a real run): the scalings
+    # 8.38e-5 apart, 3.6e-3 of a rank's gradient (correct, 6.5e-4), inside 3e-5 + 2e-6 x BATCH (4.03e-3); the bound
+    # now stops growing at BATCH 512 (1.05e-3)
+    ("13_from_horovod.ipynb", {**_THREE_13, "BATCH": 2000, "scaling_gap": 8.38e-5, "gradient_gap": 8.38e-5,
+                               "rank_gradient_size": 2.34e-2, "same_scaling_gap": 4.66e-10, "update_gap": 1.26e-5,
+                               "horovod_gaps": {"gradient": 8.38e-5, "weights": 1.26e-5, "recipe": 1.86e-9}},
+     "differ by rounding only"),
     ("13_from_horovod.ipynb", {"update_gap": 5e-5}, "update differs"),
     # sixth review: the update's bound is the rate (BASE_LR x n, 0.1 here) times the gradient's, plus 1e-6 of the weights'
     # rounding: 1.02e-6 here (ninth review: the gradient's, the scalings' gap plus the sums' order); 1e-5 is inside
