@@ -1554,6 +1554,9 @@ BROKEN: list[tuple[str, dict, str]] = [
     # (test_lesson_12_proof_fails_when_fit_s_history_is_right_under_central_storage runs it)
     ("12_strategy_tour.ipynb", {"fit_loss": {"OneDevice": 0.78, "Mirrored": 0.785, "CentralStorage": 0.9}},
      "should not show the fall"),
+    # a MirroredStrategy history of nan (the yardstick): `not a >= b` alone would pass it (15th review, finding 3)
+    ("12_strategy_tour.ipynb", {"fit_loss": {"OneDevice": 0.78, "Mirrored": float("nan"), "CentralStorage": 2.335}},
+     "history should be finite"),
     # the same at a tenth of the rate (0.005): the right history falls less, 2.374 -> 1.900 (a fifth would be 1.899),
     # as Mirrored's does in the same run
     ("12_strategy_tour.ipynb", {"before": {"OneDevice": 2.374, "Mirrored": 2.374, "CentralStorage": 2.374},
