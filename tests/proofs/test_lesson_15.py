@@ -79,7 +79,8 @@ class _Tensor:
 
 def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7, kernel_replicas=3, mirrored=3,
             mirrored_copy=None, gpus=(False, False), built_under=None, val_loss=(2.0, 1.8, 1.7, 3.5),
-            saved=LESSON_15_SAVED, checkpoint_best=1.7, optimizer_steps=None, raw_offset=1.0) -> dict:
+            saved=LESSON_15_SAVED, checkpoint_best=1.7, optimizer_steps=None, raw_offset=1.0,
+            final_lr=(1.0, 0.05)) -> dict:
     """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
     copies reloaded here (a model with weights, predictions, losses, replicas), the serving program's
     answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on; `built_under`
@@ -87,7 +88,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
     the run's losses, the epochs the file was written at and ModelCheckpoint's best, on both workers (the best epoch: 2);
     `optimizer_steps` the step each copy's optimizer was at as load_model returned it (by name; else 3: one step an
     epoch, to the end of epoch 2); `raw_offset` how far the logits of the raw pixels fed unscaled are from the scaled
-    probe's."""
+    probe's; `final_lr` the learning rate each worker's optimizer held after fit, and the base rate."""
     import hashlib
 
     val_loss = list(val_loss)
@@ -99,7 +100,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
               "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, "steps_per_epoch": [1, 1],
-              "overlap": [(1664, 384, 0)] * 2,
+              "overlap": [(1664, 384, 0)] * 2, "final_lr": [final_lr] * 2,
               **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
@@ -165,7 +166,11 @@ def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_p
     ({"kernel_replicas": 2, "mirrored": 1, "loss_gap": 8.25e-6}, None),
     ({"gpus": (True, False), "copy_gap": 4e-5}, None),  # the workers on GPUs, this kernel on a CPU: the 1e-4 allowance
     # 4th review, finding 2: raw pixels fed unscaled that gave the scaled probe's logits (the claim false)
-    ({"raw_offset": 0.0}, "other logits")])
+    ({"raw_offset": 0.0}, "other logits"),
+    # 7th review, finding 4: the staged x20 was proven by its outcome only; on 4 workers at a step cap of 3 or 5, where
+    # epoch 1 is worse already, dropping it passed. The optimizer's rate after fit, as its float32 variable holds it
+    ({"final_lr": (0.05, 0.05)}, "20 times the base learning rate"),  # the x20 dropped
+    ({"final_lr": (float(np.float32(20 * 0.075)), 0.075)}, None)])  # 3 workers' base rate
 def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monkeypatch, changes, match):
     """The copies' figures from their raw predictions, losses and weights: the gathering cell's
     digest, differences and tolerances must turn each broken one into a failed proof."""
