@@ -377,6 +377,34 @@ def _lesson_16_shards(directory: Path, train_size: int, file_of) -> dict:
     return shards
 
 
+@pytest.mark.parametrize("change,match", [
+    (None, None),
+    # fifteenth review, finding 1: a pipeline that lists one file fewer, or reads one file twice, must fail cell 11
+    (("files = tf.data.Dataset.list_files(pattern, shuffle=shuffle)",
+      "files = tf.data.Dataset.list_files(pattern, shuffle=shuffle).take(7)"), "exactly once"),
+    (("files = tf.data.Dataset.list_files(pattern, shuffle=shuffle)",
+      "files = tf.data.Dataset.list_files(pattern, shuffle=False); files = files.concatenate(files.take(1))"),
+     "exactly once"),
+], ids=["as written", "one file fewer", "one file twice"])
+def test_lesson_16_one_pass_check_fails_when_a_file_is_missed_or_read_twice(tmp_path, change, match, monkeypatch):
+    """Cell 11 asserts one pass of shards.py's pipeline gives every example exactly once; with the pipeline changed
+    to skip a file or read one twice it must fail (the counts alone, 2,048 = 8 x 256, would not tell the first)."""
+    import sys
+
+    shards = _lesson_16_shards(tmp_path / "shared", 2048, lambda i: i % 8)
+    if change is not None:
+        from tests.support.notebooks import written_programs
+
+        program = written_programs("16_input_at_scale.ipynb")['"shards.py"}']
+        assert change[0] in program
+        shards = {}
+        exec(program.replace(*change), shards)
+    monkeypatch.setitem(sys.modules, "shards", SimpleNamespace(**shards))
+    source = cell_defining("16_input_at_scale.ipynb", "one pass should give every example exactly once")
+    holds_unless(match, exec, compile(source, "16 cell 11", "exec"),
+                 {"shared": tmp_path / "shared", "train_size": 2048, "print": lambda *a, **k: None})
+
+
 @pytest.mark.parametrize("layout,change,match", [
     ("round-robin", None, None),
     # the same counts per file (256 each), other examples: the count alone would not see it
@@ -675,8 +703,8 @@ def test_lesson_16_proof_says_the_job_scripts_staging_is_not_shown_without_slurm
     (2048, 32, 64, ""),  # quick mode: the whole split, in whole batches
     (50_000, 128, 390, "whole batches: 391 with the last, partial one"),  # workshop: not cut, 390.6 batches
     # third review, finding 6: "reading 32 batches per epoch (epochs cut by COURSE_MAX_STEPS ...)" at a cap of 4
-    (50_000, 128, 4, "COURSE_MAX_STEPS=4 cuts the epochs of 391 batches; read here: at least 32"),
-    (50_000, 128, 100, "COURSE_MAX_STEPS=100 cuts the epochs of 391 batches; read here: at least 32")])
+    (50_000, 128, 4, "COURSE_MAX_STEPS=4 cuts the epochs of 391 batches; read here: TIMED = max(COURSE_MAX_STEPS, 32) = 32"),
+    (50_000, 128, 100, "COURSE_MAX_STEPS=100 cuts the epochs of 391 batches; read here: TIMED = max(COURSE_MAX_STEPS, 32) = 100")])
 def test_lesson_16_figure_title_says_the_epochs_are_cut_only_when_they_are(train_size, batch, steps, said):
     """Second review, finding 6: the title said "epochs cut" in workshop mode, whose epochs are whole (390 whole
     batches of 50,000 images; 391 with the last, partial one): it says "cut" only when COURSE_MAX_STEPS cut them."""
