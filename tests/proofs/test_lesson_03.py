@@ -201,6 +201,28 @@ def test_lesson_03_solution_1_holds_the_rule_to_the_run(tmp_path, changes, match
     holds_unless(match, lambda: _lesson_03_solution_1(tmp_path, **changes))
 
 
+def test_lesson_03_solution_1_fails_where_each_workers_batch_is_split_among_its_replicas(tmp_path):
+    """27th review (03, finding 1): solution 1 printed "each worker takes 2 x 32 = 64 examples per step" with the
+    "2 x" typed in, and checked only per_replica == 32 (the run's check says NOT CHECKED on CPUs). Its fresh process
+    (one worker of 2 logical CPUs, MirroredStrategy), edited so the worker's batch of 32 is split among its 2
+    replicas (`experimental_distribute_dataset` of dataset_fn's batches: [16, 16] a step, 32 per worker), must fail
+    the solution; the old cell, which measured nothing, passed it (DID NOT RAISE)."""
+    import subprocess
+    from unittest import mock
+
+    real_run = subprocess.run
+    one_batch_each = "strategy.distribute_datasets_from_function(dataset_fn)"
+    split = "strategy.experimental_distribute_dataset(dataset_fn(tf.distribute.InputContext(1, 0, 2)))"
+
+    def run_split(args, **kwargs):
+        assert args[-1].count(one_batch_each) == 1, "the solution's program no longer reads the batches so"
+        return real_run([*args[:-1], args[-1].replace(one_batch_each, split)], **kwargs)
+
+    with mock.patch.object(subprocess, "run", run_split):
+        holds_unless("not the worker's batch split among its replicas: .*'batches': \\[16, 16\\]",
+                     lambda: _lesson_03_solution_1(tmp_path))
+
+
 @pytest.mark.parametrize("replacement,match", [
     (None, None),
     ("", "disjoint shards that cover all 12"),  # the exercise's own dataset_fn: both workers get all 12 numbers
