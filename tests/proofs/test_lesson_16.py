@@ -695,7 +695,7 @@ def test_lesson_16_proof_says_the_job_scripts_staging_is_not_shown_without_slurm
     cp = "one cp, one directory for all nodes"
     run_proof("16_input_at_scale.ipynb", {**OK["16_input_at_scale.ipynb"], "staged_how": {2: cp, 3: cp}})
     out = capsys.readouterr().out
-    assert "NOT SHOWN (the nodes share one directory): the job script copied with cp" in out, out
+    assert "NOT SHOWN (one node, or nodes that share one directory): the job script copied with cp" in out, out
     assert f"read from the job script's staged copy ({cp});" in out, out
 
 
