@@ -416,3 +416,29 @@ def test_lesson_10_refuses_a_large_batch_its_data_hold_once(small, replicas, cou
     else:
         with pytest.raises(CourseError, match=refused):
             exec(cell, namespace)
+
+
+_NEVER_ROSE = [3.2, 2.9, 2.6, 2.3, 2.0, 1.8, 1.6] + [1.0] * 25  # without warm-up: steps 2 to W + 1 all below the start
+_AT_16x16 = {"SMALL": 16, "large": 256, "base_lr": 0.0125,  # SMALL = 16, FACTOR = 16: peak rate 0.2
+             "iterations": {"batch 32": 1024, **{n: 64 for n in LESSON_10_RUNS if n != "batch 32"}}}
+
+
+@pytest.mark.parametrize("sizes,never_rose,shown", [
+    ({}, False, "without warm-up step 3 reached 5.20"), (_AT_16x16, False, "without warm-up the rise is NOT CHECKED (peak rate 0.2, not 0.4"),
+    (_AT_16x16, True, "without warm-up the rise is NOT CHECKED (peak rate 0.2, not 0.4"), ({}, True, None)],
+    ids=["0.4", "0.2", "0.2, no step rose", "0.4, no step rose"])
+def test_lesson_10_checks_the_rise_without_warm_up_at_the_peak_it_was_shown_at_only(sizes, never_rose, shown, capsys):
+    """Twelfth review, finding 1: the rise without warm-up was shown at the peak rate 0.4 only (SMALL 32 x FACTOR 16,
+    every run in docs/measured.md); a reviewer's correct runs at FACTOR 4 (steps 2 to 17 without warm-up 2.60, 2.13,
+    ... against the start's 3.11 to 3.47) and at SMALL 16 x FACTOR 16 failed the proof there. At another peak the proof
+    now prints NOT CHECKED for it and its other checks still run (the old proof failed the run that never rose at 0.2);
+    at 0.4 the same run still fails."""
+    ok = OK["10_large_batches.ipynb"]
+    step_loss = {**ok["step_loss"], "batch 512, linear, no warm-up": _NEVER_ROSE} if never_rose else ok["step_loss"]
+    namespace = {"math": math, **ok, **sizes, "step_loss": step_loss}
+    if shown is None:
+        with pytest.raises(AssertionError, match="without warm-up a step's loss should rise"):
+            run_proof("10_large_batches.ipynb", namespace)
+        return
+    run_proof("10_large_batches.ipynb", namespace)
+    assert shown in capsys.readouterr().out
