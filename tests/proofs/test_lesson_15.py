@@ -385,13 +385,16 @@ def test_lesson_15_proof_on_one_worker_says_not_checked_for_the_workers_claims(c
     assert ("NOT CHECKED (one worker)" in said) == (workers == 1), said
 
 
-@pytest.mark.parametrize("layer,match", [("keras", None), ("the course's", "Keras's modules only")])
+@pytest.mark.parametrize("layer,match", [("keras", None), ("the course's", "Keras's modules only"),
+                                         ("the notebook's", "Keras's modules only")])
 def test_lesson_15_file_cell_reads_the_modules_and_arrays_of_a_real_file(tmp_path, monkeypatch, layer, match):
     """2026-11-30 second review, findings 3 and 5: the cell that opens the .keras file, run on a real file. A
     model with a layer registered by code outside Keras (as a course layer in small_cnn would be) names that
     module in config.json: the proof must fail on it (the old proof had no such check, and the file then
     opens only where that code is installed). And the arrays it counts are the model's and the optimizer's,
-    each as many as the model's and the optimizer's variables."""
+    each as many as the model's and the optimizer's variables. 8th review, finding 1: a layer defined in the notebook
+    (__main__) is stored with "module": None, and the file opens in that process only; the old cell kept str modules
+    only, so the file named Keras's alone and the proof passed it (DID NOT RAISE)."""
     import keras
 
     @keras.saving.register_keras_serializable(package="course_planted")
@@ -399,15 +402,18 @@ def test_lesson_15_file_cell_reads_the_modules_and_arrays_of_a_real_file(tmp_pat
         def call(self, x):
             return x * 2.0
 
+    if layer == "the notebook's":
+        Doubled.__module__ = "__main__"  # as a class defined in a notebook's (or an engine's) cell is
     keras.utils.set_random_seed(0)
-    extra = [Doubled()] if layer == "the course's" else [keras.layers.Activation("linear")]
+    extra = [Doubled()] if layer != "keras" else [keras.layers.Activation("linear")]
     model = keras.Sequential([keras.Input((4,)), *extra, keras.layers.Dense(3)])
     model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse", jit_compile=False)
     model.fit(np.ones((8, 4), "float32"), np.ones((8, 3), "float32"), epochs=1, verbose=0)
     namespace, kept_file, held = _file_cell_on(model, tmp_path)
     assert namespace["file_arrays"] == held, (namespace["file_arrays"], held)
+    stored_as = None if layer == "the notebook's" else Doubled.__module__  # Keras stores no module for __main__
     assert ("keras.layers" in namespace["file_modules"]
-            and (Doubled.__module__ in namespace["file_modules"]) == (layer != "keras")), namespace["file_modules"]
+            and (stored_as in namespace["file_modules"]) == (layer != "keras")), namespace["file_modules"]
     out = tmp_path / "shared-output"
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(out))
     answers = _engines_15(tmp_path, out, worker_1_keeps=False, worker_1_dir=tmp_path / "node2-tmp")
