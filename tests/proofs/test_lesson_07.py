@@ -93,6 +93,29 @@ def test_lesson_07_gathering_cell_reads_set_jit_as_fit_began(rank, at_fit, flags
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
+@pytest.mark.parametrize("rank,in_steps,flags,device,match", [
+    (0, [""], "--tf_xla_cpu_global_jit", "CPU", None), (0, ["", "autoclustering"], "--tf_xla_cpu_global_jit", "CPU", "auto-clustering"),
+    (1, ["", "autoclustering"], "--tf_xla_cpu_global_jit", "CPU", "auto-clustering"),
+    (0, ["", "autoclustering"], "", "GPU", "auto-clustering"), (0, ["", "autoclustering"], "", "CPU", None)])
+def test_lesson_07_gathering_cell_reads_set_jit_around_every_step(rank, in_steps, flags, device, match):
+    """Seventeenth review, finding 1: TensorFlow applies set_jit when the step function is first called; a callback
+    turning it on as step 0 began and off as it ended compiled step 0 (TF_XLA_FLAGS=--tf_xla_cpu_global_jit), yet
+    get_jit() as fit began and at the end were both ''. A process that saw 'autoclustering' around a step, the kernel's
+    2-replica point (rank 0) or worker 1 of 2 (rank 1), must fail through the gathering cell, with get_jit() '' as fit
+    began and at the end; the old cell had no such reading and passed both (DID NOT RAISE)."""
+    on = lambda p: {**p, "device": device, "planned": device}
+    if rank == 0:
+        two = {**on(_timed("MirroredStrategy", 2)), "xla_flags_at_start": flags, "optimizer_jit_in_steps": in_steps}
+        multi = _timed("MultiWorkerMirroredStrategy", 2)
+    else:
+        two = _timed("MirroredStrategy", 2)
+        multi = {**_timed("MultiWorkerMirroredStrategy", 2), "worker_xla_flags_at_start": ["", flags],
+                 "worker_optimizer_jit_in_steps": [[""], in_steps]}
+    raw = {"points": [on(_timed("MirroredStrategy", 1)) if rank == 0 else _timed("MirroredStrategy", 1), two, multi],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
 @pytest.mark.parametrize("ran,match", [("CPU", None), ("GPU", "another kind of device")])
 def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match):
     """A worker planned on CPU (a node with fewer GPUs than workers) that ran on a GPU, from the runs' own
@@ -423,6 +446,15 @@ DROPS_XLA = ("    result = measure(strategy, examples, model_name, per_replica, 
 # get_jit() when measure ended (''), passed (DID NOT RAISE)
 FIT = "    model.fit(train_ds, epochs=1, steps_per_epoch=steps + 1, callbacks=[times], verbose=0)\n"
 SET_JIT_AROUND_FIT = (FIT, '    tf.config.optimizer.set_jit("autoclustering")\n' + FIT + "    tf.config.optimizer.set_jit(False)\n")
+# seventeenth review, finding 1: a callback that calls set_jit(True) as step 0 begins and set_jit(False) as it ends, in
+# processes started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit: the step compiled ('Compiled cluster using XLA'), and
+# the old proof, reading get_jit() as fit began ('') and when measure ended (''), passed (DID NOT RAISE)
+SET_JIT_IN_STEP_0 = (FIT, "    class JitStep0(keras.callbacks.Callback):  # set_jit on during the first step only\n"
+                          "        def on_train_batch_begin(self, batch, logs=None):\n"
+                          "            if batch == 0: tf.config.optimizer.set_jit(True)\n"
+                          "        def on_train_batch_end(self, batch, logs=None):\n"
+                          "            if batch == 0: tf.config.optimizer.set_jit(False)\n"
+                          + FIT.replace("callbacks=[times]", "callbacks=[times, JitStep0()]"))
 
 
 @pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches"),
@@ -431,6 +463,7 @@ SET_JIT_AROUND_FIT = (FIT, '    tf.config.optimizer.set_jit("autoclustering")\n'
                                            ("workers drop XLA flags", "auto-clustering"),
                                            ("workers start with a flag file", "auto-clustering"),
                                            ("workers set_jit around fit", "auto-clustering"),
+                                           ("workers set_jit in step 0", "auto-clustering"),
                                            ("workers size inter-op from the environment", "not the course's")])
 def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
@@ -450,6 +483,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     /proc, against 2 without) passed the old proof, which read the getters only (DID NOT RAISE). Sixteenth review,
     finding 1: workers started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit that call set_jit("autoclustering") just
     before fit and set_jit(False) just after compiled their steps, and the old proof, reading get_jit() at the end
+    only, passed (DID NOT RAISE). Seventeenth review, finding 1: workers so started whose callback turns set_jit on as
+    step 0 begins and off as it ends compiled step 0, and the old proof, reading get_jit() as fit began and at the end
     only, passed (DID NOT RAISE)."""
     import json
 
@@ -460,7 +495,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
 
     program = written_program("07_scaling_performance.ipynb", "{worker_program}")
     if variant not in ("as written", "workers start with a flag file", "workers size inter-op from the environment"):
-        old, new = {"workers drop XLA flags": DROPS_XLA, "workers set_jit around fit": SET_JIT_AROUND_FIT}.get(
+        old, new = {"workers drop XLA flags": DROPS_XLA, "workers set_jit around fit": SET_JIT_AROUND_FIT,
+                    "workers set_jit in step 0": SET_JIT_IN_STEP_0}.get(
             variant) or WORKER_1[variant]
         assert program.count(old) == 1, old
         program = program.replace(old, new)
@@ -469,10 +505,11 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     from_env = variant == "workers size inter-op from the environment"  # the course's (0, 0): no tuning, or a GPU node
     pools = ["0", "0"] if from_env else ["1", "2"]
     arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", *pools]
-    dropped = variant in ("workers drop XLA flags", "workers start with a flag file", "workers set_jit around fit")  # they compiled
+    set_jit = variant in ("workers set_jit around fit", "workers set_jit in step 0")
+    dropped = set_jit or variant in ("workers drop XLA flags", "workers start with a flag file")  # they compiled
     (tmp_path / "xla_flags").write_text(STARTED_WITH_XLA + "\n")  # the flags in a file, its name in TF_XLA_FLAGS
     flags = str(tmp_path / "xla_flags") if variant == "workers start with a flag file" else STARTED_WITH_XLA
-    flags = "--tf_xla_cpu_global_jit" if variant == "workers set_jit around fit" else flags  # compiles nothing alone
+    flags = "--tf_xla_cpu_global_jit" if set_jit else flags  # compiles nothing alone
     env = {**__import__("os").environ, "TF_XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "0"} if dropped else None
     env = {**__import__("os").environ, "TF_NUM_INTEROP_THREADS": "8"} if from_env else env
     runs = {2: run_local_workers(arguments, n=2, deadline_s=600, env=env)}
@@ -490,7 +527,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           f"{[round(r['input_s'] / r['median_step_s'], 3) for r in results]} (ms: "
           f"{[(round(1000 * r['input_s'], 1), round(1000 * r['median_step_s'], 1)) for r in results]}), TF_XLA_FLAGS "
           f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}, get_jit() when fit "
-          f"began {[r.get('optimizer_jit_at_fit') for r in results]} and at the end {[r['optimizer_jit'] for r in results]}")
+          f"began {[r.get('optimizer_jit_at_fit') for r in results]}, around its steps "
+          f"{[r.get('optimizer_jit_in_steps') for r in results]} and at the end {[r['optimizer_jit'] for r in results]}")
     raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2],
            **({"course_pools": (0, 0)} if from_env else {})}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)

@@ -163,14 +163,15 @@ def lesson_07_point(label, replicas, agree=True, moved=True):
     multi = label == "MultiWorkerMirroredStrategy"
     return {"label": label, "replicas": replicas, "global_batch": 32 * replicas, "steps": 11, "weights_agree": agree,
             "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "xla_flags": "", "xla_flags_at_start": "",
-            "optimizer_jit": "", "optimizer_jit_at_fit": "", "device": "CPU", "planned": "CPU",
+            "optimizer_jit": "", "optimizer_jit_at_fit": "", "optimizer_jit_in_steps": [""], "device": "CPU", "planned": "CPU",
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "asked": replicas,
             "kept": [f"example{i}" for i in range(4)],
             **({"workers": replicas, "weights_moved": moved, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
                 "worker_batches": [[32]] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)],
                 "worker_jit_compile": [False] * replicas, "worker_xla_flags": [""] * replicas,
                 "worker_xla_flags_at_start": [""] * replicas,
-                "worker_optimizer_jit": [""] * replicas, "worker_optimizer_jit_at_fit": [""] * replicas} if multi else {})}
+                "worker_optimizer_jit": [""] * replicas, "worker_optimizer_jit_at_fit": [""] * replicas,
+                "worker_optimizer_jit_in_steps": [[""]] * replicas} if multi else {})}
 
 
 OK["07_scaling_performance.ipynb"] = {
