@@ -69,6 +69,21 @@ def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, flag
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
+def _jit_read_by(rank: int, field: str, value, clean, flags: str, device: str) -> dict:
+    """Planted runs where one process read get_jit() as `value` in `field` (the kernel's 2-replica point at rank 0,
+    worker 1 of 2 at rank 1; every other process `clean`), with TF_XLA_FLAGS `flags` at start, on `device`."""
+    on = lambda p: {**p, "device": device, "planned": device}
+    if rank == 0:
+        two = {**on(_timed("MirroredStrategy", 2)), "xla_flags_at_start": flags, field: value}
+        multi = _timed("MultiWorkerMirroredStrategy", 2)
+    else:
+        two = _timed("MirroredStrategy", 2)
+        multi = {**_timed("MultiWorkerMirroredStrategy", 2), "worker_xla_flags_at_start": ["", flags],
+                 f"worker_{field}": [clean, value]}
+    return {"points": [on(_timed("MirroredStrategy", 1)) if rank == 0 else _timed("MirroredStrategy", 1), two, multi],
+            "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+
+
 @pytest.mark.parametrize("rank,at_fit,flags,device,match", [
     (0, "", "--tf_xla_cpu_global_jit", "CPU", None), (0, "autoclustering", "--tf_xla_cpu_global_jit", "CPU", "auto-clustering"),
     (1, "autoclustering", "--tf_xla_cpu_global_jit", "CPU", "auto-clustering"), (0, "autoclustering", "", "GPU", "auto-clustering"),
@@ -80,17 +95,8 @@ def test_lesson_07_gathering_cell_reads_set_jit_as_fit_began(rank, at_fit, flags
     recorded '' and passed. A process whose get_jit() was 'autoclustering' when fit began and '' at the end, the kernel's
     2-replica point (rank 0) or worker 1 of 2 (rank 1), must fail through the gathering cell; the old cell ignored the
     reading as fit began and passed both (DID NOT RAISE)."""
-    on = lambda p: {**p, "device": device, "planned": device}
-    if rank == 0:
-        two = {**on(_timed("MirroredStrategy", 2)), "xla_flags_at_start": flags, "optimizer_jit_at_fit": at_fit}
-        multi = _timed("MultiWorkerMirroredStrategy", 2)
-    else:
-        two = _timed("MirroredStrategy", 2)
-        multi = {**_timed("MultiWorkerMirroredStrategy", 2), "worker_xla_flags_at_start": ["", flags],
-                 "worker_optimizer_jit_at_fit": ["", at_fit]}
-    raw = {"points": [on(_timed("MirroredStrategy", 1)) if rank == 0 else _timed("MirroredStrategy", 1), two, multi],
-           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
-    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb",
+                 _jit_read_by(rank, "optimizer_jit_at_fit", at_fit, "", flags, device))
 
 
 @pytest.mark.parametrize("rank,in_steps,flags,device,match", [
@@ -103,17 +109,8 @@ def test_lesson_07_gathering_cell_reads_set_jit_around_every_step(rank, in_steps
     get_jit() as fit began and at the end were both ''. A process that saw 'autoclustering' around a step, the kernel's
     2-replica point (rank 0) or worker 1 of 2 (rank 1), must fail through the gathering cell, with get_jit() '' as fit
     began and at the end; the old cell had no such reading and passed both (DID NOT RAISE)."""
-    on = lambda p: {**p, "device": device, "planned": device}
-    if rank == 0:
-        two = {**on(_timed("MirroredStrategy", 2)), "xla_flags_at_start": flags, "optimizer_jit_in_steps": in_steps}
-        multi = _timed("MultiWorkerMirroredStrategy", 2)
-    else:
-        two = _timed("MirroredStrategy", 2)
-        multi = {**_timed("MultiWorkerMirroredStrategy", 2), "worker_xla_flags_at_start": ["", flags],
-                 "worker_optimizer_jit_in_steps": [[""], in_steps]}
-    raw = {"points": [on(_timed("MirroredStrategy", 1)) if rank == 0 else _timed("MirroredStrategy", 1), two, multi],
-           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
-    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb",
+                 _jit_read_by(rank, "optimizer_jit_in_steps", in_steps, [""], flags, device))
 
 
 @pytest.mark.parametrize("ran,match", [("CPU", None), ("GPU", "another kind of device")])
