@@ -134,6 +134,28 @@ def test_lesson_13_cell_7_global_batch_beyond_the_split_stops(batch, match, monk
             _lesson_13_global_batch(batch)
 
 
+@pytest.mark.parametrize("base_lr,refused", [(0.05, False), (1e-4, False), (1e-6, True)])
+def test_lesson_13_setup_refuses_a_base_lr_below_1e_4(base_lr, refused, monkeypatch):
+    """Nineteenth review, finding 2: the proof's rate check (relative 1e-3) and update bound (a fixed + 1e-6) hold
+    only at normal rates: a correct run fails the rate check at BASE_LR x n of about 1e-5, and the 1e-6 exceeds the
+    whole update below BASE_LR 5e-6. The setup cell accepted BASE_LR 1e-6 (DID NOT RAISE); it now stops with a
+    one-line CourseError naming the reason."""
+    from helpers.errors import CourseError
+
+    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
+    cells = code_cells("13_from_horovod.ipynb")
+    ns: dict = {}
+    exec(next(c for c in cells if c.startswith("MODE = None")), ns)
+    ns.update(MODE="quick", BASE_LR=base_lr)
+    setup = next(c for c in cells if "sizes = mode_sizes(MODE)" in c)
+    if refused:
+        with pytest.raises(CourseError, match=r"BASE_LR = 1e-06 is below 1e-4: the proof's rate check and update bound"):
+            exec(setup, ns)
+        assert "dataset" not in ns  # stopped before any data is prepared
+    else:
+        exec(setup, ns)
+        assert "dataset" in ns
+
 def _lesson_13_solution_1(outputs=None, change=None) -> dict:
     """Lesson 13's solution 1: its two local workers run for real (`outputs` None; `change`: (old, new) in the
     solution's source), or report `outputs` (planted: what each worker printed; a CourseError: refused)."""
@@ -335,7 +357,8 @@ def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change,
         assert re.search(r"with Adam the per-replica mean's update is 1\.0\d+ times", done.stdout), done.stdout[-2000:]
         uneven = "NOT CHECKED (an uneven split)" in done.stdout
         assert uneven == (examples == 2), done.stdout[-2000:]
-        assert uneven or "Horovod's shares, by hand (examples r, r + 2, ...): " in done.stdout, done.stdout[-2000:]
+        assert uneven or ("the mean of Horovod's ranks' share means, computed here by hand, not a Horovod run "
+                          "(examples r, r + 2, ...): ") in done.stdout, done.stdout[-2000:]
 
 
 # the recipe cell in a kernel whose thread pools are sized as the setup's split of the CPU sizes them (argv[2] "split":
