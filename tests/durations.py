@@ -32,8 +32,8 @@ FAIL_MINUTES = 60
 _per_test: dict[str, float] = {}
 _cpu: dict[str, float] = {}  # CPU seconds: this pytest and the children it reaped (not what runs under Slurm's daemons)
 _outcomes: dict[str, str] = {}
-_reasons: dict[str, str] = {}
-_restored: dict[str, list[str]] = {}  # what a test left in the environment, put back by conftest  # a failed test's one-line reason: CI shows the log's tail only
+_reasons: dict[str, str] = {}  # a failed test's one-line reason: CI shows the log's tail only
+_restored: dict[str, list[str]] = {}  # what a test left in the environment, put back by conftest
 _started = time.monotonic()
 
 
@@ -92,8 +92,7 @@ def record() -> dict:
         "tests_s": round(sum(_per_test.values()), 1),
         "outcomes": {k: sum(1 for v in _outcomes.values() if v == k) for k in sorted(set(_outcomes.values()))},
         "failed": sorted(nodeid for nodeid, outcome in _outcomes.items() if outcome == "failed"),
-        "reasons": {nodeid: _reasons.get(nodeid, "") for nodeid, outcome in sorted(_outcomes.items())
-                    if outcome == "failed"},
+        "reasons": dict(sorted(_reasons.items())),
         "tests": {nodeid: round(seconds, 2) for nodeid, seconds in sorted(_per_test.items())},
         "environment_restored": dict(sorted(_restored.items())),
         "cpu": {nodeid: round(seconds, 1) for nodeid, seconds in sorted(_cpu.items()) if seconds >= 0.05},
