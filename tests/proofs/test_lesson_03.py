@@ -683,37 +683,87 @@ def test_lesson_03_metrics_check_says_not_checked_where_the_mean_of_the_workers_
             "than the mean of the workers' accuracies" in out) is says, out
 
 
-@pytest.mark.parametrize("workers,max_steps", [(2, None), (3, None), (4, None), (2, 1), (3, 1), (4, 1)])
-def test_lesson_03_unequal_shards_tell_the_summed_counts_from_the_mean_in_every_configuration(workers, max_steps):
-    """Twenty-sixth review (03, finding 1): 'summed counts, not the mean' was NOT CHECKED at 2 and 4 workers and at 3
-    with COURSE_MAX_STEPS=1, where every worker's test shard held as many real rows. The lesson's `unequal_shard`, as
-    written, on quick mode's 512 test images (the steps COURSE_MAX_STEPS leaves), one replica a worker: each worker's
-    real rows a number of its own. On them, with each worker's accuracy a figure of its own (right rows r + 1 in 8),
-    the proof passes evaluate at the summed count and fails evaluate at the mean of the workers' accuracies."""
+def _unequal_counts(workers: int, max_steps: int | None, marks_of) -> tuple[list, list]:
+    """The lesson's `unequal_shard`, as written, on quick mode's 512 test images (the steps COURSE_MAX_STEPS leaves),
+    one replica a worker, each worker's `marks` planted (`marks_of(rank, steps)`: a list of 32-row arrays, 1 right,
+    0 wrong, -1 padding): each worker's right rows and real rows on its shard, counted from the weights it gives."""
     import tensorflow as tf
 
     from helpers.lesson import evaluation_dataset
 
-    images = tf.zeros((512, 32, 32, 3), tf.uint8)
-    examples = tf.data.Dataset.from_tensor_slices((images, tf.zeros(512, tf.int64)))
+    examples = tf.data.Dataset.from_tensor_slices((tf.zeros((512, 32, 32, 3), tf.uint8), tf.zeros(512, tf.int64)))
     global_batch = 32 * workers
     steps = -(-512 // global_batch)
     steps = min(steps, max_steps) if max_steps else steps
-    namespace = {"tf": tf, "evaluation_dataset": evaluation_dataset, "test_examples": examples, "global_batch": global_batch}
-    exec(compile(cell_defining("03_multiworker_ipyparallel.ipynb", "def unequal_shard").replace("%%px\n", ""), "03", "exec"),
-         namespace)
-    rows = [int(sum(float(tf.reduce_sum(tf.cast(w == 1, tf.float32))) for _, _, w in
-                    namespace["unequal_shard"](tf.distribute.InputContext(workers, rank, workers)).take(steps)))
-            for rank in range(workers)]
+    source = cell_defining("03_multiworker_ipyparallel.ipynb", "def unequal_shard").replace("%%px\n", "")
+    right, rows = [], []
+    for rank in range(workers):
+        marks = marks_of(rank, steps)
+        namespace = {"tf": tf, "np": np, "evaluation_dataset": evaluation_dataset, "test_examples": examples,
+                     "global_batch": global_batch, "marks": marks}
+        exec(compile(source, "03", "exec"), namespace)
+        weights = np.concatenate([w.numpy() for _, _, w in namespace["unequal_shard"](
+            tf.distribute.InputContext(workers, rank, workers)).take(steps)])
+        kept = weights == 1
+        right.append(int((kept & (np.concatenate(marks) == 1)).sum()))
+        rows.append(int(kept.sum()))
+    return right, rows
+
+
+def _proof_on_unequal(right: list, rows: list, accuracy: float, match: str | None) -> None:
+    """The proof, as written, with evaluate on the unequal shards at `accuracy` on every worker."""
+    n = len(rows)
+    unequal = [{"right": r, "rows": k, "accuracy": accuracy} for r, k in zip(right, rows)]
+    holds_unless(match, run_proof, "03_multiworker_ipyparallel.ipynb",
+                 _workers_03(n, [170] * n, [250] * n, 170 / 250, unequal))
+
+
+@pytest.mark.parametrize("workers,max_steps,accuracy", [
+    (2, None, 0.926), (3, None, 0.379), (4, None, 0.186), (2, 1, 0.926), (3, 1, 0.379), (4, 1, 0.186)])
+def test_lesson_03_unequal_shards_tell_the_summed_counts_from_the_mean_at_the_lessons_accuracies(
+        workers, max_steps, accuracy):
+    """Twenty-sixth review (03, finding 1): 'summed counts, not the mean' was NOT CHECKED at 2 and 4 workers and at 3
+    with COURSE_MAX_STEPS=1, where every worker's test shard held as many real rows. Twenty-eighth review (finding 1):
+    the test that replaced it invented each worker's accuracy on its shard (r + 1 in 8), and the shards it built
+    (the first (w + 1) / workers of each batch) told the two apart only where accuracy and size happened to go
+    together. The lesson's `unequal_shard`, as written, on marks planted at each worker's model right on about the
+    share of its rows that `evaluate` measured in quick mode (0.926, 0.379 and 0.186 at 2, 3 and 4 workers): each
+    worker's real rows a number of its own, the mean of the accuracies apart from the pooled count, and the proof
+    passes evaluate at the summed count and fails evaluate at the mean."""
+    def marks_of(rank, steps):  # row j of the worker's shard right where (37 j + rank) mod 1000 < 1000 x accuracy
+        return [np.array([int((37 * (32 * s + j) + rank) % 1000 < 1000 * accuracy) for j in range(32)])
+                for s in range(steps)]
+
+    right, rows = _unequal_counts(workers, max_steps, marks_of)
     assert len(set(rows)) == workers and min(rows) > 0, rows
-    right = [n * (r + 1) // 8 for r, n in enumerate(rows)]
     pooled = sum(right) / sum(rows)
     mean = sum(r / n for r, n in zip(right, rows)) / workers
     assert abs(mean - pooled) > 1e-6, (right, rows)
-    for accuracy, match in ((pooled, None), (mean, "summed counts")):
-        unequal = [{"right": r, "rows": n, "accuracy": accuracy} for r, n in zip(right, rows)]
-        holds_unless(match, run_proof, "03_multiworker_ipyparallel.ipynb",
-                     _workers_03(workers, [170] * workers, [250] * workers, 170 / 250, unequal))
+    _proof_on_unequal(right, rows, pooled, None)
+    _proof_on_unequal(right, rows, mean, "summed counts")
+
+
+def test_lesson_03_unequal_shards_fail_a_mean_reporting_evaluate_at_a_reviews_4_worker_figures():
+    """Twenty-eighth review (03, finding 1): at 4 workers in quick mode the shards of the first 1/4, 2/4, 3/4 and all
+    of each batch's rows (32, 64, 96 and 128 real rows) held 5, 13, 15 and 22 rows the workers' models got right: the
+    mean of those accuracies is the pooled 55/320 exactly, so the proof printed NOT CHECKED in every 4-worker run and
+    an evaluate that reports the mean passed. Marks planted so that the first (w + 1) / 4 of each of worker w's
+    batches hold those counts (and nothing right beyond them); the lesson's `unequal_shard`, as written, then builds
+    its shards from them, and an evaluate at the mean of the workers' accuracies must fail the proof. On the old
+    cell (those very shards) it passed: DID NOT RAISE."""
+    figures = [5, 13, 15, 22]  # right in the old shards of 32, 64, 96 and 128 rows
+
+    def marks_of(rank, steps):  # the figure's right rows spread over the kept part of the worker's 4 batches
+        kept = 8 * (rank + 1)
+        return [np.array([int(j < kept and s + 4 * j < figures[rank]) for j in range(32)]) for s in range(steps)]
+
+    old_rows = [32, 64, 96, 128]
+    assert sum(figures) / sum(old_rows) == sum(r / n for r, n in zip(figures, old_rows)) / 4 == 55 / 320
+    assert [int(np.concatenate(marks_of(r, 4))[np.concatenate([np.arange(32) < 8 * (r + 1)] * 4)].sum())
+            for r in range(4)] == figures
+    right, rows = _unequal_counts(4, None, marks_of)
+    mean = sum(r / n for r, n in zip(right, rows)) / 4
+    _proof_on_unequal(right, rows, mean, "summed counts")
 
 _COUNT_ON_TWO_REPLICAS = """
 import json, sys
@@ -768,3 +818,74 @@ def test_lesson_03_metrics_count_takes_every_local_replicas_batch_with_its_own_s
     measured = json.loads(next(l[9:] for l in done.stdout.splitlines() if l.startswith("MEASURED ")))
     assert measured["own_rows"] == 200, measured
     assert abs(measured["own_right"] / measured["own_rows"] - measured["eval_accuracy"]) < 1e-6, measured
+
+
+_RESOLVER_CELL = 'print("TF_CONFIG =", os.environ["TF_CONFIG"])'  # the resolver cell's mark
+
+
+@pytest.mark.parametrize("edit,match", [
+    (None, None), ({"index": 2}, "Slurm resolver should name TF_CONFIG's workers and rank"),
+    ({"workers": ["localhost:1", "localhost:2", "localhost:3", "localhost:4"]},
+     "Slurm resolver should name TF_CONFIG's workers and rank")],
+    ids=["as setup_multiworker writes it", "another rank's index", "other workers"])
+def test_lesson_03_resolver_cell_asserts_the_slurm_resolver_names_tf_configs_workers_and_rank(monkeypatch, edit, match):
+    """Twenty-eighth review (03, finding 2): 'in a Slurm step, from the course's Slurm resolver, which agrees with
+    [TF_CONFIG]' was stated, never asserted. The resolver cell, as written, in a planted Slurm step of 4 tasks on 2
+    nodes (rank 1; tests/test_resolver.py's step), with TF_CONFIG as `setup_multiworker` writes it there
+    (`on_engine.slurm_tf_config`): it takes the Slurm resolver and passes; with TF_CONFIG naming another rank's index
+    or other workers it must fail (the old cell: DID NOT RAISE)."""
+    import json
+
+    from helpers.engines import on_engine
+    from tests.test_resolver import _slurm_env, _step_range
+
+    _slurm_env(monkeypatch)
+    _step_range(monkeypatch)
+    config = on_engine.slurm_tf_config()
+    if edit and "index" in edit:
+        config["task"]["index"] = edit["index"]
+    if edit and "workers" in edit:
+        config["cluster"]["worker"] = edit["workers"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    namespace = {}
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", _RESOLVER_CELL).replace("%%px\n", "")
+    holds_unless(match, exec, compile(cell, "03 resolver cell", "exec"), namespace)
+    if match is None:
+        assert type(namespace["resolver"]).__name__ == "CourseSlurmClusterResolver" and namespace["resolver"].task_id == 1
+
+
+def test_lesson_03_local_engines_of_a_server_srun_started_take_tf_configs_resolver(tmp_path):
+    """Twenty-eighth review (03, finding 3): the resolver cell takes the Slurm branch where SLURM_STEP_NUM_TASKS > 1,
+    and a notebook server that `srun` started hands its step's variables to what it starts (here a step of 4 tasks on
+    one node, SLURM_PROCID 0). The lesson's local engines start through `LOCAL_ENGINE_CMD`, which drops them: the
+    resolver cell, run as such an engine's code with the TF_CONFIG `setup_multiworker` writes for local engines, takes
+    TFConfigClusterResolver and names TF_CONFIG's workers and rank. The control: the same cell in a process that kept
+    the server's variables (no such prelude) takes the Slurm branch, and the cell's assert stops it there (the
+    Slurm resolver names the server's step, not TF_CONFIG's workers)."""
+    import json
+    import os
+    import subprocess
+
+    from helpers.engines.cluster import LOCAL_ENGINE_CMD
+
+    run = "runpy.run_module('ipyparallel.engine', run_name='__main__', alter_sys=True)"
+    assert run in LOCAL_ENGINE_CMD[2]
+    as_engine = LOCAL_ENGINE_CMD[2].replace(run, "import sys\nexec(compile(sys.stdin.read(), '03 resolver cell', 'exec'), {})")
+    kept = "import os, sys\nexec(compile(sys.stdin.read(), '03 resolver cell', 'exec'), {})"
+    cell = (cell_defining("03_multiworker_ipyparallel.ipynb", _RESOLVER_CELL).replace("%%px\n", "")
+            + "\nprint('RESOLVER', type(resolver).__name__, resolver.task_id)")
+    workers = ["localhost:23456", "localhost:23457"]
+    server_step = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+                   "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "localhost",
+                   "SLURM_STEP_TASKS_PER_NODE": "4", "SLURM_STEP_NUM_NODES": "1", "CUDA_VISIBLE_DEVICES": "",
+                   "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, **server_step,
+           "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 1}})}
+    engine = subprocess.run([LOCAL_ENGINE_CMD[0], "-c", as_engine], input=cell, env=env, capture_output=True,
+                            text=True, timeout=300, cwd=NOTEBOOKS.parent)
+    assert engine.returncode == 0 and "RESOLVER TFConfigClusterResolver 1" in engine.stdout, engine.stderr[-3000:]
+    assert f"I am worker 1 of {{'worker': {workers}}}" in engine.stdout, engine.stdout
+    control = subprocess.run([LOCAL_ENGINE_CMD[0], "-c", kept], input=cell, env=env, capture_output=True, text=True,
+                             timeout=300, cwd=NOTEBOOKS.parent)
+    assert control.returncode != 0 and "Slurm resolver should name TF_CONFIG's workers and rank" in control.stderr, \
+        (control.stdout[-2000:], control.stderr[-3000:])
