@@ -80,7 +80,7 @@ class _Tensor:
 def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7, kernel_replicas=3, mirrored=3,
             mirrored_copy=None, gpus=(False, False), built_under=None, val_loss=(2.0, 1.8, 1.7, 3.5),
             saved=LESSON_15_SAVED, checkpoint_best=1.7, optimizer_steps=None, raw_offset=1.0,
-            final_lr=(1.0, 0.05)) -> dict:
+            rates=None, base_lr=0.05) -> dict:
     """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
     copies reloaded here (a model with weights, predictions, losses, replicas), the serving program's
     answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on; `built_under`
@@ -88,19 +88,22 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
     the run's losses, the epochs the file was written at and ModelCheckpoint's best, on both workers (the best epoch: 2);
     `optimizer_steps` the step each copy's optimizer was at as load_model returned it (by name; else 3: one step an
     epoch, to the end of epoch 2); `raw_offset` how far the logits of the raw pixels fed unscaled are from the scaled
-    probe's; `final_lr` the learning rate each worker's optimizer held after fit, and the base rate."""
+    probe's; `rates` the learning rate each worker's history logged at each epoch's end (else the schedule's: the base
+    rate, 20 times it in the last epoch, as float32 holds them), `base_lr` each worker's base rate."""
     import hashlib
 
     val_loss = list(val_loss)
+    if rates is None:
+        rates = [float(np.float32(base_lr))] * (len(val_loss) - 1) + [float(np.float32(20 * base_lr))]
     best = [1.0, 2.0]
     digest = hashlib.sha256(np.asarray(best, "float32").tobytes()).hexdigest()[:16]  # helpers.lesson.weights_digest
     trained = np.array([[2.0, -1.0, 0.5]], "float32")
-    pulled = {"history.history": [{"val_loss": val_loss}] * 2, "record.saved": [list(saved)] * 2,
+    pulled = {"history.history": [{"val_loss": val_loss, "learning_rate": list(rates)}] * 2, "record.saved": [list(saved)] * 2,
               "record.digests": [["a", "b", digest, "d"]] * 2, "record.probe_logits": [[trained * 0, trained * 0, trained, -trained]] * 2,
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
               "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, "steps_per_epoch": [1, 1],
-              "overlap": [(1664, 384, 0)] * 2, "final_lr": [final_lr] * 2,
+              "overlap": [(1664, 384, 0)] * 2, "split_digests": [("f", "v")] * 2, "base_lr": [base_lr] * 2,
               **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
@@ -113,7 +116,8 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
     return {"engines": PlantedEngines(pulled), "reloaded": reloaded, "served": trained.copy(), "served_tf32": False,
             "served_status": 0, "served_asked": [], "stored_jit": False, "mirrored_replicas": mirrored,
             "kernel_replicas": kernel_replicas, "file_arrays": (12, 10), "tf": fake_tf,
-            "file_modules": ["keras", "keras.layers"], "unscaled": trained + raw_offset}
+            "file_modules": ["keras", "keras.layers"], "unscaled": trained + raw_offset, "validation_digest": "v",
+            "EPOCHS": len(val_loss)}
 
 
 def _gather_15(namespace: dict) -> None:
@@ -168,9 +172,15 @@ def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_p
     # 4th review, finding 2: raw pixels fed unscaled that gave the scaled probe's logits (the claim false)
     ({"raw_offset": 0.0}, "other logits"),
     # 7th review, finding 4: the staged x20 was proven by its outcome only; on 4 workers at a step cap of 3 or 5, where
-    # epoch 1 is worse already, dropping it passed. The optimizer's rate after fit, as its float32 variable holds it
-    ({"final_lr": (0.05, 0.05)}, "20 times the base learning rate"),  # the x20 dropped
-    ({"final_lr": (float(np.float32(20 * 0.075)), 0.075)}, None)])  # 3 workers' base rate
+    # epoch 1 is worse already, dropping it passed. The rate of each epoch, as its float32 variable holds it
+    ({"rates": [float(np.float32(0.05))] * 4}, "20 times the base learning rate"),  # the x20 dropped
+    ({"base_lr": 0.075}, None),  # 3 workers' base rate
+    # 9th review, finding 2: 20 x the base rate in every epoch. The old proof read the rate after fit alone (1.0, 20 x 0.05,
+    # as in a correct run): DID NOT RAISE
+    ({"rates": [float(np.float32(1.0))] * 4}, "20 times the base learning rate"),
+    # the x20 one epoch early (the last at the base rate), or a rate logged in float64 (not as the optimizer holds it)
+    ({"rates": [float(np.float32(0.05))] * 2 + [1.0, float(np.float32(0.05))]}, "20 times the base learning rate"),
+    ({"rates": [0.05] * 3 + [1.0]}, "20 times the base learning rate")])
 def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monkeypatch, changes, match):
     """The copies' figures from their raw predictions, losses and weights: the gathering cell's
     digest, differences and tolerances must turn each broken one into a failed proof."""
@@ -432,12 +442,16 @@ def _file_cell_on(model, tmp_path):
     return namespace, kept_file, held
 
 
-@pytest.mark.parametrize("variant,match", [("as written", None), ("trained on the whole split", "never train on a validation")])
-def test_lesson_15_workers_never_train_on_a_validation_image(variant, match):
+@pytest.mark.parametrize("variant,match", [("as written", None), ("trained on the whole split", "never train on a validation"),
+                                           ("per-worker order", "cut the same split")])
+def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, variant, match):
     """7th review, finding 3: "the workers never train on [the validation images]" was true by construction only:
-    `training_dataset(split, ...)` in the cell that builds the training input passed every proof. The cells that cut
-    the split, build the inputs and digest an epoch of the training input, run on a small planted split, must fail the
-    proof then."""
+    `training_dataset(split, ...)` in the cell that builds the training input passed every proof. 9th review, finding 1:
+    each worker checked its own take against its own skip, so a split loaded in another order on worker 1 (a shuffle
+    seeded by rank) passed: worker 1 trains on images the chief validates on, each worker's overlap is 0, and the old
+    proof passed it (DID NOT RAISE). The cells that cut the split, build the inputs and digest an epoch of the training
+    input, run on a small planted split for 2 workers, and this kernel's cell that loads the validation images, must
+    fail the proof then."""
     import tensorflow as tf
 
     from tests.support.proof_cases import OK
@@ -447,17 +461,30 @@ def test_lesson_15_workers_never_train_on_a_validation_image(variant, match):
     cut = next(s for s in cells if "validation_examples = split.skip(" in s)
     inputs = next(s for s in cells if "def train_input(" in s)
     check = next(s for s in cells if "overlap = (" in s)
-    if variant != "as written":
+    here = next(s for s in cells if "raw_probe = " in s)  # this kernel's validation images
+    if variant == "trained on the whole split":
         assert "training_dataset(train_examples, " in inputs
         inputs = inputs.replace("training_dataset(train_examples, ", "training_dataset(split, ")
     images = np.arange(64 * 4, dtype="uint8").reshape(64, 2, 2, 1)  # 64 distinct images, 4 bytes each
+    split = tf.data.Dataset.from_tensor_slices((images, np.zeros(64, "int64")))
     strategy = SimpleNamespace(distribute_datasets_from_function=lambda make: make(tf.distribute.InputContext()))
-    engine = {"split": tf.data.Dataset.from_tensor_slices((images, np.zeros(64, "int64"))), "train_size": 64,
-              "units": 2, "unit": 8, "global_batch": 8, "sizes": SimpleNamespace(steps_per_epoch=lambda n, b: n // b),
-              "strategy": strategy, "print": lambda *a, **k: None}
-    for source in (cut, inputs, check):
-        exec(compile(source.removeprefix("%%px\n"), "15 engine", "exec"), engine)
-    assert engine["overlap"][:2] == (48, 16), engine["overlap"]  # every image of an epoch, every validation image
-    run = lambda: run_proof("15_models_you_keep.ipynb", {**OK["15_models_you_keep.ipynb"], "math": __import__("math"),
-                                                         "overlaps": [engine["overlap"]] * 2})
+    engines = []
+    for rank in range(2):
+        shuffled = variant == "per-worker order" and rank == 1  # seeded by rank, the same order at every pass
+        engine = {"split": split.shuffle(64, seed=rank, reshuffle_each_iteration=False) if shuffled else split,
+                  "train_size": 64, "units": 2, "unit": 8, "global_batch": 8, "strategy": strategy,
+                  "sizes": SimpleNamespace(steps_per_epoch=lambda n, b: n // b), "print": lambda *a, **k: None}
+        for source in (cut, inputs, check):
+            exec(compile(source.removeprefix("%%px\n"), "15 engine", "exec"), engine)
+        assert engine["overlap"][:2] == (48, 16), engine["overlap"]  # every image of an epoch, every validation image
+        engines.append(engine)
+    if variant == "per-worker order":
+        assert [e["overlap"][2] for e in engines] == [0, 0]  # each worker's own take and skip: disjoint
+    monkeypatch.setattr("helpers.data.load_split", lambda *args, **kwargs: split)  # this kernel loads it in its order
+    kernel = {"dataset": SimpleNamespace(data_dir="planted"), "sizes": SimpleNamespace(train_examples=64),
+              "train_size": 64, "validation_size": 16, "per_replica": 4, "kernel_replicas": 3}
+    exec(compile(here, "15 kernel", "exec"), kernel)
+    run = lambda: run_proof("15_models_you_keep.ipynb", {
+        **OK["15_models_you_keep.ipynb"], "math": __import__("math"), "overlaps": [e["overlap"] for e in engines],
+        "split_digests": [e["split_digests"] for e in engines], "validation_digest": kernel["validation_digest"]})
     holds_unless(match, run)

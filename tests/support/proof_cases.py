@@ -386,7 +386,8 @@ OK["15_models_you_keep.ipynb"] = {
     "digests": [["a", "b", "c", "d"]] * 2, "file_digest": "c", "histories": [{"val_loss": [2.0, 1.8, 1.7, 3.5]}] * 2,
     "checkpoint_best": [1.7, 1.7], "copies_left": [0], "shared_elsewhere": [],
     "overlaps": [(1664, 384, 0)] * 2,  # images trained on in an epoch, validated on, both (quick mode, 2 workers)
-    "staged_rates": [True, True], "final_rates": [(1.0, 0.05)] * 2,  # after fit, each worker's rate: 20 x base_lr
+    "split_digests": [("f", "v")] * 2, "validation_digest": "v",  # every worker's (an epoch's images, validation's), here
+    "staged_rates": [True, True], "epoch_rates": [[0.05, 0.05, 0.05, 1.0]] * 2, "base_rates": [0.05] * 2,  # 20x: the last
     "models_listed_by": {"this kernel": ["15_best.keras"], "worker 0": ["15_best.keras"], "worker 1": ["15_best.keras"]},
     "mirrored_replicas": 3, "worker_replicas": 2, "stored_jit": False,
     "on_read": [{"in the file": [], "metrics": ["loss/total", "loss/count"]}] * 2, "served_status": 0, "served_asked": [],
@@ -1747,6 +1748,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"saved": [LESSON_15_SAVED, [True, True, False, False]]}, "same epochs"),
     # 7th review, finding 3: the workers trained on the whole split, validation images included
     ("15_models_you_keep.ipynb", {"overlaps": [(2048, 384, 384)] * 2}, "never train on a validation image"),
+    # 9th review, finding 1: worker 1 cut the split in another order (a shuffle seeded by rank): each worker's own take and
+    # skip are disjoint, so its overlap is 0 and the old proof passed (DID NOT RAISE), yet its sets are not the chief's;
+    # and every worker cut the same split, but not the one this kernel evaluates the copies on
+    ("15_models_you_keep.ipynb", {"split_digests": [("f", "v"), ("f1", "v1")]}, "cut the same split"),
+    ("15_models_you_keep.ipynb", {"validation_digest": "w"}, "cut the same split"),
     # 7th review, finding 4: the staged x20 dropped (proven by its outcome only, which can pass without it)
     ("15_models_you_keep.ipynb", {"staged_rates": [False, False]}, "20 times the base learning rate"),
     # each worker validated on its own shard alone: the same epochs saved, other losses
