@@ -10,22 +10,26 @@ from tests.support.proof_cells import gather_and_prove, holds_unless, solution_s
 
 
 def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=213.1, sleeper_ended=106.0,
-          replicas=2, late_value=None) -> dict:
+          replicas=2, late_value=None, late_timeout=None, heartbeat_s=None) -> dict:
     """Lesson 06's raw reports of its two runs, in engine order (rank 1 first), wall clocks of the
     workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came,
     and when rank 1 woke and left;
     beside a peer 13 s late with no timeout (both entering at 200.0), what rank 0 got and when; `replicas` is the
-    strategy's num_replicas_in_sync (all workers'), and the sum of 1.0 from each replica unless `late_value`."""
+    strategy's num_replicas_in_sync (all workers'), and the sum of 1.0 from each replica unless `late_value`;
+    `late_timeout` the late run's collective timeout, `heartbeat_s` the first attempt's time from the death to a
+    survivor's error naming the heartbeats (None: no such error)."""
     ok = OK["06_fault_tolerance.ipynb"]
     value = float(replicas) if late_value is None else late_value
-    late = {"error": late_error, "value": None if late_error else value, "replicas": replicas}
+    late = {"error": late_error, "value": None if late_error else value, "replicas": replicas, "timeout": late_timeout}
     return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "sleeper_ended_s", "late_results",
-                                                       "late_waited_s")},
+                                                       "late_waited_s", "late_timeout")},
+            "heartbeat_s": heartbeat_s,
             "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": sleeper_ended,
-                           "replicas": replicas},
+                           "replicas": replicas, "timeout": 3},
                           {"rank": 0, "entered": 100.0, "error": error, "value": None, "ended": failed,
-                           "replicas": replicas}],
-            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": value, "ended": 213.1, "replicas": replicas},
+                           "replicas": replicas, "timeout": 3}],
+            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": value, "ended": 213.1, "replicas": replicas,
+                           "timeout": late_timeout},
                           {"rank": 0, "entered": 200.0, **late, "ended": late_ended}]}
 
 
@@ -43,14 +47,105 @@ def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_end
     # replica, so the sum is 4.0, a correct run the old proof (1.0 per worker, 2.0) refused; and the per-worker
     # sum there, 2.0 of 4 replicas, is not the all-reduce of every replica
     ({"replicas": 4}, None),
-    ({"replicas": 4, "late_value": 2.0}, "past the heartbeat timeout")],
+    ({"replicas": 4, "late_value": 2.0}, "past the heartbeat timeout"),
+    # the fifth review's finding 2: the late peer's 13 s proves nothing past a heartbeat timeout above it. The first
+    # attempt's heartbeats reported the death at 10.4 s (as measured, cell 12): 13.1 s is past it; at 14 s (a longer
+    # heartbeat timeout) the late run is not, and a late run given a 20 s collective timeout is not the run claimed.
+    # The proof before the fix passed both (DID NOT RAISE)
+    ({"heartbeat_s": 10.4}, None),
+    ({"heartbeat_s": 14.0}, "sleep past the heartbeats"),
+    ({"late_timeout": 20}, "no collective timeout")],
     ids=["timed out", "heartbeat error", "too soon", "too late", "after the peer woke", "after the peer left",
          "late peer counted dead", "late peer not late", "late peer 10.1 s", "2 x 2 replicas",
-         "2 x 2 replicas, per-worker sum"])
+         "2 x 2 replicas, per-worker sum", "heartbeats 10.4 s", "heartbeats 14 s", "late run with a timeout"])
 def test_lesson_06_gathering_cell_times_the_wait_beside_a_hung_peer(changes, match):
     """From the workers' reports: each wait is rank 0's own clock from entering the all-reduce to
     its end (the engines' order does not matter); beside the late peer, what every worker got."""
     holds_unless(match, gather_and_prove, "06_fault_tolerance.ipynb", _hung(**changes))
+
+
+class _Run:
+    """An ipyparallel AsyncResult as cell 43 uses it: ended (ready), or still waiting at the deadline."""
+
+    def __init__(self, ends: bool):
+        self.ends = ends
+
+    def get(self, timeout=None):
+        if not self.ends:
+            raise TimeoutError("Result not ready.")  # what AsyncResult.get raises at its timeout
+
+    def ready(self) -> bool:
+        return self.ends
+
+
+class _HangingEngines:
+    """Engines whose run of the hung program never ends when `hangs` (the collective timeout missing: worker 0 waits in
+    its all-reduce for ever); a blocking call then raises instead of hanging the test, as it would hang the notebook."""
+
+    started: list = []
+
+    def __init__(self, hangs: bool):
+        from types import SimpleNamespace
+
+        self.hangs, self.finished = hangs, False
+        self.view = SimpleNamespace(run=lambda *a, **k: None, execute=self._execute, pull=lambda name, block=True: [name])
+        _HangingEngines.started.append(self)
+
+    def setup_multiworker(self, **kwargs):
+        pass
+
+    def _execute(self, code, block=True):
+        if block and self.hangs:
+            raise RuntimeError("blocked for ever: the cell waits for a run with no deadline")
+        return None if block else _Run(not self.hangs)
+
+    def finish(self) -> str:
+        self.finished = True
+        return "stopped"
+
+
+@pytest.mark.parametrize("hangs", [False, True], ids=["both runs end", "the hung run never ends"])
+def test_lesson_06_hung_peer_runs_wait_under_a_deadline(hangs):
+    """The fifth review's finding 1: cell 43 ran both runs with block=True, so a run that never ended (the program's
+    collective timeout missing) would hang the notebook instead of failing it. Now each run waits without blocking,
+    under DEADLINE_S: a run still waiting then stops its engines and fails the cell with a clear message. On the old
+    cell the hanging variant blocked (here: RuntimeError from the blocking call, not the cell's AssertionError)."""
+    from tests.support.proof_cells import cell_defining
+
+    _HangingEngines.started = []
+    cell = cell_defining("06_fault_tolerance.ipynb", "TIMEOUT_S, LATE_S")
+    namespace = {"start_engines": lambda n: _HangingEngines(hangs), "N_ENGINES": 2, "hung_program": "06_hung_peer.py",
+                 "print": lambda *a, **k: None}
+    holds_unless("the hung run did not end within" if hangs else None, exec, compile(cell, "06 cell 43", "exec"),
+                 namespace)
+    assert all(engines.finished for engines in _HangingEngines.started), "a run's engines were left running"
+    if not hangs:
+        assert namespace["hung_runs"] == namespace["late_runs"] == ["run"]
+
+
+@pytest.mark.parametrize("cause,expected", [
+    ("The following tasks are unhealthy (stopped sending heartbeats):", 10.4),
+    ("Collective ops is aborted by: recvmsg:Connection reset by peer", None)], ids=["heartbeats", "connection reset"])
+def test_lesson_06_crash_timing_cell_times_the_heartbeats(cause, expected, tmp_path):
+    """Cell 31 on planted ipyparallel metadata (each live engine's `completed`, a datetime on its clock): the first
+    survivor's error after the death, and, where a survivor's error names the heartbeats, that survivor's time from the
+    death (the measure of the heartbeat timeout the proof compares with the late peer's sleep); else None."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from tests.support.proof_cells import cell_defining
+
+    died = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+    note = tmp_path / "06_crash_time.txt"
+    note.write_text(repr(died.timestamp()))
+    attempt = SimpleNamespace(metadata=[{"engine_id": 0, "completed": died + timedelta(seconds=10.4)},
+                                        {"engine_id": None, "completed": None}])  # the dead engine sent nothing
+    namespace = {"crash_note": note, "attempt": attempt, "print": lambda *a, **k: None,
+                 "first_errors": [f"engine 0: UnavailableError: {cause}",
+                                  "engine ?: EngineError: Engine 1 died while running task 'd'"]}
+    exec(compile(cell_defining("06_fault_tolerance.ipynb", "crash_to_error_s ="), "06 cell 31", "exec"), namespace)
+    assert namespace["crash_to_error_s"] == pytest.approx(10.4)
+    assert namespace["heartbeat_s"] == (None if expected is None else pytest.approx(expected))
 
 
 _METADATA = 'tf.io.gfile.rename(f"{own}/metadata.tmp", f"{own}/training_metadata.json", overwrite=True)'
