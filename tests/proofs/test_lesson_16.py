@@ -980,3 +980,25 @@ def _read_on(tmp_path: Path, shared: Path, run_local_workers, quiet: bool = Fals
         source = source.replace(*change)
     exec(source, namespace)
     return namespace
+
+
+@pytest.mark.parametrize("names", [False, True], ids=["the lesson's pipeline", "with names, as read_shards.py"])
+def test_lesson_16_compute_batch_size_is_hidden_by_the_map_after_batch(tmp_path, names):
+    """Eighteenth review, finding 3: cell 14 says TensorFlow cannot read a batch size off `sharded_dataset`
+    because `parse_batch` is mapped after `batch`. compute_batch_size (distribute.py, lines 395-396) hands an
+    unknown batch dimension to the C++ op ComputeBatchSize, which walks back through the ops that keep a batch's
+    size (prefetch among them) to the batch and gives -1 at any other op: the lesson's pipeline gives -1, the same
+    pipeline with that map taken out (prefetch kept) gives its batch, 192."""
+    from tensorflow.python.data.experimental.ops.distribute import compute_batch_size
+
+    from tests.support.notebooks import written_programs
+
+    _lesson_16_shards(tmp_path / "shared", 256, lambda i: i % 8)
+    program = written_programs("16_input_at_scale.ipynb")['"shards.py"}']
+    mapped = ".map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)"
+    assert program.count(mapped) == 1
+    for source, size in ((program, -1), (program.replace(mapped, ""), 192)):
+        shards = {}
+        exec(compile(source, "16 shards.py", "exec"), shards)
+        data = shards["sharded_dataset"](str(tmp_path / "shared" / "*.tfrecord"), 192, names=names)
+        assert int(compute_batch_size(data)) == size, (size, source == program)
