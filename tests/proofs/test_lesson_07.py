@@ -104,7 +104,8 @@ def test_lesson_07_gathering_cell_reads_set_jit_as_fit_began(rank, at_fit, flags
     (1, ["", "autoclustering"], "--tf_xla_cpu_global_jit", "CPU", "auto-clustering"),
     (0, ["", "autoclustering"], "", "GPU", "auto-clustering"), (0, ["", "autoclustering"], "", "CPU", None)])
 def test_lesson_07_gathering_cell_reads_set_jit_around_every_step(rank, in_steps, flags, device, match):
-    """Seventeenth review, finding 1: TensorFlow applies set_jit when the step function is first called; a callback
+    """Seventeenth review, finding 1: TensorFlow applies set_jit when the step function is called (a change between
+    steps reaches the next one); a callback
     turning it on as step 0 began and off as it ended compiled step 0 (TF_XLA_FLAGS=--tf_xla_cpu_global_jit), yet
     get_jit() as fit began and at the end were both ''. A process that saw 'autoclustering' around a step, the kernel's
     2-replica point (rank 0) or worker 1 of 2 (rank 1), must fail through the gathering cell, with get_jit() '' as fit
