@@ -150,14 +150,22 @@ def local_replicas(cpu_replicas: int = 2) -> int:
 
 
 def devices_unlike(devices: list[str], other: int) -> list[str]:
-    """`devices`, one fewer when there are as many as `other` (and more than one): another replica count.
+    """`devices`, fewer when there are as many as `other` (and more than one): another replica count.
 
     With two GPUs or more this kernel has one replica per GPU (`local_replicas`), and local
     engines share the same GPUs out equally, so the kernel's count and the workers' can coincide
-    (4 GPUs, 2 engines of 2 GPUs each). Lesson 15 opens a model under another replica count than
-    the workers trained with, so it drops one device then.
+    (4 GPUs, 2 engines of 2 GPUs each); on a CPU, `CPU_REPLICAS` equal to the engines' count does
+    it too. Lesson 15 opens a model under another replica count than the workers trained with, so
+    it keeps the largest proper divisor of the count then (4 -> 2, 6 -> 3, 8 -> 4; a prime -> 1):
+    the kernel's batch, `per_replica` times the count, then splits evenly over the devices kept.
+    Unevenly split batches (one fewer device: 128 images over 3) stop Keras 3.15's `evaluate`
+    (`_maybe_symbolic_build` in keras/src/backend/tensorflow/trainer.py adds the replicas' outputs,
+    which must have one shape).
     """
-    return list(devices[:-1]) if len(devices) == other and len(devices) > 1 else list(devices)
+    count = len(devices)
+    if count != other or count < 2:
+        return list(devices)
+    return list(devices[:max(d for d in range(1, count) if count % d == 0)])
 
 
 def logical_gpu_memory_mib(total_mib: int | None, parts: int) -> int:

@@ -192,8 +192,19 @@ def test_lesson_15_kernel_replicas_differ_from_the_workers_on_gpu_nodes(monkeypa
     workers = sum(len(plan.gpus) or 1 for plan in plans)  # a worker on CPU has one replica
     chosen = environment.devices_unlike([f"/GPU:{i}" for i in range(kernel)], workers)
     assert kernel == gpu_count and chosen and len(chosen) != workers, (kernel, workers, chosen)
+    # the kernel's batch (per_replica x kernel) must split evenly over the devices kept: 10th review, finding 1 (one fewer,
+    # 4 -> 3, split 128 images 43/43/42 and stopped Keras's evaluate)
+    assert kernel % len(chosen) == 0, (kernel, chosen)
     if gpu_count % engines == 0 and gpu_count >= engines:  # an equal share of every GPU: the counts coincide
-        assert kernel == workers and len(chosen) == kernel - 1
+        assert kernel == workers and len(chosen) == kernel // 2
+
+
+@pytest.mark.parametrize("count,kept", [(2, 1), (3, 1), (4, 2), (6, 3), (7, 1), (8, 4)])
+def test_devices_unlike_keeps_the_largest_proper_divisor_of_a_count_that_coincides(count, kept):
+    """10th review of lesson 15, finding 1: one device fewer split the kernel's batch of per_replica x count unevenly
+    (4 -> 3: 128 images as 43, 43, 42), and Keras 3.15's evaluate stopped; a divisor splits it evenly."""
+    devices = [f"/CPU:{i}" for i in range(count)]
+    assert environment.devices_unlike(devices, count) == devices[:kept]
 
 
 def test_devices_unlike_keeps_a_count_that_differs_already():

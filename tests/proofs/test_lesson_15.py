@@ -109,7 +109,8 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
     reloaded = {name: {"val_loss": 1.7 + loss_gap * k, "probe": trained + copy_gap * k, "model": model, "jit_compile": False,
                        "replicas": replicas[name], "built under": (built_under or {}).get(name, name),
-                       "optimizer steps": (optimizer_steps or {}).get(name, 3)}
+                       "optimizer steps": (optimizer_steps or {}).get(name, 3),
+                       "images by replica": [384.0 / replicas[name]] * replicas[name]}  # 384 validation images
                 for k, name in enumerate(replicas)}
     fake_tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(tensor_float_32_execution_enabled=lambda: False),
                                                      list_logical_devices=lambda kind: []))
@@ -488,3 +489,60 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
         **OK["15_models_you_keep.ipynb"], "math": __import__("math"), "overlaps": [e["overlap"] for e in engines],
         "split_digests": [e["split_digests"] for e in engines], "validation_digest": kernel["validation_digest"]})
     holds_unless(match, run)
+
+
+LESSON_15_COPIES_AT_4 = r'''
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+from helpers import environment
+kernel_replicas = len(environment.split_cpu(4))  # CPU_REPLICAS=4 beside 4 engines of one replica: 4 worker replicas
+from types import SimpleNamespace
+import numpy as np, keras, tensorflow as tf
+import helpers.data
+from helpers.lesson import small_cnn
+from tests.support.proof_cells import code_cells
+
+cells = code_cells("15_models_you_keep.ipynb")
+kept_file = os.path.join(sys.argv[1], "15_best.keras")
+keras.utils.set_random_seed(0)
+model = small_cnn(synchronized=True)
+model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"], jit_compile=False)
+model.save(kept_file)
+rng = np.random.default_rng(0)
+images, labels = rng.integers(0, 256, (512, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, 512)
+split = tf.data.Dataset.from_tensor_slices((images, labels))
+helpers.data.load_split = lambda *args, **kwargs: split  # cell 47 loads it here
+namespace = {"environment": environment, "worker_replicas": 4, "kernel_replicas": kernel_replicas, "per_replica": 32,
+             "dataset": SimpleNamespace(data_dir="planted"), "sizes": SimpleNamespace(train_examples=512),
+             "train_size": 512, "validation_size": 256, "kept_file": kept_file, "val_loss": [1.0], "best_epoch": 0,
+             "print": lambda *a, **k: None}  # 256 validation images: 2 units of 32 x lcm(4, 4)
+for marker in ("devices_unlike(", "raw_probe = ", "reloaded = {}"):  # the devices, the validation images, the copies
+    exec(compile(next(s for s in cells if marker in s), "15 " + marker, "exec"), namespace)
+print(json.dumps({name: {key: r[key] for key in ("val_loss", "replicas") + (("images by replica",)
+                                                                            if "images by replica" in r else ())}
+                  for name, r in namespace["reloaded"].items()}))
+'''
+
+
+def test_lesson_15_copies_load_and_evaluate_at_4_kernel_replicas_beside_4_worker_replicas(tmp_path):
+    """10th review, finding 1: at N_ENGINES=4 and CPU_REPLICAS=4 (or 4 GPUs here beside 2 workers of 2) the Mirrored
+    copy ran on one device fewer, 3, and Keras 3.15's evaluate stopped on the kernel's batch of 128 images split 43, 43,
+    42 over them (InvalidArgumentError: AddN, [43,32,32,3] != [42,32,32,3]; the old devices_unlike crashed here). The
+    cells that pick the devices, load the validation images and evaluate the copies, run in a process of 4 logical
+    CPUs beside 4 worker replicas: the copy runs on a divisor of 4 (2), each replica evaluating images, all of them
+    once (10th review, finding 3: the loss tracker's count, replica by replica)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_15_COPIES_AT_4, str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    copies = json.loads(done.stdout.strip().splitlines()[-1])
+    mirrored = next(r for name, r in copies.items() if name.startswith("MirroredStrategy"))
+    assert mirrored["replicas"] == 2 and mirrored["images by replica"] == [128.0, 128.0], copies  # 256 images, each once
+    losses = [r["val_loss"] for r in copies.values()]
+    assert max(losses) - min(losses) <= 1e-5 * min(losses), copies

@@ -393,7 +393,8 @@ OK["15_models_you_keep.ipynb"] = {
     "models_listed_by": {"this kernel": ["15_best.keras"], "worker 0": ["15_best.keras"], "worker 1": ["15_best.keras"]},
     "mirrored_replicas": 3, "worker_replicas": 2, "stored_jit": False,
     "on_read": [{"in the file": [], "metrics": ["loss/total", "loss/count"]}] * 2, "served_status": 0, "served_asked": [],
-    "mirrored_copy": 3, "file_arrays": (12, 10), "held_counts": [(12, 10)] * 2,  # model and optimizer variables, measured
+    "mirrored_copy": [128.0] * 3, "validation_size": 384,  # images each replica of the Mirrored copy evaluated, of 384
+    "file_arrays": (12, 10), "held_counts": [(12, 10)] * 2,  # model and optimizer variables, measured
     "file_modules": ["keras", "keras.initializers", "keras.layers", "keras.losses", "keras.optimizers"],  # measured
     "differences": {"no strategy": 0.0, "OneDeviceStrategy": 0.0, "MirroredStrategy, 3 replicas": 0.0,
                     "exported, served": 0.0},
@@ -1783,9 +1784,14 @@ BROKEN: list[tuple[str, dict, str]] = [
      "only the chief's file"),
     ("15_models_you_keep.ipynb", {"shared_elsewhere": [1]}, "only the chief's file"),
     # N_ENGINES=3 with 3 CPU replicas here: "another replica count" would be false
-    ("15_models_you_keep.ipynb", {"mirrored_replicas": 2, "mirrored_copy": 2}, "another replica count"),
+    ("15_models_you_keep.ipynb", {"mirrored_replicas": 2, "mirrored_copy": [192.0, 192.0]}, "another replica count"),
     # the Mirrored copy loaded outside strategy.scope(): it runs on one replica, whatever the strategy's count
-    ("15_models_you_keep.ipynb", {"mirrored_copy": 1}, "another replica count"),
+    # 10th review, finding 3: the old proof read the copy's strategy's replica count, len(devices) by construction, and
+    # {"mirrored_copy": 1} was a row no run could give. Now the images each replica evaluated (the loss tracker's count):
+    # a copy loaded outside the scope (one replica, all 384), one replica idle, every image twice
+    ("15_models_you_keep.ipynb", {"mirrored_copy": [384.0]}, "another replica count"),
+    ("15_models_you_keep.ipynb", {"mirrored_copy": [192.0, 192.0, 0.0]}, "every image once"),
+    ("15_models_you_keep.ipynb", {"mirrored_copy": [256.0] * 3}, "every image once"),
     # 2026-11-30 review, finding 2a: the OneDeviceStrategy copy loaded outside its scope (built under the default strategy, one
     # replica as before), or the copy with no strategy loaded inside the Mirrored scope
     ("15_models_you_keep.ipynb", {"built_under": {"no strategy": "no strategy", "OneDeviceStrategy": "no strategy"}},
