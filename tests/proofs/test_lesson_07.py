@@ -114,6 +114,52 @@ def test_lesson_07_gathering_cell_reads_set_jit_around_every_step(rank, in_steps
                  _jit_read_by(rank, "optimizer_jit_in_steps", in_steps, [""], flags, device))
 
 
+@pytest.mark.parametrize("rank,dumped,match", [
+    (0, [], None), (1, [], None),
+    (0, ["module_0000.cluster_0__XlaCompiledKernel_true.before_optimizations.txt"], "XLA compiled modules"),
+    (1, ["module_0000.cluster_0__XlaCompiledKernel_true.before_optimizations.txt"], "XLA compiled modules"),
+    (0, None, "XLA compiled modules"), (1, None, "XLA compiled modules")])
+def test_lesson_07_gathering_cell_reads_each_xla_dump(rank, dumped, match):
+    """Eighteenth review, finding 1: callbacks turning set_jit on and off between StepTimes' readings (TF_XLA_FLAGS=
+    --tf_xla_cpu_global_jit) compiled (406 files in an XLA dump) while every setting read '' or False, and the proof
+    passed. Every setting here reads '' and jit_compile False; the files XLA dumped in the kernel's directory (rank
+    0: its 2-replica point) or in a multi-worker run's (rank 1), or a directory missing (None), must fail the proof
+    through the gathering cell (the old cell read no dump: DID NOT RAISE)."""
+    raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
+    raw["points"][1 if rank == 0 else 2]["xla_dumped"] = dumped
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
+def test_lesson_07_xla_dumps_record_what_xla_compiles(tmp_path):
+    """The dump the proof reads is XLA's own record on this TensorFlow, in a process set up as the lesson's kernel
+    (XlaDumps made before TensorFlow is imported: its own XLA_FLAGS point at "kernel"): ordinary (not compiled)
+    tf.functions leave the directory empty, a jit_compile=True function fills it (the control; auto-clustered steps
+    fill a workers' directory: the compiling variants of the real-run test below). Made after TensorFlow was
+    imported, XlaDumps reports the kernel's dump as None, which the proof refuses."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = ("import sys\n"
+             "from helpers.xla_flags import XlaDumps\n"
+             "dumps = XlaDumps(sys.argv[1])  # before TensorFlow, as the set-up cell\n"
+             "import tensorflow as tf\n"
+             "x = tf.ones([8, 8])\n"
+             "tf.function(lambda x: tf.nn.relu(x @ x) + 1.0)(x)\n"
+             "print('plain', len(dumps.files('kernel')))\n"
+             "tf.function(lambda x: tf.nn.relu(x @ x) + 1.0, jit_compile=True)(x)\n"
+             "print('jit', len(dumps.files('kernel')))\n"
+             "print('late', XlaDumps(sys.argv[1] + '_late').files('kernel'))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("TF_XLA_FLAGS", "XLA_FLAGS")}
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "dumps")], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = dict(line.split() for line in done.stdout.splitlines())
+    print(f"files XLA dumped: {counts}")
+    assert counts == {"plain": "0", "jit": counts["jit"], "late": "None"} and int(counts["jit"]) > 0, counts
+
+
 @pytest.mark.parametrize("ran,match", [("CPU", None), ("GPU", "another kind of device")])
 def test_lesson_07_gathering_cell_compares_each_device_with_its_plan(ran, match):
     """A worker planned on CPU (a node with fewer GPUs than workers) that ran on a GPU, from the runs' own
@@ -453,6 +499,22 @@ SET_JIT_IN_STEP_0 = (FIT, "    class JitStep0(keras.callbacks.Callback):  # set_
                           "        def on_train_batch_end(self, batch, logs=None):\n"
                           "            if batch == 0: tf.config.optimizer.set_jit(False)\n"
                           + FIT.replace("callbacks=[times]", "callbacks=[times, JitStep0()]"))
+# eighteenth review, finding 1: in processes started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit, a callback before
+# StepTimes turning set_jit off as each step ends (before StepTimes reads it) and one after it turning it on as step 5
+# begins (after StepTimes reads it): steps compiled (the review: 406 files in an XLA dump), every reading '' or False,
+# and the old proof passed (DID NOT RAISE)
+SET_JIT_BETWEEN_READINGS = (FIT, "    class Off(keras.callbacks.Callback):  # before StepTimes: off as a step ends\n"
+                                 "        def on_train_batch_end(self, batch, logs=None):\n"
+                                 "            tf.config.optimizer.set_jit(False)\n"
+                                 "    class On(keras.callbacks.Callback):  # after StepTimes: on as step 5 begins\n"
+                                 "        def on_train_batch_begin(self, batch, logs=None):\n"
+                                 "            if batch == 5: tf.config.optimizer.set_jit(True)\n"
+                                 + FIT.replace("callbacks=[times]", "callbacks=[Off(), times, On()]"))
+# the same review: TF_XLA_FLAGS set after the program read them (XLA_FLAGS_AT_START), kept while TensorFlow set up its
+# devices (make_strategy), removed before measuring: steps compiled, every reading '', the old proof passed
+SET_FLAGS_LATE = [("XLA_FLAGS_AT_START = xla_flags()\n",
+                   "XLA_FLAGS_AT_START = xla_flags()\n"
+                   f"os.environ['TF_XLA_FLAGS'] = {STARTED_WITH_XLA!r}  # after the program read them\n"), DROPS_XLA]
 
 
 @pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches"),
@@ -462,6 +524,8 @@ SET_JIT_IN_STEP_0 = (FIT, "    class JitStep0(keras.callbacks.Callback):  # set_
                                            ("workers start with a flag file", "auto-clustering"),
                                            ("workers set_jit around fit", "auto-clustering"),
                                            ("workers set_jit in step 0", "auto-clustering"),
+                                           ("workers set_jit between StepTimes' readings", "XLA compiled modules"),
+                                           ("workers set flags after the program read them", "XLA compiled modules"),
                                            ("workers size inter-op from the environment", "not the course's")])
 def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
@@ -483,8 +547,16 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     before fit and set_jit(False) just after compiled their steps, and the old proof, reading get_jit() at the end
     only, passed (DID NOT RAISE). Seventeenth review, finding 1: workers so started whose callback turns set_jit on as
     step 0 begins and off as it ends compiled step 0, and the old proof, reading get_jit() as fit began and at the end
-    only, passed (DID NOT RAISE)."""
+    only, passed (DID NOT RAISE). Eighteenth review, finding 1: workers so started whose callbacks turn set_jit on
+    and off between StepTimes' readings, or that set TF_XLA_FLAGS after the program read them and removed them once
+    TensorFlow had set up its devices, compiled their steps while every setting read '' (or False), and the old proof
+    passed (DID NOT RAISE); the workers now run with XLA_FLAGS dumping into a directory of their own (XlaDumps), and
+    the files XLA compiled there fail the proof. The variants that compile must leave files (the dump's control), the
+    others none."""
     import json
+    import os
+
+    from helpers.xla_flags import XlaDumps
 
     from helpers.data import ensure_data
     from helpers.local_workers import run_local_workers
@@ -493,31 +565,38 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
 
     program = written_program("07_scaling_performance.ipynb", "{worker_program}")
     if variant not in ("as written", "workers start with a flag file", "workers size inter-op from the environment"):
-        old, new = {"workers drop XLA flags": DROPS_XLA, "workers set_jit around fit": SET_JIT_AROUND_FIT,
-                    "workers set_jit in step 0": SET_JIT_IN_STEP_0}.get(
-            variant) or WORKER_1[variant]
-        assert program.count(old) == 1, old
-        program = program.replace(old, new)
+        edits = {"workers drop XLA flags": DROPS_XLA, "workers set_jit around fit": SET_JIT_AROUND_FIT,
+                 "workers set_jit in step 0": SET_JIT_IN_STEP_0,
+                 "workers set_jit between StepTimes' readings": SET_JIT_BETWEEN_READINGS,
+                 "workers set flags after the program read them": SET_FLAGS_LATE}.get(variant) or WORKER_1[variant]
+        for old, new in edits if isinstance(edits, list) else [edits]:
+            assert program.count(old) == 1, old
+            program = program.replace(old, new)
     (tmp_path / "07_measure.py").write_text(program)
     copy_beside(tmp_path)  # mwms_slurm.py, which the workers import
     from_env = variant == "workers size inter-op from the environment"  # the course's (0, 0): no tuning, or a GPU node
     pools = ["0", "0"] if from_env else ["1", "2"]
     arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", *pools]
-    set_jit = variant in ("workers set_jit around fit", "workers set_jit in step 0")
-    dropped = set_jit or variant in ("workers drop XLA flags", "workers start with a flag file")  # they compiled
+    set_jit = variant in ("workers set_jit around fit", "workers set_jit in step 0", "workers set_jit between StepTimes' readings")
+    late = variant == "workers set flags after the program read them"
+    dropped = set_jit or late or variant in ("workers drop XLA flags", "workers start with a flag file")  # they compiled
     (tmp_path / "xla_flags").write_text(STARTED_WITH_XLA + "\n")  # the flags in a file, its name in TF_XLA_FLAGS
     flags = str(tmp_path / "xla_flags") if variant == "workers start with a flag file" else STARTED_WITH_XLA
     flags = "--tf_xla_cpu_global_jit" if set_jit else flags  # compiles nothing alone
-    env = {**__import__("os").environ, "TF_XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "0"} if dropped else None
-    env = {**__import__("os").environ, "TF_NUM_INTEROP_THREADS": "8"} if from_env else env
-    runs = {2: run_local_workers(arguments, n=2, deadline_s=600, env=env)}
+    env = {**os.environ, "TF_XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "0"} if dropped else None
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"} if late else env  # the program sets them itself
+    env = {**os.environ, "TF_NUM_INTEROP_THREADS": "8"} if from_env else env
+    xla_dumps = XlaDumps(tmp_path / "xla_dumps", environ=dict(os.environ))  # as the set-up cell's, not this process's
+    runs = {2: run_local_workers(arguments, n=2, deadline_s=600, env=xla_dumps.env("workers_2", base=env))}
     assert all(o.returncode == 0 for o in runs[2]), [o.output[-2000:] for o in runs[2]]
     assert not dropped or all("Compiled cluster using XLA" in o.output for o in runs[2]), [o.output[-2000:] for o in runs[2]]
     kernel = [{**lesson_07_point("MirroredStrategy", n), "span_s": 2.0, "in_steps_s": 1.9,
                **({"threads": [0, 0]} if from_env else {})} for n in (1, 2)]
     ns = {"points": kernel, "runs": runs, "planned": {("MultiWorkerMirroredStrategy", 2): "CPU"}, "loads": {2: 1.0},
-          "json": json, "print": lambda *a, **k: None}
+          "json": json, "print": lambda *a, **k: None, "xla_dumps": xla_dumps}
     exec(cell_defining("07_scaling_performance.ipynb", "for n, outcomes in runs.items():"), ns)
+    dumped = xla_dumps.files("workers_2")
+    assert dumped is not None and bool(dumped) == dropped, f"{variant}: XLA dumped {dumped and len(dumped)} files"
     results = [next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("RESULT ")) for o in runs[2]]
     print(f"{variant}: each worker's replica batches {ns['points'][-1].get('worker_batches')}, "
           f"kept {[len(k) for k in ns['points'][-1]['worker_kept']]}, share of its span inside its timed steps "
@@ -526,7 +605,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           f"{[(round(1000 * r['input_s'], 1), round(1000 * r['median_step_s'], 1)) for r in results]}), TF_XLA_FLAGS "
           f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}, get_jit() when fit "
           f"began {[r.get('optimizer_jit_at_fit') for r in results]}, around its steps "
-          f"{[r.get('optimizer_jit_in_steps') for r in results]} and at the end {[r['optimizer_jit'] for r in results]}")
+          f"{[r.get('optimizer_jit_in_steps') for r in results]} and at the end {[r['optimizer_jit'] for r in results]}, "
+          f"files XLA dumped {len(dumped)}")
     raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2],
            **({"course_pools": (0, 0)} if from_env else {})}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)

@@ -167,6 +167,7 @@ def lesson_07_point(label, replicas, agree=True, moved=True):
             "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "xla_flags": "", "xla_flags_at_start": "",
             "optimizer_jit": "", "optimizer_jit_at_fit": "", "optimizer_jit_in_steps": [""], "device": "CPU", "planned": "CPU",
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "asked": replicas,
+            "xla_dumped": [],  # the files XLA dumped: none (this kernel's dump, or the run's workers')
             "kept": [f"example{i}" for i in range(4)],
             **({"workers": replicas, "weights_moved": moved, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
                 "worker_batches": [[32]] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)],
@@ -187,6 +188,8 @@ OK["07_scaling_performance.ipynb"] = {
             ("MultiWorkerMirroredStrategy", 2, 1): False},
     "clustering": {("MirroredStrategy", 1, 0): "", ("MirroredStrategy", 2, 0): "", ("MultiWorkerMirroredStrategy", 2, 0): "",
                    ("MultiWorkerMirroredStrategy", 2, 1): ""},
+    # keyed by (label, asked): the files XLA dumped in each one's directory (this kernel's, each run's workers')
+    "dumps": {("MirroredStrategy", 1): [], ("MirroredStrategy", 2): [], ("MultiWorkerMirroredStrategy", 2): []},
     # keyed by (label, asked, rank): this kernel's points rank 0, each worker of a multi-worker run its own
     "threads_used": {("MirroredStrategy", 1, 0): (1, 2), ("MirroredStrategy", 2, 0): (1, 2),
                      ("MultiWorkerMirroredStrategy", 2, 0): (1, 2), ("MultiWorkerMirroredStrategy", 2, 1): (1, 2)},
@@ -1116,6 +1119,14 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                       worker_batches=[[32], [64]])]}, "received batches"),
     ("07_scaling_performance.ipynb", {"in_steps": {**OK["07_scaling_performance.ipynb"]["in_steps"],
                                                    ("MirroredStrategy", 2, 0): 0.6}}, "inside timed steps"),
+    # eighteenth review, finding 1: workers whose settings read '' everywhere compiled (callbacks turning set_jit on
+    # and off between StepTimes' readings, TF_XLA_FLAGS=--tf_xla_cpu_global_jit): files in their dump directory
+    # (the review's: 406); or a directory missing
+    ("07_scaling_performance.ipynb", {"dumps": {**OK["07_scaling_performance.ipynb"]["dumps"], ("MultiWorkerMirroredStrategy", 2): [
+        "module_0000.cluster_0__XlaCompiledKernel_true__XlaHasReferenceVars_false__XlaNumConstantArgs_0__XlaNumResourceArgs_0_.2.before_optimizations.txt"]}},
+     "XLA compiled modules"),
+    ("07_scaling_performance.ipynb", {"dumps": {**OK["07_scaling_performance.ipynb"]["dumps"], ("MirroredStrategy", 1): None}},
+     "XLA compiled modules"),
     # tenth review, finding 1: worker 1 of 2 alone sleeping as long again as each step after it (real runs, worker 0's
     # and worker 1's: [1.0, 0.54], [0.99, 0.53]; worker 0's steps wait for it in the all-reduce); the old proof read
     # worker 0's only and passed
