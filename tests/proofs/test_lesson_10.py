@@ -419,26 +419,75 @@ def test_lesson_10_refuses_a_large_batch_its_data_hold_once(small, replicas, cou
 
 
 _NEVER_ROSE = [3.2, 2.9, 2.6, 2.3, 2.0, 1.8, 1.6] + [1.0] * 25  # without warm-up: steps 2 to W + 1 all below the start
+_WARM_ROSE = [3.2, 2.9, 3.5, 2.3, 2.0, 1.8, 1.6] + [1.0] * 25  # with warm-up: step 3 above the start's 3.1 on its batch
 _AT_16x16 = {"SMALL": 16, "large": 256, "base_lr": 0.0125,  # SMALL = 16, FACTOR = 16: peak rate 0.2
              "iterations": {"batch 32": 1024, **{n: 64 for n in LESSON_10_RUNS if n != "batch 32"}}}
+_AT_33 = {"SMALL": 33, "large": 528, "base_lr": 0.05 * 33 / 64, "per_epoch": 4224}  # 32 rounded up on 3 replicas: 0.4125
+_CHECKED, _NOT_CHECKED = "without warm-up step 3 reached 5.20", "the early steps are NOT CHECKED (peak rate 0.2, not 0.4 or 0.4125"
 
 
-@pytest.mark.parametrize("sizes,never_rose,shown", [
-    ({}, False, "without warm-up step 3 reached 5.20"), (_AT_16x16, False, "without warm-up the rise is NOT CHECKED (peak rate 0.2, not 0.4"),
-    (_AT_16x16, True, "without warm-up the rise is NOT CHECKED (peak rate 0.2, not 0.4"), ({}, True, None)],
-    ids=["0.4", "0.2", "0.2, no step rose", "0.4, no step rose"])
-def test_lesson_10_checks_the_rise_without_warm_up_at_the_peak_it_was_shown_at_only(sizes, never_rose, shown, capsys):
+@pytest.mark.parametrize("sizes,planted,shown", [
+    ({}, None, _CHECKED), (_AT_33, None, _CHECKED), (_AT_16x16, None, _NOT_CHECKED),
+    (_AT_16x16, "no warm-up", _NOT_CHECKED), (_AT_16x16, "warm-up", _NOT_CHECKED),
+    ({}, "no warm-up", "without warm-up a step's loss should rise"), ({}, "warm-up", "with warm-up steps 2 to 7 should"),
+    (_AT_33, "no warm-up", "without warm-up a step's loss should rise"), (_AT_33, "warm-up", "with warm-up steps 2 to 7 should")],
+    ids=["0.4", "0.4125", "0.2", "0.2, no step rose", "0.2, the warm-up rose", "0.4, no step rose", "0.4, the warm-up rose",
+         "0.4125, no step rose", "0.4125, the warm-up rose"])
+def test_lesson_10_checks_the_early_steps_at_the_peaks_they_were_measured_at_only(sizes, planted, shown, capsys):
     """Twelfth review, finding 1: the rise without warm-up was shown at the peak rate 0.4 only (SMALL 32 x FACTOR 16,
     every run in docs/measured.md); a reviewer's correct runs at FACTOR 4 (steps 2 to 17 without warm-up 2.60, 2.13,
-    ... against the start's 3.11 to 3.47) and at SMALL 16 x FACTOR 16 failed the proof there. At another peak the proof
-    now prints NOT CHECKED for it and its other checks still run (the old proof failed the run that never rose at 0.2);
-    at 0.4 the same run still fails."""
+    ... against the start's 3.11 to 3.47) and at SMALL 16 x FACTOR 16 failed the proof there. Its thirteenth review: the
+    warm-up's fall was measured at those sizes only too, yet asserted at every size, and at 3 replicas SMALL rounds up to
+    33, a peak of 0.4125, where a run was measured since (docs/measured.md). Both halves are now asserted at 0.4 and
+    0.4125 only; elsewhere the proof prints NOT CHECKED and its other checks still run. On the old proof a warm-up that
+    rose at 0.2 FAILED, and a run without warm-up that never rose at 0.4125 passed (DID NOT RAISE)."""
     ok = OK["10_large_batches.ipynb"]
-    step_loss = {**ok["step_loss"], "batch 512, linear, no warm-up": _NEVER_ROSE} if never_rose else ok["step_loss"]
-    namespace = {"math": math, **ok, **sizes, "step_loss": step_loss}
-    if shown is None:
-        with pytest.raises(AssertionError, match="without warm-up a step's loss should rise"):
-            run_proof("10_large_batches.ipynb", namespace)
+    changed = {"no warm-up": {"batch 512, linear, no warm-up": _NEVER_ROSE},
+               "warm-up": {"batch 512, linear + warm-up": _WARM_ROSE}}.get(planted, {})
+    namespace = {"math": math, **ok, **sizes, "step_loss": {**ok["step_loss"], **changed}}
+    if shown in (_CHECKED, _NOT_CHECKED):
+        run_proof("10_large_batches.ipynb", namespace)
+        assert shown in capsys.readouterr().out
         return
-    run_proof("10_large_batches.ipynb", namespace)
-    assert shown in capsys.readouterr().out
+    with pytest.raises(AssertionError, match=shown):
+        run_proof("10_large_batches.ipynb", namespace)
+
+
+@pytest.mark.parametrize("mode,per_epoch", [("quick", 4096), ("full", 49664)])
+def test_lesson_10_schedule_plot_asks_600_steps_or_so_of_each_run(mode, per_epoch):
+    """Thirteenth session (review 12's text points): the schedule plot asked every step's rate of every run, one eager
+    call at a time, 1 to 2 ms each: at full mode's sizes (46,560 small-batch steps and 4 x 2,910 large) its 58,200 calls
+    took 132 s, outside the lesson's predicted time. It now asks every step of a run of 600 steps or fewer (quick mode's
+    runs, whole) and every k-th step of a longer one, with the warm-up's end and the last step: 2,935 calls at full size.
+    On the old cell the full-size case asked 58,200 steps and fails."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.mode import mode_sizes
+
+    sizes = mode_sizes(mode)
+    asked = {}
+
+    def schedule(batch, rule, warmup):  # a stand-in for the lesson's schedules, counting the steps asked
+        steps = asked.setdefault((batch, rule, warmup), [])
+        return lambda step: steps.append(step) or 0.1
+
+    namespace = {"sizes": sizes, "epochs": sizes.schedule_epochs, "per_epoch": per_epoch, "SMALL": 32, "large": 512,
+                 "plots": SimpleNamespace(save=lambda fig, name: None)}
+    for marker in ("def run_steps", "runs = {", '"10_schedules"'):
+        namespace["schedule"] = schedule
+        exec(compile(cell_defining("10_large_batches.ipynb", marker), f"10 {marker}", "exec"), namespace)
+    plt.close("all")
+    run_steps, warmup_steps_of = namespace["run_steps"], namespace["warmup_steps_of"]
+    assert set(asked) == set(namespace["runs"].values()), asked
+    for (batch, rule, warmup), steps in asked.items():
+        every, last = run_steps(batch), run_steps(batch) - 1
+        if every <= 600:
+            assert steps == list(range(every)), f"batch {batch}: every step of {every} should be shown"
+        else:
+            assert len(steps) <= 602 and {0, warmup_steps_of(batch), last} <= set(steps), \
+                f"batch {batch}, {rule}: {len(steps)} of {every} steps asked"
+    if mode == "full":
+        assert sum(map(len, asked.values())) < 3000, {k: len(v) for k, v in asked.items()}
