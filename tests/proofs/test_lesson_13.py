@@ -156,6 +156,27 @@ def test_lesson_13_setup_refuses_a_base_lr_below_1e_4(base_lr, refused, monkeypa
         exec(setup, ns)
         assert "dataset" in ns
 
+
+@pytest.mark.parametrize("n_engines,refused", [(1, True), (2, False)])
+def test_lesson_13_setup_refuses_one_engine(n_engines, refused, monkeypatch):
+    """Twentieth review, finding 6: N_ENGINES = 1 failed only at the proof ("at least 2 workers"), after the engines and
+    Horovod ran; the setup cell accepted it (DID NOT RAISE) and now stops at once, naming the reason."""
+    from helpers.errors import CourseError
+
+    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
+    cells = code_cells("13_from_horovod.ipynb")
+    ns: dict = {}
+    exec(next(c for c in cells if c.startswith("MODE = None")), ns)
+    ns.update(MODE="quick", N_ENGINES=n_engines)
+    setup = next(c for c in cells if "sizes = mode_sizes(MODE)" in c)
+    if refused:
+        with pytest.raises(CourseError, match="N_ENGINES = 1: the lesson compares an average over workers and needs 2"):
+            exec(setup, ns)
+        assert "dataset" not in ns
+    else:
+        exec(setup, ns)
+        assert "dataset" in ns
+
 def _lesson_13_solution_1(outputs=None, change=None) -> dict:
     """Lesson 13's solution 1: its two local workers run for real (`outputs` None; `change`: (old, new) in the
     solution's source), or report `outputs` (planted: what each worker printed; a CourseError: refused)."""
@@ -319,6 +340,10 @@ _MEAN_OPTIMIZER = ("sgd.apply_gradients(zip(tape.gradient(loss, m.trainable_vari
     # ... and where the shares agree (every example alike) the default divisor misses by nothing: the old check failed
     # this correct run
     (2, (), "PASSED", "32 alike"),
+    # twentieth review, finding 5: there the default divisor swapped for the fix passed the old comparison (both 0 off the
+    # whole batch's mean, as predicted); now it is NOT CHECKED there (the PASSED branch below asks for the line)
+    (2, ("tf.nn.compute_average_loss(per_example)\n", "tf.nn.compute_average_loss(per_example, global_batch_size=len(xs))\n"),
+     "PASSED", "32 alike"),
     # seventeenth review, finding 1: BATCH 1 x 2 workers, 2 examples, left an "odd" count of 1 (1 and 0 on 2 replicas):
     # the old solution crashed (InvalidArgumentError, Matrix size-incompatible [0,3] x [16,10]); now not checked
     (2, (), "PASSED", 2),
@@ -328,7 +353,7 @@ _MEAN_OPTIMIZER = ("sgd.apply_gradients(zip(tape.gradient(loss, m.trainable_vari
      "FAILED the step should be 2 times too large", 32)],
     ids=["two replicas", "one device", "the optimizer averages", "16,384 examples", "15 examples",
          "the default divisor", "a divisor one off", "SGD for Adam", "each replica's mean for the default divisor",
-         "Adam's ratio far below 1", "shares alike", "2 examples", "the per-replica mean's branch fixed"])
+         "Adam's ratio far below 1", "shares alike", "shares alike, the default divisor fixed", "2 examples", "the per-replica mean's branch fixed"])
 def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change, expected, examples):
     """Issue 54 (13 cell 54): the solution once divided by len(x) * 2 whatever the replicas, so its ratio of 2 held
     by construction, on one device too. Now it measures the step apply_gradients takes with each loss against
@@ -353,7 +378,13 @@ def test_lesson_13_solution_2_measures_the_step_on_two_replicas(devices, change,
     verdict = [line for line in done.stdout.splitlines() if line.startswith(("PASSED", "FAILED"))]
     assert verdict and verdict[-1].startswith(expected), done.stdout[-2000:]
     if expected == "PASSED":
-        assert "the step is 2.000 times Horovod's" in done.stdout, done.stdout[-2000:]
+        assert "the step is 2.000 times the one-process step (Horovod's, as the shares are equal)" in done.stdout, \
+            done.stdout[-2000:]
+        # twentieth review, finding 5: where the two shares' mean gradients agree (every example alike) the default
+        # divisor's miss predicted is about 0, and the comparison cannot tell it from the fix: not checked, and said
+        # (the old solution checked it there and passed whatever the divisor)
+        unchecked = "NOT CHECKED (a replica's batch x replicas)" in done.stdout
+        assert unchecked == (examples == "32 alike"), done.stdout[-2000:]
         assert re.search(r"with Adam the per-replica mean's update is 1\.0\d+ times", done.stdout), done.stdout[-2000:]
         uneven = "NOT CHECKED (an uneven split)" in done.stdout
         assert uneven == (examples == 2), done.stdout[-2000:]
@@ -566,7 +597,7 @@ def test_lesson_13_does_not_run_horovodrun_where_classmates_share_the_node(layou
 
 # the parts of a 3-worker run every planted real run below shares: ranks, seeds, the collectives' results, checkpoints
 _THREE_WORKERS = {"ranks": [0, 1, 2], "world_sizes": [3] * 3, "initial_digests": ["i"] * 3, "own_digests": ["i", "o1", "o2"],
-                  "seeds": [0, 1, 2], "collective": [[[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]]] * 3,
+                  "seeds": [0, 1, 2], "chiefs": [True, False, False], "engine_gpus": [0] * 3, "collective": [[[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]]] * 3,
                   "horovod_collectives": [[11.0], [10.0, 11.0, 12.0], [12.0, -12.0]],
                   "checkpoints": [{"dir": "/w/checkpoint", "wrote": ["step-1.index"], "left": True, "on_read": []}]
                   + [{"dir": f"/tmp/t{r}", "wrote": ["step-1.index"], "left": False, "on_read": []} for r in (1, 2)]}
@@ -579,7 +610,8 @@ CONTIGUOUS_LOSSES = [2.2699, 2.3047]  # the same batch split into its halves (me
 
 def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step-1.index",), rate=0.1,
                  reports=None, own_losses=STRIDED_LOSSES, own_digests=("i", "o1"), rank_spread=0.0,
-                 horovod_off=None, seeds=(0, 1), horovod_collectives=HOROVOD_COLLECTIVES, scaling_off=0.0) -> dict:
+                 horovod_off=None, seeds=(0, 1), horovod_collectives=HOROVOD_COLLECTIVES, scaling_off=0.0,
+                 gpus_used=(0, 0), recipe_gpus=0) -> dict:
     """Lesson 13's raw results from 2 engines: the weights each started from, its averaged gradient
     and updated weights (a step at `rate`), next to the recipe computed by hand at the same rate (its ranks'
     gradients `rank_spread` above and below their average; at the engines' scaling, summed, the engines' gradient;
@@ -598,20 +630,22 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     for name in checkpoint:
         (tmp_path / "checkpoint" / name).write_bytes(b"")
     if reports is None:
-        reports = [{"dir": str(tmp_path / "checkpoint"), "wrote": list(checkpoint), "left": True, "on_read": []},
-                   {"dir": str(tmp_path / "t1"), "wrote": ["step-1.index"], "left": False, "on_read": []}]
+        reports = [{"dir": str(tmp_path / "checkpoint"), "wrote": list(checkpoint), "left": True, "on_read": [],
+                    "should_checkpoint": True},
+                   {"dir": str(tmp_path / "t1"), "wrote": ["step-1.index"], "left": False, "on_read": [],
+                    "should_checkpoint": False}]
     pulled = {"size": [2, 2], "rank": [0, 1], "initial_digest": ["i", "i"],
               "initial_weights": [start, [start[0] + start_off, start[1]]],
               "averaged": [gradient, [gradient[0], gradient[1] + gradient_off]], "updated_weights": [update, update],
               "learning_rate": [0.1, 0.1], "collective_results": [[[10.5], [10.0, 11.0], [11.0, -11.0]]] * 2,
               "checkpoint_report": reports, "own_digest": list(own_digests),
               "own_loss": [loss / 2 for loss in own_losses],  # a share's sum / the global batch
-              "asked_seed": list(seeds)}
+              "asked_seed": list(seeds), "gpus_used": list(gpus_used)}
     scaling_gap = max(float(np.max(np.abs(a - b))) for a, b in zip(gradient, horovod_gradient))  # as the recipe's cell
     return {"engines": PlantedEngines(pulled), "start": start, "horovod_gradient": horovod_gradient,
             "horovod_update": horovod_update, "engines_recipe": gradient, "scaling_gap": scaling_gap,
             "work_dir": tmp_path, "horovod_result": horovod, "BASE_LR": 0.05, "per_rank_loss": STRIDED_LOSSES,
-            "per_rank": per_rank}
+            "per_rank": per_rank, "recipe_gpus": recipe_gpus}
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -653,20 +687,27 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     # sixth review: the engines' collectives against Horovod's own on the same values, not only against the answers
     # written by hand: Horovod's allreduce summing (not its default, Average) would differ from the engines' mean
     ({"horovod_off": 0.0}, None),
-    ({"horovod_off": 0.0, "horovod_collectives": [[21.0], [10.0, 11.0], [11.0, -11.0]]}, "Horovod's own run's answers")],
+    ({"horovod_off": 0.0, "horovod_collectives": [[21.0], [10.0, 11.0], [11.0, -11.0]]}, "Horovod's own run's answers"),
+    # twentieth review, finding 2: the rounding bounds were measured on CPUs only; where an engine or the recipe's
+    # process computes on a GPU they are NOT CHECKED (a gap of 5e-6 fails them on a CPU, above), the rest still is
+    ({"gpus_used": (1, 1), "gradient_off": 5e-6, "horovod_off": 5e-6}, None),
+    ({"recipe_gpus": 1, "gradient_off": 5e-6}, None),
+    ({"gpus_used": (1, 1), "gradient_off": 5e-6, "start_off": 0.5}, "rank 0's weights"),
+    ({"gpus_used": (1, 1), "rate": 0.05}, "scale with the workers")],
     ids=["as run", "no broadcast", "gradient off", "no checkpoint", "rate not scaled", "contiguous split",
          "shares swapped", "one seed", "one seed asked for", "ranks cancel, rounding", "ranks cancel, Horovod's rounding",
          "the same gap, no cancelling", "Horovod's gap, no cancelling", "ranks cancel, 10x the gap",
          "the scalings apart", "the scalings apart, Horovod's run", "the scalings beyond rounding",
          "the scalings apart, the engines off",
          "the scalings apart, Horovod off",
-         "Horovod's own run", "Horovod's collectives differ"])
+         "Horovod's own run", "Horovod's collectives differ", "GPU engines, rounding not checked",
+         "a GPU in the recipe, rounding not checked", "GPU engines, no broadcast", "GPU engines, rate not scaled"])
 def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     holds_unless(match, gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))
 
 
-def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=None, stale=False) -> None:
+def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=None, stale=False, tf_chief=0) -> None:
     """Lesson 13's checkpoint cell as each of 2 engines runs it (rank 0, then rank 1; temporary
     directories under tmp_path), with `change` (old, new) made to its source, then the gathering
     cell and the proof on what the two reported and on the files left in the work directory. Each
@@ -674,8 +715,10 @@ def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=None, stale=Fa
     to the checkpoint); `on_read`: the model also holds a variable synchronised on read, as a metric's total: a Keras
     variable ("keras") or a tf.Variable ("tf"), or the checkpoint holds a tf.Variable beside the model ("tf beside").
     `stale`: an earlier run left step-1 files in the chief's directory; the kernel's lines that clear it (before the
-    engines) run first, as in the lesson."""
+    engines) run first, as in the lesson. `tf_chief`: the rank whose strategy says should_checkpoint (TensorFlow's
+    chief)."""
     import tempfile
+    from types import SimpleNamespace
 
     import keras
     import tensorflow as tf
@@ -707,7 +750,8 @@ def _lesson_13_checkpoints(tmp_path, monkeypatch, change, on_read=None, stale=Fa
         elif on_read == "tf":
             model.total = tf.Variable(0.0, synchronization=tf.VariableSynchronization.ON_READ,
                                       aggregation=tf.VariableAggregation.SUM, trainable=False)
-        namespace = {"tf": tf, "WORK_DIR": str(work), "rank": rank, "model": model, "optimizer": optimizer,
+        strategy = SimpleNamespace(extended=SimpleNamespace(should_checkpoint=rank == tf_chief))
+        namespace = {"tf": tf, "WORK_DIR": str(work), "rank": rank, "model": model, "optimizer": optimizer, "strategy": strategy,
                      "metric": keras.metrics.Mean(), "print": lambda *a, **k: None}
         if on_read == "tf beside":  # handed to the checkpoint itself, beside the model and the optimizer
             source_here = source.replace("optimizer=optimizer)", "optimizer=optimizer, total=total)")
@@ -740,6 +784,20 @@ def test_lesson_13_checkpoint_cell_keeps_the_chiefs_copy_alone(tmp_path, monkeyp
     on what the checkpoint itself holds, so one that also saves a metric's variables fails it too."""
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change)
+
+
+@pytest.mark.parametrize("change,match", [
+    (None, "chief alone"),  # the files follow TensorFlow's chief, rank 1: its copy is kept, rank 0's deleted
+    # the files follow the rank (Horovod's rank 0), TensorFlow's chief is rank 1: the old proof checked the files alone
+    # and passed this (DID NOT RAISE)
+    (("chief = strategy.extended.should_checkpoint", "chief = rank == 0"), "rank 0 alone")],
+    ids=["files by TensorFlow's chief", "files by rank"])
+def test_lesson_13_checkpoint_cell_reports_tensorflows_chief(tmp_path, monkeypatch, change, match):
+    """Twentieth review, finding 3: the cell chose its chief as rank == 0 and the proof checked the files by rank,
+    a neighbouring claim: TensorFlow's chief (strategy.extended.should_checkpoint) was never read. The cell now takes
+    it, reports it, and the proof asks it to be True on rank 0 alone; here TensorFlow's chief is planted on rank 1."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    holds_unless(match, _lesson_13_checkpoints, tmp_path, monkeypatch, change, None, False, 1)
 
 
 def test_lesson_13_an_earlier_runs_checkpoint_does_not_pass_for_this_ones(tmp_path, monkeypatch):
@@ -863,18 +921,20 @@ def test_lesson_13_takes_only_this_runs_horovod_result(tmp_path, monkeypatch, st
     # the sums' order: the gradient 5e-7 off (bound 6.2e-7), the weights the rate times it, 2.0e-6 (bound 3.5e-6)
     ({"ranks": [0, 1, 2, 3], "world_sizes": [4] * 4, "initial_digests": ["i"] * 4, "own_digests": ["i", "o1", "o2", "o3"],
       "seeds": [0, 1, 2, 3], "per_rank_loss": [2.3017, 2.3159, 2.283, 2.3072], "BASE_LR": 1.0, "rates": [4.0] * 4,
+      "chiefs": [True, False, False, False], "engine_gpus": [0] * 4,
       "gradient_gap": 5e-7, "same_scaling_gap": 5e-7, "rank_gradient_size": 0.154, "update_gap": 2.0e-6,
       "collective": [[[11.5], [10.0, 11.0, 12.0, 13.0], [13.0, -13.0]]] * 4,
       "horovod_collectives": [[11.5], [10.0, 11.0, 12.0, 13.0], [13.0, -13.0]],
       "checkpoints": [{"dir": "/w/checkpoint", "wrote": ["step-1.index"], "left": True, "on_read": []}]
       + [{"dir": f"/tmp/t{r}", "wrote": ["step-1.index"], "left": False, "on_read": []} for r in (1, 2, 3)]}, None),
-    # rate 2: the bound 1.41e-6 (ninth review: the rate times the scalings' gap, 4e-9, plus the sums' order, 2e-7, plus
-    # 1e-6 of the weights' rounding); at rate 0.1 it would be 1.02e-6
-    ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "update_gap": 1.2e-6}, None),
+    # rate 2: the bound 5.22e-7 (ninth review: the rate times the scalings' gap, 4e-9, plus the sums' order, 2e-7, plus
+    # the weights' rounding, since the twentieth review 2 x float32's eps x the largest weight, 1.14e-7, not 1e-6); at
+    # rate 0.1 it would be 1.34e-7
+    ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "update_gap": 4.5e-7}, None),
     ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "update_gap": 7e-6}, "update differs"),  # 5x that bound
     # sixth review's remainder: Horovod's own weights were held to the gradient's bound whatever the rate; at rate 2 a
-    # gap of 1.2e-6 is rounding (the bound 1.41e-6), 7e-6 is not
-    ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "horovod_gaps": {"gradient": 5e-9, "weights": 1.2e-6, "recipe": 0.0}}, None),
+    # gap of 4.5e-7 is rounding (the bound 5.22e-7), 7e-6 is not
+    ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "horovod_gaps": {"gradient": 5e-9, "weights": 4.5e-7, "recipe": 0.0}}, None),
     ({"BASE_LR": 1.0, "rates": [2.0, 2.0], "horovod_gaps": {"gradient": 5e-9, "weights": 7e-6, "recipe": 0.0}},
      "weights differ from Horovod's own run"),
     # a real run with Horovod at BASE_LR 2.5 and 3 workers (measured): rate 7.5, Horovod's weights 1.97e-5 from the
@@ -934,19 +994,24 @@ cell = next(c.source for c in nbformat.read("notebooks/13_from_horovod.ipynb", a
             if c.source.startswith("%%px\\n# Horovod: hvd.allreduce(x)")).removeprefix("%%px\\n")
 old = "pair = tf.concat([mine, -mine], axis=0)"
 assert old in cell, old
-if sys.argv[1] == "inf":  # rank 0 (not the root) holds (inf, -inf)
+if sys.argv[1] in ("inf", "product"):  # rank 0 (not the root) holds (inf, -inf)
     cell = cell.replace(old, old + " * tf.where(ctx.replica_id_in_sync_group == 0, float('inf'), 1.0)")
+if sys.argv[1] == "product":  # the root's pair chosen by a product with 0 elsewhere, not tf.where
+    chosen = "tf.where(is_root, pair, tf.zeros_like(pair))"
+    assert chosen in cell, chosen
+    cell = cell.replace(chosen, "pair * tf.cast(is_root, tf.float32)")
 ns = {"tf": tf, "strategy": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
 exec(cell, ns)
 print("BROADCAST", ns["collective_results"][2])
 """
 
 
-@pytest.mark.parametrize("holding", ["finite", "inf"])
+@pytest.mark.parametrize("holding", ["finite", "inf", "product"])
 def test_lesson_13_broadcast_ignores_what_other_ranks_hold(holding):
     """Sixth review, finding 2: the broadcast was coded as pair x is_root, and 0 x inf is NaN: a rank holding inf
     turned the broadcast into NaN. Run for real on 2 replicas (about 10 s), the last rank's (11, -11) must arrive
-    whatever rank 0 holds."""
+    whatever rank 0 holds. Twentieth review, finding 4: cell 34 says the product with 0 fails there; "product" runs
+    the cell so (rank 0 holding inf) and must give NaN."""
     import subprocess
     import sys
 
@@ -955,7 +1020,8 @@ def test_lesson_13_broadcast_ignores_what_other_ranks_hold(holding):
     done = subprocess.run([sys.executable, "-c", LESSON_13_BROADCAST, holding], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "BROADCAST [11.0, -11.0]" in done.stdout, done.stdout[-2000:]
+    expected = "BROADCAST [nan, nan]" if holding == "product" else "BROADCAST [11.0, -11.0]"
+    assert expected in done.stdout, done.stdout[-2000:]
 
 
 @pytest.mark.parametrize("n_engines,horovod,start_up", [(2, False, "26 s"), (4, False, "36 s"), (2, True, "48 s"),
