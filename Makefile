@@ -135,7 +135,7 @@ horovod: install
 	$(PY) -m helpers horovod build
 
 # The smoke run for the first real GPU node (about 10 min on 4 GPUs): TensorFlow's build against the
-# GPUs given, NCCL, mixed precision, a nested job, lessons 01/04/05/07 in workshop mode; JSON in
+# GPUs given, NCCL, mixed precision, a nested job, lessons 01/04/05/07/13 in workshop mode; JSON in
 # $(BUILD)/gpucheck/ to send back. From a login node: sbatch slurm/gpucheck.sbatch. Without GPUs it
 # runs what it can and says what it skipped.
 gpucheck: install
