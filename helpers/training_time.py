@@ -71,6 +71,9 @@ LESSON_STARTS = {"00": (0, 0, 0, 0), "01": (0, 0, 0, 2), "02": (0, 1, 0, 2), "03
                  "08": (0, 0, 1, 1), "09": (0, 0, 0, 2), "10": (0, 0, 0, 6), "11": (0, 0, 8, 8),
                  "12": (2, 0, 0, 3), "13": (1, 0, 0, 1), "14": (1, 0, 0, 3), "15": (1, 0, 0, 2),
                  "16": (0, 0, 2, 1), "17": (0, 0, 2, 3), "18": (0, 8, 0, 8)}  # 16: its jobs read, only the kernel trains
+# 16: on Slurm one start a job (a worker on each node, two on one in the run of NODES + 1); without Slurm its runs of NODES
+# and NODES + 1 local processes share this machine: `run_starts` each (before its 19th review, one start a run: 20 s at any
+# NODES, where the reviewer's lesson took 83 s at NODES = 1, 72 s at 2 and 2 min at 4 under load)
 # 11: its 5 jobs start 8 times (each of the 3 warned ones again after its requeue), each a set of workers starting
 # TensorFlow and tracing its first step; without Slurm, 8 runs of local workers (was (0, 0, 3, 5) and the kernel: 5 starts)
 # 07's grow with its MAX_REPLICAS: a first step for each of its points, a run of local workers for each count above 1
@@ -136,6 +139,13 @@ def lesson_07_counts(replicas: int, max_replicas: int = LESSON_07_MAX_REPLICAS) 
     devices (2 GPUs at MAX_REPLICAS 4: 1 and 2; the workers 2 and 4), the workers' start at 2."""
     counts = [n for n in (1, 2, 4, 8) if n <= max(1, max_replicas)]
     return [n for n in counts if n <= replicas], counts[1:]
+
+
+def run_starts(processes: int) -> int:
+    """TensorFlow starts counted for `processes` processes started together on one machine: one, and one more for each
+    beyond 2 (a 2-core machine starts two at once; each start is 3.1-3.3 s of CPU). As measured on lesson 13's horovodrun
+    (HOROVOD_RUN_S at 2 processes, 39 s at 4) and counted so for it and for lesson 16's local runs."""
+    return 1 + max(processes - 2, 0)
 
 
 def _lesson_07_starts(replicas: int, max_replicas: int) -> tuple[int, int, int, int]:
@@ -259,20 +269,22 @@ def timed_reading_seconds(lesson: str, s: Sizes) -> float:
 
 
 def startup_seconds(lesson: str, s: Sizes, gpus: int, slurm: bool = True, horovod: bool = False, replicas: int = 2,
-                    max_replicas: int = LESSON_07_MAX_REPLICAS, engines_each: int = ENGINES_PER_CLUSTER) -> float:
+                    max_replicas: int = LESSON_07_MAX_REPLICAS, engines_each: int = ENGINES_PER_CLUSTER,
+                    nodes: int = 2) -> float:
     """Predicted start-up seconds of a lesson, beside its training: TensorFlow in the kernel, each engine
     (and its cluster coming up), run of local workers, job and other process it starts, and each training's first step.
     `slurm` False: the lesson runs its jobs' tasks as local processes (no job to start; lesson 16 does). `horovod`:
     lesson 13 also runs Horovod's step (where it is built and not refused): horovodrun's run, as measured.
     `replicas`, `max_replicas`: lesson 07's kernel replicas and MAX_REPLICAS, which decide its points. `engines_each`:
-    the engines in each of the lesson's clusters, each a TensorFlow start of its own."""
+    the engines in each of the lesson's clusters, each a TensorFlow start of its own. `nodes`: lesson 16's NODES, its
+    runs of NODES and NODES + 1 workers (`run_starts` each where they are local processes)."""
     starts = _lesson_07_starts(replicas, max_replicas) if lesson == "07" else LESSON_STARTS.get(lesson, (0, 0, 0, 0))
     engines, workers, jobs, first_steps = starts
     horovodrun = 0.0
     if horovod and lesson == "13":  # horovodrun's run as measured, each of its processes beyond 2 a TensorFlow start
-        horovodrun = HOROVOD_RUN_S + TF_START_S * max(engines_each - 2, 0)
-    if not slurm:
-        workers, jobs = workers + jobs, 0
+        horovodrun = HOROVOD_RUN_S + TF_START_S * (run_starts(engines_each) - 1)
+    if not slurm:  # each job's tasks a run of local processes; lesson 16's of NODES and NODES + 1 counted as such
+        workers, jobs = workers + (run_starts(nodes) + run_starts(nodes + 1) if lesson == "16" else jobs), 0
     kernel = 0 if lesson in KERNEL_TF_OFF_THE_CLOCK else 1
     tf_starts = kernel + engines * engines_each + workers + jobs + OTHER_TF_STARTS.get(lesson, 0)
     models = {w.model for w in lesson_work(lesson, s, max(gpus, replicas))} or {"cnn"}
@@ -333,7 +345,7 @@ def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = No
     horovod = lesson == "13" and _horovod_runs(replicas)
     work = lesson_work(lesson, s, devices, batch, model, steps, max_replicas, horovod)
     predicted = seconds(work, gpus, replicas)
-    startup = startup_seconds(lesson, s, gpus, slurm, horovod, devices, max_replicas, engines)
+    startup = startup_seconds(lesson, s, gpus, slurm, horovod, devices, max_replicas, engines, nodes=replicas)
     reading = timed_reading_seconds(lesson, s)
     where = f"{gpus} GPU(s), A100-class assumed" if gpus else "this CPU"
     if lesson in JOB_LESSONS and gpus:
