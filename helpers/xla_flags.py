@@ -110,8 +110,8 @@ class XlaDumps:
     multi-worker run, under a private directory: an empty one shows that XLA compiled nothing there, whatever the
     process's settings said (lesson 07's proof). XLA reads `XLA_FLAGS` once, at its first compile (measured on
     TensorFlow 2.21 CPU: set after TensorFlow had set up its devices, still honoured); each directory is made here,
-    and XLA writes into it only what it compiles (a module compiled by auto-clustering or by `jit_compile=True`
-    leaves about 20 files; nothing compiled, none).
+    and XLA writes into it only what it compiles (measured: 11 files for a small `jit_compile=True` function, 422 to
+    439 for a run of lesson 07's 2 workers auto-clustered; nothing compiled, none).
 
     Made before TensorFlow is imported, it points this process's own `XLA_FLAGS` at `kernel`; made after, it leaves
     them alone (XLA may have read them already) and `files("kernel")` is None, as for a missing directory."""

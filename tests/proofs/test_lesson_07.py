@@ -596,7 +596,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           "json": json, "print": lambda *a, **k: None, "xla_dumps": xla_dumps}
     exec(cell_defining("07_scaling_performance.ipynb", "for n, outcomes in runs.items():"), ns)
     dumped = xla_dumps.files("workers_2")
-    assert dumped is not None and bool(dumped) == dropped, f"{variant}: XLA dumped {dumped and len(dumped)} files"
+    compiled = dropped or variant == "worker 1 asks XLA"  # XLA's dump must hold these, and only these
+    assert dumped is not None and bool(dumped) == compiled, f"{variant}: XLA dumped {dumped and len(dumped)} files"
     results = [next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("RESULT ")) for o in runs[2]]
     print(f"{variant}: each worker's replica batches {ns['points'][-1].get('worker_batches')}, "
           f"kept {[len(k) for k in ns['points'][-1]['worker_kept']]}, share of its span inside its timed steps "
