@@ -103,7 +103,8 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
               "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, "steps_per_epoch": [1, 1],
-              "overlap": [(1664, 384, 0)] * 2, "split_digests": [("f", "v")] * 2, "base_lr": [base_lr] * 2,
+              "fed": [{f"t{i}" for i in range(832)}, {f"t{i}" for i in range(832, 1664)}],  # an epoch: 26 batches of 64
+              "validated": [(384, "v")] * 2, "base_lr": [base_lr] * 2,
               **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
@@ -118,6 +119,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
             "served_status": 0, "served_asked": [], "stored_jit": False, "mirrored_replicas": mirrored,
             "kernel_replicas": kernel_replicas, "file_arrays": (12, 10), "tf": fake_tf,
             "file_modules": ["keras", "keras.layers"], "unscaled": trained + raw_offset, "validation_digest": "v",
+            "images_here": {f"v{i}" for i in range(384)},
             "EPOCHS": len(val_loss)}
 
 
@@ -443,16 +445,25 @@ def _file_cell_on(model, tmp_path):
     return namespace, kept_file, held
 
 
-@pytest.mark.parametrize("variant,match", [("as written", None), ("trained on the whole split", "never train on a validation"),
-                                           ("per-worker order", "cut the same split")])
+@pytest.mark.parametrize("variant,match", [
+    ("as written", None),
+    ("trained on the whole split", "never train on a validation"),
+    ("per-worker order", "never train on a validation"),
+    # 10th review, finding 2: fit consumed an input built from the whole split while train_input, which the old check
+    # digested, was left as it was: each worker's overlap (48, 16, 0) and the old proof passed (DID NOT RAISE)
+    ("fit on the whole split, train_input as it was", "never train on a validation"),
+    # 10th review, finding 4: every worker fed the same shard (24 images twice, half the epoch): the old check digested
+    # train_input() unsharded, (48, 16, 0) on both, and passed
+    ("every worker the same shard", "never train on a validation")])
 def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, variant, match):
     """7th review, finding 3: "the workers never train on [the validation images]" was true by construction only:
     `training_dataset(split, ...)` in the cell that builds the training input passed every proof. 9th review, finding 1:
-    each worker checked its own take against its own skip, so a split loaded in another order on worker 1 (a shuffle
-    seeded by rank) passed: worker 1 trains on images the chief validates on, each worker's overlap is 0, and the old
-    proof passed it (DID NOT RAISE). The cells that cut the split, build the inputs and digest an epoch of the training
-    input, run on a small planted split for 2 workers, and this kernel's cell that loads the validation images, must
-    fail the proof then."""
+    a split loaded in another order on worker 1 (a shuffle seeded by rank) trains on images the chief validates on.
+    10th review, findings 2 and 4: the check digested a fresh train_input(), not train_ds, which fit consumes, and
+    asked for non-zero counts only. The cells that cut the split, build the inputs and digest what each worker's
+    train_ds yields over an epoch, run on a small planted split for 2 workers (an input context each: its shard, 4 of
+    the global batch of 8), this kernel's cell that loads the validation images and the gathering cell's lines that
+    put the workers' digests together, must fail the proof then."""
     import tensorflow as tf
 
     from tests.support.proof_cases import OK
@@ -461,35 +472,47 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
     cells = code_cells("15_models_you_keep.ipynb")
     cut = next(s for s in cells if "validation_examples = split.skip(" in s)
     inputs = next(s for s in cells if "def train_input(" in s)
-    check = next(s for s in cells if "overlap = (" in s)
+    check = next(s for s in cells if "validated = (" in s)
     here = next(s for s in cells if "raw_probe = " in s)  # this kernel's validation images
+    gather = next(s for s in cells if "fed_anywhere = " in s).splitlines()
+    together = "\n".join(line for line in gather if line.startswith(("whole_epoch = ", "fed_anywhere = ", "epoch_images = ")))
     if variant == "trained on the whole split":
         assert "training_dataset(train_examples, " in inputs
         inputs = inputs.replace("training_dataset(train_examples, ", "training_dataset(split, ")
+    if variant == "fit on the whole split, train_input as it was":
+        old = "train_ds = strategy.distribute_datasets_from_function(train_input)"
+        assert old in inputs
+        inputs = inputs.replace(old, "train_ds = strategy.distribute_datasets_from_function("
+                                     "lambda c: training_dataset(split, global_batch, c).repeat())")
     images = np.arange(64 * 4, dtype="uint8").reshape(64, 2, 2, 1)  # 64 distinct images, 4 bytes each
     split = tf.data.Dataset.from_tensor_slices((images, np.zeros(64, "int64")))
-    strategy = SimpleNamespace(distribute_datasets_from_function=lambda make: make(tf.distribute.InputContext()))
     engines = []
     for rank in range(2):
         shuffled = variant == "per-worker order" and rank == 1  # seeded by rank, the same order at every pass
+        context = tf.distribute.InputContext(2, 0 if variant == "every worker the same shard" else rank, 2)
+        strategy = SimpleNamespace(distribute_datasets_from_function=lambda make, context=context: make(context),
+                                   experimental_local_results=lambda value: (value,))  # one replica a worker
         engine = {"split": split.shuffle(64, seed=rank, reshuffle_each_iteration=False) if shuffled else split,
                   "train_size": 64, "units": 2, "unit": 8, "global_batch": 8, "strategy": strategy,
                   "sizes": SimpleNamespace(steps_per_epoch=lambda n, b: n // b), "print": lambda *a, **k: None}
         for source in (cut, inputs, check):
             exec(compile(source.removeprefix("%%px\n"), "15 engine", "exec"), engine)
-        assert engine["overlap"][:2] == (48, 16), engine["overlap"]  # every image of an epoch, every validation image
+        assert engine["validated"][0] == 16, engine["validated"]  # every validation image
         engines.append(engine)
-    if variant == "per-worker order":
-        assert [e["overlap"][2] for e in engines] == [0, 0]  # each worker's own take and skip: disjoint
     monkeypatch.setattr("helpers.data.load_split", lambda *args, **kwargs: split)  # this kernel loads it in its order
     kernel = {"dataset": SimpleNamespace(data_dir="planted"), "sizes": SimpleNamespace(train_examples=64),
-              "train_size": 64, "validation_size": 16, "per_replica": 4, "kernel_replicas": 3}
+              "train_size": 64, "validation_size": 16, "per_replica": 4, "kernel_replicas": 3, "worker_replicas": 2,
+              "fed": [e["fed"] for e in engines]}
     exec(compile(here, "15 kernel", "exec"), kernel)
+    exec(compile(together, "15 together", "exec"), kernel)
+    if variant == "as written":
+        assert kernel["epoch_images"] == (48, 48, 0) and kernel["whole_epoch"] == 48, kernel["epoch_images"]
     run = lambda: run_proof("15_models_you_keep.ipynb", {
-        **OK["15_models_you_keep.ipynb"], "math": __import__("math"), "overlaps": [e["overlap"] for e in engines],
-        "split_digests": [e["split_digests"] for e in engines], "validation_digest": kernel["validation_digest"]})
+        **OK["15_models_you_keep.ipynb"], "math": __import__("math"), "validation_size": 16,
+        "mirrored_copy": [8.0, 4.0, 4.0],  # the planted 16 validation images, each evaluated once by the Mirrored copy
+        **{name: kernel[name] for name in ("epoch_images", "whole_epoch", "validation_digest")},
+        "validated": [e["validated"] for e in engines]})
     holds_unless(match, run)
-
 
 LESSON_15_COPIES_AT_4 = r'''
 import json, os, sys
