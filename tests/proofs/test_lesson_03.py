@@ -42,7 +42,9 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "means_moved": [0.021, 0.018], "fit_sum": [917, 883], "again_sum": [917, 883],
                "own_right": [170, 180], "own_rows": [250, 250], "eval_accuracy": [0.7, 0.7],
                "split_size": [sum(collections.Counter(in_split).values())] * 2,
-               "unequal": OK["03_multiworker_ipyparallel.ipynb"]["unequal"], **by_rank_changes}
+               "unequal": OK["03_multiworker_ipyparallel.ipynb"]["unequal"],
+               **{name: OK["03_multiworker_ipyparallel.ipynb"][name + "s"] for name in (
+                   "probe_step", "own_gradient", "probe_rate", "weight_size")}, **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -66,10 +68,13 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
     ({"seen": (["a"], ["c"])}, "2 never"),
     ({"seen": (["a", "b"], ["c"]), "in_split": ("a", "b", "b", "c")}, "1 never"),
     # eighteenth review: evaluate's accuracy rank 0's alone (170 of 250), handed to both; the pooled count is 350 of 500
-    ({"eval_accuracy": [0.68, 0.68]}, "pool every worker's shard")],
+    ({"eval_accuracy": [0.68, 0.68]}, "pool every worker's shard"),
+    # twenty-ninth review: every step applied rank 0's gradient alone (-0.01 x [0.5, -0.2, 0.1]) on both workers
+    ({"probe_step": [np.array([-0.005, 0.002, -0.001])] * 2}, "mean of every worker's gradients")],
     ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
          "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics", "rank 1's fit fed other batches",
-         "half the split delivered", "a duplicate delivered once", "evaluate rank 0's alone"])
+         "half the split delivered", "a duplicate delivered once", "evaluate rank 0's alone",
+         "rank 0's gradient alone"])
 def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
     """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
     rank 1's temporary directory on node2) or their processes, only what they return. The cell
@@ -448,6 +453,16 @@ _IMPORT_03 = "from helpers.lesson import evaluation_dataset, training_dataset\n"
 # the twenty-third review's variant: training_dataset itself cuts half the split before it shards
 _HALF_CUT_03 = ("_cut = training_dataset\n"
                 "training_dataset = lambda ex, gb, ctx=None, seed=42: _cut(ex.take(int(ex.cardinality()) // 2), gb, ctx, seed)\n")
+_INITIAL_03 = "initial_weights = [w.numpy().copy() for w in model.trainable_weights]"  # the end of the training model's cell
+# the twenty-ninth review's variant: every step applies worker 0's gradients alone (x the replicas) on every worker
+_CHIEF_ONLY_03 = (
+    "from keras.src.backend.tensorflow.optimizer import TFOptimizer\n"
+    "_sum = TFOptimizer._all_reduce_sum_gradients\n"
+    "def _chief_only(self, grads_and_vars):\n"
+    "    ctx = tf.distribute.get_replica_context()\n"
+    "    keep = tf.cast(tf.equal(ctx.replica_id_in_sync_group, 0), tf.float32) * ctx.num_replicas_in_sync\n"
+    "    return _sum(self, [(g * tf.cast(keep, g.dtype), v) for g, v in grads_and_vars])\n"
+    "TFOptimizer._all_reduce_sum_gradients = _chief_only\n")
 
 
 @pytest.mark.multiprocess
@@ -468,10 +483,12 @@ _HALF_CUT_03 = ("_cut = training_dataset\n"
      "        context.num_input_pipelines + 1, context.input_pipeline_id, context.num_replicas_in_sync))",
      "def worker_pipeline", {}, "never"),
     (_IMPORT_03, _IMPORT_03 + _HALF_CUT_03, "def worker_pipeline", {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"},
-     "the split as loaded")],
+     "the split as loaded"),
+    (_INITIAL_03, _CHIEF_ONLY_03 + _INITIAL_03, "compile_args = dict", {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"},
+     "mean of every worker's gradients")],
     ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps", "one seed in the scope",
          "fit fed its own first batch, then worker 0's", "shards of one pipeline more than the workers",
-         "half the split cut before the shard"])
+         "half the split cut before the shard", "worker 0's gradients alone, every step"])
 def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, monkeypatch, old, new, where, environ,
                                                                       expected):
     """Review 6 (03, findings 1 and 3), run for real in quick mode at 2 workers: fit given one step fewer per epoch
@@ -489,7 +506,10 @@ def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, mo
     of quick mode's 2,048 images trained, 704 never) passed: the proof asserted no overlap, not that nothing was lost.
     The shards must now partition the split. Twenty-third review (finding 1): `training_dataset` cutting half the split
     before it shards (512 + 512 of 2,048 images) passed, "never delivered: 0": the split's own count went through the
-    same function. The count is now held to the split's size as loaded."""
+    same function. The count is now held to the split's size as loaded. Twenty-ninth review (finding 1): each
+    replica's gradients multiplied by (replica 0) x num_replicas_in_sync before Keras's all-reduce, so that every step
+    applied worker 0's gradients alone on every worker, passed (identical weights that moved). A probe's one step is
+    now held to -rate x the mean of the workers' own gradients."""
     monkeypatch.setenv("COURSE_MODE", "quick")
     for name, value in environ.items():
         monkeypatch.setenv(name, value)

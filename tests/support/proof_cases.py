@@ -82,6 +82,10 @@ OK: dict[str, dict] = {
         # shards of unequal size: 80 of 128 and 190 of 256 rows right; evaluate the summed 270 of 384, not the mean 0.6836
         "unequal": [{"right": 80, "rows": 128, "accuracy": 0.703125}, {"right": 190, "rows": 256, "accuracy": 0.703125}],
         "means_moved": [0.021, 0.018],  # the least any batch-norm layer's moving means moved from 0, per worker
+        # the probe's one step at rate 0.01 (the same on every worker): -0.01 x the mean of the workers' own gradients;
+        # the largest initial weight (a batch-norm scale, 1.0), the scale of the weights' own rounding
+        "probe_steps": [np.array([-0.004, 0.0, -0.0005])] * 2, "probe_rates": [0.01, 0.01], "weight_sizes": [1.0, 1.0],
+        "own_gradients": [np.array([0.5, -0.2, 0.1]), np.array([0.3, 0.2, 0.0])],
         "prediction_digests": ["p", "p"], "uneven_rows": [512, 512],
         "histories": [_HISTORY_03] * 2,
         # each worker's own model right on its own test shard: 350 of 500 pooled, evaluate's and the last val_accuracy
@@ -699,6 +703,16 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("03_multiworker_ipyparallel.ipynb", {"split_size": [8, 8]}, "the split as loaded"),
     # the split the shards partition holds more than the split as loaded (examples added before the shard)
     ("03_multiworker_ipyparallel.ipynb", {"split_size": [3, 3]}, "the split as loaded"),
+    # twenty-ninth review, finding 1: every step applied worker 0's gradients alone (x the replicas) on every worker (the
+    # reviewer's run: the workers' weights identical and moved; the old proof passed): the step -rate x worker 0's own
+    ("03_multiworker_ipyparallel.ipynb", {"probe_steps": [np.array([-0.005, 0.002, -0.001])] * 2},
+     "mean of every worker's gradients"),
+    # worker 1's alone
+    ("03_multiworker_ipyparallel.ipynb", {"probe_steps": [np.array([-0.003, -0.002, 0.0])] * 2},
+     "mean of every worker's gradients"),
+    # the workers' own gradients alike (one batch on every worker): a sum and one worker's alone give the same step
+    ("03_multiworker_ipyparallel.ipynb", {"own_gradients": [np.array([0.4, 0.0, 0.05])] * 2},
+     "own gradients should differ"),
     # eighteenth review: evaluate's accuracy worker 0's alone, handed to every worker (the reviewer's run: its own 229
     # of 256, worker 1 240 of 256, pooled 0.916015625 = evaluate); the old proof asserted only that the workers agree
     ("03_multiworker_ipyparallel.ipynb", {"eval_accuracies": [0.89453125] * 2, "own_right": [229, 240], "own_rows": [256, 256],
