@@ -135,7 +135,7 @@ def test_lesson_06_hung_peer_runs_wait_under_a_deadline(hangs):
 def test_lesson_06_crash_timing_cell_times_the_heartbeats(cause, expected, tmp_path):
     """Cell 31 on planted ipyparallel metadata (each live engine's `completed`, a datetime on its clock): the first
     survivor's error after the death, and, where a survivor's error names the heartbeats, that survivor's time from the
-    death (the measure of the heartbeat timeout the proof compares with the late peer's sleep); else None."""
+    death (how soon the heartbeats reported it, which the proof compares with the late peer's sleep); else None."""
     from datetime import datetime, timedelta, timezone
     from types import SimpleNamespace
 
@@ -196,6 +196,7 @@ class Frozen:  # the program's `time`, its sleep stopping the whole process (eve
     @staticmethod
     def sleep(seconds):
         subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
+        print(f"FROZEN {time.time()}", flush=True)  # when its heartbeats stop (the last one at most ~5 s before)
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
@@ -209,8 +210,9 @@ print("REPORT " + json.dumps(program["all_reduce_beside_a_late_peer"](None, 20, 
 @pytest.mark.parametrize("worker_1", ["frozen", "asleep"])
 def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp_path):
     """Cells 12 and 42: the lesson's late run (no collective timeout, worker 1 20 s late) with worker 1 frozen by
-    SIGSTOP instead of asleep in Python: its heartbeats stop with it, and within the coordination service's
-    heartbeat timeout (10 s) worker 0's all-reduce fails with UnavailableError, before worker 1 wakes. Asleep, as
+    SIGSTOP instead of asleep in Python: its heartbeats stop with it, and once its last one is older than the
+    coordination service's heartbeat timeout (10 s; 5 s or more after the freeze, a heartbeat going every 5 s) worker
+    0's all-reduce fails with UnavailableError naming the heartbeats, before worker 1 wakes. Asleep, as
     in the lesson, worker 1 joins and every worker gets the sum (what the lesson shows); so this run, not the
     lesson's, is what tells that the service checks heartbeats at all."""
     import json
@@ -229,25 +231,37 @@ def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp
             s.bind(("localhost", 0))
             ports.append(str(s.getsockname()[1]))
     env = {**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    logs = [(tmp_path / f"stderr-{rank}.txt").open("w") for rank in (0, 1)]  # TensorFlow logs the service's error
     workers = [subprocess.Popen([sys.executable, "driver.py", str(rank), ",".join(ports), worker_1, str(program)],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=logs[rank], text=True)
                for rank in (0, 1)]
-    reports = {}
+    reports, frozen_at = {}, None
     try:
         for rank, worker in enumerate(workers):
             out, _ = worker.communicate(timeout=180)
             reports[rank] = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("REPORT ")), None)
+            frozen_at = next((float(line[7:]) for line in out.splitlines() if line.startswith("FROZEN ")), frozen_at)
     finally:
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+        for log in logs:
+            log.close()
     zero, one = reports[0], reports[1]
     waited_s = zero["ended"] - zero["entered"]
-    print(f"worker 1 {worker_1}: worker 0 got {zero['error'] or zero['value']} after {waited_s:.2f} s; "
-          f"worker 1 {one and (one['error'] or one['value'])}")
+    print(f"worker 1 {worker_1}: worker 0 got {zero['error'] or zero['value']} after {waited_s:.2f} s"
+          + (f", {zero['ended'] - frozen_at:.2f} s after worker 1 froze" if frozen_at else "")
+          + f"; worker 1 {one and (one['error'] or one['value'])}")
     if worker_1 == "frozen":
-        assert zero["error"] == "UnavailableError" and 10 <= waited_s < 20, (zero, waited_s)
+        # The service reports a peer whose last heartbeat is older than its timeout (10 s); the agent sends one every
+        # half timeout (5 s, coordination_service_agent.cc: heartbeat_interval_ms = timeout / 2, plus the call's
+        # round trip), so the last can precede the freeze by up to ~5 s: the report comes at least ~5 s after it,
+        # and, measured from worker 0's entry (which the freeze may precede), under 10 s (9.94 s seen). Before
+        # worker 1 wakes (20 s on), and the error names the heartbeats (not a reset connection).
+        heartbeats = "stopped sending heartbeats" in (tmp_path / "stderr-0.txt").read_text()
+        assert zero["error"] == "UnavailableError" and heartbeats, (zero, heartbeats)
+        assert frozen_at is not None and 4.5 <= zero["ended"] - frozen_at and waited_s < 20, (zero, frozen_at, waited_s)
     else:
         assert zero["value"] == 2.0 and one["value"] == 2.0 and waited_s > 10, (reports, waited_s)
 
