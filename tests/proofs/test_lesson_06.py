@@ -6,7 +6,7 @@ not a planted final value."""
 import pytest
 
 from tests.support.proof_cases import OK
-from tests.support.proof_cells import gather_and_prove, holds_unless, solution_source
+from tests.support.proof_cells import gather_and_prove, holds_unless, run_proof, solution_source
 
 
 def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=220.1, sleeper_ended=106.0,
@@ -347,3 +347,61 @@ def test_lesson_06_survivor_error_line_keeps_its_cause():
                "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed")
     assert _gist(message) == ("Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks "
                               "are unhealthy (stopped sending heartbeats):")
+
+
+_TIMEOUT_DRIVER = '''import json, sys
+sys.path.insert(0, sys.argv[2])  # mwms_slurm.py
+program = {}
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), program)
+made = []
+make_strategy = program["mwms_slurm"].make_strategy
+program["mwms_slurm"].make_strategy = lambda *a, **k: made.append(make_strategy(*a, **k)) or made[-1]
+
+
+def stop():  # the program's next step after the strategy: stop there, no training
+    raise KeyboardInterrupt
+
+
+program["mwms_slurm"].fix_keras_fit_for_multiworker = stop
+try:
+    program["train_worker"]("unused", "unused", 1)
+except KeyboardInterrupt:
+    pass
+print("TIMEOUT " + json.dumps(program["collective_timeout"](made[0])), flush=True)
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("change,expected", [
+    (None, 30),
+    (("mwms_slurm.make_strategy(timeout_seconds=COLLECTIVE_TIMEOUT_S)", "mwms_slurm.make_strategy()"), None)],
+    ids=["as written", "argument removed"])
+def test_lesson_06_program_returns_the_timeout_its_strategy_holds(change, expected, tmp_path):
+    """The sixth review's finding 3: train_worker returned its own constant, 30, whatever its strategy received (the
+    make_strategy argument removed passed the proof). Now it returns what its strategy holds (collective_timeout): a
+    real strategy made by the program's own line, one worker in a process of its own; without the argument it holds
+    None, which the proof's check (== 30) refuses."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
+
+    text = written_program("06_fault_tolerance.ipynb", "{worker_program}")
+    assert '"collective timeout": collective_timeout(strategy)' in text  # what train_worker returns
+    if change is not None:
+        assert text.count(change[0]) == 1, change[0]
+        text = text.replace(*change)
+    (tmp_path / "06_worker.py").write_text(text)
+    (tmp_path / "driver.py").write_text(_TIMEOUT_DRIVER)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
+    done = subprocess.run([sys.executable, "driver.py", "06_worker.py", str(MODULE.parent)], cwd=tmp_path,
+                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=180)
+    held = next((json.loads(line[8:]) for line in done.stdout.splitlines() if line.startswith("TIMEOUT ")), "none")
+    assert held == expected, (held, done.stderr[-2000:])
+    ok = OK["06_fault_tolerance.ipynb"]
+    holds_unless(None if expected == 30 else "30 s collective timeout", run_proof, "06_fault_tolerance.ipynb",
+                 {**ok, "results": [{**r, "collective timeout": held} for r in ok["results"]]})
