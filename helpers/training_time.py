@@ -31,7 +31,7 @@ it depends on the class), and each training's first step (tracing, on a GPU also
 its kernels). Its figures are measured on the course's CPU machines where they say so, ours
 elsewhere. Plots, data preparation and evaluation are in neither figure. A lesson that waits or
 times passes by design, whatever the hardware, has a third figure (`timed_reading_seconds`: lesson
-16's simulated shared file system and its parsing passes). `Stopwatch.report()` prints the lesson's
+16's simulated shared file system and its parsing passes; lesson 06's fixed waits for a lost or late peer). `Stopwatch.report()` prints the lesson's
 whole time next to them.
 """
 
@@ -252,12 +252,21 @@ def training_gpus(lesson: str, kernel_gpus: int, nodes: int, per_task: int | Non
     return per_task * nodes
 
 
+# lesson 06 waits by design: the heartbeats' report of worker 1's death (up to their 10 s timeout), the hung run (worker
+# 1 asleep twice its TIMEOUT_S, 3 s) and the late run (worker 1 LATE_S, 20 s, late); its cell 43's figures
+LESSON_06_HEARTBEAT_S, LESSON_06_TIMEOUT_S, LESSON_06_LATE_S = 10.0, 3.0, 20.0
+WAIT_NAMES = {"06": "fixed waits", "16": "timed reading"}  # what a lesson's third figure is called where it prints it
+
+
 def timed_reading_seconds(lesson: str, s: Sizes) -> float:
     """Seconds a lesson waits or times by design, on any hardware: lesson 16's simulated waits (three plain
     epochs and the cache's first of TIMED batches, the pass after its cache's files are removed, and the staging's
     one pass over the split, each batch 10 ms plus its bytes at 25 MB/s) and its parsing's timing passes; 0 for
     every other lesson. Reading the files (the workers' passes, the epochs' own parsing) is not counted: that
-    depends on the machine."""
+    depends on the machine. Lesson 06's fixed waits (LESSON_06_*): the heartbeats', the hung and the late runs'.
+    """
+    if lesson == "06":
+        return LESSON_06_HEARTBEAT_S + 2 * LESSON_06_TIMEOUT_S + LESSON_06_LATE_S
     if lesson != "16":
         return 0.0
     split = s.train_examples or FULL_TRAIN
@@ -324,7 +333,7 @@ class Stopwatch:
         alone, also where a trailing `;` does not hide a value (nbval keeps no input history, which IPython reads
         to honour it)."""
         took = self.took = time.perf_counter() - self.started
-        reading = f", {_minutes(self.reading_s)} for its timed reading" if self.reading_s else ""
+        reading = f", {_minutes(self.reading_s)} for its {WAIT_NAMES[self.lesson]}" if self.reading_s else ""
         print(f"lesson {self.lesson}: took {_minutes(took)} in all on {self.where}, against "
               f"{_minutes(self.predicted_s)} predicted for its training{reading} and {_minutes(self.startup_s)} for its "
               "start-up (not data, a queue or evaluation)")
@@ -353,7 +362,7 @@ def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = No
     elif lesson in JOB_LESSONS:  # the job's processes share this CPU: each trains slower than one alone
         where += ", at one process's rate"
     trained = ", ".join(f"{w.images:,} images through {w.model}" for w in work) or "none of the course's models trained"
-    timed = f", timed reading {_minutes(reading)}" if reading else ""
+    timed = f", {WAIT_NAMES[lesson]} {_minutes(reading)}" if reading else ""
     print(f"{s.mode} mode: {trained}; predicted on {where}: training {_minutes(predicted)}{timed}, start-up "
           f"{_minutes(startup)} (not data preparation, a queue or evaluation; helpers.training_time says how)")
     return Stopwatch(lesson, predicted, where, startup, reading_s=reading)
