@@ -96,7 +96,7 @@ if variant == "alone":  # lesson 12's MWMS line on an engine whose TF_CONFIG was
     print("RESULT " + json.dumps(tf.distribute.MultiWorkerMirroredStrategy().num_replicas_in_sync))
     sys.exit()
 from helpers import environment
-environment.local_replicas(2)
+environment.local_replicas(int(variant.split()[1]) if variant.startswith("replicas ") else 2)
 import time, keras, numpy as np, tensorflow as tf
 from keras import layers
 from types import SimpleNamespace
@@ -122,7 +122,8 @@ if variant.startswith("solution 1"):
         print("RESULT " + json.dumps(str(exc)))
     sys.exit()
 rate = 0.0 if variant == "rate 0" else 0.005 if variant.endswith("rate 0.005") else 0.05
-ns.update(dataset=ensure_data(True), sizes=SimpleNamespace(train_examples=2048), STEPS=40, BATCH=64,
+ns.update(dataset=ensure_data(True), sizes=SimpleNamespace(train_examples=2048), BATCH=64,
+          STEPS=15 if variant.startswith("replicas ") else 40,  # 7 or 8 replicas on 2 cores: fewer steps
           LEARNING_RATE=rate)
 exec(cell_defining(name, "def plain_cnn"), ns)
 exec(cell_defining(name, "def fit_under"), ns)
@@ -172,6 +173,12 @@ if variant == "a copy per replica, central":  # one variable handed out per weig
     print("RESULT " + json.dumps({"copies": run["copies"], "places": run.get("places"),
                                   "kind": type(run["model"].weights[0].value).__name__}))
     sys.exit()
+if variant.startswith("replicas "):  # MirroredStrategy and CentralStorageStrategy on the replicas asked for, quick data
+    runs = {"Mirrored": ns["fit_under"](tf.distribute.MirroredStrategy(devices)),
+            "CentralStorage": ns["fit_under"](tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))}
+    print("RESULT " + json.dumps({name: {k: run[k] for k in ("before", "batch_losses", "evaluated", "fit_loss", "copies",
+                                                             "places", "replicas")} for name, run in runs.items()}))
+    sys.exit()
 if variant == "slow teardown":  # fit's History callback sleeps 8 s at the end of the timed fit's epoch, after its last batch
     history_end = keras.callbacks.History.on_epoch_end
     def slow_end(self, epoch, logs=None):
@@ -184,7 +191,7 @@ print("RESULT " + json.dumps({"before": run["before"], "evaluated": run["evaluat
 """
 
 
-def _lesson_12_real(variant: str):
+def _lesson_12_real(variant: str, timeout: int = 300):
     import json
     import subprocess
     import sys
@@ -192,7 +199,7 @@ def _lesson_12_real(variant: str):
     from tests.conftest import ROOT
 
     done = subprocess.run([sys.executable, "-c", LESSON_12_REAL, variant], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env={**os.environ})
+                          timeout=timeout, cwd=ROOT, env={**os.environ})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
 
@@ -323,6 +330,27 @@ def test_lesson_12_solution_1_checks_the_device_of_the_single_copy(variant, matc
         assert failure is None
     else:
         assert failure and match in failure
+
+
+@pytest.mark.parametrize("replicas", [7, 8])
+def test_lesson_12_evaluates_whole_batches_at_7_and_8_replicas(replicas):
+    """Lesson 12's own `fit_under` under MirroredStrategy and CentralStorageStrategy on 7 and 8 logical CPUs, quick
+    mode's data (2,048 training examples), 15 steps (40 took over 300 s at 8 replicas under load); then the gathering
+    cell and the proof on those two runs. Five global batches of 64 x R need 2,240 examples at 7 replicas and 2,560 at
+    8: reading the split's first 5 x 64 x R
+    examples gave 4 whole batches and a 5th of 256 at 7 (evaluate weights batches by their examples, the gathering
+    cell evenly: a correct MirroredStrategy run failed the proof, weighting 0.0020 against 1e-4) and 4 batches at 8
+    (the gathering cell's np.average of 4 losses by 5 weights raised TypeError). A kernel on an 8-GPU node has 8."""
+    runs = _lesson_12_real(f"replicas {replicas}", timeout=900)
+    print(replicas, runs)
+    assert [run["replicas"] for run in runs.values()] == [replicas] * 2, runs
+    raw = _ps_raw(_BUSY, [2.3 - 0.03 * i for i in range(40)])
+    largest = (2 - 2**-23) * 2**127  # float32's largest value: the overflow step the proof expects at these replicas
+    overflow = next(k for k in range(1, 401) if replicas * 64 * 2.3 * (replicas**k - 1) / (replicas - 1) > largest)
+    gather_and_prove("12_strategy_tour.ipynb", {**raw, "one_process": {"OneDevice": raw["one_process"]["OneDevice"], **runs},
+                                                "replicas": replicas, "central_mean": (replicas + 3) / (replicas + 1),
+                                                "overflow_step": overflow})
+    assert [len(run["batch_losses"]) for run in runs.values()] == [5, 5], runs  # 5 whole batches each
 
 
 def test_lesson_12_one_copy_is_counted_in_the_variables_made():
