@@ -49,6 +49,12 @@ if sys.argv[1] == "conv kernels not updated":  # scaled float16 with the convolu
     assert taken in step
     step = step.replace(taken, taken + "        if scaled:\\n            gradients = [tf.zeros_like(g) if 'conv2d' in v.path "
                                        "else g for g, v in zip(gradients, model.trainable_variables)]\\n")
+if sys.argv[1] == "first batch norm not updated":  # scaled float16, the first batch norm's gradients lost (review r04d)
+    taken = "        gradients = tape.gradient(to_differentiate, model.trainable_variables)\\n"
+    assert taken in step
+    step = step.replace(taken, taken + "        if scaled:\\n            gradients = [tf.zeros_like(g) if any(v is w for w in "
+                                       "model.layers[1].trainable_variables) else g for g, v in "
+                                       "zip(gradients, model.trainable_variables)]\\n")
 ns = {"keras": keras, "np": np, "tf": tf, "small_cnn": small_cnn,
       "strategy": tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")]),
       "print": lambda *a, **k: None}
@@ -71,7 +77,8 @@ sys.stdout.write("PRECISION " + json.dumps(ns["precision"]) + "\\n")
 @pytest.mark.parametrize("variant,match", [("unscaled", "about as far"),
                                            ("through the inner optimizer", "unscaled one step"),
                                            ("gradients not small", "lose small gradients"),
-                                           ("conv kernels not updated", "about as far")])
+                                           ("conv kernels not updated", "about as far"),
+                                           ("first batch norm not updated", "each variable")])
 def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(variant, match):
     """Notebook 04's own step and mixed-precision cells, run; then its proof on what they measured. The
     step with `to_differentiate = loss` (the loss not scaled, the gradients still divided) must fail, and

@@ -109,11 +109,13 @@ OK: dict[str, dict] = {
         "tested_by_workers": Counter(["t0", "t1", "t2", "t3"]),
         # one step with small gradients (the loss x 1e-5) under each policy, as measured on 1 to 4 replicas
         "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 3e-5,
-                                        "moved vs float32": 1.005},
+                                        "moved vs float32": 1.005,
+                                        "each variable vs float32": [1.0479, 1.0059, 1.0041, 1.0023, 1.0, 0.9999]},
                       "mixed_float16, no loss scaling": {"compute": "float16", "loss scale": None, "steps unscaled": None,
                                                          "compile wraps": True, "loss": 3e-5, "moved vs float32": 0.0},
                       "mixed_bfloat16": {"compute": "bfloat16", "loss scale": None, "steps unscaled": None, "compile wraps": False,
-                                         "loss": 3e-5, "moved vs float32": 1.002}},
+                                         "loss": 3e-5, "moved vs float32": 1.002,
+                                         "each variable vs float32": [1.011, 1.0152, 1.0055, 1.0002, 1.0002, 1.0003]}},
         "underflow": {"float16": 0.0, "bfloat16": 1e-8, "float16, scaled by 32768": 0.000328},
         # SGD with momentum built in the replica step fails; without momentum it builds there (no variable added)
         # and takes the step (measured on 2 replicas)
@@ -938,6 +940,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     # the old band, 0.5 to 2, passed), or one a tenth too long; the proof asks for within 5 % (correct runs 1.002-1.010)
     *[("04_custom_training_loop.ipynb", _p04(run, **{"moved vs float32": moved}), "about as far")
       for run in ("mixed_float16", "mixed_bfloat16") for moved in (0.633, 1.1)],
+    # review r04d, finding 1: the first batch norm's gradients zeroed when scaled (measured: 1.0089x float32's in
+    # total, which the 5 % band passed; each variable [1.0479, 0.0, 0.0, ...]), or one variable 15 % short or long
+    # (correct runs, each variable: float16 0.9999-1.0479, bfloat16 1.0002-1.0152)
+    ("04_custom_training_loop.ipynb", _p04("mixed_float16", **{"moved vs float32": 1.0089,
+                                                                "each variable vs float32": [1.0479, 0.0, 0.0, 1.0023, 1.0, 0.9999]}),
+     "each variable"),
+    *[("04_custom_training_loop.ipynb", _p04(run, **{"each variable vs float32": [1.011, r, 1.0055, 1.0002, 1.0002, 1.0003]}),
+       "each variable") for run in ("mixed_float16", "mixed_bfloat16") for r in (0.85, 1.15)],
     # bfloat16 losing the small gradients: its range would not be shown
     ("04_custom_training_loop.ipynb", _p04("mixed_bfloat16", **{"moved vs float32": 0.0}), "about as far"),
     # float16 without loss scaling moving as far as float32's: gradients not small (SMALL = 1: measured 1.00 before
