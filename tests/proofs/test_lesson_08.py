@@ -239,6 +239,9 @@ FIT_UNSHARDED = ("lambda context: pipeline(examples, global_batch, context, True
                  "lambda context: pipeline(examples, global_batch, type(context)(1, 0, context.num_replicas_in_sync), True)")
 # eighth review, finding 1: the shard printed, then the pipeline fit reads mapped from the whole split (a one-word slip)
 SHARD_DISCARDED = ("ds = ds.map(lambda image, label:", "ds = examples.map(lambda image, label:")
+# review of lesson 08: the shard printed before shuffle and repeat, then fit reading the whole split shuffled (a
+# one-word slip after the print): SHARD lines identical to a correct run's, and the old proof passed
+SHARD_AFTER_PRINT = ("ds = ds.shuffle(10_000, seed=42).repeat()", "ds = examples.shuffle(10_000, seed=42).repeat()")
 # ninth review, finding 1: --per-replica-batch taken as the global batch in train and evaluate_save_report: each
 # worker batched 16 where 32 was asked, and the old proof (its per-replica batch read from the job's own result) passed
 UNSCALED = [("    global_batch = args.per_replica_batch * strategy.num_replicas_in_sync\n    examples = cifar10(",
@@ -253,9 +256,11 @@ UNSCALED = [("    global_batch = args.per_replica_batch * strategy.num_replicas_
     ([FIT_UNSHARDED], "1/2 of the split"),
     ([SHUFFLE_FIRST], "do not split the split"),
     ([SHARD_DISCARDED], "1/2 of the split"),
+    ([SHARD_AFTER_PRINT], "do not split the split"),
     ([("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch")], "per-replica batch of 32"),
     (UNSCALED, "global batch should be the per-replica batch of 32 times its 2 replicas: 32"),
     ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "shuffled before shard", "shard printed, then the split mapped",
+                      "whole split shuffled for fit",
                       "batched by the global batch", "per-replica batch taken as the global", "as written"])
 def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, changes,
                                                                                          match):
@@ -266,7 +271,8 @@ def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_globa
     pipeline made for printing, so a copy whose fit read the whole split passed; and its digests, taken after the
     shuffle, let a copy without shard and without seed pass in about 60 % of runs. Now the pipeline fit reads prints
     its shard's size and its first examples' digests, taken before map and shuffle: the same for every worker without
-    shard, whatever the seed."""
+    shard, whatever the seed. Review of lesson 08: a copy whose fit read the whole split, shuffled, after the print
+    passed; the digests are now those of fit's first epoch (its batches, unbatched), taken after every transformation."""
     from helpers import host
 
     monkeypatch.setenv("COURSE_JOB_GPUS_PER_TASK", "1")
