@@ -114,7 +114,9 @@ class XlaDumps:
     439 for a run of lesson 07's 2 workers auto-clustered; nothing compiled, none).
 
     Made before TensorFlow is imported, it points this process's own `XLA_FLAGS` at `kernel`; made after, it leaves
-    them alone (XLA may have read them already) and `files("kernel")` is None, as for a missing directory."""
+    them alone (XLA may have read them already) and `files("kernel")` is None, as for a missing directory. An
+    `XLA_FLAGS` naming a file of flags (XLA's other form, `flags_in`) is replaced by the file's flags, to which the
+    dump's flag is added; a file that cannot be read is a CourseError naming XLA_FLAGS."""
 
     def __init__(self, root=None, environ=None):
         import os
@@ -123,7 +125,15 @@ class XlaDumps:
         from pathlib import Path
 
         self.environ = os.environ if environ is None else environ
-        self.given = self.environ.get("XLA_FLAGS", "")  # the flags this process was started with, kept for its workers
+        # the flags this process was started with, kept for its workers: XLA reads XLA_FLAGS as TF_XLA_FLAGS (`flags_in`),
+        # so a file's name is replaced by the flags in it (the name with a flag after it would be read as one file name)
+        self.given = flags_in(self.environ.get("XLA_FLAGS", ""))
+        if self.given.startswith(UNREADABLE):
+            from .errors import CourseError
+
+            raise CourseError(f"XLA_FLAGS={self.environ['XLA_FLAGS']!r} names a file of flags that cannot be read "
+                              f"({self.given[len(UNREADABLE) + 2:-1]}; XLA would stop at its first compile): give "
+                              "XLA_FLAGS as flags (starting with '-') or the path of a readable file, or unset it")
         self.root = Path(root or tempfile.mkdtemp(prefix="xla_dumps_"))
         self.kernel = "tensorflow" not in sys.modules
         if self.kernel:

@@ -116,3 +116,45 @@ def test_a_file_of_flags_compiles_on_this_cpu_and_is_said_to(tmp_path):
     said = next(line[5:] for line in done.stdout.splitlines() if line.startswith("SAID "))
     assert "Compiled cluster using XLA!" in done.stderr, done.stderr[-3000:]
     assert said != "''", f"TF_XLA_FLAGS={named} (a file of flags): compiled, said {said}"
+
+
+@pytest.mark.parametrize("form", ["flags", "file"])
+def test_xla_dumps_adds_its_flag_to_the_flags_xla_flags_gives(form, tmp_path):
+    """Lesson 07, 19th review, finding 3: XLA_FLAGS may name a file of flags (XLA reads it as TF_XLA_FLAGS, `flags_in`);
+    XlaDumps put its dump flag after the file's name, and XLA read the whole value as one file name and stopped at its
+    first compile. Now the file's flags are given inline, the dump's after them, as for flags given as such."""
+    from helpers.xla_flags import XlaDumps
+
+    flags = "--xla_cpu_enable_fast_math=false"
+    named = tmp_path / "xla.flags"
+    named.write_text(flags + "\n")
+    dumps = XlaDumps(tmp_path / "dumps", environ={"XLA_FLAGS": flags if form == "flags" else str(named)})
+    assert dumps.flags("run").split() == [flags, f"--xla_dump_to={tmp_path / 'dumps' / 'run'}"], dumps.flags("run")
+    assert dumps.env("run", {})["XLA_FLAGS"].startswith("-")
+
+
+def test_xla_dumps_refuses_an_xla_flags_file_it_cannot_read(tmp_path):
+    """An XLA_FLAGS naming no readable file: a CourseError naming the variable, not a value XLA stops on."""
+    from helpers.errors import CourseError
+    from helpers.xla_flags import XlaDumps
+
+    with pytest.raises(CourseError, match="XLA_FLAGS='.*missing.flags' names a file of flags that cannot be read"):
+        XlaDumps(tmp_path / "dumps", environ={"XLA_FLAGS": str(tmp_path / "missing.flags")})
+
+
+def test_xla_dumps_with_a_file_of_flags_lets_xla_compile_and_dump(tmp_path):
+    """On TensorFlow itself: XLA_FLAGS naming a file, XlaDumps made before TensorFlow (as lesson 07's set-up cell): a
+    jit_compile=True function compiles and dumps its modules. On the old XlaDumps XLA stopped the process at that
+    compile ("Could not open file \"<file> --xla_dump_to=...\" to read flags for environment variable \"XLA_FLAGS\"")."""
+    from tests.conftest import ROOT
+
+    named = tmp_path / "xla.flags"
+    named.write_text("--xla_cpu_enable_fast_math=false\n")
+    probe = ("import sys\nfrom helpers.xla_flags import XlaDumps\ndumps = XlaDumps(sys.argv[1])\nimport tensorflow as tf\n"
+             "tf.function(jit_compile=True)(lambda x: x * 2 + 1)(tf.ones(3))\nprint('FILES', len(dumps.files('kernel')))\n")
+    env = {**os.environ, "XLA_FLAGS": str(named), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "dumps")], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = int(next(line[6:] for line in done.stdout.splitlines() if line.startswith("FILES ")))
+    assert files > 0, done.stdout
