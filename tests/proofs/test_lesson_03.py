@@ -272,10 +272,30 @@ def test_lesson_03_saving_cell_does_not_take_an_earlier_runs_file_for_this_runs(
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "03_multiworker.keras").write_bytes(b"an earlier run's model")
     namespace = {"model": _SavingModel(saves), "test_ds": None, "test_steps": 1, "hashlib": hashlib,
-                 "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None}
+                 "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None,
+                 "strategy": SimpleNamespace(extended=SimpleNamespace(should_checkpoint=True))}
     cell = cell_defining("03_multiworker_ipyparallel.ipynb", "kept = path.exists()").replace("%%px\n", "")
     exec(compile(cell, "03 saving cell", "exec"), namespace)
     assert namespace["kept"] is kept
+
+
+def test_lesson_03_saving_cell_asks_the_strategy_for_the_chief_not_the_task_id(tmp_path, monkeypatch):
+    """Review 30 (03, finding 3): the saving cell took `resolver.task_id == 0` for the chief; with a `chief` task in
+    TF_CONFIG, chief 0 and worker 0 both have task id 0, and TensorFlow's chief is the chief task alone. Worker 0 of
+    such a cluster (task id 0, should_checkpoint False, as TensorFlow computes it) must not keep the course's file."""
+    import hashlib
+
+    from tensorflow.python.distribute import multi_worker_util
+
+    cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"]}
+    assert not multi_worker_util.is_chief(cluster, "worker", 0) and multi_worker_util.is_chief(cluster, "chief", 0)
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    namespace = {"model": _SavingModel(True), "test_ds": None, "test_steps": 1, "hashlib": hashlib,
+                 "resolver": SimpleNamespace(task_type="worker", task_id=0), "print": lambda *a, **k: None,
+                 "strategy": SimpleNamespace(extended=SimpleNamespace(should_checkpoint=False))}
+    cell = cell_defining("03_multiworker_ipyparallel.ipynb", "kept = path.exists()").replace("%%px\n", "")
+    exec(compile(cell, "03 saving cell", "exec"), namespace)
+    assert namespace["chief"] is False and not (tmp_path / "models" / "03_multiworker.keras").exists()
 
 
 class _TestSplit:
@@ -438,7 +458,8 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
         return SimpleNamespace(non_trainable_weights=[SimpleNamespace(numpy=lambda: data)])
 
     namespace = {"model": model, "hashlib": hashlib, "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None,
-                 "strategy": SimpleNamespace(experimental_local_results=lambda v: [SimpleNamespace(numpy=lambda: np.zeros(1))]),
+                 "strategy": SimpleNamespace(experimental_local_results=lambda v: [SimpleNamespace(numpy=lambda: np.zeros(1))],
+                                             extended=SimpleNamespace(should_checkpoint=True)),
                  "keras": SimpleNamespace(saving=SimpleNamespace(load_model=load_model))}
     for marker in ("kept = path.exists()", "file_stats = ("):
         cell = cell_defining("03_multiworker_ipyparallel.ipynb", marker).replace("%%px\n", "")
