@@ -117,8 +117,8 @@ def test_the_script_takes_its_plumbing_from_the_module_beside_it():
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "mwms_slurm"}
     assert any(isinstance(n, ast.Import) and [a.name for a in n.names] == ["mwms_slurm"] for n in tree.body)
     assert not defined & set(dir(mwms_slurm)), defined & set(dir(mwms_slurm))
-    assert used == {"set_tf_config_from_slurm", "choose_gpus", "all_reduce_for", "fix_keras_fit_for_multiworker",
-                    "make_strategy"}, used
+    assert used == {"set_tf_config_from_slurm", "choose_gpus", "visible_gpus", "all_reduce_for",
+                    "fix_keras_fit_for_multiworker", "make_strategy"}, used
     assert mwms_slurm.VERIFIED_KERAS == keras_fix.VERIFIED
 
 
@@ -292,6 +292,15 @@ def test_no_gpu_written_as_minus_one_or_nodevfiles_plans_no_gpu(tmp_path, cvd, i
     out = _plan(tmp_path, SCRIPT, step, {"CUDA_VISIBLE_DEVICES": cvd}).stdout.splitlines()
     task = json.loads(next(line[5:] for line in out if line.startswith("TASK ")))
     assert (task["gpus"], task["planned_all_reduce"]) == (0, "RING"), task
+
+
+def test_a_worker_outside_slurm_plans_the_gpus_cuda_sees(tmp_path):
+    """Review of lesson 08: resolve dropped every entry naming no GPU where choose_gpus (and CUDA) stop at the first:
+    outside Slurm, CUDA_VISIBLE_DEVICES=0,-1,1 planned 2 GPUs where CUDA sees GPU 0 alone. Both read it through
+    mwms_slurm.visible_gpus now."""
+    out = _plan(tmp_path, SCRIPT, None, {"CUDA_VISIBLE_DEVICES": "0,-1,1"}).stdout.splitlines()
+    task = json.loads(next(line[5:] for line in out if line.startswith("TASK ")))
+    assert (task["gpus"], task["planned_all_reduce"]) == (1, "NCCL"), task
 
 
 def test_visible_gpus_reads_up_to_the_first_entry_naming_none():

@@ -67,10 +67,15 @@ def set_tf_config_from_slurm():
     return hosts
 
 
+def visible_gpus():
+    """The GPUs CUDA_VISIBLE_DEVICES names, as CUDA reads it: up to its first entry naming none ("", -1, NoDevFiles)."""
+    entries = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    return list(itertools.takewhile(lambda g: g not in ("", "-1", "NoDevFiles"), entries))
+
+
 def choose_gpus(hosts, rank):
     """This worker's GPUs: bound by Slurm, keep them; shared by the node's tasks, an equal share."""
-    entries = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")  # CUDA reads up to the first naming none
-    visible = list(itertools.takewhile(lambda g: g not in ("", "-1", "NoDevFiles"), entries))
+    visible = visible_gpus()
     on_node = int(os.environ.get("SLURM_GPUS_ON_NODE") or len(visible))
     per_task = os.environ.get("SLURM_GPUS_PER_TASK", "")  # set by --gpus-per-task
     if not visible or len(visible) < on_node or per_task == str(len(visible)):  # no GPU, or bound to this task
