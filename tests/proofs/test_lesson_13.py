@@ -67,6 +67,21 @@ def test_lesson_13_proof_caps_the_scalings_bound_and_says_what_it_did_not_check(
     assert ("NOT CHECKED (BATCH" in out) == (says is not None), out
     assert says is None or says in out, out
 
+
+def test_lesson_13_proof_holds_a_gpus_gaps_to_a_coarse_bound(capsys, monkeypatch):
+    """21st review, finding 1: on a GPU the proof held no gap to a bound and printed "reproduces Horovod's recipe ... (not
+    held to a bound: a GPU)": a step whose gradients are divided by the workers again (half of Horovod's, the rate
+    check still lr x n) passed. A GPU's gaps are now held to 1e-3 of a rank's gradient (1e-4 here): a run 5e-5 off
+    passes and says so; the halved step fails (its row in proof_cases.py)."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    run_proof("13_from_horovod.ipynb", {**OK["13_from_horovod.ipynb"], "on_gpu": True, "engine_gpus": [1, 1],
+                                        "gradient_gap": 5e-5, "same_scaling_gap": 5e-5, "update_gap": 5e-6,
+                                        "horovod_gaps": {"gradient": 5e-5, "weights": 5e-6, "recipe": 1e-6}})
+    out = capsys.readouterr().out
+    assert "NOT CHECKED (a GPU: engines [1, 1]" in out and "held to 1e-3 of a rank's gradient instead" in out, out
+    assert "held to the coarse bound: 1e-3 of a rank's gradient, 1.0e-04" in out, out
+    assert "not held to a bound" not in out, out
+
 def test_lesson_13_kernel_takes_the_model_file_as_last_written(tmp_path, monkeypatch):
     """Twelfth review, finding 4: the kernel imported make_model from tiny_model.py with `from tiny_model import`;
     a learner who edits the model's cell and runs it again kept the old module (Python keeps an imported module),
@@ -237,7 +252,9 @@ def test_lesson_13_solution_1_says_what_it_counted_and_what_it_did_not():
     said = _lesson_13_solution_1(_COUNTED)["said"]
     assert said[-2].startswith("told of 4 GPUs each (SimpleClusterResolver's num_accelerators): 2 workers of 4 replicas "
                                "each, 8 replicas in sync"), said
-    assert said[-1].startswith("NOT CHECKED (no GPU here)") and "context.num_gpus()" in said[-1], said
+    # 21st review, finding 2: make gpucheck runs the lesson on GPU nodes, where "no GPU here" was false
+    assert said[-1].startswith("NOT CHECKED (not run: needs 2 nodes of 4 GPUs under srun)") \
+        and "context.num_gpus()" in said[-1], said
 
 
 def test_lesson_13_solution_1_says_it_did_not_measure_where_local_workers_are_refused():
@@ -693,7 +710,11 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
     ({"gpus_used": (1, 1), "gradient_off": 5e-6, "horovod_off": 5e-6}, None),
     ({"recipe_gpus": 1, "gradient_off": 5e-6}, None),
     ({"gpus_used": (1, 1), "gradient_off": 5e-6, "start_off": 0.5}, "rank 0's weights"),
-    ({"gpus_used": (1, 1), "rate": 0.05}, "scale with the workers")],
+    ({"gpus_used": (1, 1), "rate": 0.05}, "scale with the workers"),
+    # 21st review, finding 1: ... but a GPU's gaps are held to 1e-3 of a rank's gradient (5e-4 here): rank 1's
+    # gradient 0.01 off, or Horovod's own run, fail it (both passed the old proof on a GPU)
+    ({"gpus_used": (1, 1), "gradient_off": 0.01}, "the ranks' summed"),
+    ({"recipe_gpus": 1, "horovod_off": 0.01}, "Horovod's own run")],
     ids=["as run", "no broadcast", "gradient off", "no checkpoint", "rate not scaled", "contiguous split",
          "shares swapped", "one seed", "one seed asked for", "ranks cancel, rounding", "ranks cancel, Horovod's rounding",
          "the same gap, no cancelling", "Horovod's gap, no cancelling", "ranks cancel, 10x the gap",
@@ -701,7 +722,8 @@ def _horovod_raw(tmp_path, *, start_off=0.0, gradient_off=0.0, checkpoint=("step
          "the scalings apart, the engines off",
          "the scalings apart, Horovod off",
          "Horovod's own run", "Horovod's collectives differ", "GPU engines, rounding not checked",
-         "a GPU in the recipe, rounding not checked", "GPU engines, no broadcast", "GPU engines, rate not scaled"])
+         "a GPU in the recipe, rounding not checked", "GPU engines, no broadcast", "GPU engines, rate not scaled",
+         "GPU engines, gradient beyond the coarse bound", "a GPU in the recipe, Horovod beyond the coarse bound"])
 def test_lesson_13_gathering_cell_compares_every_worker_with_the_recipe(tmp_path, monkeypatch, changes, match):
     monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
     holds_unless(match, gather_and_prove, "13_from_horovod.ipynb", _horovod_raw(tmp_path, **changes))

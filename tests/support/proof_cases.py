@@ -1817,6 +1817,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     # without Horovod's run the hand-written answers alone catch a broadcast from rank 0
     ("13_from_horovod.ipynb", {"collective": [[[10.5], [10.0, 11.0], [10.0, -10.0]]] * 2, "horovod_gaps": None,
                                "horovod_collectives": None, ENVIRON: {"COURSE_REQUIRE_HOROVOD": ""}}, "collectives"),
+    # 21st review, finding 1: on a GPU the gaps were held to no bound; a converted step whose gradients are divided by
+    # the workers once more (half of Horovod's at 2; the rate check still measures lr x n) passed (DID NOT RAISE).
+    # Now held to 1e-3 of a rank's gradient there (1e-4 here)
+    ("13_from_horovod.ipynb", {"on_gpu": True, "engine_gpus": [1, 1], "gradient_gap": 0.052, "same_scaling_gap": 0.052,
+                               "update_gap": 0.0052, "horovod_gaps": {"gradient": 0.052, "weights": 0.0052, "recipe": 0.0}},
+     "the ranks' summed"),
     ("15_models_you_keep.ipynb", {"saved": [LESSON_15_SAVED, [True, True, False, False]]}, "same epochs"),
     # 7th review, finding 3: the workers trained on the whole split, validation images included
     ("15_models_you_keep.ipynb", {"epoch_images": (2048, 2048, 384)}, "never train on a validation image"),
