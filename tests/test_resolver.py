@@ -7,32 +7,7 @@ import pytest
 
 from helpers.errors import CourseError
 from helpers import resolver
-
-
-def _free_pair() -> int:
-    """A port P such that P and P + 1 are free on every interface now (the kernel picks P): what a step's
-    two tasks on one node derive, instead of fixed ports another process on this machine may hold."""
-    while True:
-        with socket.socket() as first, socket.socket() as second:
-            first.bind(("0.0.0.0", 0))
-            port = first.getsockname()[1]
-            try:
-                second.bind(("0.0.0.0", port + 1))
-            except OSError:
-                continue
-            if port - 24 >= 1024 and port + 1 <= 65535:
-                return port
-
-
-def _step_range(monkeypatch, avoid: int | None = None) -> int:
-    """Set COURSE_PORT_RANGE so that job 7, step 0 derives the free pair (P, P + 1): block 7*16 of 2
-    ports lands at LOW + (112 % 50) * 2 = LOW + 24 in a range of 100 ports. Returns P."""
-    while True:
-        port = _free_pair()
-        low = port - 24
-        if avoid is None or not low <= avoid <= low + 100:
-            monkeypatch.setenv(resolver.PORT_RANGE_ENV, f"{low}-{low + 100}")
-            return port
+from tests.support.slurm_step import free_pair, slurm_env, step_range
 
 
 def test_make_tf_config_round_trips():
@@ -79,36 +54,26 @@ def test_port_outside_range_or_in_use(monkeypatch):
             resolver.check_port(port)
 
 
-def _slurm_env(monkeypatch, procid="1"):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a CPU node, whatever this machine has
-    for name in ("SLURM_NODEID", "SLURM_LOCALID", "SLURM_DISTRIBUTION", "SLURM_STEP_ID", "SLURM_GPUS_ON_NODE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {"SLURM_JOB_ID": "7", "SLURM_PROCID": procid, "SLURM_STEP_NUM_TASKS": "4",
-                        "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}.items():
-        monkeypatch.setenv(name, value)
-
-
 @pytest.mark.parametrize("cpu_build, expected", [(True, 0), (False, 2)])
 def test_slurm_resolver_counts_only_gpus_tensorflow_can_use(monkeypatch, cpu_build, expected):
     """Two tasks a node sharing 4 GPUs: each plans 2. The CPU wheel can use none of them (the local
     Slurm's simulated GPUs): MWMS would make 2 replicas on GPUs that do not exist, and lesson 03's fit
     waited for ever in its first collective (a node-layout server job, tests/test_lessons_in_class_layouts.py)."""
-    _slurm_env(monkeypatch)
+    slurm_env(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     monkeypatch.setenv("SLURM_GPUS_ON_NODE", "4")
     monkeypatch.setattr(resolver, "tensorflow_is_cpu_build", lambda: cpu_build)
     # the plan, not this process's state: an earlier test in the same pytest process may have started
     # TensorFlow, and gpus.apply then refuses to change CUDA_VISIBLE_DEVICES (CI's stream did)
     monkeypatch.setattr("helpers.host.tensorflow_initialised", lambda: False)
-    _step_range(monkeypatch)
+    step_range(monkeypatch)
     res = resolver.slurm_resolver()
     assert res.gpu_plan.replicas == 2 and res.num_accelerators() == {"GPU": expected}
 
 
 def test_slurm_resolver_on_cpu_nodes(monkeypatch):
-    _slurm_env(monkeypatch)
-    port = _step_range(monkeypatch)
+    slurm_env(monkeypatch)
+    port = step_range(monkeypatch)
     res = resolver.slurm_resolver()
     assert (res.task_type, res.task_id) == ("worker", 1)  # before cluster_spec(): lesson 03 asks first
     spec = res.cluster_spec().as_dict()
@@ -128,8 +93,8 @@ def test_slurm_engines_tf_config_is_the_slurm_resolvers(monkeypatch):
     Slurm resolver for it (its GPU plan); a TF_CONFIG naming other workers wins, as before."""
     from helpers.engines import on_engine
 
-    _slurm_env(monkeypatch)
-    port = _step_range(monkeypatch)
+    slurm_env(monkeypatch)
+    port = step_range(monkeypatch)
     config = on_engine.slurm_tf_config()
     workers = [f"node1:{port}", f"node1:{port + 1}", f"node2:{port}", f"node2:{port + 1}"]
     assert config == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 1}}
@@ -150,8 +115,8 @@ def test_slurm_port_in_use_is_named(monkeypatch):
     import subprocess
     import sys
 
-    _slurm_env(monkeypatch, procid="0")
-    port = _step_range(monkeypatch)
+    slurm_env(monkeypatch, procid="0")
+    port = step_range(monkeypatch)
     # another process (another job's worker) holds it; a port this process holds is its own server's
     holder = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(); "
                                "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True); time.sleep(60)",
@@ -170,10 +135,10 @@ def test_slurm_port_in_use_is_named(monkeypatch):
 
 
 def test_slurm_malformed_variables(monkeypatch):
-    _slurm_env(monkeypatch, procid="one")
+    slurm_env(monkeypatch, procid="one")
     with pytest.raises(CourseError, match="SLURM_PROCID='one' is not a whole number"):
         resolver.slurm_resolver()
-    _slurm_env(monkeypatch)
+    slurm_env(monkeypatch)
     monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "two")
     with pytest.raises(CourseError, match="malformed"):
         resolver.slurm_resolver()
@@ -192,7 +157,7 @@ def test_tf_config_port_outside_the_range_or_in_use_is_named(monkeypatch):
     """The worker's own path (cluster_resolver with TF_CONFIG) checks its port before TensorFlow binds it."""
     import json
 
-    port = _step_range(monkeypatch, avoid=33561)
+    port = step_range(monkeypatch, avoid=33561)
     low, high = resolver.port_range()
     # the user's own ports are theirs (the ZIH guide's example uses 33561-33562): a warning names the range
     monkeypatch.setenv("TF_CONFIG", json.dumps(resolver.make_tf_config(["localhost:33561", "localhost:33562"], 0)))

@@ -878,10 +878,10 @@ def test_lesson_03_resolver_cell_asserts_the_slurm_resolver_names_tf_configs_wor
     import json
 
     from helpers.engines import on_engine
-    from tests.test_resolver import _slurm_env, _step_range
+    from tests.support.slurm_step import slurm_env, step_range
 
-    _slurm_env(monkeypatch)
-    _step_range(monkeypatch)
+    slurm_env(monkeypatch)
+    step_range(monkeypatch)
     config = on_engine.slurm_tf_config()
     if edit and "index" in edit:
         config["task"]["index"] = edit["index"]
