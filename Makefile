@@ -35,7 +35,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI)
 LAB_ARGS ?= $(shell test "$$(id -u)" = 0 && echo --allow-root)
 
-.PHONY: install course site test durations-record classtest fullcheck gpucheck lab kernel bench horovod clean
+.PHONY: install course course-record site test durations-record classtest fullcheck gpucheck lab kernel bench horovod clean
 
 install: $(STAMP)
 
@@ -73,6 +73,12 @@ $(STAMP):
 # LESSONS=notebooks/08_batch_job.ipynb ... runs those lessons only (the tests run the Slurm lessons this way)
 course: install
 	$(PY) -m helpers.commands.course_run --out $(BUILD) $(LESSONS)
+
+# after a whole `make course` in quick mode on an idle machine, every lesson ok: keep its seconds per
+# lesson in docs/bench/course-times.json and write them into the README's, the modes' and the
+# instructor kit's tables (helpers/commands/course_times.py); commit the four files
+course-record:
+	$(PY) -m helpers.commands.course_times record $(BUILD)/course-times.json docs/bench/course-times.json
 
 # The course as a static site in $(BUILD)/site (Sphinx, MyST-NB): the README, every lesson with the
 # outputs of the last `make course`, the guides. Open $(BUILD)/site/index.html.

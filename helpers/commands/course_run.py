@@ -3,12 +3,14 @@
 `auto` (the default) is workshop where a GPU is visible and quick elsewhere, as in a learner's
 kernel: on a GPU node the day before a class this is the trainer's dry run at the class's size.
 The first line says the mode and why; workshop and full without prepared data stop there, not
-in the first lesson. Prints a summary table (notebook, status, seconds); non-zero if any failed.
+in the first lesson. Prints a summary table (notebook, status, seconds), keeps it with the run's date, commit and load in
+build/course-times.json (`make course-record`: helpers/commands/course_times.py); non-zero if any failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("COURSE_FIGURES_DIR", str(out / "figures"))
     paths = [Path(p) for p in args.notebooks] or lessons()
     rows = []
-    total = time.perf_counter()
+    total, load_before = time.perf_counter(), os.getloadavg()[0]
     for path in paths:
         print(f"[{len(rows) + 1}/{len(paths)}] {path.name} ...", end=" ", flush=True)
         rows.append((path.name, *run_notebook(path.resolve(), out / "notebooks", args.timeout)))
@@ -109,8 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'notebook':<{width}}  status  seconds")
     for name, status, seconds, detail in rows:
         print(f"{name:<{width}}  {status:<6}  {seconds:7.1f}  {detail}")
-    print(f"{'total':<{width}}          {time.perf_counter() - total:7.1f}")
-    print(f"executed notebooks in {out / 'notebooks'}, figures in {out / 'figures'}")
+    total = time.perf_counter() - total
+    print(f"{'total':<{width}}          {total:7.1f}")
+    from ..atomic import write_text
+    from ..mode import resolve_mode
+    from .course_times import run_entry
+
+    times = write_text(out / "course-times.json", json.dumps(
+        run_entry(rows, resolve_mode(), (load_before, os.getloadavg()[0]), total), indent=1) + "\n")
+    print(f"executed notebooks in {out / 'notebooks'}, figures in {out / 'figures'}, times in {times}")
     return 1 if any(r[1] != "ok" for r in rows) else 0
 
 
