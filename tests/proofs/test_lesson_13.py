@@ -149,6 +149,16 @@ def test_lesson_13_cell_7_global_batch_beyond_the_split_stops(batch, match, monk
             _lesson_13_global_batch(batch)
 
 
+def _setup_cell(monkeypatch, **settings) -> tuple[dict, str]:
+    """The parameter cell run in quick mode with `settings` changed, and the set-up cell's source to run after it."""
+    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
+    cells = code_cells("13_from_horovod.ipynb")
+    ns: dict = {}
+    exec(next(c for c in cells if c.startswith("MODE = None")), ns)
+    ns.update(MODE="quick", **settings)
+    return ns, next(c for c in cells if "sizes = mode_sizes(MODE)" in c)
+
+
 @pytest.mark.parametrize("base_lr,refused", [(0.05, False), (1e-4, False), (1e-6, True)])
 def test_lesson_13_setup_refuses_a_base_lr_below_1e_4(base_lr, refused, monkeypatch):
     """Nineteenth review, finding 2: the proof's rate check (relative 1e-3) and update bound (a fixed + 1e-6) hold
@@ -157,12 +167,7 @@ def test_lesson_13_setup_refuses_a_base_lr_below_1e_4(base_lr, refused, monkeypa
     one-line CourseError naming the reason."""
     from helpers.errors import CourseError
 
-    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
-    cells = code_cells("13_from_horovod.ipynb")
-    ns: dict = {}
-    exec(next(c for c in cells if c.startswith("MODE = None")), ns)
-    ns.update(MODE="quick", BASE_LR=base_lr)
-    setup = next(c for c in cells if "sizes = mode_sizes(MODE)" in c)
+    ns, setup = _setup_cell(monkeypatch, BASE_LR=base_lr)
     if refused:
         with pytest.raises(CourseError, match=r"BASE_LR = 1e-06 is below 1e-4: the proof's rate check and update bound"):
             exec(setup, ns)
@@ -178,12 +183,7 @@ def test_lesson_13_setup_refuses_one_engine(n_engines, refused, monkeypatch):
     Horovod ran; the setup cell accepted it (DID NOT RAISE) and now stops at once, naming the reason."""
     from helpers.errors import CourseError
 
-    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
-    cells = code_cells("13_from_horovod.ipynb")
-    ns: dict = {}
-    exec(next(c for c in cells if c.startswith("MODE = None")), ns)
-    ns.update(MODE="quick", N_ENGINES=n_engines)
-    setup = next(c for c in cells if "sizes = mode_sizes(MODE)" in c)
+    ns, setup = _setup_cell(monkeypatch, N_ENGINES=n_engines)
     if refused:
         with pytest.raises(CourseError, match="N_ENGINES = 1: the lesson compares an average over workers and needs 2"):
             exec(setup, ns)
