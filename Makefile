@@ -130,7 +130,7 @@ kernel: install
 # nbgitpuller's /git-pull is off here (its extension is on in the venv for the hub's servers, which
 # guard it): a link someone sends could otherwise clone into any directory, the kernel specs too
 lab: kernel
-	@sockets=$$(mktemp -d "$${TMPDIR:-/tmp}/course-kernels-XXXXXX") && trap 'rm -rf "$$sockets"' EXIT && \
+	@sockets=$$(mktemp -d "$${TMPDIR:-/tmp}/course-kernels-XXXXXX") && trap 'rm -rf "$$sockets"' EXIT && trap 'exit 143' TERM HUP INT && \
 	cd notebooks && IPP_ENABLE_CURVE=1 ../$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 \
 	  --ServerApp.jpserver_extensions nbgitpuller=False \
 	  --KernelManager.transport=ipc --KernelManager.ip="$$sockets/kernel" $(LAB_ARGS) $(LAB_OPTS)

@@ -258,7 +258,18 @@ class Lab:
 
     def stop(self) -> None:
         """SIGTERM first, as `scancel` or a closing terminal would: `make lab`'s shell then removes its
-        kernels' socket directory (a SIGKILL left one in /tmp per test run); SIGKILL after 20 s."""
+        kernels' socket directory (a SIGKILL left one in /tmp per test run); SIGKILL after 20 s. Returns
+        when every process of the command has ended, not only the first: `make` can exit before its shell."""
+        try:
+            started = self.processes()
+        except psutil.Error:
+            started = []
+        try:
+            self._signal_until_ended()
+        finally:
+            psutil.wait_procs(started, timeout=30)
+
+    def _signal_until_ended(self) -> None:
         for signal_number, wait in ((15, 20), (9, 30)):
             try:
                 os.killpg(self.proc.pid, signal_number)  # the command and its children (make, the shell, jupyter)
