@@ -80,7 +80,7 @@ class _Tensor:
 def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e-7, kernel_replicas=3, mirrored=3,
             mirrored_copy=None, gpus=(False, False), built_under=None, val_loss=(2.0, 1.8, 1.7, 3.5),
             saved=LESSON_15_SAVED, checkpoint_best=1.7, optimizer_steps=None, raw_offset=1.0,
-            rates=None, base_lr=0.05) -> dict:
+            rates=None, base_lr=0.05, validation_counted=(192.0, 192.0)) -> dict:
     """What lesson 15's kernel holds before its gathering cell: the engines (planted answers), the
     copies reloaded here (a model with weights, predictions, losses, replicas), the serving program's
     answer. `mirrored` is the Mirrored strategy's replicas, `mirrored_copy` those its copy ran on; `built_under`
@@ -89,7 +89,8 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
     `optimizer_steps` the step each copy's optimizer was at as load_model returned it (by name; else 3: one step an
     epoch, to the end of epoch 2); `raw_offset` how far the logits of the raw pixels fed unscaled are from the scaled
     probe's; `rates` the learning rate each worker's history logged at each epoch's end (else the schedule's: the base
-    rate, 20 times it in the last epoch, as float32 holds them), `base_lr` each worker's base rate."""
+    rate, 20 times it in the last epoch, as float32 holds them), `base_lr` each worker's base rate, `validation_counted`
+    the images each worker's last validation counted (its loss tracker's count; each its shard, half of 384)."""
     import hashlib
 
     val_loss = list(val_loss)
@@ -104,7 +105,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
               "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, "steps_per_epoch": [1, 1],
               "fed": [{f"t{i}" for i in range(832)}, {f"t{i}" for i in range(832, 1664)}],  # an epoch: 26 batches of 64
-              "validated": [(384, "v")] * 2, "base_lr": [base_lr] * 2,
+              "validated": [(384, "v")] * 2, "base_lr": [base_lr] * 2, "validation_counted": list(validation_counted),
               **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
     replicas = {"no strategy": 1, "OneDeviceStrategy": 1, f"MirroredStrategy, {mirrored} replicas": mirrored_copy or mirrored}
@@ -183,7 +184,9 @@ def test_lesson_15_gathering_cell_asks_each_worker_what_its_own_node_holds(tmp_p
     ({"rates": [float(np.float32(1.0))] * 4}, "20 times the base learning rate"),
     # the x20 one epoch early (the last at the base rate), or a rate logged in float64 (not as the optimizer holds it)
     ({"rates": [float(np.float32(0.05))] * 2 + [1.0, float(np.float32(0.05))]}, "20 times the base learning rate"),
-    ({"rates": [0.05] * 3 + [1.0]}, "20 times the base learning rate")])
+    ({"rates": [0.05] * 3 + [1.0]}, "20 times the base learning rate"),
+    # 11th review: every worker validated the whole set, its loss tracker counting all 384 images (the mean unchanged)
+    ({"validation_counted": (384.0, 384.0)}, "every validation image once on the workers")])
 def test_lesson_15_gathering_cell_digests_and_compares_the_copies(tmp_path, monkeypatch, changes, match):
     """The copies' figures from their raw predictions, losses and weights: the gathering cell's
     digest, differences and tolerances must turn each broken one into a failed proof."""
@@ -510,6 +513,7 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
     run = lambda: run_proof("15_models_you_keep.ipynb", {
         **OK["15_models_you_keep.ipynb"], "math": __import__("math"), "validation_size": 16,
         "mirrored_copy": [8.0, 4.0, 4.0],  # the planted 16 validation images, each evaluated once by the Mirrored copy
+        "validation_counts": [8.0, 8.0],  # and by the workers, half each
         **{name: kernel[name] for name in ("epoch_images", "whole_epoch", "validation_digest")},
         "validated": [e["validated"] for e in engines]})
     holds_unless(match, run)
@@ -569,3 +573,28 @@ def test_lesson_15_copies_load_and_evaluate_at_4_kernel_replicas_beside_4_worker
     assert mirrored["replicas"] == 2 and mirrored["images by replica"] == [128.0, 128.0], copies  # 256 images, each once
     losses = [r["val_loss"] for r in copies.values()]
     assert max(losses) - min(losses) <= 1e-5 * min(losses), copies
+
+
+# every worker validates the whole validation set: no shard, each worker's batches N times as large in the same
+# validation steps (so evaluate still ends in step on every worker)
+WHOLE_SET_ON_EVERY_WORKER = (
+    "validation_examples.shard(context.num_input_pipelines, context.input_pipeline_id)\n"
+    "    .map(normalize).batch(context.get_per_replica_batch_size(global_batch))",
+    "validation_examples\n"
+    "    .map(normalize).batch(context.get_per_replica_batch_size(global_batch) * context.num_input_pipelines)")
+
+
+@pytest.mark.multiprocess
+def test_lesson_15_run_for_real_with_every_worker_validating_the_whole_set_fails_the_proof(tmp_path, monkeypatch):
+    """11th review: "every validation example counts once in both places" was not checked on the workers' side. A worker
+    program that skips the shard of the validation set (every worker validates all of it, in the same steps) sums the
+    workers' totals and counts alike: the mean, every val_loss and the copies' losses are unchanged, and the old proof
+    passed it, run for real (DID NOT RAISE). Each worker's loss tracker count (the images its last validation counted)
+    is now pulled back, and their sum must be the validation set's size: run for real, the proof fails."""
+    from tests.support.proof_cells import run_edited_to_its_proof
+
+    monkeypatch.setenv("COURSE_MODE", "quick")
+    old, new = WHOLE_SET_ON_EVERY_WORKER
+    status, detail = run_edited_to_its_proof("15_models_you_keep.ipynb", old, new, "reloaded three ways and exported",
+                                              tmp_path, monkeypatch, timeout=900)
+    assert status == "FAILED" and "every validation image once on the workers" in detail, (status, detail)

@@ -404,6 +404,7 @@ OK["15_models_you_keep.ipynb"] = {
     # the images of an epoch each worker's train_ds yielded, summed, all, validation images here among them (quick mode,
     # 2 workers: 26 global batches of 64); each worker's (validation images, their digest), this kernel's digest
     "epoch_images": (1664, 1664, 0), "whole_epoch": 1664, "validated": [(384, "v")] * 2, "validation_digest": "v",
+    "validation_counts": [192.0, 192.0],  # the images each worker's last validation counted: its shard, half of 384
     "staged_rates": [True, True], "epoch_rates": [[0.05, 0.05, 0.05, 1.0]] * 2, "base_rates": [0.05] * 2,  # 20x: the last
     "models_listed_by": {"this kernel": ["15_best.keras"], "worker 0": ["15_best.keras"], "worker 1": ["15_best.keras"]},
     "mirrored_replicas": 3, "worker_replicas": 2, "stored_jit": False,
@@ -1835,6 +1836,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("15_models_you_keep.ipynb", {"validated": [(384, "v"), (384, "v1")]}, "cut the same split"),
     ("15_models_you_keep.ipynb", {"validated": [(368, "v")] * 2}, "cut the same split"),  # fewer than validation_size
     ("15_models_you_keep.ipynb", {"validation_digest": "w"}, "cut the same split"),
+    # 11th review: every worker validated the whole set (no shard): the totals and counts are summed over the workers,
+    # the mean and every loss unchanged, and the old proof passed it (DID NOT RAISE, run for real in
+    # tests/proofs/test_lesson_15.py); or one worker validated every image and the other none
+    ("15_models_you_keep.ipynb", {"validation_counts": [384.0, 384.0]}, "every validation image once on the workers"),
+    ("15_models_you_keep.ipynb", {"validation_counts": [384.0, 0.0]}, "every validation image once on the workers"),
     # 7th review, finding 4: the staged x20 dropped (proven by its outcome only, which can pass without it)
     ("15_models_you_keep.ipynb", {"staged_rates": [False, False]}, "20 times the base learning rate"),
     # each worker validated on its own shard alone: the same epochs saved, other losses
