@@ -107,11 +107,17 @@ def auto_clustering_here() -> str:
 
 class XlaDumps:
     """Directories XLA dumps every module it compiles into (`--xla_dump_to` in `XLA_FLAGS`), one a process or a
-    multi-worker run, under a private directory: an empty one shows that XLA compiled nothing there, whatever the
-    process's settings said (lesson 07's proof). XLA reads `XLA_FLAGS` once, at its first compile (measured on
-    TensorFlow 2.21 CPU: set after TensorFlow had set up its devices, still honoured); each directory is made here,
+    multi-worker run, under a private directory: one that holds its processes' canaries (below) and nothing else
+    shows that XLA compiled nothing else there, whatever the processes' settings said (lesson 07's proof). XLA reads
+    `XLA_FLAGS` once, at its first compile (measured on TensorFlow 2.21 CPU: set after TensorFlow had set up its
+    devices, still honoured); each directory is made here,
     and XLA writes into it only what it compiles (measured: 11 files for a small `jit_compile=True` function, 422 to
     439 for a run of lesson 07's 2 workers auto-clustered; nothing compiled, none).
+
+    An empty directory shows nothing unless XLA read the dump's flag: a process that drops `XLA_FLAGS` before its
+    first compile compiles without a trace there. So each process the lesson compares compiles a canary first, a tiny
+    `jit_compile=True` function of a name of its own, whose module in the directory (`canary_dump`) shows the flag
+    reached XLA in that process; anything else there is a module XLA compiled besides.
 
     Made before TensorFlow is imported, it points this process's own `XLA_FLAGS` at `kernel`; made after, it leaves
     them alone (XLA may have read them already) and `files("kernel")` is None, as for a missing directory. An
@@ -154,3 +160,25 @@ class XlaDumps:
         if (name == "kernel" and not self.kernel) or not directory.is_dir():
             return None
         return sorted(p.name for p in directory.iterdir())
+
+    def remove(self) -> None:
+        """Remove every dump directory (the root with them), once what they hold has been read (`files`)."""
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def canary_dump(files: list[str] | None, canaries: list[str]) -> tuple[list[str], list[str]]:
+    """An XLA dump directory's `files` (None: no directory) read against the `canaries` of the processes that dump
+    there, each the name of a `jit_compile=True` Python function the process compiled first: the canaries with no
+    module among the files (the dump's flag did not reach XLA there; all of them for a missing directory), and the
+    files of no canary's module (anything else XLA compiled). TensorFlow 2.21 names each file of a `tf.function`'s
+    module `module_NNNN.a_inference_<function name>_<number>__...` (measured: 11 files, `.txt`, `.mlir`, `.ll`, `.o`,
+    `.debug_options`, for one CPU function), so a canary named `xla_dump_canary_1` is not taken for `..._10`."""
+    import re
+
+    mine = {c: re.compile(rf"module_\d+\.a_inference_{re.escape(c)}_\d+__") for c in canaries}
+    if files is None:
+        return list(canaries), []
+    return ([c for c, pattern in mine.items() if not any(pattern.match(f) for f in files)],
+            [f for f in files if not any(pattern.match(f) for pattern in mine.values())])

@@ -7,15 +7,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.proof_cases import lesson_07_point
+from tests.support.proof_cases import lesson_07_canary_files, lesson_07_point
 from tests.support.proof_cells import assignment_source, cell_defining, holds_unless
 from tests.support.proof_cells import gather_and_prove as prove_from_raw
 
 
 def gather_and_prove(name: str, raw: dict) -> None:
     """The gathering cell and proof on planted raw data, on a node where the course's tuning gave every process
-    (1, 2) (`course_pools`, from the workers' cell: tuning.threads_for(2) on 2 cores), unless `raw` says otherwise."""
-    prove_from_raw(name, {"course_pools": (1, 2), **raw})
+    (1, 2) (`course_pools`, from the workers' cell: tuning.threads_for(2) on 2 cores), unless `raw` says otherwise;
+    `xla_dumps`, whose directories the gathering cell removes once read, a stand-in."""
+    prove_from_raw(name, {"course_pools": (1, 2), "xla_dumps": SimpleNamespace(remove=lambda: None), **raw})
 
 
 def _timed(label, replicas, inside=0.95):
@@ -114,17 +115,26 @@ def test_lesson_07_gathering_cell_reads_set_jit_around_every_step(rank, in_steps
                  _jit_read_by(rank, "optimizer_jit_in_steps", in_steps, [""], flags, device))
 
 
+CLUSTER = "module_0001.cluster_0__XlaCompiledKernel_true.before_optimizations.txt"  # an auto-clustered step's
+
+
 @pytest.mark.parametrize("rank,dumped,match", [
-    (0, [], None), (1, [], None),
-    (0, ["module_0000.cluster_0__XlaCompiledKernel_true.before_optimizations.txt"], "XLA compiled modules"),
-    (1, ["module_0000.cluster_0__XlaCompiledKernel_true.before_optimizations.txt"], "XLA compiled modules"),
-    (0, None, "XLA compiled modules"), (1, None, "XLA compiled modules")])
+    (0, lesson_07_canary_files([0]), None), (1, lesson_07_canary_files([0, 1]), None),
+    (0, [*lesson_07_canary_files([0]), CLUSTER], "XLA compiled modules"),
+    (1, [*lesson_07_canary_files([0, 1]), CLUSTER], "XLA compiled modules"),
+    (0, None, "did not reach XLA"), (1, None, "did not reach XLA"),
+    # nineteenth review: the dump flag never reached XLA in a process (a worker that dropped XLA_FLAGS): no canary
+    (0, [], "did not reach XLA"), (1, lesson_07_canary_files([0]), "did not reach XLA"),
+    (1, lesson_07_canary_files([1]), "did not reach XLA"), (1, lesson_07_canary_files([0, 10]), "did not reach XLA")])
 def test_lesson_07_gathering_cell_reads_each_xla_dump(rank, dumped, match):
     """Eighteenth review, finding 1: callbacks turning set_jit on and off between StepTimes' readings (TF_XLA_FLAGS=
     --tf_xla_cpu_global_jit) compiled (406 files in an XLA dump) while every setting read '' or False, and the proof
-    passed. Every setting here reads '' and jit_compile False; the files XLA dumped in the kernel's directory (rank
-    0: its 2-replica point) or in a multi-worker run's (rank 1), or a directory missing (None), must fail the proof
-    through the gathering cell (the old cell read no dump: DID NOT RAISE)."""
+    passed. Every setting here reads '' and jit_compile False; the files XLA dumped besides the canaries' in the
+    kernel's directory (rank 0: its 2-replica point) or in a multi-worker run's (rank 1), or a directory missing (None),
+    must fail the proof through the gathering cell (the old cell read no dump: DID NOT RAISE). Nineteenth review: a
+    worker that dropped XLA_FLAGS before its first compile compiled its steps and left its directory empty, and the
+    proof passed; each process now compiles a canary, and a directory without one of its processes' canaries (the
+    kernel's empty, worker 1's or worker 0's missing, `xla_dump_canary_10` not taken for `_1`) must fail it."""
     raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
            "per_replica": 32, "STEPS": 10, "counts": [1, 2]}
     raw["points"][1 if rank == 0 else 2]["xla_dumped"] = dumped
@@ -136,28 +146,46 @@ def test_lesson_07_xla_dumps_record_what_xla_compiles(tmp_path):
     (XlaDumps made before TensorFlow is imported: its own XLA_FLAGS point at "kernel"): ordinary (not compiled)
     tf.functions leave the directory empty, a jit_compile=True function fills it (the control; auto-clustered steps
     fill a workers' directory: the compiling variants of the real-run test below). Made after TensorFlow was
-    imported, XlaDumps reports the kernel's dump as None, which the proof refuses."""
+    imported, XlaDumps reports the kernel's dump as None, which the proof refuses. The program's own canary
+    (xla_dump_canary, as measure calls it, twice: compiled once) is what canary_dump recognises, and another
+    jit_compile=True function after it is not; remove() takes the directories away."""
+    import json
     import subprocess
     import sys
     from pathlib import Path
 
-    probe = ("import sys\n"
-             "from helpers.xla_flags import XlaDumps\n"
+    from tests.support.notebooks import written_program
+
+    program = written_program("07_scaling_performance.ipynb", "{worker_program}")
+    probe = ("import json, sys\n"
+             "from helpers.xla_flags import XlaDumps, canary_dump\n"
              "dumps = XlaDumps(sys.argv[1])  # before TensorFlow, as the set-up cell\n"
-             "import tensorflow as tf\n"
+             "ns = {'__name__': 'measure_07'}\n"
+             "exec(compile(open(sys.argv[2]).read(), '07_measure', 'exec'), ns)  # the program, as %run -n\n"
+             "tf = ns['tf']\n"
              "x = tf.ones([8, 8])\n"
              "tf.function(lambda x: tf.nn.relu(x @ x) + 1.0)(x)\n"
              "print('plain', len(dumps.files('kernel')))\n"
+             "canaries = [ns['xla_dump_canary'](), ns['xla_dump_canary']()]\n"
+             "print('canary', json.dumps([canaries, len(dumps.files('kernel')), canary_dump(dumps.files('kernel'), canaries[:1])]))\n"
              "tf.function(lambda x: tf.nn.relu(x @ x) + 1.0, jit_compile=True)(x)\n"
-             "print('jit', len(dumps.files('kernel')))\n"
-             "print('late', XlaDumps(sys.argv[1] + '_late').files('kernel'))\n")
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("TF_XLA_FLAGS", "XLA_FLAGS")}
-    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "dumps")], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
+             "missing, other = canary_dump(dumps.files('kernel'), canaries[:1])\n"
+             "print('jit', json.dumps([missing, len(other)]))\n"
+             "print('late', XlaDumps(sys.argv[1] + '_late').files('kernel'))\n"
+             "dumps.remove()\n"
+             "print('removed', dumps.files('kernel'))\n")
+    (tmp_path / "07_measure.py").write_text(program)
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("TF_XLA_FLAGS", "XLA_FLAGS", "TF_CONFIG")}
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "dumps"), str(tmp_path / "07_measure.py")],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
-    counts = dict(line.split() for line in done.stdout.splitlines())
-    print(f"files XLA dumped: {counts}")
-    assert counts == {"plain": "0", "jit": counts["jit"], "late": "None"} and int(counts["jit"]) > 0, counts
+    seen = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    print(f"files XLA dumped: {seen}")
+    canaries, canary_files, (missing, other) = json.loads(seen["canary"])
+    assert seen["plain"] == "0" and canaries == ["xla_dump_canary_0"] * 2 and canary_files > 0, seen
+    assert missing == [] and other == [], seen  # the canary's files, all of them recognised
+    assert json.loads(seen["jit"])[0] == [] and json.loads(seen["jit"])[1] > 0, seen  # another function's: not the canary's
+    assert seen["late"] == "None" and seen["removed"] == "None" and not (tmp_path / "dumps").exists(), seen
 
 
 @pytest.mark.parametrize("ran,match", [("CPU", None), ("GPU", "another kind of device")])
@@ -393,7 +421,7 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
     assert all(0 < point["cpu_per_s"] <= 1.05 * __import__("os").cpu_count() for point in measured), measured
     for point, match in zip(measured, (None, "inside timed steps", "reading the input alone")):
         points = [{**point, "label": "MirroredStrategy", "asked": 1, "planned": point["device"],  # the device: not this test's claim
-                   "xla_dumped": []},  # the kernel's dump (listed by the lesson's cell after measure): not this test's claim
+                   "xla_dumped": lesson_07_canary_files([0])},  # the kernel's dump (listed by the lesson's cell): not this test's claim
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
         for p in points[1:]:
             p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
@@ -517,6 +545,21 @@ SET_FLAGS_LATE = [("XLA_FLAGS_AT_START = xla_flags()\n",
                    "XLA_FLAGS_AT_START = xla_flags()\n"
                    f"os.environ['TF_XLA_FLAGS'] = {STARTED_WITH_XLA!r}  # after the program read them\n"), DROPS_XLA]
 
+# nineteenth review: workers that remove XLA_FLAGS (the dump's flag) before TensorFlow starts compile without a trace
+# in the run's dump directory: started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit, set_jit between StepTimes' readings
+# compiled their steps (every setting read '' or False), their directory stayed empty, and the old proof passed (DID
+# NOT RAISE); so did worker 1 alone dropping it (compiling nothing). Now their canaries are missing from it
+TOP = "import hashlib, json, os, statistics, sys, time\n"
+DROPS_THE_DUMP = (TOP, TOP + "os.environ.pop('XLA_FLAGS', None)  # before TensorFlow starts\n")
+WORKER_1_DROPS_THE_DUMP = (TOP, TOP + "if json.loads(os.environ.get('TF_CONFIG', '{}')).get('task', {}).get('index') == 1:\n"
+                                      "    os.environ.pop('XLA_FLAGS', None)  # before TensorFlow starts\n")
+
+
+def compiled_besides_canary(output: str) -> bool:
+    """Whether a worker's log (TF_CPP_VMODULE=xla_compiler=1) shows XLA compiling a function other than its canary:
+    'Compiled cluster using XLA' is logged once a process, for the canary first, so it cannot tell."""
+    return any("XlaCompiler::CompileFunction" in line and "xla_dump_canary" not in line for line in output.splitlines())
+
 
 @pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches"),
                                            ("worker 1 pauses", "inside timed steps"), ("worker 1 asks XLA", "auto-clustering"),
@@ -527,6 +570,8 @@ SET_FLAGS_LATE = [("XLA_FLAGS_AT_START = xla_flags()\n",
                                            ("workers set_jit in step 0", "auto-clustering"),
                                            ("workers set_jit between StepTimes' readings", "XLA compiled modules"),
                                            ("workers set flags after the program read them", "XLA compiled modules"),
+                                           ("workers drop the dump's flag", "did not reach XLA"),
+                                           ("worker 1 drops the dump's flag", "did not reach XLA"),
                                            ("workers size inter-op from the environment", "not the course's")])
 def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
@@ -553,11 +598,15 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     TensorFlow had set up its devices, compiled their steps while every setting read '' (or False), and the old proof
     passed (DID NOT RAISE); the workers now run with XLA_FLAGS dumping into a directory of their own (XlaDumps), and
     the files XLA compiled there fail the proof. The variants that compile must leave files (the dump's control), the
-    others none."""
+    others none. Nineteenth review: workers that removed XLA_FLAGS before TensorFlow started and turned set_jit on and
+    off between StepTimes' readings compiled their steps without a trace in the dump, and the proof passed (DID NOT
+    RAISE), as it did with worker 1 alone removing it; every process now compiles a canary first, and both must fail
+    the proof, the canaries of those that dropped the flag missing from the run's directory. That a worker compiled
+    more than its canary is read from its log (TF_CPP_VMODULE=xla_compiler=1 names every function XLA compiles)."""
     import json
     import os
 
-    from helpers.xla_flags import XlaDumps
+    from helpers.xla_flags import XlaDumps, canary_dump
 
     from helpers.data import ensure_data
     from helpers.local_workers import run_local_workers
@@ -569,7 +618,9 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
         edits = {"workers drop XLA flags": DROPS_XLA, "workers set_jit around fit": SET_JIT_AROUND_FIT,
                  "workers set_jit in step 0": SET_JIT_IN_STEP_0,
                  "workers set_jit between StepTimes' readings": SET_JIT_BETWEEN_READINGS,
-                 "workers set flags after the program read them": SET_FLAGS_LATE}.get(variant) or WORKER_1[variant]
+                 "workers set flags after the program read them": SET_FLAGS_LATE,
+                 "workers drop the dump's flag": [DROPS_THE_DUMP, SET_JIT_BETWEEN_READINGS],
+                 "worker 1 drops the dump's flag": WORKER_1_DROPS_THE_DUMP}.get(variant) or WORKER_1[variant]
         for old, new in edits if isinstance(edits, list) else [edits]:
             assert program.count(old) == 1, old
             program = program.replace(old, new)
@@ -578,27 +629,35 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     from_env = variant == "workers size inter-op from the environment"  # the course's (0, 0): no tuning, or a GPU node
     pools = ["0", "0"] if from_env else ["1", "2"]
     arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", *pools]
-    set_jit = variant in ("workers set_jit around fit", "workers set_jit in step 0", "workers set_jit between StepTimes' readings")
+    set_jit = variant in ("workers set_jit around fit", "workers set_jit in step 0", "workers set_jit between StepTimes' readings",
+                          "workers drop the dump's flag")
     late = variant == "workers set flags after the program read them"
     dropped = set_jit or late or variant in ("workers drop XLA flags", "workers start with a flag file")  # they compiled
     (tmp_path / "xla_flags").write_text(STARTED_WITH_XLA + "\n")  # the flags in a file, its name in TF_XLA_FLAGS
     flags = str(tmp_path / "xla_flags") if variant == "workers start with a flag file" else STARTED_WITH_XLA
     flags = "--tf_xla_cpu_global_jit" if set_jit else flags  # compiles nothing alone
-    env = {**os.environ, "TF_XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "0"} if dropped else None
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"} if late else env  # the program sets them itself
+    logs = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "xla_compiler=1"}  # every function XLA compiles, named
+    env = {**os.environ, "TF_XLA_FLAGS": flags, **logs} if dropped else None
+    env = {**os.environ, **logs} if late or variant == "worker 1 drops the dump's flag" else env  # the program sets them itself
     env = {**os.environ, "TF_NUM_INTEROP_THREADS": "8"} if from_env else env
     xla_dumps = XlaDumps(tmp_path / "xla_dumps", environ=dict(os.environ))  # as the set-up cell's, not this process's
     runs = {2: run_local_workers(arguments, n=2, deadline_s=600, env=xla_dumps.env("workers_2", base=env))}
     assert all(o.returncode == 0 for o in runs[2]), [o.output[-2000:] for o in runs[2]]
-    assert not dropped or all("Compiled cluster using XLA" in o.output for o in runs[2]), [o.output[-2000:] for o in runs[2]]
+    compiling = [0, 1] if dropped else []  # by their logs (where TF_CPP_VMODULE names what XLA compiles)
+    assert [o.rank for o in runs[2] if compiled_besides_canary(o.output)] == compiling, [o.output[-2000:] for o in runs[2]]
     kernel = [{**lesson_07_point("MirroredStrategy", n), "span_s": 2.0, "in_steps_s": 1.9,
                **({"threads": [0, 0]} if from_env else {})} for n in (1, 2)]
     ns = {"points": kernel, "runs": runs, "planned": {("MultiWorkerMirroredStrategy", 2): "CPU"}, "loads": {2: 1.0},
           "json": json, "print": lambda *a, **k: None, "xla_dumps": xla_dumps}
     exec(cell_defining("07_scaling_performance.ipynb", "for n, outcomes in runs.items():"), ns)
     dumped = xla_dumps.files("workers_2")
-    compiled = dropped or variant == "worker 1 asks XLA"  # XLA's dump must hold these, and only these
-    assert dumped is not None and bool(dumped) == compiled, f"{variant}: XLA dumped {dumped and len(dumped)} files"
+    missing, other = canary_dump(dumped, ["xla_dump_canary_0", "xla_dump_canary_1"])
+    # XLA's dump holds the canary of every worker that kept the flag, and other files where those compiled their steps
+    unseen = {"workers drop the dump's flag": ["xla_dump_canary_0", "xla_dump_canary_1"],
+              "worker 1 drops the dump's flag": ["xla_dump_canary_1"]}.get(variant, [])
+    compiled = (dropped or variant == "worker 1 asks XLA") and variant != "workers drop the dump's flag"
+    assert dumped is not None and bool(other) == compiled, f"{variant}: XLA dumped {dumped and len(other)} other files"
+    assert missing == unseen, (variant, missing)
     results = [next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("RESULT ")) for o in runs[2]]
     print(f"{variant}: each worker's replica batches {ns['points'][-1].get('worker_batches')}, "
           f"kept {[len(k) for k in ns['points'][-1]['worker_kept']]}, share of its span inside its timed steps "
@@ -608,7 +667,7 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}, get_jit() when fit "
           f"began {[r.get('optimizer_jit_at_fit') for r in results]}, around its steps "
           f"{[r.get('optimizer_jit_in_steps') for r in results]} and at the end {[r['optimizer_jit'] for r in results]}, "
-          f"files XLA dumped {len(dumped)}")
+          f"files XLA dumped {len(dumped)}, {len(other)} of them not the canaries', canaries missing {missing}")
     raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2],
            **({"course_pools": (0, 0)} if from_env else {})}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)

@@ -165,6 +165,13 @@ def _p04(run: str, **changes) -> dict:
     return {"precision": {**precision, run: {**precision[run], **changes}}}
 
 
+def lesson_07_canary_files(ranks) -> list[str]:
+    """Files of the canaries' modules that the processes of ranks `ranks` leave in their XLA dump (lesson 07's
+    xla_dump_canary: TensorFlow 2.21 wrote 11 for one, these among them)."""
+    return [f"module_0000.a_inference_xla_dump_canary_{rank}_11__XlaMustCompile_true_config_proto_1_executor_type_2_.1.{kind}"
+            for rank in ranks for kind in ("before_optimizations.txt", "cpu_after_optimizations.txt", "debug_options")]
+
+
 def lesson_07_point(label, replicas, agree=True, moved=True):
     """A point as lesson 07 records it: a MirroredStrategy point in this process, or a multi-worker
     point of `replicas` workers with one replica each, started as `replicas` workers (`asked`: the replicas
@@ -175,12 +182,13 @@ def lesson_07_point(label, replicas, agree=True, moved=True):
             "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "xla_flags": "", "xla_flags_at_start": "",
             "optimizer_jit": "", "optimizer_jit_at_fit": "", "optimizer_jit_in_steps": [""], "device": "CPU", "planned": "CPU",
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "asked": replicas,
-            "xla_dumped": [],  # the files XLA dumped: none (this kernel's dump, or the run's workers')
+            # the files XLA dumped (this kernel's dump, or the run's workers'): the canaries' modules, one a process
+            "xla_dumped": lesson_07_canary_files(range(replicas) if multi else [0]), "xla_canary": "xla_dump_canary_0",
             "kept": [f"example{i}" for i in range(4)],
             **({"workers": replicas, "weights_moved": moved, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
                 "worker_batches": [[32]] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)],
                 "worker_jit_compile": [False] * replicas, "worker_xla_flags": [""] * replicas,
-                "worker_xla_flags_at_start": [""] * replicas,
+                "worker_xla_flags_at_start": [""] * replicas, "worker_xla_canary": [f"xla_dump_canary_{r}" for r in range(replicas)],
                 "worker_optimizer_jit": [""] * replicas, "worker_optimizer_jit_at_fit": [""] * replicas,
                 "worker_optimizer_jit_in_steps": [[""]] * replicas} if multi else {})}
 
@@ -196,8 +204,9 @@ OK["07_scaling_performance.ipynb"] = {
             ("MultiWorkerMirroredStrategy", 2, 1): False},
     "clustering": {("MirroredStrategy", 1, 0): "", ("MirroredStrategy", 2, 0): "", ("MultiWorkerMirroredStrategy", 2, 0): "",
                    ("MultiWorkerMirroredStrategy", 2, 1): ""},
-    # keyed by (label, asked): the files XLA dumped in each one's directory (this kernel's, each run's workers')
-    "dumps": {("MirroredStrategy", 1): [], ("MirroredStrategy", 2): [], ("MultiWorkerMirroredStrategy", 2): []},
+    # keyed by (label, asked): each one's dump directory (this kernel's, each run's workers') read against its processes'
+    # canaries: the canaries with no module there, and the files of anything else XLA compiled
+    "dumps": {("MirroredStrategy", 1): ([], []), ("MirroredStrategy", 2): ([], []), ("MultiWorkerMirroredStrategy", 2): ([], [])},
     # keyed by (label, asked, rank): this kernel's points rank 0, each worker of a multi-worker run its own
     "threads_used": {("MirroredStrategy", 1, 0): (1, 2), ("MirroredStrategy", 2, 0): (1, 2),
                      ("MultiWorkerMirroredStrategy", 2, 0): (1, 2), ("MultiWorkerMirroredStrategy", 2, 1): (1, 2)},
@@ -1162,12 +1171,18 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                    ("MirroredStrategy", 2, 0): 0.6}}, "inside timed steps"),
     # eighteenth review, finding 1: workers whose settings read '' everywhere compiled (callbacks turning set_jit on
     # and off between StepTimes' readings, TF_XLA_FLAGS=--tf_xla_cpu_global_jit): files in their dump directory
-    # (the review's: 406); or a directory missing
-    ("07_scaling_performance.ipynb", {"dumps": {**OK["07_scaling_performance.ipynb"]["dumps"], ("MultiWorkerMirroredStrategy", 2): [
-        "module_0000.cluster_0__XlaCompiledKernel_true__XlaHasReferenceVars_false__XlaNumConstantArgs_0__XlaNumResourceArgs_0_.2.before_optimizations.txt"]}},
+    # (the review's: 406) besides their canaries'
+    ("07_scaling_performance.ipynb", {"dumps": {**OK["07_scaling_performance.ipynb"]["dumps"], ("MultiWorkerMirroredStrategy", 2): ([], [
+        "module_0001.cluster_0__XlaCompiledKernel_true__XlaHasReferenceVars_false__XlaNumConstantArgs_0__XlaNumResourceArgs_0_.2.before_optimizations.txt"])}},
      "XLA compiled modules"),
-    ("07_scaling_performance.ipynb", {"dumps": {**OK["07_scaling_performance.ipynb"]["dumps"], ("MirroredStrategy", 1): None}},
-     "XLA compiled modules"),
+    # nineteenth review: a worker that drops XLA_FLAGS before its first compile compiles without a trace in the dump
+    # (its directory stayed empty, and the old proof passed): worker 1's canary missing from the run's directory; or
+    # this kernel's directory missing (every canary of it missing)
+    ("07_scaling_performance.ipynb", {"dumps": {**OK["07_scaling_performance.ipynb"]["dumps"],
+                                                ("MultiWorkerMirroredStrategy", 2): (["xla_dump_canary_1"], [])}},
+     "did not reach XLA"),
+    ("07_scaling_performance.ipynb", {"dumps": {**OK["07_scaling_performance.ipynb"]["dumps"], ("MirroredStrategy", 1): (["xla_dump_canary_0"], [])}},
+     "did not reach XLA"),
     # tenth review, finding 1: worker 1 of 2 alone sleeping as long again as each step after it (real runs, worker 0's
     # and worker 1's: [1.0, 0.54], [0.99, 0.53]; worker 0's steps wait for it in the all-reduce); the old proof read
     # worker 0's only and passed
