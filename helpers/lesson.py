@@ -208,13 +208,17 @@ def correct_predictions(labels, logits, weights=1.0):
     return tf.reduce_sum(tf.cast(hits, tf.float32) * weights)
 
 
-def train_epoch(train_step, dist_dataset, global_batch: int, steps: int | None = None, timer=None) -> dict:
-    """One pass (or `steps` steps) over a distributed dataset: mean loss and accuracy."""
+def train_epoch(train_step, dist_dataset, global_batch: int, steps: int | None = None, timer=None,
+                record=None) -> dict:
+    """One pass (or `steps` steps) over a distributed dataset: mean loss and accuracy. `record`, when
+    given, is called with every batch the loop feeds the step (notebook 04 fingerprints them)."""
     total_loss = total_correct = 0.0
     done = 0
     for batch in dist_dataset:
         if steps is not None and done >= steps:
             break
+        if record:
+            record(batch)
         if timer:
             timer.start()
         loss, correct = train_step(batch)
@@ -228,10 +232,13 @@ def train_epoch(train_step, dist_dataset, global_batch: int, steps: int | None =
     return {"loss": total_loss / done, "accuracy": total_correct / (done * global_batch), "steps": done}
 
 
-def evaluate(eval_step, dist_dataset) -> dict:
-    """Loss and accuracy over every example of a distributed `evaluation_dataset`."""
+def evaluate(eval_step, dist_dataset, record=None) -> dict:
+    """Loss and accuracy over every example of a distributed `evaluation_dataset`; `record`, when
+    given, is called with every batch the loop feeds the step."""
     total_loss = total_correct = count = 0.0
     for batch in dist_dataset:
+        if record:
+            record(batch)
         loss, correct, weight = eval_step(batch)
         total_loss, total_correct, count = (total_loss + float(loss), total_correct + float(correct),
                                             count + float(weight))

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +17,11 @@ from tests.support.proof_cases import OK, planted_strategy
 from tests.support.proof_cells import (
     PlantedEngines, assignment_source, code_cells, gather_and_prove, holds_unless, run_proof, solution_source,
 )
+
+
+# what lesson 04's gathering cell computes from what the engines return (the rest of its namespace is the kernel's)
+LESSON_04_GATHERED = ("digests", "initial", "in_sync", "local", "fed", "seen", "per_epoch", "in_split", "overlap", "split",
+                      "whole", "worker_test_counts", "tested_by_workers")
 
 
 def _run_script(script: str, *args: str, timeout: float = 400) -> dict:
@@ -111,14 +117,34 @@ def test_lesson_04_proof_fails_when_the_float16_step_does_not_scale_its_loss(var
     ids=["disjoint", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "remainder dropped",
          "a MirroredStrategy per engine", "one image twice"])
 def test_lesson_04_gathering_cell_finds_shared_examples_in_what_the_engines_return(seen, tested, local, fingerprints, match):
+    """What each worker's loop fed (one epoch here), its split and its evaluation's fingerprints, as the engines return
+    them; the global batch 6 (3 per replica, 2 in sync): one pass feeds 6 of the split's 7 (or 8) images."""
     ok = OK["04_custom_training_loop.ipynb"]
     in_split = Counter([0, 1, 2, 3, 4, 5, 6, *([4] if [1, 3, 4] in seen else [])])  # the split's copies of each image
     pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2], "local_replicas": local,
-              "examples_seen": seen, "in_split": [in_split, in_split], "test_counted": tested, "worker_tested": fingerprints}
-    computed = ("digests", "initial", "in_sync", "local", "seen", "in_split", "overlap", "worker_test_counts", "tested_by_workers")
-    raw = {k: v for k, v in ok.items() if k not in computed}
+              "fed": [[s] for s in seen], "in_split": [in_split, in_split], "test_counted": tested, "worker_tested": fingerprints}
+    raw = {k: v for k, v in ok.items() if k not in LESSON_04_GATHERED}
     holds_unless(match, gather_and_prove, "04_custom_training_loop.ipynb",
-                 {**raw, "Counter": Counter, "engines": PlantedEngines(pulled)})
+                 {**raw, "Counter": Counter, "engines": PlantedEngines(pulled),
+                  "sizes": SimpleNamespace(max_steps=None, per_replica_batch=3)})
+
+
+def test_lesson_04_says_not_checked_when_max_steps_caps_the_workers_epochs():
+    """With COURSE_MAX_STEPS set the workers' loops feed part of their shards each epoch: the gathering cell leaves
+    `whole` None and the proof passes the disjointness check alone, printing what it could not check; with one pass
+    an epoch the same short feed fails."""
+    in_split = Counter(range(8))
+    pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2], "local_replicas": [1, 1],
+              "fed": [[[0, 2]], [[1, 3]]], "in_split": [in_split] * 2, "test_counted": [511, 511],
+              "worker_tested": [["t0", "t2"], ["t1", "t3"]]}
+    raw = {k: v for k, v in OK["04_custom_training_loop.ipynb"].items() if k not in LESSON_04_GATHERED}
+    printed = []
+    capped = {**raw, "Counter": Counter, "engines": PlantedEngines(pulled), "print": lambda *a, **k: printed.append(" ".join(map(str, a))),
+              "sizes": SimpleNamespace(max_steps=1, per_replica_batch=2)}
+    gather_and_prove("04_custom_training_loop.ipynb", capped)
+    assert any(line.startswith("NOT CHECKED (COURSE_MAX_STEPS") for line in printed), printed
+    holds_unless("did not feed every example", gather_and_prove, "04_custom_training_loop.ipynb",
+                 {**capped, "sizes": SimpleNamespace(max_steps=None, per_replica_batch=2)})
 
 
 @pytest.mark.parametrize("dropping,match", [(False, None), (True, "evaluation counted")],
@@ -170,8 +196,12 @@ def _lesson_04_data_and_fingerprints(strategy, evaluation_dataset) -> dict:
           "load_split": load_split, "training_dataset": lesson.training_dataset, "print": lambda *a, **k: None,
           "evaluation_dataset": evaluation_dataset}
     code = code_cells("04_custom_training_loop.ipynb")
-    for start in ("dataset = ensure_data", "import hashlib", "def fingerprints", "from helpers.lesson import normalize"):
+    for start in ("dataset = ensure_data", "import hashlib", "def fingerprints"):
         exec(compile(next(c for c in code if c.startswith(start)), "04 cell", "exec"), ns)
+    check = next(c for c in code if c.startswith("from helpers.lesson import normalize"))
+    if "evaluated" in check:  # what the kernel's evaluation fed, by epoch: here one epoch, every batch of test_dist
+        ns["evaluated"] = [[f for batch in ns["test_dist"] for f in ns["fingerprints"](strategy, batch)]]
+    exec(compile(check, "04 cell", "exec"), ns)
     return ns
 
 
@@ -195,20 +225,146 @@ def test_lesson_04_fingerprints_find_a_worker_seeded_shuffle_before_the_shard(sh
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=rank, num_replicas_in_sync=2)
         examples = test_examples.shuffle(511, seed=rank) if shuffled else test_examples
         dist = strategy.distribute_datasets_from_function(lambda _: lesson.evaluation_dataset(examples, 64, context))
-        tested.append(ns["fingerprints"](strategy, dist))
+        tested.append([f for batch in dist for f in ns["fingerprints"](strategy, batch)])
     counted = sum(map(len, tested))  # what every worker's all-reduced weight sum would be
     with capsys.disabled():
         print(f"\n[04 P2, {'shuffled' if shuffled else 'as written'}] weight-1 images {[len(t) for t in tested]}, "
               f"counted {counted} of 511")
     pulled = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2], "local_replicas": [1, 1],
-              "examples_seen": [["a"], ["b"]], "in_split": [Counter("ab")] * 2, "test_counted": [counted, counted],
+              "fed": [[["a"]], [["b"]]], "in_split": [Counter("ab")] * 2, "test_counted": [counted, counted],
               "worker_tested": tested}
-    computed = ("digests", "initial", "in_sync", "local", "seen", "in_split", "overlap", "worker_test_counts", "tested_by_workers")
-    raw = {k: v for k, v in OK["04_custom_training_loop.ipynb"].items() if k not in computed}
-    measured = {"test_set": ns["test_set"], "tested_here": ns["tested_here"], "test_images": 511, "global_batch": ns["global_batch"]}
-    assert sum(ns["test_set"].values()) == 511 and ns["tested_here"] == ns["test_set"]  # the kernel's own pass
+    raw = {k: v for k, v in OK["04_custom_training_loop.ipynb"].items() if k not in LESSON_04_GATHERED}
+    measured = {"test_set": ns["test_set"], "tested_here": ns["tested_here"], "test_images": 511, "global_batch": ns["global_batch"],
+                "sizes": SimpleNamespace(max_steps=None, per_replica_batch=1)}  # 2 images, 2 in sync: one global batch
+    assert sum(ns["test_set"].values()) == 511 and ns["tested_here"] == [ns["test_set"]]  # the kernel's own pass
     holds_unless(match, gather_and_prove, "04_custom_training_loop.ipynb",
                  {**raw, **measured, "Counter": Counter, "engines": PlantedEngines(pulled)})
+
+
+def _lesson_04_kernel(strategy, variant: str) -> dict:
+    """Lesson 04's kernel cells as the nbval pass runs them, in this process on `strategy`, one epoch of quick mode:
+    the step and loop cells, data, model, fingerprint, training (cell 21) and the check of what evaluation fed. With
+    `variant` "evaluation fed another dataset", the training cell's evaluation reads 511 training images instead of
+    the test split's 511 (review r04e); the namespace the cells leave."""
+    import dataclasses
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from helpers import lesson
+    from helpers.data import ensure_data, load_split
+    from helpers.mode import mode_sizes
+
+    ns = {"tf": tf, "keras": keras, "np": np, "strategy": strategy, "sizes": dataclasses.replace(mode_sizes("quick"), epochs=1),
+          "ensure_data": ensure_data, "load_split": load_split, "training_dataset": lesson.training_dataset,
+          "evaluation_dataset": lesson.evaluation_dataset, "small_cnn": lesson.small_cnn, "print": lambda *a, **k: None}
+    code = code_cells("04_custom_training_loop.ipynb")
+    for start in ("def correct_predictions", "def make_train_step", "def make_eval_step", "def train_epoch",
+                  "dataset = ensure_data", "with strategy.scope():\n    model = small_cnn()", "import hashlib", "def fingerprints",
+                  'curves', "from helpers.lesson import normalize"):
+        cell = next(c for c in code if c.startswith(start))
+        if start == "curves" and variant == "evaluation fed another dataset":
+            fed = "evaluate(eval_step, test_dist"
+            assert fed in cell
+            cell = cell.replace(fed, "evaluate(eval_step, other_dist")
+            ns["other_dist"] = strategy.distribute_datasets_from_function(  # as many images, from the training split
+                lambda context: lesson.evaluation_dataset(ns["train_examples"].take(511), ns["global_batch"], context))
+        exec(compile(cell, "04 cell", "exec"), ns)
+    return ns
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("evaluation fed another dataset", "this node's evaluation")])
+def test_lesson_04_proof_reads_what_the_kernels_evaluation_fed(variant, match, capsys):
+    """Review r04e: "every test image evaluated once" was fingerprinted on a second pass over `test_dist` after the
+    training cell, not on what its evaluation fed, so an evaluation fed another dataset of the same size (511
+    training images) counted 511 and passed (DID NOT RAISE on the old cells). The kernel's cells run here on one
+    replica (quick mode, one epoch); the evaluation now hands every batch it feeds to `record`, and the proof fails."""
+    import tensorflow as tf
+
+    ns = _lesson_04_kernel(tf.distribute.MirroredStrategy(devices=["/cpu:0"]), variant)
+    measured = {k: ns[k] for k in ("test", "test_images", "global_batch", "test_set", "tested_here")}
+    with capsys.disabled():
+        print(f"\n[04 kernel evaluation, {variant}] counted {ns['test']['examples']} of {ns['test_images']}, "
+              f"the split's fingerprints {sum(ns['test_set'].values())}")
+    holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
+                 {**OK["04_custom_training_loop.ipynb"], **measured, "worker_test_counts": [ns["test"]["examples"]] * 2,
+                  "tested_by_workers": ns["test_set"]})  # the workers' part as a correct run gives it
+
+
+class _Workers:
+    """Engines as the gathering cell pulls from them: each name evaluated in each simulated worker's namespace. What
+    a cluster's all-reduce would give is planted: 2 replicas in sync, the evaluation's count summed over the workers,
+    the weights the same (each worker trained its own copy here, on its own shard)."""
+
+    def __init__(self, workers: list):
+        planted = {"strategy.num_replicas_in_sync": lambda: [2] * len(workers),
+                   "test_counted": lambda: [sum(w["test_counted"] for w in workers)] * len(workers),
+                   "digest": lambda: [workers[0]["digest"]] * len(workers)}
+        self.view = SimpleNamespace(pull=lambda name, block=True: planted[name]() if name in planted
+                                    else [eval(name, w) for w in workers])
+
+    def finish(self) -> str:
+        return "stopped"
+
+
+@pytest.mark.parametrize("variant,match", [("as written", None), ("unsharded loop", "shared examples"),
+                                           ("evaluation fed another dataset", "the workers' evaluation")])
+def test_lesson_04_proof_reads_what_the_workers_loops_fed(variant, match, capsys):
+    """Review r04e: "the workers trained from disjoint shards" was fingerprinted on a second pass over `train_dist`,
+    not on the batches the training loop fed, so a loop that trained on the unsharded split passed; and the workers'
+    "every test image once" on a second pass over `test_dist`, so an evaluation fed another dataset of the same size
+    passed (both DID NOT RAISE on the old cells). The workers' cells (55, 57, 59, without %%px and make_strategy) run
+    here for 2 simulated workers in turn, each a one-device MirroredStrategy whose input pipelines get the input
+    context of worker r of 2 (one replica each), quick mode, one epoch; then the gathering cell and the proof."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from helpers import lesson
+    from helpers.data import ensure_data
+    from helpers.mode import mode_sizes
+
+    sizes = dataclasses.replace(mode_sizes("quick"), epochs=1)
+    kernel = _lesson_04_data_and_fingerprints(tf.distribute.MirroredStrategy(devices=["/cpu:0"]), lesson.evaluation_dataset)
+    code = code_cells("04_custom_training_loop.ipynb")
+    setup = next(c for c in code if c.startswith("%%px\nfrom helpers.strategy import make_strategy"))
+    setup = "\n".join(line for line in setup.splitlines() if "%%px" not in line and "make_strategy" not in line)
+    trained, evaluated = (next(c for c in code if mark in c).replace("%%px\n", "")
+                          for mark in ("initial = weights_digest(model)", "in_split = Counter("))
+    if variant == "unsharded loop":
+        fed = "train_epoch(train_step, train_dist,"
+        assert fed in trained
+        trained = trained.replace(fed, "train_epoch(train_step, unsharded,")
+    if variant == "evaluation fed another dataset":
+        fed = "evaluate(make_eval_step(strategy, model), test_dist"
+        assert fed in evaluated
+        evaluated = evaluated.replace(fed, "evaluate(make_eval_step(strategy, model), other_test")
+    workers = []
+    for rank in (0, 1):
+        strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0"])
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=rank, num_replicas_in_sync=2)
+        mirrored = type(strategy).distribute_datasets_from_function
+        strategy.distribute_datasets_from_function = lambda fn, options=None, s=strategy, c=context: mirrored(
+            s, lambda _: fn(c), options)  # worker `rank` of 2, as MultiWorkerMirroredStrategy's context gives it
+        ns = {"sizes": sizes, "DATA_DIR": str(ensure_data(True).data_dir), "fingerprint": kernel["fingerprint"],
+              "fingerprints": kernel["fingerprints"], "strategy": strategy, "print": lambda *a, **k: None}
+        exec(compile(setup, "04 worker setup", "exec"), ns)
+        ns["unsharded"] = mirrored(strategy, lambda _: lesson.training_dataset(  # every worker the whole split
+            ns["train_examples"], ns["global_batch"], tf.distribute.InputContext(1, 0, 2)))
+        ns["other_test"] = strategy.distribute_datasets_from_function(  # as many images, from the training split
+            lambda c, ns=ns: lesson.evaluation_dataset(ns["train_examples"].take(511), ns["global_batch"], c))
+        for cell in (trained, evaluated):
+            exec(compile(cell, "04 worker", "exec"), ns)
+        workers.append(ns)
+    raw = {k: v for k, v in OK["04_custom_training_loop.ipynb"].items() if k not in LESSON_04_GATHERED}
+    namespace = {**raw, "Counter": Counter, "engines": _Workers(workers), "sizes": sizes, "test_set": kernel["test_set"],
+                 "tested_here": kernel["tested_here"]}  # the kernel's own, as fed
+    try:
+        holds_unless(match, gather_and_prove, "04_custom_training_loop.ipynb", namespace)
+    finally:
+        with capsys.disabled():
+            print(f"\n[04 workers, {variant}] steps {[w['steps'] for w in workers]}, counted {[w['test_counted'] for w in workers]}")
 
 
 LESSON_04_REPLICAS = """

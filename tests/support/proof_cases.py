@@ -101,11 +101,13 @@ OK: dict[str, dict] = {
                             "padding counted": 0.0859375, "loss": 2.1799622, "plain loss": 2.3252931}] * 2},
     "04_custom_training_loop.ipynb": {
         "in_sync": [2, 2], "local": [1, 1], "N_ENGINES": 2, "seen": [["a"], ["b"]], "overlap": 0, "digests": ["d", "d"],
+        # what the workers' loops fed, by epoch (2 epochs), all workers together: the split's 2 images each epoch
+        "per_epoch": [Counter(["a", "b"])] * 2, "whole": 2,
         "initial": ["i", "i"], "strategy": planted_strategy(2),
         "right_gap": 1e-7, "wrong_gap": 1e-2, "step_size": 1e-2, "tf32": False, "xla_auto": "", "test": {"examples": 511},
         "test_images": 511, "worker_test_counts": [511, 511], "global_batch": 64,
-        # the test split's fingerprints, and what this node's and the workers' evaluations saw: each image once
-        "test_set": Counter(["t0", "t1", "t2", "t3"]), "tested_here": Counter(["t0", "t1", "t2", "t3"]),
+        # the test split's fingerprints, and what this node's evaluations fed (by epoch) and the workers' fed: each image once
+        "test_set": Counter(["t0", "t1", "t2", "t3"]), "tested_here": [Counter(["t0", "t1", "t2", "t3"])] * 2,
         "tested_by_workers": Counter(["t0", "t1", "t2", "t3"]),
         # one step with small gradients (the loss x 1e-5) under each policy, as measured on 1 to 4 replicas
         "precision": {"mixed_float16": {"compute": "float16", "loss scale": 32768.0, "steps unscaled": 1, "compile wraps": True, "loss": 3e-5,
@@ -870,6 +872,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"N_ENGINES": 1, "in_sync": [1], "local": [1]}, "not one cluster"),
     ("04_custom_training_loop.ipynb", {"seen": [["a"], []]}, "shared examples"),  # a worker that trained on nothing
     ("04_custom_training_loop.ipynb", {"seen": [["a"], ["a"]], "overlap": 1}, "shared examples"),
+    # review r04e: a loop that trained on the unsharded split (each worker fed both images each epoch): the old proof
+    # fingerprinted a second pass over the sharded pipeline, not what the loop fed, and passed it
+    ("04_custom_training_loop.ipynb", {"seen": [["a", "b"] * 2] * 2, "per_epoch": [Counter(["a", "a", "b", "b"])] * 2,
+                                       "overlap": 2}, "shared examples"),
+    # a loop that fed the second epoch one image of two (its steps cut short)
+    ("04_custom_training_loop.ipynb", {"per_epoch": [Counter(["a", "b"]), Counter(["a"])]}, "did not feed every example"),
     ("04_custom_training_loop.ipynb", {"digests": ["i", "i"]}, "did not change the weights"),
     ("04_custom_training_loop.ipynb", {"digests": ["d", "e"]}, "different weights"),
     ("04_custom_training_loop.ipynb", {"right_gap": 1e-3, "wrong_gap": 1.0}, "disagree"),
@@ -894,7 +902,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("04_custom_training_loop.ipynb", {"worker_test_counts": [511, 448]}, "evaluation counted"),
     # an image evaluated twice and another not at all: the weighted count is still right (first review, P2: a
     # worker-seeded shuffle before the shard does it across workers)
-    ("04_custom_training_loop.ipynb", {"tested_here": Counter(["t0", "t0", "t2", "t3"])}, "this node's evaluation"),
+    ("04_custom_training_loop.ipynb", {"tested_here": [Counter(["t0", "t1", "t2", "t3"]), Counter(["t0", "t0", "t2", "t3"])]},
+     "this node's evaluation"),
+    # review r04e: evaluation fed another dataset of the same size (the old proof fingerprinted a second pass over
+    # test_dist, not what evaluation fed, and passed it); or no epoch's evaluation recorded at all
+    ("04_custom_training_loop.ipynb", {"tested_here": [Counter(["x0", "x1", "x2", "x3"])] * 2}, "this node's evaluation"),
+    ("04_custom_training_loop.ipynb", {"tested_here": []}, "this node's evaluation"),
     ("04_custom_training_loop.ipynb", {"tested_by_workers": Counter(["t0", "t1", "t1", "t3"])}, "the workers' evaluation"),
     # a test split of whole global batches: nothing padded, so a dropped remainder would count all the same
     ("04_custom_training_loop.ipynb", {"test": {"examples": 512}, "test_images": 512, "worker_test_counts": [512, 512]},
