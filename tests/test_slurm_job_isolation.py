@@ -146,7 +146,8 @@ def _staging_job(tmp_path: Path, slurm: dict, reader: str, node_local: str | Non
                  sbcast: str = 'exec /usr/bin/sbcast "$@"') -> tuple[Path, dict]:
     """Lesson 16's read_shards.sbatch as the notebook writes it, two small shard files, and a stand-in
     reader (the test is about the staging) that lists the staged directory and each file's SHA-256 on
-    its node. `sbcast` on the job's PATH logs each call to tmp_path/sbcast-calls, then does `sbcast`."""
+    its node, and the CUDA_VISIBLE_DEVICES its step sees. `sbcast` on the job's PATH logs each call to
+    tmp_path/sbcast-calls, then does `sbcast`."""
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     (job_dir / "read_shards.sbatch").write_text(written_programs("16_input_at_scale.ipynb")['"read_shards.sbatch"}'])
@@ -157,7 +158,8 @@ def _staging_job(tmp_path: Path, slurm: dict, reader: str, node_local: str | Non
     python = tmp_path / "reader"
     python.write_text("#!/bin/bash\n# read_shards.py --files DIR --out OUT\n"
                       "echo \"READER $SLURMD_NODENAME $(stat -c '%a %U' \"$3\") $(ls \"$3\" | tr '\\n' ' ')\"\n"
-                      "echo \"COPY $SLURMD_NODENAME $(cd \"$3\" && sha256sum -- * | tr -s ' \\n' '  ')\"\n" + reader)
+                      "echo \"COPY $SLURMD_NODENAME $(cd \"$3\" && sha256sum -- * | tr -s ' \\n' '  ')\"\n"
+                      "echo \"GPUS $SLURMD_NODENAME [${CUDA_VISIBLE_DEVICES-unset}]\"\n" + reader)
     python.chmod(0o755)
     fakebin = tmp_path / "sbcast-bin"
     fakebin.mkdir()
@@ -180,6 +182,11 @@ def _copies(log: str, tmp_path: Path) -> tuple[dict, dict]:
             node, *fields = line.split()[1:]
             copies[node] = dict(zip(fields[1::2], fields[0::2]))
     return copies, shared
+
+
+def _gpus_seen(log: str) -> list[list[str]]:
+    """Each node's CUDA_VISIBLE_DEVICES in the workers' step, as the stand-in reader printed it ("[unset]": unset)."""
+    return sorted(l.split()[1:] for l in log.splitlines() if l.startswith("GPUS "))
 
 
 def _sbcast_calls(tmp_path: Path) -> list[str]:
@@ -239,7 +246,8 @@ def test_lesson_16_stages_once_where_the_nodes_share_one_directory(slurm, tmp_pa
     log = next(job_dir.glob("tf-shards-*.out")).read_text()
     readers = sorted(l for l in log.splitlines() if l.startswith("READER "))
     report(f"{Path(__file__).stem}: lesson 16 on nodes sharing one directory: {readers}; "
-           f"{[l for l in log.splitlines() if l.startswith(('STAGED', 'error'))]}; left: {list(shared_local.iterdir())}")
+           f"{[l for l in log.splitlines() if l.startswith(('STAGED', 'error'))]}; left: {list(shared_local.iterdir())}; "
+           f"CUDA_VISIBLE_DEVICES in the workers' step: {_gpus_seen(log)}")
     assert done.returncode == 0 and "could not make" not in log, log
     assert [l.split()[1:4] for l in readers] == [["node1", "700", "root"], ["node2", "700", "root"]], log
     assert all(l.split()[4:] == ["part-0.tfrecord", "part-1.tfrecord"] for l in readers), log
@@ -247,6 +255,8 @@ def test_lesson_16_stages_once_where_the_nodes_share_one_directory(slurm, tmp_pa
     copies, shared = _copies(log, tmp_path)
     assert copies == {"node1": shared, "node2": shared} and len(shared) == 2, (copies, shared)
     assert _sbcast_calls(tmp_path) == [], "one directory for all nodes: copied with cp, not sent with sbcast"
+    # twentieth review, finding 1: the script's export never reached the step (Slurm unsets it in a step with no GPU)
+    assert _gpus_seen(log) == [["node1", "[]"], ["node2", "[]"]], f"the workers should see no GPU: {_gpus_seen(log)}"
     assert list(shared_local.iterdir()) == [], "the job should remove its copy"
     assert squeue_empty(slurm["env"], within=30)
 
@@ -270,6 +280,7 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
     assert copies == {"node1": shared, "node2": shared} and len(shared) == 2, (copies, shared)
     calls = _sbcast_calls(tmp_path)
     assert len(calls) == 1 and calls[0].endswith("/shards.tar"), calls  # one sbcast, of the tar
+    gpus_seen = _gpus_seen(log)
     left_at_end = _staged_copies(slurm)
 
     (tmp_path / "cancelled").mkdir()
@@ -290,8 +301,12 @@ def test_lesson_16_copies_are_private_and_gone_at_the_end_and_on_scancel(slurm, 
     gone_s = time.monotonic() - began
     report(f"{Path(__file__).stem}: lesson 16 staging to node-local disks: {readers}; sbcast calls {calls}; "
            f"{[l for l in log.splitlines() if l.startswith('STAGED')]}; left after a normal end: {left_at_end}; "
-           f"staged {staged}, {'gone' if not _staged_copies(slurm) else 'still there'} {gone_s:.1f} s after scancel")
+           f"staged {staged}, {'gone' if not _staged_copies(slurm) else 'still there'} {gone_s:.1f} s after scancel; "
+           f"CUDA_VISIBLE_DEVICES in the workers' step (nodes with GPUs): {gpus_seen}")
     assert left_at_end == [], log
+    # twentieth review, finding 1: an `export CUDA_VISIBLE_DEVICES=` in the script printed [unset] on every node (Slurm
+    # 22.05 unsets it in a step with no GPU), so a CUDA TensorFlow would see every GPU of the node
+    assert gpus_seen == [["node1", "[]"], ["node2", "[]"]], f"the workers should see no GPU: {gpus_seen}\n{log}"
     assert seen_outside == [], f"the staged copies should not be visible outside the nodes: {seen_outside}"
     cancelled_log = "".join(p.read_text() for p in job_dir.glob("*.out"))
     assert not _staged_copies(slurm), f"scancel left the copies: {_staged_copies(slurm)}\n{cancelled_log}"

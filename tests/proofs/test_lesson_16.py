@@ -52,19 +52,27 @@ def test_lesson_16_read_on_runs_its_local_workers_on_cpus_only(tmp_path, monkeyp
 
 def test_lesson_16_job_script_hides_the_node_s_gpus_from_its_steps(tmp_path):
     """Tenth review, finding 1: a job that asks for no GPU still sees the node's GPUs where the centre does not hide
-    them (Slurm leaves CUDA_VISIBLE_DEVICES unset), and make_strategy would make a replica of each. The head of
-    read_shards.sbatch (up to its first check), run by bash with CUDA_VISIBLE_DEVICES=0,1, leaves it set and empty
-    for the steps after it."""
+    them, and make_strategy would make a replica of each. Twentieth review, finding 1: the script's `export
+    CUDA_VISIBLE_DEVICES=` never reached the workers: Slurm 22.05 unsets it in every step without a GPU, whatever the
+    batch script set (tests/test_slurm_job_isolation.py sees it on the local Slurm with GPUs). The script's exports
+    and its workers' step, run by bash with CUDA_VISIBLE_DEVICES=0,1 and an srun that unsets it as Slurm does: the
+    worker sees it set and empty ("[unset]" with the old export)."""
     import subprocess
 
     script = cell_defining("16_input_at_scale.ipynb", '%%writefile {job_dir / "read_shards.sbatch"}')
     body = script.split("\n", 1)[1]
     head = body[:body.index(': "${SHARED:?')]
-    env = {"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_ID": "7"}
-    done = subprocess.run(["bash", "-c", head + 'echo "[${CUDA_VISIBLE_DEVICES-unset}]"'], env=env,
-                          capture_output=True, text=True, timeout=30)
+    step = [l for l in body.splitlines() if l.startswith("srun --kill-on-bad-exit=1 ")]
+    assert len(step) == 1, step  # the workers' step
+    srun = 'srun() { while [ "${1#-}" != "$1" ]; do shift; done; (unset CUDA_VISIBLE_DEVICES; "$@"); }\n'
+    reader = tmp_path / "reader"
+    reader.write_text('#!/bin/sh\necho "[${CUDA_VISIBLE_DEVICES-unset}]"\n')
+    reader.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_ID": "7", "PYTHON": str(reader),
+           "SLURM_SUBMIT_DIR": str(tmp_path), "LOCAL": str(tmp_path), "OUT": str(tmp_path)}
+    done = subprocess.run(["bash", "-c", head + srun + step[0]], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]", f"the job's steps should see CUDA_VISIBLE_DEVICES empty: {done.stdout!r}"
+    assert done.stdout.strip() == "[]", f"the job's workers should see CUDA_VISIBLE_DEVICES empty: {done.stdout!r}"
 
 
 def test_lesson_16_staging_cell_run_twice_starts_anew(tmp_path):
@@ -807,6 +815,40 @@ def test_lesson_16_a_second_pipeline_under_one_cache_name_stops_only_while_the_f
                   "after_clash": run["after_clash"]})
 
 
+@pytest.mark.parametrize("cleaned", [True, False], ids=["as written", "without its clean-up"])
+def test_lesson_16_the_clash_cell_run_twice_shows_the_clash_again(tmp_path, cleaned):
+    """Twentieth review, finding 3: the clash cell run twice in one kernel: its third pipeline only read the first
+    run's cache under the name (10-17, the first run's third's), and `after_clash == "wrote its own cache"` passed. As
+    written (the name's files removed first), the second run gives the first run's three outcomes and the proof
+    passes; without that clean-up, the third found a finished cache under the name before it, which after_clash now
+    says, and the proof fails (on the clash, which the earlier cache hides, and on after_clash)."""
+    import os
+
+    import tensorflow as tf
+
+    source = cell_defining("16_input_at_scale.ipynb", 'one_name = str(node_local / "one-name")')
+    if not cleaned:
+        line = 'for old in node_local.glob("one-name*"):'
+        assert source.count(line) == 1, line
+        source = source.replace(line, "for old in []:")
+    run = {"tf": tf, "os": os, "node_local": tmp_path, "print": lambda *a, **k: None}
+    outcomes = []
+    for _ in range(2):
+        exec(compile(source, "16 clash", "exec"), run)
+        outcomes.append((run["clash"][:19], run["first_then"][:13], run["after_clash"]))
+    assert outcomes[0] == ("AlreadyExistsError:", "NotFoundError", "wrote its own cache"), outcomes
+    if cleaned:
+        assert outcomes[1] == outcomes[0], outcomes
+    else:
+        assert outcomes[1][2] == "gave [10, 11, 12, 13, 14, 15, 16, 17] (a finished cache was under the name before it)", \
+            outcomes
+    ok = OK["16_input_at_scale.ipynb"]
+    holds_unless(None if cleaned else "should stop with AlreadyExistsError", run_proof, "16_input_at_scale.ipynb",
+                 {**ok, "clash": run["clash"], "first_then": run["first_then"], "after_clash": run["after_clash"]})
+    holds_unless(None if cleaned else "should write its own cache", run_proof, "16_input_at_scale.ipynb",
+                 {**ok, "after_clash": run["after_clash"]})
+
+
 @pytest.mark.parametrize("memory_on_top,runs,match", [(False, 1, None), (True, 1, "its files removed"), (False, 2, None)],
                          ids=["as written", "a memory cache on top", "its cells run twice"])
 def test_lesson_16_the_cache_s_later_epochs_come_from_its_file(tmp_path, memory_on_top, runs, match):
@@ -871,6 +913,22 @@ def test_lesson_16_figure_draws_the_staging_bar_on_its_job_start_tick(tmp_path, 
     assert staging == [pytest.approx(ticks["job start"])] and ticks["job start"] == -1, (staging, ticks)
     assert spans == [(0, pytest.approx(1.8)), (pytest.approx(1.8), pytest.approx(0.1))], spans
     assert bars["staged"] == [pytest.approx(e + 0.25) for e in range(3)], bars  # the epochs' bars as they were
+
+
+@pytest.mark.parametrize("device", ["CPU", "GPU"])
+def test_lesson_16_reading_against_training_names_the_step_s_device(device):
+    """Twentieth review, finding 2: the print said "every way reads faster than this CPU trains" whatever device the
+    step ran on, and in workshop mode on a GPU machine the kernel's step runs on its GPU. The cell, run on a correct
+    run's figures with the step's device as cell 44 names it, says that device."""
+    ok = OK["16_input_at_scale.ipynb"]
+    said = []
+    run = {"np": np, "epochs": ok["epochs"], "waits": ok["waits"], "TIMED": 64, "step_s": 0.5, "training_s": 32.0,
+           "step_device": f"this kernel's {device}", "print": lambda *a, **k: said.append(" ".join(map(str, a)))}
+    exec(compile(cell_defining("16_input_at_scale.ipynb", "shared_per_batch_s, shared_wait_per_batch_s ="),
+                 "16 reading against training", "exec"), run)
+    assert len(said) == 1 and "CPU" not in said[0].replace(device, "") and "GPU" not in said[0].replace(device, ""), said
+    assert f"a training step 500 ms on this kernel's {device}," in said[0], said
+    assert said[0].endswith(f"every way reads faster than this kernel's {device} trains"), said
 
 
 @pytest.mark.parametrize("reads,match", [("its copy", None), ("$SHARED", "should be a copy of a shared file")])
