@@ -123,13 +123,15 @@ def _epoch(s: Sizes, limit: int | None, global_batch: int) -> int:
 
 
 def lesson_work(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, model: str = "cnn",
-                steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS, horovod: bool = False) -> list[Work]:
+                steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS, horovod: bool = False,
+                small: int = 32, factor: int = 16) -> list[Work]:
     """What lesson `lesson` ("00", "01", ...) trains in the sizes `s`, with `replicas` replicas in all; `batch`: the
     per-replica batch a lesson sets itself (lesson 13's BATCH), else its default; `model`, `steps`, `max_replicas`:
-    lesson 07's MODEL, STEPS and MAX_REPLICAS; `horovod`: lesson 13 runs Horovod's step too. Only that lesson's work
+    lesson 07's MODEL, STEPS and MAX_REPLICAS; `horovod`: lesson 13 runs Horovod's step too; `small`, `factor`:
+    lesson 10's SMALL and FACTOR (its small global batch, and the large one over it). Only that lesson's work
     is computed: another lesson's sizes need not fit these replicas (lesson 05's 64 ResNet images fill no global batch
     of 9 x 8)."""
-    work = _course_work(s, replicas, batch, model, steps, max_replicas, horovod).get(lesson)
+    work = _course_work(s, replicas, batch, model, steps, max_replicas, horovod, small, factor).get(lesson)
     return work() if work else []
 
 
@@ -172,15 +174,18 @@ def _lesson_15_epoch(s: Sizes, replicas: int) -> int:
 
 def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str = "cnn",
                  steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS,
-                 horovod: bool = False) -> dict[str, Callable[[], list[Work]]]:
+                 horovod: bool = False, small: int = 32, factor: int = 16) -> dict[str, Callable[[], list[Work]]]:
     """Every lesson's work, by lesson number: the one list of the lessons that train, each computed when asked for."""
     b, cnn = s.per_replica_batch, (lambda images: Work("cnn", images, s.per_replica_batch))
 
     def epoch() -> int:
         return _epoch(s, s.train_examples, b * replicas)
 
-    def large() -> int:
-        return 512 * max(-(-32 // s.schedule_epochs), s.steps_per_epoch(s.train_examples or FULL_TRAIN, 512))  # 32 updates at least
+    small_10 = -(-small // replicas) * replicas  # lesson 10's SMALL, rounded up to a multiple of the replicas (its cell 9)
+    large_10 = small_10 * factor
+
+    def large() -> int:  # lesson 10's epoch: whole large batches, 32 updates at least (its cell 9)
+        return large_10 * max(-(-32 // s.schedule_epochs), s.steps_per_epoch(s.train_examples or FULL_TRAIN, large_10))
 
     def resnet_epoch() -> int:
         return _epoch(s, s.resnet_train_examples, s.resnet_per_replica_batch * replicas)
@@ -199,8 +204,9 @@ def _course_work(s: Sizes, replicas: int, batch: int | None = None, model: str =
         "07": lambda: [Work(model, (steps + 1) * b * sum(sum(c) for c in lesson_07_counts(replicas, max_replicas)), b)],
         "08": lambda: [Work(s.job_model, s.epochs * epoch(), b)],
         "09": lambda: [cnn(2 * 2 * 12 * b * replicas)],  # two pipelines, two epochs of 12 steps
-        "10": lambda: [Work("cnn", s.schedule_epochs * large(), 32 // replicas),  # the small batch, then 4 runs of the large
-                       Work("cnn", 4 * s.schedule_epochs * large(), 512 // replicas)],
+        # the small batch, then 4 runs of the large; not the learning-rate-0 run's W + 1 steps nor the per-step callback
+        "10": lambda: [Work("cnn", s.schedule_epochs * large(), small_10 // replicas),
+                       Work("cnn", 4 * s.schedule_epochs * large(), large_10 // replicas)],
         "11": lambda: [cnn(5 * s.epochs * epoch())],  # five runs of the whole plan
         "12": lambda: [Work("cnn", 6 * s.tour_steps * 64 * replicas, 64)],
         # the global batch once on the engines, twice in the recipe by hand (each rank's share at Horovod's scaling and at
@@ -341,18 +347,19 @@ class Stopwatch:
 
 def time_lesson(lesson: str, s: Sizes, replicas: int = 2, batch: int | None = None, slurm: bool = True,
                 model: str = "cnn", steps: int = 30, max_replicas: int = LESSON_07_MAX_REPLICAS,
-                engines: int = ENGINES_PER_CLUSTER) -> Stopwatch:
+                engines: int = ENGINES_PER_CLUSTER, small: int = 32, factor: int = 16) -> Stopwatch:
     """Print the mode, the sizes and the predicted training time here; returns the stopwatch. `batch`: the
     per-replica batch the lesson sets itself, where it does (lesson 13's BATCH); `slurm`: False where a job
     lesson runs its jobs' tasks as local processes (lesson 16 says); `model`, `steps`, `max_replicas`: lesson 07's
-    MODEL, STEPS and MAX_REPLICAS; `engines`: the engines in each cluster the lesson starts (its N_ENGINES)."""
+    MODEL, STEPS and MAX_REPLICAS; `engines`: the engines in each cluster the lesson starts (its N_ENGINES); `small`,
+    `factor`: lesson 10's SMALL and FACTOR."""
     from .gpus import gpu_count_without_tf
 
     kernel_gpus = gpu_count_without_tf()
     gpus = training_gpus(lesson, kernel_gpus, replicas)
     devices = max(replicas, gpus, 1)
     horovod = lesson == "13" and _horovod_runs(replicas)
-    work = lesson_work(lesson, s, devices, batch, model, steps, max_replicas, horovod)
+    work = lesson_work(lesson, s, devices, batch, model, steps, max_replicas, horovod, small, factor)
     predicted = seconds(work, gpus, replicas)
     startup = startup_seconds(lesson, s, gpus, slurm, horovod, devices, max_replicas, engines, nodes=replicas)
     reading = timed_reading_seconds(lesson, s)

@@ -193,6 +193,21 @@ def test_lesson_07_predicts_for_its_model_and_steps():
     assert [(w.model, w.images) for w in work] == [("resnet50", 61 * 32 * 5)]
 
 
+@pytest.mark.parametrize("small,factor,replicas,images", [
+    (32, 16, 2, [16_384, 65_536]), (64, 16, 2, [32_768, 131_072]), (128, 4, 2, [16_384, 65_536]),
+    (32, 16, 3, [16_896, 67_584])])
+def test_lesson_10_counts_the_images_of_its_own_small_and_factor(small, factor, replicas, images, capsys, monkeypatch):
+    """Lesson 10's fourteenth review, finding 3: its stopwatch counted batches of 32 and 512 whatever SMALL and FACTOR
+    (at SMALL 64 in quick mode it printed 16,384 + 65,536 images, where the lesson trains 32,768 + 131,072: 4 epochs of
+    4,096, then 4 runs of them). Now the lesson's SMALL, rounded up to a multiple of the replicas as its cell 9 does
+    (33 on 3 replicas, a large batch of 528), and FACTOR."""
+    quick = mode_sizes("quick")
+    assert [w.images for w in lesson_work("10", quick, replicas, small=small, factor=factor)] == images
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    time_lesson("10", quick, replicas, small=small, factor=factor)
+    assert f"{images[0]:,} images through cnn, {images[1]:,} images through cnn" in capsys.readouterr().out
+
+
 def test_lesson_13_counts_its_own_batch_on_any_number_of_workers(capsys, monkeypatch):
     """Lesson 13's fourth review, finding 4: its stopwatch with 9 workers in quick mode raised lesson 05's error ('64
     examples do not fill one global batch of 72'): every lesson's work was computed, not the one asked for. And it
