@@ -1072,3 +1072,101 @@ def test_lesson_13_stopwatch_counts_a_tensorflow_start_for_each_engine(monkeypat
     exec(compile(source, "13 stopwatch", "exec"), namespace)
     out = capsys.readouterr().out
     assert f"start-up {start_up} " in out, out
+
+
+# a Slurm step of 2 nodes of 4 tasks, a GPU bound to each task (--gpus-per-task=1): what srun sets for rank 0.
+# TensorFlow's SlurmClusterResolver reads only these variables (the node list through SLURM_STEP_NODELIST, the GPUs
+# through CUDA_VISIBLE_DEVICES; nvidia-smi only without it): PATH is emptied, so neither scontrol nor nvidia-smi runs
+LESSON_13_SLURM_RESOLVER = """
+import os
+os.environ.update({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_NODELIST": "gpu[1-2]",
+                   "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "CUDA_VISIBLE_DEVICES": "0", "PATH": ""})
+import tensorflow as tf
+Slurm = tf.distribute.cluster_resolver.SlurmClusterResolver
+try:
+    Slurm().cluster_spec()
+    print("DEFAULT ok")
+except ValueError as e:
+    print("DEFAULT ValueError", e)
+resolver = Slurm(gpus_per_node=4, gpus_per_task=1, auto_set_gpu=False)
+spec = resolver.cluster_spec().as_dict()
+print("EXPLICIT", len(spec["worker"]), resolver.task_type, resolver.task_id, resolver.num_accelerators()["GPU"],
+      os.environ["CUDA_VISIBLE_DEVICES"])
+Slurm(gpus_per_node=4, gpus_per_task=1).cluster_spec()
+print("AUTO", os.environ["CUDA_VISIBLE_DEVICES"])
+"""
+
+
+def test_lesson_13_slurm_resolver_needs_explicit_gpus_when_each_task_has_one():
+    """22nd review (finding 1): cell 0's table offered a Slurm cluster resolver for one task per GPU. With a GPU bound
+    to each task, TensorFlow's resolver with its defaults counts 1 GPU on the node, gives each of the node's 4 tasks
+    1 // 4 = 0 and fails in cluster_spec (range() with step 0); given gpus_per_node, gpus_per_task and
+    auto_set_gpu=False it resolves the 8 workers and leaves the task's binding alone. Simulated step (no Slurm)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_13_SLURM_RESOLVER], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={k: v for k, v in os.environ.items()
+                                                      if not k.startswith(("SLURM", "TF_CONFIG", "CUDA_VISIBLE"))})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines() if " " in line}
+    assert lines["DEFAULT"].startswith("ValueError range() arg 3 must not be zero"), lines
+    assert lines["EXPLICIT"] == "8 worker 0 1 0", lines  # 8 workers, this task worker 0 with 1 GPU, binding kept
+    assert lines["AUTO"] == "0", lines  # rank 0's GPU is GPU 0 either way; rank 1 would be set to "1"
+    table = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4).cells[0].source
+    row = next(line for line in table.splitlines() if line.startswith("| `horovodrun"))
+    assert all(s in row for s in ("only for one task per node", "`gpus_per_node`", "`gpus_per_task`",
+                                  "`auto_set_gpu=False`")), row
+
+
+LESSON_13_PIN_ORDER = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)  # before: allowed
+strategy = tf.distribute.MultiWorkerMirroredStrategy()  # its constructor initialises TensorFlow's context
+print("BEFORE", len(tf.config.list_logical_devices("CPU")))
+for change in (lambda: tf.config.set_visible_devices([], "CPU"),
+               lambda: tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()])):
+    try:
+        change()
+        print("AFTER ok")
+    except RuntimeError as e:
+        print("AFTER RuntimeError", e)
+"""
+
+
+def test_lesson_13_pins_devices_before_the_strategy_exists():
+    """22nd review (finding 2): the pin must come before the strategy: its constructor initialises the context
+    (with the TF_CONFIG resolver, context.num_gpus()), after which the devices cannot change. Shown on CPUs (no GPU
+    here): a device configuration set before the strategy holds, the same calls after it raise RuntimeError. And
+    the lesson's pinning cell runs before the cell that creates the strategy."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LESSON_13_PIN_ORDER], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TF_CONFIG"))})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("BEFORE", "AFTER"))]
+    assert lines == ["BEFORE 2", "AFTER RuntimeError Visible devices cannot be modified after being initialized",
+                     "AFTER RuntimeError Virtual devices cannot be modified after being initialized"], lines
+    cells = [c.source for c in nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb",
+                                                                        as_version=4).cells]
+    pin = next(i for i, c in enumerate(cells) if 'tf.config.set_visible_devices(gpus[:1], "GPU")' in c)
+    strategy = next(i for i, c in enumerate(cells) if "tf.distribute.MultiWorkerMirroredStrategy(" in c)
+    assert pin < strategy, f"the pinning cell ({pin}) must run before the strategy is created (cell {strategy})"
+
+
+@pytest.mark.multiprocess
+def test_lesson_13_run_for_real_with_other_weights_in_the_recipes_process_fails(tmp_path, monkeypatch):
+    """22nd review (finding 4): cell 39 printed the digest of the kernel's own copy of rank 0's weights as the
+    recipe's, whatever the recipe's process started from. Its process now hands back the weights it computed at and
+    the kernel asserts they are its own: run for real with another seed there, the recipe's cell fails."""
+    monkeypatch.delenv("COURSE_REQUIRE_HOROVOD", raising=False)
+    status, detail = run_edited_to_its_proof(
+        "13_from_horovod.ipynb", "make_model(seed=0)  # rank 0's weights:", "make_model(seed=1)  # rank 0's weights:",
+        "the recipe's process started from other weights", tmp_path, monkeypatch, timeout=600)
+    assert status == "FAILED" and "started from other weights" in detail, (status, detail)
