@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import ROOT
-from tests.support.proof_cases import OK, planted_strategy
+from tests.support.proof_cases import LESSON_04_CAPPED_UNSHARDED, OK, planted_strategy
 from tests.support.proof_cells import (
     PlantedEngines, assignment_source, code_cells, gather_and_prove, holds_unless, run_proof, solution_source,
 )
@@ -143,6 +143,24 @@ def test_lesson_04_says_not_checked_when_max_steps_caps_the_workers_epochs():
               "sizes": SimpleNamespace(max_steps=1, per_replica_batch=2)}
     gather_and_prove("04_custom_training_loop.ipynb", capped)
     assert any(line.startswith("NOT CHECKED (COURSE_MAX_STEPS") for line in printed), printed
+    holds_unless("did not feed every example", gather_and_prove, "04_custom_training_loop.ipynb",
+                 {**capped, "sizes": SimpleNamespace(max_steps=None, per_replica_batch=2)})
+
+
+def test_lesson_04_claims_no_disjoint_shards_when_max_steps_caps_an_unsharded_feed():
+    """Review of bf56bdb, finding 1: under COURSE_MAX_STEPS (`whole` None) "no image fed twice" was the only evidence
+    of disjoint shards, and a real run whose workers fed from the unsharded split (COURSE_MAX_STEPS=1) shared no image
+    by chance and printed "workers on disjoint shards agree" (the old cells print it on this planted case). The proof
+    must say NOT CHECKED for disjointness and not claim it; uncapped, the same feed fails."""
+    raw = {k: v for k, v in OK["04_custom_training_loop.ipynb"].items() if k not in LESSON_04_GATHERED}
+    printed = []
+    capped = {**raw, "Counter": Counter, "engines": PlantedEngines(LESSON_04_CAPPED_UNSHARDED),
+              "print": lambda *a, **k: printed.append(" ".join(map(str, a))),
+              "sizes": SimpleNamespace(max_steps=1, per_replica_batch=2)}
+    gather_and_prove("04_custom_training_loop.ipynb", capped)
+    assert any(line.startswith("NOT CHECKED (COURSE_MAX_STEPS") and "shards are disjoint" in line for line in printed), printed
+    assert not any("disjoint shards agree" in line for line in printed), printed
+    assert any("(not checked: steps capped)" in line for line in printed), printed  # the gathering cell's figures
     holds_unless("did not feed every example", gather_and_prove, "04_custom_training_loop.ipynb",
                  {**capped, "sizes": SimpleNamespace(max_steps=None, per_replica_batch=2)})
 
@@ -414,7 +432,7 @@ def test_lesson_04_proof_fails_when_auto_clustering_is_on(monkeypatch):
     """First review, finding 2: the setup's `xla_flags` line and the comparison cell's `xla_auto` line, run with
     TF_XLA_FLAGS set as the reviewer set them (TensorFlow then logged 'Compiled cluster using XLA!' for the
     jit_compile=False step, and the old proof passed), must fail the proof; with TF_XLA_FLAGS unset it must pass.
-    Second review, finding G: TensorFlow parses the flags once, at first use, so flags set when the setup ran and
+    Second review, finding G: TensorFlow parses the flags once, when its runtime starts, so flags set when the setup ran and
     removed from the environment before the comparison still compile; the proof must fail then too (it read
     os.environ at the comparison, and passed)."""
     import tensorflow as tf

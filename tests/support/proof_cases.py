@@ -161,6 +161,14 @@ OK: dict[str, dict] = {
 _LAZY_RAN = {"built": [False, True], "new variables": 0, "steps": 1, "weights moved": True}
 
 
+# lesson 04, review of bf56bdb (finding 1): COURSE_MAX_STEPS=1, the workers' loops fed from the UNSHARDED split (each
+# shuffled with seed=None) and, by chance, no image twice: what the engines return, for the gathering cell. A real run
+# of that variant passed the old proof ("workers on disjoint shards agree"; chance 0.60 at 1 step, 0.13 at 2, 0.009 at 3):
+# the proof must now say NOT CHECKED for disjointness and claim no disjoint shards (tests/proofs/test_lesson_04.py)
+LESSON_04_CAPPED_UNSHARDED = {"digest": ["d", "d"], "initial": ["i", "i"], "strategy.num_replicas_in_sync": [2, 2],
+                              "local_replicas": [1, 1], "fed": [[[5, 0]], [[3, 6]]], "in_split": [Counter(range(8))] * 2,
+                              "test_counted": [511, 511], "worker_tested": [["t0", "t2"], ["t1", "t3"]]}
+
 def _p04(run: str, **changes) -> dict:
     """Lesson 04's precision figures with `changes` to one run's (keys with spaces: pass a dict with **)."""
     precision = OK["04_custom_training_loop.ipynb"]["precision"]
