@@ -407,6 +407,51 @@ def test_lesson_06_program_returns_the_timeout_its_strategy_holds(change, expect
                  {**ok, "results": [{**r, "collective timeout": held} for r in ok["results"]]})
 
 
+_HUNG_DRIVER = '''import json, sys
+program = {}
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), program)
+print("REPORT " + json.dumps(program["all_reduce_beside_a_late_peer"](None, 0, True)), flush=True)
+'''
+_NO_TIMEOUT = "tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("change,expected", [
+    (None, None),
+    ((_NO_TIMEOUT, "tf.distribute.MultiWorkerMirroredStrategy(communication_options="
+                   "tf.distribute.experimental.CommunicationOptions(timeout_seconds=30))"), 30)],
+    ids=["as written", "strategy built with 30 s"])
+def test_lesson_06_hung_program_reports_the_timeout_its_strategy_holds(change, expected, tmp_path):
+    """The seventh review's finding 1: the late run's report read the program's own `options`, not what its strategy
+    holds; a program that built the strategy with a 30 s timeout (options still None) reported None and passed the
+    proof's `late_timeout is None` (before the fix this test's second case failed: the report read None, not 30). The
+    program's own function, run as one worker in a process of its own, called as the late run is (no timeout), and
+    its report put in the late run's reports through the gathering cell into the proof."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.notebooks import written_program
+
+    text = written_program("06_fault_tolerance.ipynb", "{hung_program}")
+    if change is not None:
+        assert text.count(change[0]) == 1, change[0]
+        text = text.replace(*change)
+    (tmp_path / "06_hung_peer.py").write_text(text)
+    (tmp_path / "driver.py").write_text(_HUNG_DRIVER)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
+    done = subprocess.run([sys.executable, "driver.py", "06_hung_peer.py"], cwd=tmp_path,
+                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=180)
+    report = next((json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("REPORT ")), None)
+    assert report is not None and report["timeout"] == expected, (report, done.stderr[-2000:])
+    reports = _hung(late_timeout=expected)
+    reports["late_runs"] = [{**run, "timeout": report["timeout"]} for run in reports["late_runs"]]
+    holds_unless(None if expected is None else "no collective timeout", gather_and_prove, "06_fault_tolerance.ipynb",
+                 reports)
+
+
 @pytest.mark.parametrize("error,match", [
     ("UnavailableError: The following tasks are unhealthy (stopped sending heartbeats):", None),
     ("UnknownError: Error invoking NCCL: unhandled system error", "NOT CHECKED"),
