@@ -145,7 +145,9 @@ def test_lesson_06_crash_timing_cell_times_the_heartbeats(cause, expected, tmp_p
     note = tmp_path / "06_crash_time.txt"
     note.write_text(repr(died.timestamp()))
     attempt = SimpleNamespace(metadata=[{"engine_id": 0, "completed": died + timedelta(seconds=10.4)},
-                                        {"engine_id": None, "completed": None}])  # the dead engine sent nothing
+                                        # the dead engine's reply, made up by ipyparallel (client.py, its
+                                        # session.msg header dated utcnow): the client's time, no engine id
+                                        {"engine_id": None, "completed": died + timedelta(seconds=0.3)}])
     namespace = {"crash_note": note, "attempt": attempt, "print": lambda *a, **k: None,
                  "first_errors": [f"engine 0: UnavailableError: {cause}",
                                   "engine ?: EngineError: Engine 1 died while running task 'd'"]}
@@ -405,6 +407,51 @@ def test_lesson_06_program_returns_the_timeout_its_strategy_holds(change, expect
     ok = OK["06_fault_tolerance.ipynb"]
     holds_unless(None if expected == 30 else "30 s collective timeout", run_proof, "06_fault_tolerance.ipynb",
                  {**ok, "results": [{**r, "collective timeout": held} for r in ok["results"]]})
+
+
+_HUNG_DRIVER = '''import json, sys
+program = {}
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), program)
+print("REPORT " + json.dumps(program["all_reduce_beside_a_late_peer"](None, 0, True)), flush=True)
+'''
+_NO_TIMEOUT = "tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("change,expected", [
+    (None, None),
+    ((_NO_TIMEOUT, "tf.distribute.MultiWorkerMirroredStrategy(communication_options="
+                   "tf.distribute.experimental.CommunicationOptions(timeout_seconds=30))"), 30)],
+    ids=["as written", "strategy built with 30 s"])
+def test_lesson_06_hung_program_reports_the_timeout_its_strategy_holds(change, expected, tmp_path):
+    """The seventh review's finding 1: the late run's report read the program's own `options`, not what its strategy
+    holds; a program that built the strategy with a 30 s timeout (options still None) reported None and passed the
+    proof's `late_timeout is None` (before the fix this test's second case failed: the report read None, not 30). The
+    program's own function, run as one worker in a process of its own, called as the late run is (no timeout), and
+    its report put in the late run's reports through the gathering cell into the proof."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.notebooks import written_program
+
+    text = written_program("06_fault_tolerance.ipynb", "{hung_program}")
+    if change is not None:
+        assert text.count(change[0]) == 1, change[0]
+        text = text.replace(*change)
+    (tmp_path / "06_hung_peer.py").write_text(text)
+    (tmp_path / "driver.py").write_text(_HUNG_DRIVER)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
+    done = subprocess.run([sys.executable, "driver.py", "06_hung_peer.py"], cwd=tmp_path,
+                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=180)
+    report = next((json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("REPORT ")), None)
+    assert report is not None and report["timeout"] == expected, (report, done.stderr[-2000:])
+    reports = _hung(late_timeout=expected)
+    reports["late_runs"] = [{**run, "timeout": report["timeout"]} for run in reports["late_runs"]]
+    holds_unless(None if expected is None else "no collective timeout", gather_and_prove, "06_fault_tolerance.ipynb",
+                 reports)
 
 
 _HUNG_DRIVER = '''import json, sys
