@@ -338,6 +338,36 @@ def test_lesson_06_agree_on_backup_copies_one_backup_at_equal_epochs(tmp_path, m
     assert same[0] == same[1], "worker 1 kept weights of its own beside worker 0's of the same epoch"
 
 
+@pytest.mark.parametrize("planted,expected", [({0: (2, True), 1: (3, True)}, {0: 2, 1: 3}),
+                                              ({0: (2, True), 1: (3, False)}, {0: 2, 1: 0})],  # 1's unrecorded
+                         ids=["copies worker 0's", "drops its own"])
+def test_lesson_06_agree_on_backup_reads_every_backup_before_changing_one(planted, expected, tmp_path, monkeypatch):
+    """The seventh review's finding 6: barrier() must come before this worker changes any backup (copies the oldest
+    over its own, or drops its own), or a peer still reading the backups can read one half-changed. A barrier stand-in
+    checks that every backup file is still as planted when it is called; worker 1 then changes its own (the test fails
+    if barrier() is moved after the copy or the drop, or never called)."""
+    import json
+
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
+
+    monkeypatch.syspath_prepend(str(MODULE.parent))  # the program imports mwms_slurm, beside it in the lesson
+    program: dict = {}
+    exec(compile(written_program("06_fault_tolerance.ipynb", "{worker_program}"), "06_worker.py", "exec"), program)
+    for worker, (epoch, recorded) in planted.items():
+        (tmp_path / f"worker-{worker}").mkdir()
+        (tmp_path / f"worker-{worker}" / "latest.weights.h5").write_text(f"weights after epoch {epoch}")
+        (tmp_path / f"worker-{worker}" / "training_metadata.json").write_text(json.dumps({"epoch": epoch, "batch": 0}))
+        if recorded:  # else no whole backup (as if killed before its record): worker 1 drops its own
+            program["record_backup"](str(tmp_path / f"worker-{worker}"))
+    files = lambda: {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    before, barriers = files(), []
+    barrier = lambda: barriers.append(files() == before)
+    assert program["agree_on_backup"](str(tmp_path), 1, 2, barrier) == expected
+    assert barriers == [True], f"barrier() should be called once, before any backup changed: {barriers}"
+    assert files() != before  # worker 1 did change its backup after the barrier
+
+
 def test_lesson_06_survivor_error_line_keeps_its_cause():
     """The third review's finding 4: the first attempt prints each survivor's error cut at 240 characters; the op's
     name TensorFlow puts first ({{function_node ...}}, 113 characters) cut the heartbeats' cause to "stopped sending
