@@ -381,6 +381,28 @@ def test_lesson_06_survivor_error_line_keeps_its_cause():
                               "are unhealthy (stopped sending heartbeats):")
 
 
+def _driven(tmp_path, text: str, change, name: str, driver: str, args: list, prefix: str):
+    """`text` (a program the lesson writes), with `change` applied, run by `driver` as one process outside any
+    cluster or Slurm step, on the CPU: (the JSON after `prefix` on its output, or "no line" (never a value a
+    program reports: a program that crashed must not pass as one that reported None); its stderr)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if change is not None:
+        assert text.count(change[0]) == 1, change[0]
+        text = text.replace(*change)
+    (tmp_path / name).write_text(text)
+    (tmp_path / "driver.py").write_text(driver)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
+    done = subprocess.run([sys.executable, "driver.py", name, *args], cwd=tmp_path,
+                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=180)
+    found = next((line[len(prefix):] for line in done.stdout.splitlines() if line.startswith(prefix)), None)
+    return ("no line" if found is None else json.loads(found)), done.stderr
+
+
 _TIMEOUT_DRIVER = '''import json, sys
 sys.path.insert(0, sys.argv[2])  # mwms_slurm.py
 program = {}
@@ -423,17 +445,8 @@ def test_lesson_06_program_returns_the_timeout_its_strategy_holds(change, expect
 
     text = written_program("06_fault_tolerance.ipynb", "{worker_program}")
     assert '"collective timeout": collective_timeout(strategy)' in text  # what train_worker returns
-    if change is not None:
-        assert text.count(change[0]) == 1, change[0]
-        text = text.replace(*change)
-    (tmp_path / "06_worker.py").write_text(text)
-    (tmp_path / "driver.py").write_text(_TIMEOUT_DRIVER)
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
-    done = subprocess.run([sys.executable, "driver.py", "06_worker.py", str(MODULE.parent)], cwd=tmp_path,
-                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
-                          capture_output=True, text=True, timeout=180)
-    held = next((json.loads(line[8:]) for line in done.stdout.splitlines() if line.startswith("TIMEOUT ")), "none")
-    assert held == expected, (held, done.stderr[-2000:])
+    held, stderr = _driven(tmp_path, text, change, "06_worker.py", _TIMEOUT_DRIVER, [str(MODULE.parent)], "TIMEOUT ")
+    assert held == expected, (held, stderr[-2000:])
     ok = OK["06_fault_tolerance.ipynb"]
     holds_unless(None if expected == 30 else "30 s collective timeout", run_proof, "06_fault_tolerance.ipynb",
                  {**ok, "results": [{**r, "collective timeout": held} for r in ok["results"]]})
@@ -467,17 +480,8 @@ def test_lesson_06_hung_program_reports_the_timeout_its_strategy_holds(change, e
     from tests.support.notebooks import written_program
 
     text = written_program("06_fault_tolerance.ipynb", "{hung_program}")
-    if change is not None:
-        assert text.count(change[0]) == 1, change[0]
-        text = text.replace(*change)
-    (tmp_path / "06_hung_peer.py").write_text(text)
-    (tmp_path / "driver.py").write_text(_HUNG_DRIVER)
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
-    done = subprocess.run([sys.executable, "driver.py", "06_hung_peer.py"], cwd=tmp_path,
-                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
-                          capture_output=True, text=True, timeout=180)
-    report = next((json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("REPORT ")), None)
-    assert report is not None and report["timeout"] == expected, (report, done.stderr[-2000:])
+    report, stderr = _driven(tmp_path, text, change, "06_hung_peer.py", _HUNG_DRIVER, [], "REPORT ")
+    assert isinstance(report, dict) and report["timeout"] == expected, (report, stderr[-2000:])
     reports = _hung(late_timeout=expected)
     reports["late_runs"] = [{**run, "timeout": report["timeout"]} for run in reports["late_runs"]]
     holds_unless(None if expected is None else "no collective timeout", gather_and_prove, "06_fault_tolerance.ipynb",
