@@ -44,7 +44,9 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "split_size": [sum(collections.Counter(in_split).values())] * 2,
                "unequal": OK["03_multiworker_ipyparallel.ipynb"]["unequal"],
                **{name: OK["03_multiworker_ipyparallel.ipynb"][name + "s"] for name in (
-                   "probe_step", "own_gradient", "probe_rate", "weight_size")}, **by_rank_changes}
+                   "probe_step", "own_gradient", "probe_rate", "weight_size", "probe_gpu")},
+               "probe_loss": OK["03_multiworker_ipyparallel.ipynb"]["probe_losses"],
+               "own_loss": OK["03_multiworker_ipyparallel.ipynb"]["own_losses"], **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -70,11 +72,13 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
     # eighteenth review: evaluate's accuracy rank 0's alone (170 of 250), handed to both; the pooled count is 350 of 500
     ({"eval_accuracy": [0.68, 0.68]}, "pool every worker's shard"),
     # twenty-ninth review: every step applied rank 0's gradient alone (-0.01 x [0.5, -0.2, 0.1]) on both workers
-    ({"probe_step": [np.array([-0.005, 0.002, -0.001])] * 2}, "mean of every worker's gradients")],
+    ({"probe_step": [np.array([-0.005, 0.002, -0.001])] * 2}, "mean of every worker's gradients"),
+    # thirty-first review: every worker's probe logged rank 0's own loss, not the mean over both workers' batches
+    ({"probe_loss": [3.0311296] * 2}, "loss over all workers' batches")],
     ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
          "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics", "rank 1's fit fed other batches",
          "half the split delivered", "a duplicate delivered once", "evaluate rank 0's alone",
-         "rank 0's gradient alone"])
+         "rank 0's gradient alone", "rank 0's loss logged"])
 def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
     """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
     rank 1's temporary directory on node2) or their processes, only what they return. The cell
@@ -617,6 +621,23 @@ def test_lesson_03_proof_says_every_worker_logged_the_same_history(tmp_path):
     gather_and_prove("03_multiworker_ipyparallel.ipynb",
                      {**_engines_on_nodes(tmp_path), "print": lambda *args, **kw: said.append(" ".join(map(str, args)))})
     assert "logged the same history" in said[-1], said[-1]
+
+
+def test_lesson_03_probe_says_not_checked_on_a_gpu(tmp_path):
+    """Thirty-first review (03, finding 2): the probe's bounds were worked out for float32 and checked on CPUs in quick
+    mode only; GPUs compute in TF32 by default. With a GPU among a worker's devices the proof says NOT CHECKED for the
+    probe (rank 0's gradient alone and rank 0's loss, planted, get through there: nothing is claimed)."""
+    said = []
+    gather_and_prove("03_multiworker_ipyparallel.ipynb", {
+        **_engines_on_nodes(tmp_path, probe_gpu=[True, False], probe_loss=[3.0311296] * 2,
+                            probe_step=[np.array([-0.005, 0.002, -0.001])] * 2),
+        "print": lambda *args, **kw: said.append(" ".join(map(str, args)))})
+    assert any(line.startswith("NOT CHECKED (a GPU") for line in said), said
+    said.clear()
+    (tmp_path / "cpu").mkdir()
+    gather_and_prove("03_multiworker_ipyparallel.ipynb", {
+        **_engines_on_nodes(tmp_path / "cpu"), "print": lambda *args, **kw: said.append(" ".join(map(str, args)))})
+    assert not any("NOT CHECKED (a GPU" in line for line in said), said
 
 
 @pytest.mark.parametrize("n_engines, refused", [(1, True), (0, True), (2, False)])

@@ -86,6 +86,9 @@ OK: dict[str, dict] = {
         # the largest initial weight (a batch-norm scale, 1.0), the scale of the weights' own rounding
         "probe_steps": [np.array([-0.004, 0.0, -0.0005])] * 2, "probe_rates": [0.01, 0.01], "weight_sizes": [1.0, 1.0],
         "own_gradients": [np.array([0.5, -0.2, 0.1]), np.array([0.3, 0.2, 0.0])],
+        # the training loss the probe's step logged on each worker, and each worker's own loss on its batches (a run in quick
+        # mode at 2 workers): the logged one is their mean, 1.2e-7 off
+        "probe_losses": [3.13771390914917] * 2, "own_losses": [3.0311296, 3.2442985], "probe_gpus": [False, False],
         "prediction_digests": ["p", "p"], "uneven_rows": [512, 512],
         "histories": [_HISTORY_03] * 2,
         # each worker's own model right on its own test shard: 350 of 500 pooled, evaluate's and the last val_accuracy
@@ -733,6 +736,14 @@ BROKEN: list[tuple[str, dict, str]] = [
      "mean of every worker's gradients"),
     # worker 1's alone
     ("03_multiworker_ipyparallel.ipynb", {"probe_steps": [np.array([-0.003, -0.002, 0.0])] * 2},
+     "mean of every worker's gradients"),
+    # thirty-first review, finding 1: each worker's history held worker 0's own loss, not the mean over all workers' batches
+    # (the old proof compared the histories only with each other, and passed)
+    ("03_multiworker_ipyparallel.ipynb", {"probe_losses": [3.0311296] * 2}, "loss over all workers' batches"),
+    # the workers' own losses alike: the mean and one worker's own give the same figure
+    ("03_multiworker_ipyparallel.ipynb", {"own_losses": [3.1377140, 3.1377140]}, "own losses should differ"),
+    # the gradients summed, not averaged: the step 2 x the mean's (no row covered it)
+    ("03_multiworker_ipyparallel.ipynb", {"probe_steps": [np.array([-0.008, 0.0, -0.001])] * 2},
      "mean of every worker's gradients"),
     # the workers' own gradients alike (one batch on every worker): a sum and one worker's alone give the same step
     ("03_multiworker_ipyparallel.ipynb", {"own_gradients": [np.array([0.4, 0.0, 0.05])] * 2},
