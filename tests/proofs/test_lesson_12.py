@@ -16,10 +16,11 @@ def _ps_raw(spans, losses, weighted: bool = True) -> dict:
     ok = OK["12_strategy_tour.ipynb"]
     return {**{k: v for k, v in ok.items() if k not in ("overlapping", "first", "last", "sync_first", "sync_last",
                                                         "copies", "evaluated", "fit_loss", "pause_floor", "evenly",
-                                                        "first_straggler")},
+                                                        "first_straggler", "async_se", "sync_se", "loss_se")},
             "async_spans": spans, "async_log": [(loss, 0, 1, 0.0, 0.1) for loss in losses],
             "sync_logs": [[(0, 0, 2.3 - 0.1 * i) for i in range(10)]] * 2,
             "one_process": {name: {"copies": copies, "places": places, "evaluated": 0.5, "fit_loss": fit_loss, "replicas": replicas,
+                                   "loss_se": 0.01,
                                    **_evaluated_before(name, replicas, weighted)}
                             for name, copies, places, fit_loss, replicas in (("OneDevice", 1, ["c0"], 0.78, 1),
                                                                              ("Mirrored", 2, ["c0", "c1"], 0.78, 2),
@@ -176,7 +177,7 @@ if variant == "a copy per replica, central":  # one variable handed out per weig
 if variant.startswith("replicas "):  # MirroredStrategy and CentralStorageStrategy on the replicas asked for, quick data
     runs = {"Mirrored": ns["fit_under"](tf.distribute.MirroredStrategy(devices)),
             "CentralStorage": ns["fit_under"](tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices))}
-    print("RESULT " + json.dumps({name: {k: run[k] for k in ("before", "batch_losses", "evaluated", "fit_loss", "copies",
+    print("RESULT " + json.dumps({name: {k: run[k] for k in ("before", "batch_losses", "loss_se", "evaluated", "fit_loss", "copies",
                                                              "places", "replicas")} for name, run in runs.items()}))
     sys.exit()
 if variant == "slow teardown":  # fit's History callback sleeps 8 s at the end of the timed fit's epoch, after its last batch
@@ -187,7 +188,8 @@ if variant == "slow teardown":  # fit's History callback sleeps 8 s at the end o
         return history_end(self, epoch, logs)
     keras.callbacks.History.on_epoch_end = slow_end
 run = ns["fit_under"](tf.distribute.OneDeviceStrategy(devices[0]))
-print("RESULT " + json.dumps({"before": run["before"], "evaluated": run["evaluated"], "step_ms": run["step_ms"]}))
+print("RESULT " + json.dumps({"before": run["before"], "evaluated": run["evaluated"], "loss_se": run["loss_se"],
+                              "step_ms": run["step_ms"]}))
 """
 
 
@@ -281,17 +283,36 @@ def test_lesson_12_proof_fails_when_the_synchronous_workers_apply_their_own_grad
     holds_unless(match, run_proof, "12_strategy_tour.ipynb", namespace)
 
 
+@pytest.mark.parametrize("change,match", [
+    ({}, None),
+    ({"first": 2.31, "last": 2.12, "async_se": 0.04}, None),  # slower learning (harder data): 0.19 > 3 x 0.04
+    ({"sync_first": 2.31, "sync_last": 2.10, "sync_se": 0.03}, None),
+    ({"before": {"OneDevice": 2.34, "Mirrored": 2.35, "CentralStorage": 2.35},
+      "evaluated": {"OneDevice": 2.12, "Mirrored": 2.10, "CentralStorage": 2.15}}, None),
+    ({"first": 2.31, "last": 2.25, "async_se": 0.04}, "did not lower its loss"),  # within 3 standard errors
+    ({"evaluated": {"OneDevice": 2.30, "Mirrored": 0.5, "CentralStorage": 0.5}}, "did not train")],
+    ids=["as planted", "async slower", "sync slower", "one-process slower", "async within noise", "one-process within noise"])
+def test_lesson_12_proof_asks_a_fall_beyond_noise_not_a_fifth(change, match):
+    """20th review, finding 1: the proof once asked every loss to fall by a fifth, which synthetic data (learnt to
+    about 0 in 40 steps) always gave, while real CIFAR-10 after 40 steps likely ends near 2.0-2.1. It now asks a fall of
+    more than 3 standard errors of the run's own losses: a slower fall passes, one within the noise fails."""
+    holds_unless(match, run_proof, "12_strategy_tour.ipynb", {**OK["12_strategy_tour.ipynb"], **change})
+
+
 @pytest.mark.parametrize("variant,match", [("trains", None), ("rate 0", "did not train")])
 def test_lesson_12_proof_fails_when_a_one_process_run_does_not_train(variant, match):
     """Lesson 12's own `fit_under` under OneDeviceStrategy, 40 steps: with learning rate 0 (nothing learnt)
     the loss after equals the loss before, and the proof must fail; as written it must pass. With nothing learnt
-    the two losses are equal to the last bit: `evaluate` saw the same batches before and after."""
+    the two losses are equal to the last bit: `evaluate` saw the same batches before and after. The proof holds the
+    fall to 3 standard errors of the evaluation before training (per example), measured in the same run."""
     run = _lesson_12_real(variant)
+    print(variant, run)
     if variant == "rate 0":
         assert run["before"] == run["evaluated"], f"evaluated on other batches after training: {run}"
     ok = OK["12_strategy_tour.ipynb"]
     namespace = {**ok, "before": {**ok["before"], "OneDevice": run["before"]},
-                 "evaluated": {**ok["evaluated"], "OneDevice": run["evaluated"]}}
+                 "evaluated": {**ok["evaluated"], "OneDevice": run["evaluated"]},
+                 "loss_se": {**ok["loss_se"], "OneDevice": run["loss_se"]}}
     holds_unless(match, run_proof, "12_strategy_tour.ipynb", namespace)
 
 
