@@ -68,9 +68,18 @@ def set_tf_config_from_slurm():
 
 
 def visible_gpus():
-    """The GPUs CUDA_VISIBLE_DEVICES names, as CUDA reads it: up to its first entry naming none ("", -1, NoDevFiles)."""
-    entries = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-    return list(itertools.takewhile(lambda g: g not in ("", "-1", "NoDevFiles"), entries))
+    """The GPUs this process's CUDA will see: CUDA_VISIBLE_DEVICES (then GPU_DEVICE_ORDINAL) when set, read as CUDA
+    reads it, up to its first entry naming none ("", -1, NoDevFiles); unset, every GPU `nvidia-smi -L` lists (as CUDA
+    sees them all: a workstation, or a node whose GPUs Slurm does not constrain)."""
+    for name in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
+        if name in os.environ:
+            entries = (entry.strip() for entry in os.environ[name].split(","))
+            return list(itertools.takewhile(lambda g: g not in ("", "-1", "NoDevFiles"), entries))
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []  # no nvidia-smi: a CPU node
+    return [str(i) for i in range(sum(1 for line in listed.splitlines() if line.startswith("GPU ")))]
 
 
 def choose_gpus(hosts, rank):
