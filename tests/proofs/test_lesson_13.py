@@ -1094,6 +1094,11 @@ print("EXPLICIT", len(spec["worker"]), resolver.task_type, resolver.task_id, res
       os.environ["CUDA_VISIBLE_DEVICES"])
 Slurm(gpus_per_node=4, gpus_per_task=1).cluster_spec()
 print("AUTO", os.environ["CUDA_VISIBLE_DEVICES"])
+# the same step where every task sees its node's 4 GPUs (--gres=gpu:4, no binding), as rank 5: the defaults split them
+os.environ.update({"SLURM_PROCID": "5", "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+resolver = Slurm()
+spec = resolver.cluster_spec().as_dict()
+print("SHARED", len(spec["worker"]), resolver.task_id, resolver.num_accelerators()["GPU"], os.environ["CUDA_VISIBLE_DEVICES"])
 """
 
 
@@ -1115,9 +1120,12 @@ def test_lesson_13_slurm_resolver_needs_explicit_gpus_when_each_task_has_one():
     assert lines["DEFAULT"].startswith("ValueError range() arg 3 must not be zero"), lines
     assert lines["EXPLICIT"] == "8 worker 0 1 0", lines  # 8 workers, this task worker 0 with 1 GPU, binding kept
     assert lines["AUTO"] == "0", lines  # rank 0's GPU is GPU 0 either way; rank 1 would be set to "1"
+    # 23rd/24th reviews: where every task sees all of its node's GPUs the defaults work: 8 workers, rank 5 (the second
+    # task of node 2) given 1 GPU, its CUDA_VISIBLE_DEVICES rewritten to "1"
+    assert lines["SHARED"] == "8 5 1 1", lines
     table = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4).cells[0].source
     row = next(line for line in table.splitlines() if line.startswith("| `horovodrun"))
-    assert all(s in row for s in ("only for one task per node", "`gpus_per_node`", "`gpus_per_task`",
+    assert all(s in row for s in ("where every task sees all of its node's GPUs", "`gpus_per_node`", "`gpus_per_task`",
                                   "`auto_set_gpu=False`")), row
 
 
