@@ -1099,6 +1099,18 @@ os.environ.update({"SLURM_PROCID": "5", "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
 resolver = Slurm()
 spec = resolver.cluster_spec().as_dict()
 print("SHARED", len(spec["worker"]), resolver.task_id, resolver.num_accelerators()["GPU"], os.environ["CUDA_VISIBLE_DEVICES"])
+# 2 GPUs bound to each of 2 tasks a node (--gpus-per-task=2), rank 1 sees GPUs 2 and 3: the defaults rewrite its binding
+os.environ.update({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+                   "CUDA_VISIBLE_DEVICES": "2,3"})
+resolver = Slurm()
+resolver.cluster_spec()
+print("TWO", resolver.num_accelerators()["GPU"], os.environ["CUDA_VISIBLE_DEVICES"])
+os.environ["CUDA_VISIBLE_DEVICES"] = "2,3"
+try:  # gpus_per_node given as what the task sees
+    Slurm(gpus_per_node=2, gpus_per_task=2, auto_set_gpu=False).cluster_spec()
+    print("SEEN ok")
+except RuntimeError as e:
+    print("SEEN RuntimeError", e)
 """
 
 
@@ -1123,9 +1135,14 @@ def test_lesson_13_slurm_resolver_needs_explicit_gpus_when_each_task_has_one():
     # 23rd/24th reviews: where every task sees all of its node's GPUs the defaults work: 8 workers, rank 5 (the second
     # task of node 2) given 1 GPU, its CUDA_VISIBLE_DEVICES rewritten to "1"
     assert lines["SHARED"] == "8 5 1 1", lines
+    # 25th review: 2 GPUs bound to each task, the defaults silently give rank 1 one GPU, renamed "1" (another task's
+    # GPU where devices are not constrained); gpus_per_node given as what the task sees (2 of the node's 4) refused
+    assert lines["TWO"] == "1 1", lines
+    assert lines["SEEN"].startswith("RuntimeError Requested more GPUs per node than available"), lines
     table = nbformat.read(NOTEBOOKS / "13_from_horovod.ipynb", as_version=4).cells[0].source
     row = next(line for line in table.splitlines() if line.startswith("| `horovodrun"))
-    assert all(s in row for s in ("where every task sees all of its node's GPUs", "`gpus_per_node`", "`gpus_per_task`",
+    assert all(s in row for s in ("where every task sees all of its node's GPUs", "`gpus_per_node=` the node's GPUs",
+                                  "`RuntimeError`", "`gpus_per_task`",
                                   "`auto_set_gpu=False`")), row
 
 
