@@ -104,7 +104,8 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
               "validation_size": [384, 384], "train_size": [2048, 2048], "per_replica": [32, 32], "tf32": [False, False],
               "on_read": [{"in the file": [], "metrics": ["loss/total"]}] * 2, "keep_best.best": [checkpoint_best] * 2,
               "strategy.num_replicas_in_sync": [2, 2], "gpus": list(gpus), "held": [(12, 10)] * 2, "steps_per_epoch": [1, 1],
-              "fed": [{f"t{i}" for i in range(832)}, {f"t{i}" for i in range(832, 1664)}],  # an epoch: 26 batches of 64
+              # what fit trained on, worker by worker: 4 steps (one an epoch) of 64 images, 32 on each worker
+              "fed": [[f"t{i}" for i in range(128)], [f"t{i}" for i in range(128, 256)]],
               "validated": [(384, "v")] * 2, "base_lr": [base_lr] * 2, "validation_counted": list(validation_counted),
               **answers}
     model = SimpleNamespace(weights=[_Tensor(file_weights)])
@@ -358,11 +359,15 @@ def test_lesson_15_epoch_record_tells_a_rewritten_file_by_its_bytes_not_its_time
     # check (any refusal) passed; the exercise asks what it says of the weights file
     (('keras.models.load_model(f"{root}/best.weights.h5")', 'keras.models.load_model(f"{root}/best.weights")'),
      "for the model config it lacks"),
-], ids=["as written", "without load_weights", "another file refused"])
+    # 12th review (optional point): the exercise's text says resuming needs the optimizer built before load_weights; a
+    # compiled model whose optimizer is not built yet skips its arrays (with a warning) and stays at step 0
+    (("    resumed.optimizer.build(resumed.trainable_variables)\n", ""), "resume the saved optimizer's state"),
+], ids=["as written", "without load_weights", "another file refused", "optimizer not built"])
 def test_lesson_15_solution_2_fails_when_the_weights_are_not_loaded(change, match):
     """Solution 2 rebuilds the model from the code and loads the weights file into it. Without the
     load_weights it holds a fresh model's weights (small_cnn's seeded ones), not the trained model's:
-    its check must fail then."""
+    its check must fail then; so must its check that a model compiled with its optimizer built resumes the optimizer's
+    state (its step and momentum), without the build."""
     import tempfile
 
     import keras
@@ -377,6 +382,9 @@ def test_lesson_15_solution_2_fails_when_the_weights_are_not_loaded(change, matc
     original = small_cnn(synchronized=True)
     original.set_weights([w + np.abs(rng.normal(0, 0.05, w.shape)).astype(w.dtype) for w in original.get_weights()])  # "trained"
     probe = rng.normal(size=(4, 32, 32, 3)).astype("float32")
+    original.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),  # as the lesson's copies are, 2 steps on
+                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    original.fit(probe, np.arange(4) % 10, batch_size=2, epochs=1, verbose=0)
     namespace = {"np": np, "keras": keras, "tempfile": tempfile, "probe": probe, "print": lambda *a, **k: None,
                  "reloaded": {"no strategy": {"model": original}}}
     holds_unless(match, exec, compile(source, "15 solution 2", "exec"), namespace)
@@ -448,6 +456,25 @@ def _file_cell_on(model, tmp_path):
     return namespace, kept_file, held
 
 
+class _Fit:
+    """What Keras 3.15's fit does with its input under a strategy: one batch read from a first iterator to build the model
+    (_maybe_symbolic_build), that iterator dropped (epoch_iterator.reset()), then its steps from a second one, kept
+    across the epochs (keras/src/backend/tensorflow/trainer.py 372-373, keras/src/trainers/epoch_iterator.py 110-111)."""
+
+    def fit(self, x, *, epochs, steps_per_epoch, **kwargs):
+        next(iter(x))
+        batches = iter(x)
+        for _ in range(epochs * steps_per_epoch):
+            next(batches)
+        return SimpleNamespace(history={"val_loss": [], "learning_rate": []})
+
+
+# 12th review: fit given an input of its own, built from the whole split, train_ds left as it was: the old check digested
+# what train_ds yielded after fit, not what fit read, and passed (DID NOT RAISE; run for real below)
+OWN_INPUT = ("history = model.fit(train_ds,", "history = model.fit(strategy.distribute_datasets_from_function("
+             "lambda c: training_dataset(split, global_batch, c).repeat()),")
+
+
 @pytest.mark.parametrize("variant,match", [
     ("as written", None),
     ("trained on the whole split", "never train on a validation"),
@@ -455,18 +482,21 @@ def _file_cell_on(model, tmp_path):
     # 10th review, finding 2: fit consumed an input built from the whole split while train_input, which the old check
     # digested, was left as it was: each worker's overlap (48, 16, 0) and the old proof passed (DID NOT RAISE)
     ("fit on the whole split, train_input as it was", "never train on a validation"),
+    ("fit given its own input, train_ds as it was", "never train on a validation"),  # 12th review
     # 10th review, finding 4: every worker fed the same shard (24 images twice, half the epoch): the old check digested
     # train_input() unsharded, (48, 16, 0) on both, and passed
-    ("every worker the same shard", "never train on a validation")])
+    ("every worker the same shard", "never train on a validation"),
+    ("no shard", "never train on a validation")])  # each worker the whole training set, at its own batch
 def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, variant, match):
     """7th review, finding 3: "the workers never train on [the validation images]" was true by construction only:
     `training_dataset(split, ...)` in the cell that builds the training input passed every proof. 9th review, finding 1:
     a split loaded in another order on worker 1 (a shuffle seeded by rank) trains on images the chief validates on.
-    10th review, findings 2 and 4: the check digested a fresh train_input(), not train_ds, which fit consumes, and
-    asked for non-zero counts only. The cells that cut the split, build the inputs and digest what each worker's
-    train_ds yields over an epoch, run on a small planted split for 2 workers (an input context each: its shard, 4 of
-    the global batch of 8), this kernel's cell that loads the validation images and the gathering cell's lines that
-    put the workers' digests together, must fail the proof then."""
+    10th review, findings 2 and 4: the check digested a fresh train_input(), not train_ds, and asked for non-zero counts
+    only. 12th review: it digested what train_ds yielded after fit, not what fit read. The cells that cut the split,
+    record and build the inputs, call fit (read as Keras 3.15 reads its input, `_Fit`) and take what fit trained on, run
+    on a small planted split for 2 workers (an input context each: its shard, 4 of the global batch of 8; 3 epochs of 6
+    steps), this kernel's cell that loads the validation images and the gathering cell's lines that put the workers'
+    images together, must fail the proof then."""
     import tensorflow as tf
 
     from tests.support.proof_cases import OK
@@ -474,11 +504,14 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
 
     cells = code_cells("15_models_you_keep.ipynb")
     cut = next(s for s in cells if "validation_examples = split.skip(" in s)
+    recorder = next(s for s in cells if "def recording(" in s)
     inputs = next(s for s in cells if "def train_input(" in s)
+    fit = next(s for s in cells if "history = model.fit(" in s)
     check = next(s for s in cells if "validated = (" in s)
     here = next(s for s in cells if "raw_probe = " in s)  # this kernel's validation images
-    gather = next(s for s in cells if "fed_anywhere = " in s).splitlines()
-    together = "\n".join(line for line in gather if line.startswith(("whole_epoch = ", "fed_anywhere = ", "epoch_images = ")))
+    gather = next(s for s in cells if "first_pass = " in s).splitlines()
+    together = "\n".join(line for line in gather if line.startswith(
+        ("whole_epoch = ", "fit_images = ", "first_pass = ", "epoch_images = ", "                len(")))
     if variant == "trained on the whole split":
         assert "training_dataset(train_examples, " in inputs
         inputs = inputs.replace("training_dataset(train_examples, ", "training_dataset(split, ")
@@ -487,6 +520,13 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
         assert old in inputs
         inputs = inputs.replace(old, "train_ds = strategy.distribute_datasets_from_function("
                                      "lambda c: training_dataset(split, global_batch, c).repeat())")
+    if variant == "fit given its own input, train_ds as it was":
+        assert OWN_INPUT[0] in fit
+        fit = fit.replace(*OWN_INPUT)
+    if variant == "no shard":
+        assert "training_dataset(train_examples, global_batch, context)" in inputs
+        inputs = inputs.replace("training_dataset(train_examples, global_batch, context)",
+                                "training_dataset(train_examples, global_batch).unbatch().batch(4)")
     images = np.arange(64 * 4, dtype="uint8").reshape(64, 2, 2, 1)  # 64 distinct images, 4 bytes each
     split = tf.data.Dataset.from_tensor_slices((images, np.zeros(64, "int64")))
     engines = []
@@ -494,27 +534,30 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
         shuffled = variant == "per-worker order" and rank == 1  # seeded by rank, the same order at every pass
         context = tf.distribute.InputContext(2, 0 if variant == "every worker the same shard" else rank, 2)
         strategy = SimpleNamespace(distribute_datasets_from_function=lambda make, context=context: make(context),
-                                   experimental_local_results=lambda value: (value,))  # one replica a worker
+                                   extended=SimpleNamespace(worker_devices=("CPU:0",)))  # one replica a worker
         engine = {"split": split.shuffle(64, seed=rank, reshuffle_each_iteration=False) if shuffled else split,
-                  "train_size": 64, "units": 2, "unit": 8, "global_batch": 8, "strategy": strategy,
-                  "sizes": SimpleNamespace(steps_per_epoch=lambda n, b: n // b), "print": lambda *a, **k: None}
-        for source in (cut, inputs, check):
+                  "train_size": 64, "units": 2, "unit": 8, "global_batch": 8, "strategy": strategy, "tf": tf,
+                  "sizes": SimpleNamespace(steps_per_epoch=lambda n, b: n // b), "print": lambda *a, **k: None,
+                  "model": _Fit(), "EPOCHS": 3, "learning_rate": None, "keep_best": None, "record": SimpleNamespace(saved=[]),
+                  "keras": SimpleNamespace(callbacks=SimpleNamespace(LearningRateScheduler=lambda schedule: None))}
+        for source in (cut, recorder, inputs, fit, check):
             exec(compile(source.removeprefix("%%px\n"), "15 engine", "exec"), engine)
         assert engine["validated"][0] == 16, engine["validated"]  # every validation image
         engines.append(engine)
     monkeypatch.setattr("helpers.data.load_split", lambda *args, **kwargs: split)  # this kernel loads it in its order
     kernel = {"dataset": SimpleNamespace(data_dir="planted"), "sizes": SimpleNamespace(train_examples=64),
               "train_size": 64, "validation_size": 16, "per_replica": 4, "kernel_replicas": 3, "worker_replicas": 2,
-              "fed": [e["fed"] for e in engines]}
+              "EPOCHS": 3, "steps_per_epoch": 6, "fed": [e["fed"] for e in engines]}
     exec(compile(here, "15 kernel", "exec"), kernel)
     exec(compile(together, "15 together", "exec"), kernel)
-    if variant == "as written":
-        assert kernel["epoch_images"] == (48, 48, 0) and kernel["whole_epoch"] == 48, kernel["epoch_images"]
+    if variant == "as written":  # 3 epochs of 6 steps of 8 images; the first pass: the 48 training images, once each
+        assert [len(e["pulled"]) for e in engines] == [2, 2], [len(e["pulled"]) for e in engines]  # fit's two iterators
+        assert kernel["epoch_images"] == (144, 48, 48, 0) and kernel["whole_epoch"] == 48, kernel["epoch_images"]
     run = lambda: run_proof("15_models_you_keep.ipynb", {
         **OK["15_models_you_keep.ipynb"], "math": __import__("math"), "validation_size": 16,
         "mirrored_copy": [8.0, 4.0, 4.0],  # the planted 16 validation images, each evaluated once by the Mirrored copy
         "validation_counts": [8.0, 8.0],  # and by the workers, half each
-        **{name: kernel[name] for name in ("epoch_images", "whole_epoch", "validation_digest")},
+        **{name: kernel[name] for name in ("epoch_images", "fit_images", "whole_epoch", "validation_digest")},
         "validated": [e["validated"] for e in engines]})
     holds_unless(match, run)
 
@@ -598,3 +641,17 @@ def test_lesson_15_run_for_real_with_every_worker_validating_the_whole_set_fails
     status, detail = run_edited_to_its_proof("15_models_you_keep.ipynb", old, new, "reloaded three ways and exported",
                                               tmp_path, monkeypatch, timeout=900)
     assert status == "FAILED" and "every validation image once on the workers" in detail, (status, detail)
+
+
+@pytest.mark.multiprocess
+def test_lesson_15_run_for_real_with_fit_given_its_own_input_fails_the_proof(tmp_path, monkeypatch):
+    """12th review: fit given an input of its own, built from the whole split (validation images included), with train_ds
+    left as it was: the old proof digested what train_ds yielded after fit, and passed, run for real (DID NOT RAISE). Each
+    worker now records the images its training input hands out as they are read, and takes what fit trained on from
+    that record: fit read none of it, and the proof fails."""
+    from tests.support.proof_cells import run_edited_to_its_proof
+
+    monkeypatch.setenv("COURSE_MODE", "quick")
+    status, detail = run_edited_to_its_proof("15_models_you_keep.ipynb", *OWN_INPUT, "reloaded three ways and exported",
+                                              tmp_path, monkeypatch, timeout=900)
+    assert status == "FAILED" and "never train on a validation image" in detail, (status, detail)
