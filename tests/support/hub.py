@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import secrets
 import shutil
@@ -47,6 +48,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def distinct_free_ports(n: int) -> list[int]:
+    """`n` ports free right now, all different (each is released before the next is asked for)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def configurable_http_proxy() -> str:
@@ -116,6 +127,24 @@ c.Spawner.environment.update({{"SLURM_CONF": {slurm_env["SLURM_CONF"]!r}}})
     return config
 
 
+PORT_TAKEN = re.compile(r"address already in use|EADDRINUSE", re.IGNORECASE)
+
+
+class HubExited(AssertionError):
+    """The hub (or its proxy) failed before it answered: the reason's line first, then the log's tail."""
+
+    def __init__(self, code: int | None, tail: str):
+        self.tail = tail
+        lines = [line for line in tail.splitlines() if line.strip()]
+        reason = next((line for line in lines if PORT_TAKEN.search(line)), lines[-1] if lines else "")
+        super().__init__(f"JupyterHub failed to start (exit code {code}): {reason[:300]}\n{tail}")
+
+    @property
+    def port_taken(self) -> bool:
+        """A port picked free was taken before the hub or its proxy bound it (another test's process)."""
+        return bool(PORT_TAKEN.search(self.tail))
+
+
 class Hub:
     """A running JupyterHub (a child process), its log, and its REST API."""
 
@@ -129,6 +158,8 @@ class Hub:
 
     def start(self) -> None:
         # a session of its own: what the hub starts (its proxy, the idle culler) goes with it at stop()
+        self.log.flush()
+        self.log_start = self.log.tell()  # what this start logs begins here (a restart appends to the same log)
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(self.config)], cwd=self.directory,
                                      env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -151,7 +182,10 @@ class Hub:
     def wait_up(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "JupyterHub exited:\n" + self.tail()
+            started = self.text()[self.log_start:]
+            if self.proc.poll() is not None or PORT_TAKEN.search(started):
+                # the proxy logs a taken public port and runs on, answering nothing: as good as exited
+                raise HubExited(self.proc.poll(), started[-4000:])
             try:
                 if self.request("GET", "/hub/api/", "") == 200:
                     return
@@ -184,7 +218,8 @@ class Hub:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        # the proxy runs in a session of its own: the hub stops it, unless the hub was killed first
+        # the proxy runs in a session of its own: the hub stops it, unless the hub was killed first, or the
+        # proxy failed to bind a port and ran on before the hub wrote its pid file (then its cwd names it)
         pid_file = self.directory / "jupyterhub-proxy.pid"
         if pid_file.exists() and pid_file.read_text().strip().isdigit():
             try:
@@ -192,21 +227,36 @@ class Hub:
                 self._kill([proxy] if "configurable-http-proxy" in cmdline(proxy) else [])
             except psutil.NoSuchProcess:
                 pass
+        self._kill(p for p in psutil.process_iter()
+                   if _cwd(p) == str(self.directory) and "configurable-http-proxy" in cmdline(p))
         left = [f"{p.pid} {cmdline(p)[:80]}" for p in psutil.process_iter()
-                if _cwd(p) == str(self.directory) and p.pid != os.getpid()]
+                if _cwd(p) == str(self.directory) and p.pid != os.getpid() and not _dead(p)]
         assert not left, f"the hub left processes behind: {left}"
         if close:
             self.log.close()
 
     @staticmethod
     def _kill(processes) -> None:
-        """SIGKILL, without waiting: a killed orphan stays a zombie until this VM's PID 1 reaps it,
-        late, and waiting for it cost 10 s per hub stop (a zombie holds nothing and has no cwd)."""
+        """SIGKILL, waiting only until each is dead, not reaped: a killed orphan stays a zombie until this
+        VM's PID 1 reaps it, late, and waiting for that cost 10 s per hub stop (a zombie holds nothing)."""
+        killed = []
         for process in processes:
             try:
                 process.kill()
+                killed.append(process)
             except psutil.NoSuchProcess:
                 pass
+        deadline = time.monotonic() + 10
+        while any(not _dead(p) for p in killed) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _dead(process) -> bool:
+    """Gone, or a zombie (dead, not yet reaped)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _cwd(process) -> str:
@@ -226,22 +276,31 @@ def _json(raw: bytes):
 def new_hub(tmp_path: Path, slurm: dict, passwords: dict[str, str], extra: str = "",
             env: dict | None = None) -> tuple[Hub, str]:
     """A hub up and answering, and the test service's token."""
-    directory = tmp_path / "hub"
-    directory.mkdir(mode=0o700)
-    ports = {"public": free_port(), "hub": free_port(), "proxy_api": free_port()}
-    token = secrets.token_hex(32)
-    config = write_config(directory, passwords, ports, token, slurm["env"], extra)
     from helpers.class_settings import CLASS_SETTINGS
 
+    directory = tmp_path / "hub"
+    directory.mkdir(mode=0o700)
+    token = secrets.token_hex(32)
     # the class's settings are the test's to give (`env`), never the runner's environment's
     base = {k: v for k, v in slurm["env"].items() if k not in CLASS_SETTINGS}
-    hub = Hub(config, directory, {**base, "COURSE_DIR": str(ROOT), **(env or {})}, ports["public"])
-    try:
-        hub.wait_up(60)
-    except BaseException:
-        hub.stop()
-        raise
-    return hub, token
+    for attempt in range(3):
+        # free now, but any process may take a port before the hub binds it (under CI's parallel streams one did):
+        # then, and only then, new ports and again
+        ports = dict(zip(("public", "hub", "proxy_api"), distinct_free_ports(3)))
+        config = write_config(directory, passwords, ports, token, slurm["env"], extra)
+        hub = Hub(config, directory, {**base, "COURSE_DIR": str(ROOT), **(env or {})}, ports["public"])
+        try:
+            hub.wait_up(60)
+            return hub, token
+        except HubExited as exc:
+            hub.stop()
+            if not exc.port_taken or attempt == 2:
+                raise
+            print(f"the hub found a port taken ({ports}); starting it again on new ports", file=sys.stderr)
+        except BaseException:
+            hub.stop()
+            raise
+    raise AssertionError("unreachable")
 
 
 @contextmanager
