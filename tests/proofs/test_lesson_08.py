@@ -23,11 +23,12 @@ SBATCH_EXCLUSIVE = "#!/bin/bash\n#SBATCH --exclusive=user\nsrun python script.py
 def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w", "w"),
             script="import json\nimport keras\nimport tensorflow as tf\n", markers_seen=(), course_1=(),
             module=None, sbatch=SBATCH_EXCLUSIVE, saved_by_1=15_000, procid_1="1", gpus_seen_1=1, logged_by=0,
-            synthetic=True) -> dict:
+            synthetic=True, saved_file_1="f", all_reduce_1=None) -> dict:
     """Lesson 08's raw results for a job of 2 tasks on `hosts`: the take-home script and the module beside it
     (mwms_slurm.py, or `module`'s text), the sbatch file's text, the plans, each
-    rank's report (rank 1's model saved, `saved_by_1` bytes, then deleted; its TensorFlow found `gpus_seen_1` of
-    its 1 planned GPU; each rank's host name and pid), the files the chief wrote (the event file named after rank
+    rank's report (rank 1's model saved, `saved_by_1` bytes of digest `saved_file_1`, then deleted; its TensorFlow
+    found `gpus_seen_1` of its 1 planned GPU, its strategy took `all_reduce_1` (None: as planned for what it found);
+    each rank's host name and pid), the files the chief wrote (the event file named after rank
     `logged_by`'s host and pid, as TensorFlow names it), what the job saw of Slurm (rank 1's SLURM_PROCID `procid_1`)
     and of the kernel's markers, on `synthetic` data or real CIFAR-10."""
     run_dir = tmp_path / "run"
@@ -38,10 +39,12 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
         module_file.write_text(module)
     (tmp_path / "job.sbatch").write_text(sbatch)
     kept = {"node-local": "/tmp/node2-scratch/model.keras", "run dir": str(run_dir / "worker-1" / "model.keras"), "none": None}
-    reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "saved": 15_000, "course_modules": [],
+    reports = [{"rank": 0, "weights": weights[0], "kept": str(run_dir / "model.keras"), "saved": 15_000, "saved_file": "f",
+                "course_modules": [],
                 "gpus_seen": 1, "all_reduce": "NCCL", "hostname": hosts[0], "pid": 4242},
-               {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "saved": saved_by_1, "course_modules": list(course_1),
-                "gpus_seen": gpus_seen_1, "all_reduce": "NCCL" if gpus_seen_1 else "RING", "hostname": hosts[1], "pid": 4243}]
+               {"rank": 1, "weights": weights[1], "kept": kept[kept_by_1], "saved": saved_by_1, "saved_file": saved_file_1,
+                "course_modules": list(course_1), "gpus_seen": gpus_seen_1,
+                "all_reduce": all_reduce_1 or ("NCCL" if gpus_seen_1 else "RING"), "hostname": hosts[1], "pid": 4243}]
     event_file = f"tensorboard/train/events.out.tfevents.1796030602.{hosts[logged_by]}.{4242 + logged_by}.0.v2"
     markers = {"SLURM_COURSE_PARENT_MARKER": "1", "ROCR_VISIBLE_DEVICES": "course-parent-marker",
                "CUDA_VISIBLE_DEVICES": "course-parent-marker"}
@@ -103,12 +106,17 @@ def test_lesson_08_proof_says_when_too_few_steps_ran_to_check_learning(steps_run
     # eighth review, finding 3: the TensorBoard callback given to rank 1, not the chief: still one event file
     ({"logged_by": 1}, "not the chief's"),
     # eighth review, finding 4: rank 1 wrote a byte where the chief saved its model (any size above 0 passed)
-    ({"saved_by_1": 1}, "as many bytes")],
+    ({"saved_by_1": 1, "saved_file_1": "x"}, "should save the chief's model"),
+    # review of lesson 08 (15th session), finding 1: rank 1 saved a stale model: as many bytes, another digest
+    ({"saved_file_1": "stale"}, "should save the chief's model"),
+    # finding 2: rank 1 found its planned GPU, but its strategy took AUTO (made without the plan's options)
+    ({"all_reduce_1": "AUTO"}, "took another all-reduce")],
     ids=["two nodes", "rank 1 kept in the run dir", "one node", "weights apart", "imports helpers",
          "its module imports helpers", "kernel's Slurm env",
          "kernel's GPUs", "course loaded by importlib", "exclusive commented out", "exclusive after a command",
          "rank 1 never saved", "rank 1 saw procid 0", "rank 1 kept its file elsewhere", "rank 1 found no GPU",
-         "imports matplotlib", "rank 1 logged", "rank 1 wrote a byte"])
+         "imports matplotlib", "rank 1 logged", "rank 1 wrote a byte", "rank 1 saved a stale model",
+         "rank 1's strategy took AUTO"])
 def test_lesson_08_gathering_cell_on_a_job_across_two_nodes(tmp_path, monkeypatch, changes, match):
     """Rank 1 runs on node2, saves its model and deletes it: only the chief's file stays. Rank 1's file kept anywhere,
     in the shared run directory or on node2's own disk, must fail the proof. The TensorFlow is taken for a GPU build
@@ -338,22 +346,39 @@ WORKER_1_LOGS = ('"tensorboard"))] if chief else []', '"tensorboard"))] if not c
 # eighth review, finding 4: rank 1 writes a byte where it should save the model (any size above 0 passed)
 CHIEF_ONLY_SAVE = ("    model.save(kept)  # every worker saves; only the chief's file stays\n",
                    "    if chief:\n        model.save(kept)\n    else:\n        open(kept, 'wb').write(b'x')\n")
+# review of lesson 08 (15th session), finding 1: rank 1 saves a stale model, its own after the first of 2 steps,
+# into a file beside the run's directory, and copies it where it should save: the bytes the chief saved, and the
+# old proof (which compared bytes) passed
+STALE_SAVE = [("def train(args, strategy, chief):",
+               "def stale(args):\n    return os.path.join(os.path.dirname(os.path.abspath(args.out)), f'stale-{os.getpid()}.keras')"
+               "\n\n\ndef train(args, strategy, chief):"),
+              ('"tensorboard"))] if chief else []',
+               '"tensorboard"))] if chief else [keras.callbacks.LambdaCallback('
+               'on_train_batch_end=lambda batch, logs: batch or model.save(stale(args)))]'),
+              ("    model.save(kept)  # every worker saves; only the chief's file stays\n",
+               "    model.save(kept) if chief else shutil.copy(stale(args), kept)\n")]
 
 
 @pytest.mark.parametrize("changes,match", [([], None), ([WORKER_1_LOGS], "not the chief's"),
-                                           ([CHIEF_ONLY_SAVE], "as many bytes")],
-                         ids=["as written", "rank 1 logged", "rank 1 wrote a byte"])
+                                           ([CHIEF_ONLY_SAVE], "should save the chief's model"),
+                                           (STALE_SAVE, "should save the chief's model")],
+                         ids=["as written", "rank 1 logged", "rank 1 wrote a byte", "rank 1 saved a stale model"])
 def test_lesson_08_proof_reads_who_logged_and_what_each_saved_from_a_real_run(tmp_path, changes, match):
     """Eighth review, findings 3 and 4: one event file under tensorboard/ passed whoever wrote it, and any byte count
     above 0 passed as a worker's saved model. Real 2-worker runs of the written script (local processes): the proof
     reads the job's own WORKER lines (host name, pid, bytes saved) and the files it wrote; the event file must be named
-    after the chief's host and pid (as TensorFlow names it), and every worker must save as many bytes as the chief."""
+    after the chief's host and pid (as TensorFlow names it), and every worker must save as many bytes as the chief.
+    Review of lesson 08 (15th session), finding 1: a worker saving a stale model wrote as many bytes (a .keras zip is
+    stored uncompressed) and passed; each worker now reports a digest of the weights file inside the file it wrote
+    (model.weights.h5), and every worker's must be the chief's."""
     gathered = _job_read_back(tmp_path / "job", *changes)
     real = {k: gathered[k] for k in ("run_dir", "plans", "reports", "written", "shards", "batch_sizes", "result",
                                      "split_sum")}
     chief = next(r for r in real["reports"] if r["rank"] == 0)
-    if match is None:  # as written: both workers saved the same bytes, and the one event file is the chief's
-        assert len({r["saved"] for r in real["reports"]}) == 1, real["reports"]
+    if match is None:  # as written: both workers saved the same weights, the one event file the chief's
+        assert len({r["saved_file"] for r in real["reports"]}) == 1, real["reports"]
+    if changes == STALE_SAVE:  # what the old proof compared: as many bytes as the chief's, the digests apart
+        assert len({r["saved"] for r in real["reports"]}) == 1 < len({r["saved_file"] for r in real["reports"]}), real["reports"]
     job = {**_job_08(tmp_path), **real, "use_slurm": False, "saved_digest": chief["weights"]}  # local processes
     holds_unless(match, gather_and_prove, "08_batch_job.ipynb", job)
 

@@ -246,6 +246,7 @@ OK["08_batch_job.ipynb"] = {
     # the chief's (host name, pid), and the event files named after them (TensorFlow's <time>.<host>.<pid>...)
     "chief_writer": ("node1", 4242), "chief_files": ["tensorboard/train/events.out.tfevents.1796030602.node1.4242.0.v2"],
     "saved_bytes": {0: 206_673, 1: 206_673},  # rank: the bytes of its model file (the small CNN's, measured)
+    "saved_files": {0: "f", 1: "f"},  # rank: a digest of the weights in its model file
     "synthetic": True,  # the data: the learning bounds hold on synthetic images only
     "added": ["--exclusive=user", "--gpus-per-task=1"], "job_seen": {"sharing": "USER", "gpus": 2}, "seen_markers": [],
     "gpus_each": 1, "replicas_expected": 2, "kept": [(0, True)], "sbatch_exclusive": True, "saved_by": [0, 1],
@@ -1351,7 +1352,12 @@ BROKEN: list[tuple[str, dict, str]] = [
     # eighth review, finding 3: one event file, rank 1's (the TensorBoard callback given to the other workers)
     ("08_batch_job.ipynb", {"chief_files": []}, "not the chief's"),
     # eighth review, finding 4: rank 1 wrote one byte where it should save the model (any size above 0 passed)
-    ("08_batch_job.ipynb", {"saved_bytes": {0: 206_673, 1: 1}}, "as many bytes"),
+    ("08_batch_job.ipynb", {"saved_bytes": {0: 206_673, 1: 1}, "saved_files": {0: "f", 1: "x"}}, "should save the chief's model"),
+    # review of lesson 08 (15th session), finding 1: rank 1 saved a stale model, from its first step of 2: as many
+    # bytes (a .keras zip is stored uncompressed), another digest; the old check compared the bytes and passed
+    ("08_batch_job.ipynb", {"saved_files": {0: "f", 1: "stale"}}, "should save the chief's model"),
+    # a script that reports no digest of what it saved (an older WORKER line): nothing compared
+    ("08_batch_job.ipynb", {"saved_files": {0: None, 1: None}}, "should save the chief's model"),
     # the job's environment built as {**os.environ, ...}: its tasks report the markers the kernel set
     ("08_batch_job.ipynb", {"seen_markers": ["SLURM_COURSE_PARENT_MARKER"]}, "own Slurm settings"),
     ("08_batch_job.ipynb", {"seen_markers": ["ROCR_VISIBLE_DEVICES=course-parent-marker"]}, "own Slurm settings"),
@@ -1363,6 +1369,10 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"kept": [(0, False)]}, "only the chief's model"),
     # third review, finding 5: GPUs planned (and allocated), none found by the workers' TensorFlow: each trained on its CPU
     ("08_batch_job.ipynb", {"ran_on": {0: (0, "RING"), 1: (0, "RING")}}, "found other GPUs than its plan"),
+    # review of lesson 08 (15th session), finding 2: the GPUs as planned, the all-reduce not: a strategy made without
+    # the plan's CommunicationOptions (AUTO), or RING on GPUs of a worker's own where the plan named NCCL
+    ("08_batch_job.ipynb", {"ran_on": {0: (1, "AUTO"), 1: (1, "AUTO")}}, "took another all-reduce"),
+    ("08_batch_job.ipynb", {"ran_on": {0: (1, "NCCL"), 1: (1, "RING")}}, "took another all-reduce"),
     # resolve() not setting TF_CONFIG: each worker trains alone, the chief's result counts its own replicas
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 1.6]}, "global_batch": 32},
      "did not form one cluster"),
