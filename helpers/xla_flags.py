@@ -44,6 +44,37 @@ def flags_in(value: str) -> str:
         return f"{UNREADABLE}: {error})"
 
 
+def xla_flag_pieces(flags: str) -> tuple[list[str], str]:
+    """`flags` cut into flags as XLA cuts XLA_FLAGS (`ParseArgvFromString`, parse_flags_from_env.cc): each flag as
+    written (a value in single or double quotes, `\\` escaping in double ones, kept whole), and the rest from the first
+    piece that does not start with '-', which XLA does not read (nor any flag after it)."""
+    spaces, pieces = " \t\r\n", []
+    b = len(flags) - len(flags.lstrip(spaces))
+    while b < len(flags) and flags[b] == "-":
+        e = b
+        while e < len(flags) and flags[e].isascii() and (flags[e] in "-_" or flags[e].isalnum()):
+            e += 1
+        if flags[e:e + 1] == "=" and flags[e + 1:e + 2] in ("'", '"'):
+            quote, e = flags[e + 1], e + 2
+            while e < len(flags) and flags[e] != quote:
+                e += 2 if quote == '"' and flags[e] == "\\" and e + 1 < len(flags) else 1
+            e = min(e + 1, len(flags))
+        else:
+            while e < len(flags) and flags[e] not in spaces:
+                e += 1
+        pieces.append(flags[b:e])
+        b = e + len(flags[e:]) - len(flags[e:].lstrip(spaces))
+    return pieces, flags[b:]
+
+
+DUMP_OPTION = "xla_dump_"  # XLA's options of what it dumps (--xla_dump_to, --xla_dump_hlo_module_re, ...)
+
+
+def is_dump_flag(piece: str) -> bool:
+    """Whether a flag (a piece of `xla_flag_pieces`) sets one of XLA's dump options."""
+    return piece.lstrip("-").split("=", 1)[0].startswith(DUMP_OPTION)
+
+
 def _level(value: str | None, optimizer_jit: str, on_gpu: bool) -> bool:
     """Whether the global level from `--tf_xla_auto_jit=value` (None: not given) and `set_jit` is on."""
     asked = optimizer_jit == "autoclustering"
@@ -122,7 +153,13 @@ class XlaDumps:
     Made before TensorFlow is imported, it points this process's own `XLA_FLAGS` at `kernel`; made after, it leaves
     them alone (XLA may have read them already) and `files("kernel")` is None, as for a missing directory. An
     `XLA_FLAGS` naming a file of flags (XLA's other form, `flags_in`) is replaced by the file's flags, to which the
-    dump's flag is added; a file that cannot be read is a CourseError naming XLA_FLAGS."""
+    dump's flag is added; a file that cannot be read is a CourseError naming XLA_FLAGS.
+
+    Every `--xla_dump_*` flag of those is left out (with a warning): XLA's dump options filter or limit what it dumps
+    (`--xla_dump_hlo_module_re`, `--xla_dump_max_hlo_modules`), and a process with one compiled its steps while only the
+    canary was dumped (measured: a worker adding `--xla_dump_hlo_module_re=.*canary.*`); a process can still set its
+    own, which the canary's `.debug_options` file shows (`dump_filters`). Flags after a piece that does not start with
+    '-' are never read by XLA, the dump's included: a CourseError too."""
 
     def __init__(self, root=None, environ=None):
         import os
@@ -140,6 +177,19 @@ class XlaDumps:
             raise CourseError(f"XLA_FLAGS={self.environ['XLA_FLAGS']!r} names a file of flags that cannot be read "
                               f"({self.given[len(UNREADABLE) + 2:-1]}; XLA would stop at its first compile): give "
                               "XLA_FLAGS as flags (starting with '-') or the path of a readable file, or unset it")
+        pieces, unread = xla_flag_pieces(self.given)
+        if unread:
+            from .errors import CourseError
+
+            raise CourseError(f"XLA_FLAGS: XLA reads no flag from {unread!r} on (not starting with '-'), so none added "
+                              "after it either: give XLA_FLAGS as flags, each starting with '-', or unset it")
+        self.left_out = [piece for piece in pieces if is_dump_flag(piece)]
+        if self.left_out:
+            import warnings
+
+            warnings.warn(f"XLA_FLAGS: left out {self.left_out}: the lesson's dumps take every --xla_dump_* flag "
+                          "(a filter or limit would hide modules XLA compiles)", stacklevel=2)
+        self.given = " ".join(piece for piece in pieces if not is_dump_flag(piece))
         self.root = Path(root or tempfile.mkdtemp(prefix="xla_dumps_"))
         self.kernel = "tensorflow" not in sys.modules
         if self.kernel:
@@ -161,11 +211,41 @@ class XlaDumps:
             return None
         return sorted(p.name for p in directory.iterdir())
 
+    def options(self, name: str) -> dict[str, str] | None:
+        """Each `.debug_options` file XLA wrote into `name` (one a module: the DebugOptions it compiled it with, those
+        not at their defaults; measured, unfiltered: `xla_dump_to: "<the directory>"` alone), by name; None as `files`."""
+        names = self.files(name)
+        return None if names is None else {n: (self.root / name / n).read_text() for n in names if n.endswith(".debug_options")}
+
     def remove(self) -> None:
         """Remove every dump directory (the root with them), once what they hold has been read (`files`)."""
         import shutil
 
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _canary_modules(canaries: list[str]) -> dict:
+    import re
+
+    return {c: re.compile(rf"module_\d+\.a_inference_{re.escape(c)}_\d+__") for c in canaries}
+
+
+def dump_filters(options: dict[str, str] | None, canaries: list[str]) -> dict[str, list[str]]:
+    """An XLA dump directory's `.debug_options` files (`XlaDumps.options`; None: no directory) read against the
+    `canaries` of the processes that dump there: each canary whose process dumped under options that can leave modules
+    out, with them: every `xla_dump_*` option but `xla_dump_to` in its module's file (XLA_FLAGS are read once a
+    process, so its canary's options are those of all it compiled), or a line saying its module has no such file
+    (`--xla_dump_max_hlo_modules=1` left the canary's first file only, measured). Empty: every canary's process dumped
+    unfiltered. Measured on TensorFlow 2.21 CPU: `--xla_dump_hlo_module_re=.*canary.*` dumped the canary with
+    `xla_dump_hlo_module_re: ".*canary.*"` in its file, and nothing of the steps it compiled."""
+    found = {}
+    for canary, module in _canary_modules(canaries).items():
+        texts = [text for name, text in (options or {}).items() if module.match(name)]
+        said = [line.strip() for text in texts for line in text.splitlines()
+                if line.strip().startswith(DUMP_OPTION) and not line.strip().startswith(DUMP_OPTION + "to:")]
+        if said or not texts:
+            found[canary] = said or ["(no .debug_options file of its module)"]
+    return found
 
 
 def canary_dump(files: list[str] | None, canaries: list[str]) -> tuple[list[str], list[str]]:
@@ -175,9 +255,7 @@ def canary_dump(files: list[str] | None, canaries: list[str]) -> tuple[list[str]
     files of no canary's module (anything else XLA compiled). TensorFlow 2.21 names each file of a `tf.function`'s
     module `module_NNNN.a_inference_<function name>_<number>__...` (measured: 11 files, `.txt`, `.mlir`, `.ll`, `.o`,
     `.debug_options`, for one CPU function), so a canary named `xla_dump_canary_1` is not taken for `..._10`."""
-    import re
-
-    mine = {c: re.compile(rf"module_\d+\.a_inference_{re.escape(c)}_\d+__") for c in canaries}
+    mine = _canary_modules(canaries)
     if files is None:
         return list(canaries), []
     return ([c for c, pattern in mine.items() if not any(pattern.match(f) for f in files)],

@@ -158,3 +158,52 @@ def test_xla_dumps_with_a_file_of_flags_lets_xla_compile_and_dump(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     files = int(next(line[6:] for line in done.stdout.splitlines() if line.startswith("FILES ")))
     assert files > 0, done.stdout
+
+
+@pytest.mark.parametrize("given,kept,left_out", [
+    ("--xla_dump_hlo_module_re=.*canary.*", "", ["--xla_dump_hlo_module_re=.*canary.*"]),
+    ("--xla_cpu_enable_fast_math=false --xla_dump_max_hlo_modules=1", "--xla_cpu_enable_fast_math=false",
+     ["--xla_dump_max_hlo_modules=1"]),
+    # a quoted value with a space is one flag, as XLA reads it (parse_flags_from_env.cc), and one dash is a flag too
+    ('--xla_dump_hlo_module_re=".*canary .*" -xla_dump_to=/elsewhere --xla_cpu_enable_fast_math=false',
+     "--xla_cpu_enable_fast_math=false", ['--xla_dump_hlo_module_re=".*canary .*"', "-xla_dump_to=/elsewhere"]),
+    ("--xla_cpu_enable_fast_math=false", "--xla_cpu_enable_fast_math=false", [])])
+def test_xla_dumps_leaves_out_every_dump_flag_it_was_given(given, kept, left_out, tmp_path):
+    """Lesson 07, twentieth review (open until the 21st): a process whose XLA_FLAGS carry a dump filter compiled its
+    steps while XLA dumped only its canary, and the proof passed. XlaDumps kept every flag it was given, filters included
+    (the old one gave the first row '--xla_dump_hlo_module_re=.*canary.* --xla_dump_to=...'); now it leaves out every
+    --xla_dump_* flag, with a warning naming them, and adds its own."""
+    from helpers.xla_flags import XlaDumps
+
+    with pytest.warns(UserWarning, match="left out") if left_out else __import__("contextlib").nullcontext():
+        dumps = XlaDumps(tmp_path / "dumps", environ={"XLA_FLAGS": given})
+    assert dumps.flags("run") == f"{kept} --xla_dump_to={tmp_path / 'dumps' / 'run'}".strip(), dumps.flags("run")
+    assert dumps.left_out == left_out
+
+
+def test_xla_dumps_refuses_flags_xla_would_stop_reading_before_its_own(tmp_path):
+    """XLA reads XLA_FLAGS up to the first piece that does not start with '-' (parse_flags_from_env.cc): the dump's
+    flag after it would never be read. A CourseError, not a value whose dump flag XLA drops."""
+    from helpers.errors import CourseError
+    from helpers.xla_flags import XlaDumps
+
+    with pytest.raises(CourseError, match="XLA reads no flag from 'stray --xla_cpu_enable_fast_math=false' on"):
+        XlaDumps(tmp_path / "dumps", environ={"XLA_FLAGS": "--xla_cpu_enable_fast_math=true stray --xla_cpu_enable_fast_math=false"})
+
+
+@pytest.mark.parametrize("text,found", [
+    ('xla_dump_to: "/d"\n', {}),
+    ('xla_dump_to: "/d"\nxla_dump_hlo_module_re: ".*canary.*"\n', {"xla_dump_canary_0": ['xla_dump_hlo_module_re: ".*canary.*"']}),
+    ('xla_cpu_enable_fast_math: false\nxla_dump_to: "/d"\nxla_dump_max_hlo_modules: 20\n', {"xla_dump_canary_0": ["xla_dump_max_hlo_modules: 20"]}),
+    (None, {"xla_dump_canary_0": ["(no .debug_options file of its module)"]})])
+def test_dump_filters_reads_the_canarys_debug_options(text, found):
+    """dump_filters on a canary's `.debug_options` file as XLA writes it (TensorFlow 2.21 CPU: the options not at their
+    defaults, one a line): any xla_dump_* option but xla_dump_to is a filter or limit; no file for the canary's module
+    (another function's does not count) leaves nothing to show it had none."""
+    from helpers.xla_flags import dump_filters
+
+    name = "module_0000.a_inference_xla_dump_canary_0_11__XlaMustCompile_true_.1.debug_options"
+    other = {"module_0001.a_inference_xla_dump_canary_01_12__XlaMustCompile_true_.1.debug_options": 'xla_dump_to: "/d"\n'}
+    options = {**other, **({name: text} if text is not None else {})}
+    assert dump_filters(options, ["xla_dump_canary_0"]) == found
+    assert dump_filters(None, ["xla_dump_canary_0"]) == {"xla_dump_canary_0": ["(no .debug_options file of its module)"]}

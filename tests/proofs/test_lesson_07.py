@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.proof_cases import lesson_07_canary_files, lesson_07_point
+from tests.support.proof_cases import lesson_07_canary_files, lesson_07_canary_options, lesson_07_point
 from tests.support.proof_cells import assignment_source, cell_defining, holds_unless
 from tests.support.proof_cells import gather_and_prove as prove_from_raw
 
@@ -141,6 +141,28 @@ def test_lesson_07_gathering_cell_reads_each_xla_dump(rank, dumped, match):
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
+FILTER = {f: 'xla_dump_to: "/tmp/d"\nxla_dump_hlo_module_re: ".*canary.*"\n' for f in lesson_07_canary_options([1])}
+
+
+@pytest.mark.parametrize("rank,options,match", [
+    (0, lesson_07_canary_options([0]), None), (1, lesson_07_canary_options([0, 1]), None),
+    # twentieth review (fixed in the 21st): the canaries' modules dumped under a filter (worker 1's, or the kernel's),
+    # or without the file that would show it (--xla_dump_max_hlo_modules=1: the canary's first file only)
+    (1, {**lesson_07_canary_options([0]), **FILTER}, "under a filter"),
+    (0, {f: t + "xla_dump_max_hlo_modules: 20\n" for f, t in lesson_07_canary_options([0]).items()}, "under a filter"),
+    (1, lesson_07_canary_options([0]), "under a filter"), (0, {}, "under a filter")])
+def test_lesson_07_gathering_cell_reads_each_canarys_dump_options(rank, options, match):
+    """Twentieth review (still open then): a process whose XLA_FLAGS carry a dump filter (--xla_dump_hlo_module_re=
+    .*canary.*, --xla_dump_max_hlo_modules=1) compiled its steps while XLA dumped its canary only, and the proof, reading
+    the files' names, passed. The canaries' files all there, nothing else: a canary's .debug_options showing an
+    xla_dump_* option other than xla_dump_to, or none for its module, must fail the proof through the gathering cell
+    (the old cell read no options: DID NOT RAISE)."""
+    raw = {"points": [_timed("MirroredStrategy", 1), _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2], "mirrored_counts": [1, 2]}
+    raw["points"][1 if rank == 0 else 2]["xla_dump_options"] = options
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
 def test_lesson_07_xla_dumps_record_what_xla_compiles(tmp_path):
     """The dump the proof reads is XLA's own record on this TensorFlow, in a process set up as the lesson's kernel
     (XlaDumps made before TensorFlow is imported: its own XLA_FLAGS point at "kernel"): ordinary (not compiled)
@@ -158,7 +180,7 @@ def test_lesson_07_xla_dumps_record_what_xla_compiles(tmp_path):
 
     program = written_program("07_scaling_performance.ipynb", "{worker_program}")
     probe = ("import json, sys\n"
-             "from helpers.xla_flags import XlaDumps, canary_dump\n"
+             "from helpers.xla_flags import XlaDumps, canary_dump, dump_filters\n"
              "dumps = XlaDumps(sys.argv[1])  # before TensorFlow, as the set-up cell\n"
              "ns = {'__name__': 'measure_07'}\n"
              "exec(compile(open(sys.argv[2]).read(), '07_measure', 'exec'), ns)  # the program, as %run -n\n"
@@ -168,6 +190,7 @@ def test_lesson_07_xla_dumps_record_what_xla_compiles(tmp_path):
              "print('plain', len(dumps.files('kernel')))\n"
              "canaries = [ns['xla_dump_canary'](), ns['xla_dump_canary']()]\n"
              "print('canary', json.dumps([canaries, len(dumps.files('kernel')), canary_dump(dumps.files('kernel'), canaries[:1])]))\n"
+             "print('options', json.dumps([dumps.options('kernel'), dump_filters(dumps.options('kernel'), canaries[:1])]))\n"
              "tf.function(lambda x: tf.nn.relu(x @ x) + 1.0, jit_compile=True)(x)\n"
              "missing, other = canary_dump(dumps.files('kernel'), canaries[:1])\n"
              "print('jit', json.dumps([missing, len(other)]))\n"
@@ -176,6 +199,7 @@ def test_lesson_07_xla_dumps_record_what_xla_compiles(tmp_path):
              "print('removed', dumps.files('kernel'))\n")
     (tmp_path / "07_measure.py").write_text(program)
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("TF_XLA_FLAGS", "XLA_FLAGS", "TF_CONFIG")}
+    env["XLA_FLAGS"] = "--xla_dump_hlo_module_re=.*nothing.*"  # a filter the kernel was given: XlaDumps leaves it out
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "dumps"), str(tmp_path / "07_measure.py")],
                           capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
@@ -184,6 +208,10 @@ def test_lesson_07_xla_dumps_record_what_xla_compiles(tmp_path):
     canaries, canary_files, (missing, other) = json.loads(seen["canary"])
     assert seen["plain"] == "0" and canaries == ["xla_dump_canary_0"] * 2 and canary_files > 0, seen
     assert missing == [] and other == [], seen  # the canary's files, all of them recognised
+    # its dump options: the directory alone (measured), and so no filter; the kernel's XLA_FLAGS were given a filter,
+    # which XlaDumps left out (the old one kept it: the canary's options showed it)
+    options, filters = json.loads(seen["options"])
+    assert list(options.values()) == [f'xla_dump_to: "{tmp_path / "dumps" / "kernel"}"\n'] and filters == {}, seen
     assert json.loads(seen["jit"])[0] == [] and json.loads(seen["jit"])[1] > 0, seen  # another function's: not the canary's
     assert seen["late"] == "None" and seen["removed"] == "None" and not (tmp_path / "dumps").exists(), seen
 
@@ -421,7 +449,7 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
     assert all(0 < point["cpu_per_s"] <= 1.05 * __import__("os").cpu_count() for point in measured), measured
     for point, match in zip(measured, (None, "inside timed steps", "reading the input alone")):
         points = [{**point, "label": "MirroredStrategy", "asked": 1, "planned": point["device"],  # the device: not this test's claim
-                   "xla_dumped": lesson_07_canary_files([0])},  # the kernel's dump (listed by the lesson's cell): not this test's claim
+                   "xla_dumped": lesson_07_canary_files([0]), "xla_dump_options": lesson_07_canary_options([0])},  # the kernel's dump: not this test's claim
                   lesson_07_point("MirroredStrategy", 2), lesson_07_point("MultiWorkerMirroredStrategy", 2)]
         for p in points[1:]:
             p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
@@ -553,6 +581,15 @@ TOP = "import hashlib, json, os, statistics, sys, time\n"
 DROPS_THE_DUMP = (TOP, TOP + "os.environ.pop('XLA_FLAGS', None)  # before TensorFlow starts\n")
 WORKER_1_DROPS_THE_DUMP = (TOP, TOP + "if json.loads(os.environ.get('TF_CONFIG', '{}')).get('task', {}).get('index') == 1:\n"
                                       "    os.environ.pop('XLA_FLAGS', None)  # before TensorFlow starts\n")
+# twentieth review (still open, fixed in the 21st): workers that add a dump filter to XLA_FLAGS before TensorFlow starts
+# (started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit, set_jit between StepTimes' readings) compiled their steps ('Compiled
+# cluster using XLA', XlaCompiler naming them in the log) while XLA dumped their canaries only, and the old proof passed
+# (DID NOT RAISE). Now each canary's dump options (its module's .debug_options) must show no filter: the module name's
+# shows one, the one-module limit leaves the canary's first file only, no .debug_options
+FILTERS = {"workers filter the dump by module name": "--xla_dump_hlo_module_re=.*canary.*",
+           "workers cap the dump at one module": "--xla_dump_max_hlo_modules=1"}
+FILTERS_THE_DUMP = {variant: (TOP, TOP + f"os.environ['XLA_FLAGS'] += ' {flag}'  # before TensorFlow starts\n")
+                    for variant, flag in FILTERS.items()}
 
 
 def compiled_besides_canary(output: str) -> bool:
@@ -572,6 +609,8 @@ def compiled_besides_canary(output: str) -> bool:
                                            ("workers set flags after the program read them", "XLA compiled modules"),
                                            ("workers drop the dump's flag", "did not reach XLA"),
                                            ("worker 1 drops the dump's flag", "did not reach XLA"),
+                                           ("workers filter the dump by module name", "under a filter"),
+                                           ("workers cap the dump at one module", "under a filter"),
                                            ("workers size inter-op from the environment", "not the course's")])
 def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_path):
     """Ninth review, finding 1: the proof read worker 0's replica batches only, and a real 2-worker run where worker 1
@@ -606,7 +645,7 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     import json
     import os
 
-    from helpers.xla_flags import XlaDumps, canary_dump
+    from helpers.xla_flags import XlaDumps, canary_dump, dump_filters
 
     from helpers.data import ensure_data
     from helpers.local_workers import run_local_workers
@@ -620,7 +659,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
                  "workers set_jit between StepTimes' readings": SET_JIT_BETWEEN_READINGS,
                  "workers set flags after the program read them": SET_FLAGS_LATE,
                  "workers drop the dump's flag": [DROPS_THE_DUMP, SET_JIT_BETWEEN_READINGS],
-                 "worker 1 drops the dump's flag": WORKER_1_DROPS_THE_DUMP}.get(variant) or WORKER_1[variant]
+                 "worker 1 drops the dump's flag": WORKER_1_DROPS_THE_DUMP,
+                 **{v: [edit, SET_JIT_BETWEEN_READINGS] for v, edit in FILTERS_THE_DUMP.items()}}.get(variant) or WORKER_1[variant]
         for old, new in edits if isinstance(edits, list) else [edits]:
             assert program.count(old) == 1, old
             program = program.replace(old, new)
@@ -630,7 +670,7 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     pools = ["0", "0"] if from_env else ["1", "2"]
     arguments = [str(tmp_path / "07_measure.py"), str(ensure_data(True).data_dir), "cnn", "32", "10", "2048", *pools]
     set_jit = variant in ("workers set_jit around fit", "workers set_jit in step 0", "workers set_jit between StepTimes' readings",
-                          "workers drop the dump's flag")
+                          "workers drop the dump's flag", *FILTERS)
     late = variant == "workers set flags after the program read them"
     dropped = set_jit or late or variant in ("workers drop XLA flags", "workers start with a flag file")  # they compiled
     (tmp_path / "xla_flags").write_text(STARTED_WITH_XLA + "\n")  # the flags in a file, its name in TF_XLA_FLAGS
@@ -655,8 +695,13 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     # XLA's dump holds the canary of every worker that kept the flag, and other files where those compiled their steps
     unseen = {"workers drop the dump's flag": ["xla_dump_canary_0", "xla_dump_canary_1"],
               "worker 1 drops the dump's flag": ["xla_dump_canary_1"]}.get(variant, [])
-    compiled = (dropped or variant == "worker 1 asks XLA") and variant != "workers drop the dump's flag"
+    compiled = (dropped or variant == "worker 1 asks XLA") and variant not in ("workers drop the dump's flag", *FILTERS)
     assert dumped is not None and bool(other) == compiled, f"{variant}: XLA dumped {dumped and len(other)} other files"
+    # the filtered: XLA compiled their steps (their logs, above) and dumped the canaries' modules (or a file of each) only;
+    # their options show it, or are missing; every other variant's canaries were dumped unfiltered
+    filters = dump_filters(xla_dumps.options("workers_2"), ["xla_dump_canary_0", "xla_dump_canary_1"])
+    assert sorted(filters) == (sorted(set(["xla_dump_canary_0", "xla_dump_canary_1"]) - set(unseen)) if variant in FILTERS
+                               else unseen), (variant, filters)
     assert missing == unseen, (variant, missing)
     results = [next(json.loads(l[7:]) for l in o.output.splitlines() if l.startswith("RESULT ")) for o in runs[2]]
     print(f"{variant}: each worker's replica batches {ns['points'][-1].get('worker_batches')}, "
@@ -667,7 +712,8 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
           f"{[r['xla_flags'] for r in results]}, jit_compile {[r['jit_compile'] for r in results]}, get_jit() when fit "
           f"began {[r.get('optimizer_jit_at_fit') for r in results]}, around its steps "
           f"{[r.get('optimizer_jit_in_steps') for r in results]} and at the end {[r['optimizer_jit'] for r in results]}, "
-          f"files XLA dumped {len(dumped)}, {len(other)} of them not the canaries', canaries missing {missing}")
+          f"files XLA dumped {len(dumped)}, {len(other)} of them not the canaries', canaries missing {missing}, "
+          f"dumped under a filter {filters}")
     raw = {"points": ns["points"], "per_replica": 32, "STEPS": 10, "counts": [1, 2], "mirrored_counts": [1, 2],
            **({"course_pools": (0, 0)} if from_env else {})}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
