@@ -37,7 +37,7 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                "initial_digest": ["a", "a"], "own_digest": ["a", "b"], "asked_seed": [42, 43],
                "padding_check": OK["03_multiworker_ipyparallel.ipynb"]["padding_checks"],
                "replica_batches": [{32}, {32}], "step_examples": [{32}, {32}], "global_batch": [64, 64],
-               "uneven_rows": [512, 512], "wrote": [True, True], "stats_digest": [["s0"], ["s1"]],
+               "uneven_rows": [512, 512], "wrote": ["d", "d"], "stats_digest": [["s0"], ["s1"]],
                "file_stats": ["s0", None], "fit_read": [128, 128], "iterations": [4, 4], "steps_per_epoch": [2, 2],
                "means_moved": [0.021, 0.018], "fit_sum": [917, 883], "again_sum": [917, 883],
                "own_right": [170, 180], "own_rows": [250, 250], "eval_accuracy": [0.7, 0.7],
@@ -46,7 +46,10 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
                **{name: OK["03_multiworker_ipyparallel.ipynb"][name + "s"] for name in (
                    "probe_step", "own_gradient", "probe_rate", "weight_size", "probe_gpu")},
                "probe_loss": OK["03_multiworker_ipyparallel.ipynb"]["probe_losses"],
-               "own_loss": OK["03_multiworker_ipyparallel.ipynb"]["own_losses"], **by_rank_changes}
+               "own_loss": OK["03_multiworker_ipyparallel.ipynb"]["own_losses"],
+               "probe_accuracy": OK["03_multiworker_ipyparallel.ipynb"]["probe_accuracies"],
+               **{name: OK["03_multiworker_ipyparallel.ipynb"][name] for name in ("own_step_right", "own_step_rows")},
+               **by_rank_changes}
     pulled = {name: values[::-1] for name, values in by_rank.items()}  # rank 1 first
     assert not Path(chief_path).exists() and other_path.exists()
     return {"engines": PlantedEngines(pulled), "sizes": PlantedSizes(epochs=2),
@@ -74,11 +77,15 @@ def _engines_on_nodes(tmp_path, *, seen=(["a", "b"], ["c", "d"]), in_split=("a",
     # twenty-ninth review: every step applied rank 0's gradient alone (-0.01 x [0.5, -0.2, 0.1]) on both workers
     ({"probe_step": [np.array([-0.005, 0.002, -0.001])] * 2}, "mean of every worker's gradients"),
     # thirty-first review: every worker's probe logged rank 0's own loss, not the mean over both workers' batches
-    ({"probe_loss": [3.0311296] * 2}, "loss over all workers' batches")],
+    ({"probe_loss": [3.0311296] * 2}, "loss over all workers' batches"),
+    # thirty-third review: every worker's probe logged rank 0's own training accuracy (3 of 32), not the pooled 7 of 64
+    ({"probe_accuracy": [0.09375] * 2}, "accuracy over all workers' batches"),
+    # thirty-third review: rank 1's file holds other weights than its model's (a save of another model)
+    ({"wrote": ["d", "e"]}, "read back, should hold its trained weights")],
     ids=["as run", "one example shared", "a duplicate split", "a duplicate delivered 3 times", "validation apart",
          "rank 1 kept a copy", "chief kept nothing", "the file holds rank 1's statistics", "rank 1's fit fed other batches",
          "half the split delivered", "a duplicate delivered once", "evaluate rank 0's alone",
-         "rank 0's gradient alone", "rank 0's loss logged"])
+         "rank 0's gradient alone", "rank 0's loss logged", "rank 0's accuracy logged", "rank 1 wrote other weights"])
 def test_lesson_03_gathering_cell_takes_what_the_engines_found_on_their_own_nodes(tmp_path, changes, match):
     """Engines on other nodes: the kernel cannot see their files (the chief's model is on node1,
     rank 1's temporary directory on node2) or their processes, only what they return. The cell
@@ -253,17 +260,31 @@ def test_lesson_03_solution_2_fails_for_the_exercises_unsharded_dataset_fn(repla
 
 
 class _SavingModel:
-    """The trained model as lesson 03's saving cell uses it; `saves` False: a chief whose save writes nothing."""
+    """The trained model as lesson 03's saving cell uses it; `saves` False: a chief whose save writes nothing; `writes`:
+    the bytes its save writes (its trainable weights' by default; `_read_back` takes a file's bytes for its weights)."""
 
-    def __init__(self, saves: bool):
-        self.saves, self.trainable_weights = saves, [SimpleNamespace(numpy=lambda: np.zeros(2, np.float32))]
+    def __init__(self, saves: bool, writes: bytes | None = None):
+        weights = np.zeros(2, np.float32)
+        self.saves, self.trainable_weights = saves, [SimpleNamespace(numpy=lambda: weights)]
+        self.writes = weights.tobytes() if writes is None else writes
 
     def evaluate(self, *args, **kwargs) -> dict:
         return {"accuracy": 0.5}
 
     def save(self, path) -> None:
         if self.saves:
-            Path(path).write_bytes(b"model")
+            Path(path).write_bytes(self.writes)
+
+
+def _read_back(loaded: list | None = None):
+    """A stand-in for `keras.saving.load_model`: the file's bytes are its weights, trainable and not."""
+    def load_model(path, compile):
+        if loaded is not None:
+            loaded.append(Path(path))
+        data = np.frombuffer(Path(path).read_bytes(), np.uint8)
+        return SimpleNamespace(trainable_weights=[SimpleNamespace(numpy=lambda: data)],
+                               non_trainable_weights=[SimpleNamespace(numpy=lambda: data)])
+    return SimpleNamespace(saving=SimpleNamespace(load_model=load_model))
 
 
 @pytest.mark.parametrize("saves,kept", [(True, True), (False, False)], ids=["the chief saves", "the chief saves nothing"])
@@ -275,7 +296,7 @@ def test_lesson_03_saving_cell_does_not_take_an_earlier_runs_file_for_this_runs(
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "03_multiworker.keras").write_bytes(b"an earlier run's model")
-    namespace = {"model": _SavingModel(saves), "test_ds": None, "test_steps": 1, "hashlib": hashlib,
+    namespace = {"model": _SavingModel(saves), "test_ds": None, "test_steps": 1, "hashlib": hashlib, "keras": _read_back(),
                  "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None,
                  "strategy": SimpleNamespace(extended=SimpleNamespace(should_checkpoint=True))}
     cell = cell_defining("03_multiworker_ipyparallel.ipynb", "kept = path.exists()").replace("%%px\n", "")
@@ -294,7 +315,7 @@ def test_lesson_03_saving_cell_asks_the_strategy_for_the_chief_not_the_task_id(t
     cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"]}
     assert not multi_worker_util.is_chief(cluster, "worker", 0) and multi_worker_util.is_chief(cluster, "chief", 0)
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
-    namespace = {"model": _SavingModel(True), "test_ds": None, "test_steps": 1, "hashlib": hashlib,
+    namespace = {"model": _SavingModel(True), "test_ds": None, "test_steps": 1, "hashlib": hashlib, "keras": _read_back(),
                  "resolver": SimpleNamespace(task_type="worker", task_id=0), "print": lambda *a, **k: None,
                  "strategy": SimpleNamespace(extended=SimpleNamespace(should_checkpoint=False))}
     cell = cell_defining("03_multiworker_ipyparallel.ipynb", "kept = path.exists()").replace("%%px\n", "")
@@ -452,19 +473,14 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
     import hashlib
 
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
-    model = _SavingModel(saves=True)  # writes b"model"
+    model = _SavingModel(saves=True, writes=b"model")
     model.non_trainable_weights = [SimpleNamespace(value="stats", path="batch_normalization/moving_mean")]
     loaded = []
-
-    def load_model(path, compile):
-        loaded.append(Path(path))
-        data = np.frombuffer(Path(path).read_bytes(), np.uint8)
-        return SimpleNamespace(non_trainable_weights=[SimpleNamespace(numpy=lambda: data)])
 
     namespace = {"model": model, "hashlib": hashlib, "resolver": SimpleNamespace(task_id=0), "print": lambda *a, **k: None,
                  "strategy": SimpleNamespace(experimental_local_results=lambda v: [SimpleNamespace(numpy=lambda: np.zeros(1))],
                                              extended=SimpleNamespace(should_checkpoint=True)),
-                 "keras": SimpleNamespace(saving=SimpleNamespace(load_model=load_model))}
+                 "keras": _read_back(loaded)}
     for marker in ("kept = path.exists()", "file_stats = ("):
         cell = cell_defining("03_multiworker_ipyparallel.ipynb", marker).replace("%%px\n", "")
         exec(compile(cell, f"03 {marker}", "exec"), namespace)
@@ -473,7 +489,102 @@ def test_lesson_03_chief_reads_back_its_own_runs_file_whatever_another_run_wrote
     assert not loaded[0].exists(), f"the chief's temporary copy should be removed: {loaded}"
 
 
-_FIT_LAMBDA = "lambda context: worker_pipeline(context, fit_shards).repeat().map(counted))"  # fit's, as written
+@pytest.mark.parametrize("other", [False, True], ids=["its own weights", "another model's"])
+def test_lesson_03_saving_cell_reads_back_what_each_worker_wrote(tmp_path, monkeypatch, other):
+    """Thirty-third review (03, finding 2): `wrote` was the file's existence, a guard, not a proof: a worker whose save
+    wrote another model's weights passed. The saving and digest cells, as written, on 2 stand-in workers (rank 1's save
+    writes `other` weights or its own), then the gathering cell and the proof: each file, read back, must hold its
+    worker's trained weights."""
+    import hashlib
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    found = {}
+    for rank in (0, 1):
+        model = _SavingModel(True, writes=np.ones(2, np.float32).tobytes() if other and rank == 1 else None)
+        namespace = {"model": model, "hashlib": hashlib, "keras": _read_back(), "print": lambda *a, **k: None,
+                     "evaluation": {"accuracy": 0.5},
+                     "strategy": SimpleNamespace(extended=SimpleNamespace(should_checkpoint=rank == 0))}
+        for marker in ("kept = path.exists()", "weights={digest}"):
+            exec(compile(cell_defining("03_multiworker_ipyparallel.ipynb", marker).replace("%%px\n", ""), marker, "exec"),
+                 namespace)
+        found[rank] = namespace
+    assert found[0]["wrote"] == found[0]["digest"] and (found[1]["wrote"] == found[1]["digest"]) is not other
+    (tmp_path / "nodes").mkdir()
+    raw = _engines_on_nodes(tmp_path / "nodes", wrote=[found[r]["wrote"] for r in (0, 1)],
+                            digest=[found[r]["digest"] for r in (0, 1)])
+    holds_unless("read back, should hold its trained weights" if other else None, gather_and_prove,
+                 "03_multiworker_ipyparallel.ipynb", raw)
+
+
+def _fit_and_fresh_checksums(monkeypatch, end_stage: str = "") -> tuple[int, int]:
+    """Lesson 03's measuring device, pipeline cell and fresh-copy cell, as written, on real tf.data: worker 1 of 2
+    (one replica each) over 64 synthetic images, global batch 8; `fit` stood in for by reading 9 batches of its
+    dataset (4 steps x 2 epochs and one read ahead; tf.data may read further ahead). `end_stage` is appended to fit's dataset function (inside
+    `measured`, at its end). Returns (fit's checksum, a fresh copy's)."""
+    import tensorflow as tf
+
+    from helpers.lesson import evaluation_dataset, training_dataset
+
+    images = np.random.default_rng(3).integers(0, 256, (64, 4, 4, 3), dtype=np.uint8)
+    labels = np.arange(64, dtype=np.int64) % 10
+    context = tf.distribute.InputContext(2, 1, 2)
+    strategy = SimpleNamespace(distribute_datasets_from_function=lambda fn: fn(context), num_replicas_in_sync=2)
+    namespace = {"tf": tf, "strategy": strategy, "train_examples": tf.data.Dataset.from_tensor_slices((images, labels)),
+                 "test_examples": tf.data.Dataset.from_tensor_slices((images, labels)), "global_batch": 8,
+                 "resolver": SimpleNamespace(task_id=1, cluster_spec=lambda: SimpleNamespace(
+                     as_dict=lambda: {"worker": ["a:1", "b:1"]})), "print": lambda *a, **k: None}
+    pipeline = cell_defining("03_multiworker_ipyparallel.ipynb", "def worker_pipeline").replace("%%px\n", "")
+    fit_line = "measured(lambda context: worker_pipeline(context, fit_shards).repeat()))"
+    assert fit_line in pipeline, "fit's dataset function as the review edited it"
+    pipeline = pipeline.replace(fit_line, fit_line.replace(".repeat()", ".repeat()" + end_stage))
+    for cell in (cell_defining("03_multiworker_ipyparallel.ipynb", "def counted").replace("%%px\n", ""), pipeline):
+        exec(compile(cell, "03 pipeline", "exec"), namespace)
+    assert namespace["evaluation_dataset"] is evaluation_dataset and namespace["training_dataset"] is training_dataset
+    for _, _ in zip(range(9), namespace["train_ds"]):  # what fit reads: 8 steps and one batch ahead
+        pass
+    fresh = cell_defining("03_multiworker_ipyparallel.ipynb", "read_again, again_sum = 0, 0").replace("%%px\n", "")
+    exec(compile(fresh, "03 fresh copy", "exec"), namespace)
+    assert namespace["fit_read"] == namespace["read_again"] >= 9 * 4  # tf.data may read ahead (an injected prefetch)
+    return namespace["fit_sum"], namespace["again_sum"]
+
+
+@pytest.mark.parametrize("end_stage,match", [
+    ("", None), (".map(lambda images, labels: (images, labels * 0))", "fresh copy of worker_pipeline")],
+    ids=["as written", "labels zeroed at the end of fit's dataset function"])
+def test_lesson_03_fits_checksum_sees_a_stage_at_the_end_of_its_dataset_function(tmp_path, monkeypatch, end_stage, match):
+    """Thirty-third review (03, finding 1): the count sat inside fit's dataset function (`.map(counted)`), so a stage
+    appended after it (every label set to 0) was never seen, and the lesson passed its proof so. `measured` now counts
+    after the last stage of whatever the function returns: the same edit, on real tf.data, changes fit's checksum
+    and the proof fails through the gathering cell."""
+    fit_sum, again_sum = _fit_and_fresh_checksums(monkeypatch, end_stage)
+    assert (fit_sum == again_sum) is (not end_stage), (fit_sum, again_sum)
+    holds_unless(match, gather_and_prove, "03_multiworker_ipyparallel.ipynb",
+                 _engines_on_nodes(tmp_path, fit_sum=[917, fit_sum], again_sum=[917, again_sum]))
+
+
+def test_lesson_03_proof_says_not_checked_for_replicas_within_a_worker_at_one_replica(tmp_path):
+    """Thirty-third review (03, finding 4): at one replica a worker (always so on CPUs) the batch-norm check compares
+    workers only; the proof's NOT CHECKED line for one replica a worker now names the replicas within a worker."""
+    said = []
+    gather_and_prove("03_multiworker_ipyparallel.ipynb",
+                     {**_engines_on_nodes(tmp_path), "print": lambda *args, **kw: said.append(" ".join(map(str, args)))})
+    assert any(line.startswith("NOT CHECKED (one replica per worker") and "replicas within a worker keep batch-norm "
+               "statistics of their own" in line for line in said), said
+
+
+@pytest.mark.parametrize("right,says", [([3, 5], False), ([4, 4], True)], ids=["own figures differ", "both 4 of 32"])
+def test_lesson_03_probe_accuracy_says_not_checked_where_a_workers_own_is_the_pooled_one(tmp_path, right, says):
+    """Thirty-third review (03, finding 3): the probe's logged training accuracy is held to the workers' right answers
+    pooled; where some worker's own accuracy on its batches is that figure (4 of 32 on both), it would pass too, and
+    the proof says NOT CHECKED."""
+    said = []
+    gather_and_prove("03_multiworker_ipyparallel.ipynb", {
+        **_engines_on_nodes(tmp_path, own_step_right=right, probe_accuracy=[0.125] * 2),
+        "print": lambda *args, **kw: said.append(" ".join(map(str, args)))})
+    assert any(line.startswith("NOT CHECKED (a worker's own accuracy on the probe's batches") for line in said) is says, said
+
+
+_FIT_LAMBDA = "lambda context: worker_pipeline(context, fit_shards).repeat()))"  # fit's, as written
 _IMPORT_03 = "from helpers.lesson import evaluation_dataset, training_dataset\n"  # the pipeline cell's import
 # the twenty-third review's variant: training_dataset itself cuts half the split before it shards
 _HALF_CUT_03 = ("_cut = training_dataset\n"
@@ -510,10 +621,15 @@ _CHIEF_ONLY_03 = (
     (_IMPORT_03, _IMPORT_03 + _HALF_CUT_03, "def worker_pipeline", {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"},
      "the split as loaded"),
     (_INITIAL_03, _CHIEF_ONLY_03 + _INITIAL_03, "compile_args = dict", {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"},
-     "mean of every worker's gradients")],
+     "mean of every worker's gradients"),
+    (_FIT_LAMBDA, _FIT_LAMBDA.replace(".repeat()", ".repeat().map(lambda images, labels: (images, labels * 0))"),
+     "train_ds = strategy", {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"}, "fresh copy of worker_pipeline"),
+    ("model.save(run_path)", "(model if chief else small_cnn(seed=seed)).save(run_path)", "kept = path.exists()",
+     {"COURSE_EPOCHS": "1", "COURSE_MAX_STEPS": "2"}, "read back, should hold its trained weights")],
     ids=["fit a step short", "metrics= at 1 step", "metrics= at 1 epoch of 2 steps", "one seed in the scope",
          "fit fed its own first batch, then worker 0's", "shards of one pipeline more than the workers",
-         "half the split cut before the shard", "worker 0's gradients alone, every step"])
+         "half the split cut before the shard", "worker 0's gradients alone, every step",
+         "labels zeroed at the end of fit's dataset function", "rank 1 saved a fresh model"])
 def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, monkeypatch, old, new, where, environ,
                                                                       expected):
     """Review 6 (03, findings 1 and 3), run for real in quick mode at 2 workers: fit given one step fewer per epoch
@@ -534,7 +650,10 @@ def test_lesson_03_run_for_real_with_a_claim_broken_fails_the_proof(tmp_path, mo
     same function. The count is now held to the split's size as loaded. Twenty-ninth review (finding 1): each
     replica's gradients multiplied by (replica 0) x num_replicas_in_sync before Keras's all-reduce, so that every step
     applied worker 0's gradients alone on every worker, passed (identical weights that moved). A probe's one step is
-    now held to -rate x the mean of the workers' own gradients."""
+    now held to -rate x the mean of the workers' own gradients. Thirty-third review (findings 1 and 2): every label
+    set to 0 by a stage at the end of fit's dataset function passed (the count sat before it; `measured` now counts
+    after it); a worker whose save wrote a fresh model's weights passed ('every worker saved' checked the file's
+    existence; each file is now read back)."""
     monkeypatch.setenv("COURSE_MODE", "quick")
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -692,7 +811,7 @@ def _workers_03(n: int, own_right: list, own_rows: list, accuracy: float, unequa
         "predicted_rows": [512] * n, "padded": [512] * n, "found_at": [[32 * r] for r in range(n)], "rows": [32] * n,
         "fit_shards": [[(r, n)] for r in range(n)], "pass_shards": [[(r, n)] for r in range(n)],
         "kept": [r == 0 for r in range(n)], "initial_digests": ["a"] * n, "own_digests": names,
-        "asked_seeds": [42 + r for r in range(n)], "wrote": [True] * n, "stats_digests": [[f"s{r}"] for r in range(n)],
+        "asked_seeds": [42 + r for r in range(n)], "wrote": ["d"] * n, "stats_digests": [[f"s{r}"] for r in range(n)],
         "file_stats": ["s0"] + [None] * (n - 1), "means_moved": [0.02] * n, "prediction_digests": ["p"] * n,
         "uneven_rows": [512] * n, "fit_read": [128] * n, "iterations": [4] * n, "steps": [2] * n,
         "step_examples": [[32]] * n, "fit_sums": list(range(n)), "again_sums": list(range(n)),
