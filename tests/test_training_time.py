@@ -376,14 +376,15 @@ def test_lesson_15_counts_the_images_its_workers_train_on(workers, images):
 def test_lesson_06_counts_its_fixed_waits(capsys, monkeypatch):
     """Lesson 06's sixth review, finding 7: its prediction left out the waits it has by design, the same on any
     hardware: the heartbeats' report of the death (up to 10 s), the hung run (worker 1 asleep 2 x 3 s) and the late
-    run (worker 1 20 s late): 36 s, printed as its fixed waits. The figures are the notebook's as shipped."""
+    run (worker 1 30 s late, since the eighth review; 20 s before): 46 s, printed as its fixed waits. The figures are
+    the notebook's as shipped."""
     import json
     import re
 
     from helpers.training_time import LESSON_06_LATE_S, LESSON_06_TIMEOUT_S, timed_reading_seconds
 
     for mode in ("quick", "workshop", "full"):
-        assert timed_reading_seconds("06", mode_sizes(mode)) == pytest.approx(10 + 2 * 3 + 20)
+        assert timed_reading_seconds("06", mode_sizes(mode)) == pytest.approx(10 + 2 * 3 + 30)
     cells = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "06_fault_tolerance.ipynb").read_text())["cells"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     shipped = re.search(r"^TIMEOUT_S, LATE_S, DEADLINE_S = (\d+), (\d+), \d+$", code, re.M)
@@ -392,6 +393,6 @@ def test_lesson_06_counts_its_fixed_waits(capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     clock = time_lesson("06", mode_sizes("quick"), 2)
     said = capsys.readouterr().out
-    assert "fixed waits 36 s, start-up" in said and clock.reading_s == 36, said
+    assert "fixed waits 46 s, start-up" in said and clock.reading_s == 46, said
     clock.report()
-    assert "for its training, 36 s for its fixed waits and" in capsys.readouterr().out
+    assert "for its training, 46 s for its fixed waits and" in capsys.readouterr().out

@@ -9,27 +9,29 @@ from tests.support.proof_cases import OK
 from tests.support.proof_cells import gather_and_prove, holds_unless, run_proof, solution_source
 
 
-def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=220.1, sleeper_ended=106.0,
-          replicas=2, late_value=None, late_timeout=None, heartbeat_s=None) -> dict:
+def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_ended=230.1, sleeper_ended=106.0,
+          replicas=2, late_value=None, late_timeout=None, heartbeat_s=None, late_heartbeat=0) -> dict:
     """Lesson 06's raw reports of its two runs, in engine order (rank 1 first), wall clocks of the
     workers: beside a peer that never joins (both entering at 100.0), rank 0's error and when it came,
     and when rank 1 woke and left;
-    beside a peer 20 s late with no timeout (both entering at 200.0), what rank 0 got and when; `replicas` is the
+    beside a peer 30 s late with no timeout (both entering at 200.0), what rank 0 got and when; `replicas` is the
     strategy's num_replicas_in_sync (all workers'), and the sum of 1.0 from each replica unless `late_value`;
-    `late_timeout` the late run's collective timeout, `heartbeat_s` the first attempt's time from the death to a
+    `late_timeout` the late run's collective timeout, `late_heartbeat` its coordination service's heartbeat timeout as
+    configured (0: the default; None: no service), `heartbeat_s` the first attempt's time from the death to a
     survivor's error naming the heartbeats (None: no such error)."""
     ok = OK["06_fault_tolerance.ipynb"]
     value = float(replicas) if late_value is None else late_value
-    late = {"error": late_error, "value": None if late_error else value, "replicas": replicas, "timeout": late_timeout}
+    late = {"error": late_error, "value": None if late_error else value, "replicas": replicas, "timeout": late_timeout,
+            "heartbeat_ms": late_heartbeat}
     return {**{k: v for k, v in ok.items() if k not in ("timeout_error", "waited_s", "sleeper_ended_s", "late_results",
-                                                       "late_waited_s", "late_timeout")},
+                                                       "late_waited_s", "late_timeout", "late_heartbeat_ms")},
             "heartbeat_s": heartbeat_s,
             "hung_runs": [{"rank": 1, "entered": 100.0, "error": None, "value": None, "ended": sleeper_ended,
                            "replicas": replicas, "timeout": 3},
                           {"rank": 0, "entered": 100.0, "error": error, "value": None, "ended": failed,
                            "replicas": replicas, "timeout": 3}],
-            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": value, "ended": 220.1, "replicas": replicas,
-                           "timeout": late_timeout},
+            "late_runs": [{"rank": 1, "entered": 200.0, "error": None, "value": value, "ended": 230.1, "replicas": replicas,
+                           "timeout": late_timeout, "heartbeat_ms": late_heartbeat},
                           {"rank": 0, "entered": 200.0, **late, "ended": late_ended}]}
 
 
@@ -45,6 +47,9 @@ def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_end
     ({"late_ended": 210.1}, "past the heartbeat timeout"),  # 10.1 s: not the 20 s sleep (the proof took > 10)
     # 13.1 s, the wait when worker 1 slept 13 s (before the sleep became 20 s): not this lesson's late run
     ({"late_ended": 213.1}, "past the heartbeat timeout"),
+    # the eighth review, finding 1: 20.1 s, the wait beside the 20 s sleep the lesson had before LATE_S became 30: the
+    # proof's literal 19 s passed it (DID NOT RAISE); now LATE_S - 1
+    ({"late_ended": 220.1}, "past the heartbeat timeout"),
     # 2 workers x 2 GPUs (helpers/gpus.py plans an equal share of a node's GPUs): strategy.run runs once per
     # replica, so the sum is 4.0, a correct run the old proof (1.0 per worker, 2.0) refused; and the per-worker
     # sum there, 2.0 of 4 replicas, is not the all-reduce of every replica
@@ -55,15 +60,22 @@ def _hung(error="DeadlineExceededError", failed=103.1, late_error=None, late_end
     # longer heartbeat timeout) the late run is not, and a late run given a collective timeout (30 s, past its sleep) is
     # not the run claimed. The proof before the fifth review's fix passed both (DID NOT RAISE). A report 14 s after the
     # death (its time is the survivor's task's end, which load delays: 8.3 to 10.9 s seen, idle or loaded) is a correct
-    # run: it failed beside the 13 s sleep the lesson first had (wait 13.1 s), it passes beside the 20 s one
+    # run: it failed beside the 13 s sleep the lesson first had (wait 13.1 s), it passes beside the 30 s one (twice
+    # 14 s, the most the heartbeat timeout can be, is 28 s). The eighth review, finding 1: a report at 16 s bounds the
+    # timeout by 32 s only (a heartbeat every 16 s), past the 30.1 s wait, which the old proof (16 < 30.1) passed
+    # (DID NOT RAISE); and a late run whose coordination service had a heartbeat timeout of its own (60 s), or no
+    # service: the first attempt's report says nothing of it (the old proof passed both)
     ({"heartbeat_s": 10.4}, None),
     ({"heartbeat_s": 14.0}, None),
+    ({"heartbeat_s": 16.0}, "sleep past the heartbeats"),
     ({"heartbeat_s": 21.0}, "sleep past the heartbeats"),
+    ({"late_heartbeat": 60_000}, "default heartbeat timeout"),
+    ({"late_heartbeat": None}, "default heartbeat timeout"),
     ({"late_timeout": 30}, "no collective timeout")],
     ids=["timed out", "heartbeat error", "too soon", "too late", "after the peer woke", "after the peer left",
-         "late peer counted dead", "late peer not late", "late peer 10.1 s", "late peer 13.1 s",
-         "2 x 2 replicas", "2 x 2 replicas, per-worker sum", "heartbeats 10.4 s", "heartbeats 14 s", "heartbeats 21 s",
-         "late run with a timeout"])
+         "late peer counted dead", "late peer not late", "late peer 10.1 s", "late peer 13.1 s", "late peer 20.1 s",
+         "2 x 2 replicas", "2 x 2 replicas, per-worker sum", "heartbeats 10.4 s", "heartbeats 14 s", "heartbeats 16 s",
+         "heartbeats 21 s", "late service 60 s heartbeats", "late run without a service", "late run with a timeout"])
 def test_lesson_06_gathering_cell_times_the_wait_beside_a_hung_peer(changes, match):
     """From the workers' reports: each wait is rank 0's own clock from entering the all-reduce to
     its end (the engines' order does not matter); beside the late peer, what every worker got."""
@@ -208,15 +220,28 @@ print("REPORT " + json.dumps(program["all_reduce_beside_a_late_peer"](None, 20, 
 '''
 
 
+_OWN_HEARTBEATS = (  # the late run's program with a coordination service of its own, 60 s heartbeats, configured
+    # before its strategy (which then keeps it: collective_all_reduce_strategy.py configures one only where none is)
+    "    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)\n",
+    "    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2\n\n"
+    "    context.context().configure_coordination_service(\n"
+    "        service_type=\"standalone\", service_leader=\"/job:worker/replica:0/task:0\", heartbeat_timeout_in_ms=60_000,\n"
+    "        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name=\"worker\", num_tasks=2)])\n"
+    "    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)\n")
+
+
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("worker_1", ["frozen", "asleep"])
+@pytest.mark.parametrize("worker_1", ["frozen", "asleep", "asleep, 60 s heartbeats"])
 def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp_path):
     """Cells 12 and 42: the lesson's late run (no collective timeout, worker 1 20 s late) with worker 1 frozen by
     SIGSTOP instead of asleep in Python: its heartbeats stop with it, and once its last one is older than the
     coordination service's heartbeat timeout (10 s; 5 s or more after the freeze, a heartbeat going every 5 s) worker
     0's all-reduce fails with UnavailableError naming the heartbeats, before worker 1 wakes. Asleep, as
     in the lesson, worker 1 joins and every worker gets the sum (what the lesson shows); so this run, not the
-    lesson's, is what tells that the service checks heartbeats at all."""
+    lesson's, is what tells that the service checks heartbeats at all. Each report carries the heartbeat timeout its
+    strategy's coordination service was configured with: 0 (the default) as the lesson's program stands; the eighth
+    review's finding 1: given a service of 60 s heartbeats of its own, the late run still completes, and the proof,
+    which before compared only the first attempt's report with the wait (DID NOT RAISE), now refuses it."""
     import json
     import socket
     import subprocess
@@ -225,7 +250,11 @@ def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp
     from tests.support.notebooks import written_program
 
     program = tmp_path / "06_hung_peer.py"
-    program.write_text(written_program("06_fault_tolerance.ipynb", "{hung_program}"))
+    text = written_program("06_fault_tolerance.ipynb", "{hung_program}")
+    if worker_1 == "asleep, 60 s heartbeats":
+        assert text.count(_OWN_HEARTBEATS[0]) == 1
+        text = text.replace(*_OWN_HEARTBEATS)
+    program.write_text(text)
     (tmp_path / "driver.py").write_text(_FROZEN_DRIVER)
     ports = []
     for _ in range(2):
@@ -234,7 +263,8 @@ def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp
             ports.append(str(s.getsockname()[1]))
     env = {**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     logs = [(tmp_path / f"stderr-{rank}.txt").open("w") for rank in (0, 1)]  # TensorFlow logs the service's error
-    workers = [subprocess.Popen([sys.executable, "driver.py", str(rank), ",".join(ports), worker_1, str(program)],
+    workers = [subprocess.Popen([sys.executable, "driver.py", str(rank), ",".join(ports), worker_1.split(",")[0],
+                                 str(program)],
                                 cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=logs[rank], text=True)
                for rank in (0, 1)]
     reports, frozen_at = {}, None
@@ -266,6 +296,11 @@ def test_lesson_06_hung_program_a_frozen_peer_stops_its_heartbeats(worker_1, tmp
         assert frozen_at is not None and 4.5 <= zero["ended"] - frozen_at and waited_s < 20, (zero, frozen_at, waited_s)
     else:
         assert zero["value"] == 2.0 and one["value"] == 2.0 and waited_s > 10, (reports, waited_s)
+    own = worker_1 == "asleep, 60 s heartbeats"
+    assert {r["heartbeat_ms"] for r in reports.values() if r} == {60_000 if own else 0}, reports
+    if worker_1 != "frozen":  # the reports as the lesson's late run (30 s late) would give them, through its proof
+        holds_unless("default heartbeat timeout" if own else None, gather_and_prove, "06_fault_tolerance.ipynb",
+                     _hung(late_heartbeat=zero["heartbeat_ms"]))
 
 
 def test_lesson_06_agree_on_backup_counts_a_vanished_peer_file_as_none(tmp_path, monkeypatch):
