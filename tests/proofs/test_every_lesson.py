@@ -212,6 +212,7 @@ LOOSENED = [
     ("04_custom_training_loop.ipynb", '"moved vs float32"] - 1) < 0.05 for p', '"moved vs float32"] - 1) < 0.5 for p'),
     ("04_custom_training_loop.ipynb", '"moved vs float32"] == 0', '"moved vs float32"] < 0.01'),  # the bound it had
     ("04_custom_training_loop.ipynb", "abs(r - 1) < 0.1 for p", "abs(r - 1) < 1.0 for p"),  # correct runs: 4.8 % off at most
+    ("04_custom_training_loop.ipynb", "abs(r - 1) < 0.05 for r in head", "abs(r - 1) < 0.5 for r in head"),  # correct: 1.0
     # lesson 07: the share of the span inside timed steps (its floor 0.9: the lesson's runs measured 0.999-1.00, the
     # test's 14 ms steps 0.96, its callback sleeping 15 % of each step after it 0.72; no ceiling: the steps lie inside),
     # the input alone's share of a step, the count of replicas; 10x or the nearest looser form
