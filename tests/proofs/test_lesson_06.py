@@ -542,3 +542,54 @@ def test_lesson_06_proof_takes_nccls_unknown_error_as_unchecked(error, match, ca
     run_proof("06_fault_tolerance.ipynb", namespace)
     said = capsys.readouterr().out
     assert ("NOT CHECKED: the survivors' UnavailableError" in said) == (match == "NOT CHECKED"), said
+
+
+_HEARTBEAT_DRIVER = '''import json, os, socket, sys
+with socket.socket() as s:  # a cluster of one worker: the strategy configures its coordination service as in a job
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{port}"]}, "task": {"type": "worker", "index": 0}})
+sys.path.insert(0, sys.argv[2])  # mwms_slurm.py
+program = {}
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), program)
+
+
+def stop():  # the program's next step after the strategy: stop there, no training
+    raise KeyboardInterrupt
+
+
+program["mwms_slurm"].fix_keras_fit_for_multiworker = stop
+try:
+    program["train_worker"]("unused", "unused", 1)
+except KeyboardInterrupt:
+    pass
+print("HEARTBEAT " + json.dumps(program["heartbeat_timeout_ms"]()), flush=True)
+'''
+_STRATEGY_LINE = "    strategy = mwms_slurm.make_strategy(timeout_seconds=COLLECTIVE_TIMEOUT_S)"
+_OWN_SERVICE = (_STRATEGY_LINE, "    from tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2 import CoordinatedJob\n"
+                "    from tensorflow.python.eager import context\n\n"
+                "    context.context().configure_coordination_service(\"standalone\", \"/job:worker/replica:0/task:0\", "
+                "heartbeat_timeout_in_ms=4000, coordinated_jobs=[CoordinatedJob(name=\"worker\", num_tasks=1)])\n"
+                + _STRATEGY_LINE)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("change,expected", [(None, 0), (_OWN_SERVICE, 4000)],
+                         ids=["as written", "own service of 4 s heartbeats"])
+def test_lesson_06_program_returns_the_heartbeat_timeout_of_its_service(change, expected, tmp_path):
+    """The ninth review's finding 1: the proof bounds the service's default heartbeat timeout by the first attempt's
+    report (at most twice it), which holds only if the lesson's program kept that default; the reviewer's variant
+    configured the program's service with 4 s heartbeats before make_strategy (the report came in 4.0 s, the late run
+    kept 0) and the old proof passed (DID NOT RAISE). Now train_worker returns its service's config
+    (heartbeat_timeout_ms), read here from the program's own line in a one-worker cluster, and the proof asks it to
+    equal the late run's (0)."""
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
+
+    text = written_program("06_fault_tolerance.ipynb", "{worker_program}")
+    assert '"heartbeat timeout": heartbeat_timeout_ms()' in text  # what train_worker returns
+    held, stderr = _driven(tmp_path, text, change, "06_worker.py", _HEARTBEAT_DRIVER, [str(MODULE.parent)], "HEARTBEAT ")
+    assert held == expected, (held, stderr[-2000:])
+    ok = OK["06_fault_tolerance.ipynb"]
+    holds_unless(None if expected == 0 else "default heartbeat timeout, as the late", run_proof, "06_fault_tolerance.ipynb",
+                 {**ok, "results": [{**r, "heartbeat timeout": held} for r in ok["results"]], "heartbeat_s": 4.0})
