@@ -159,9 +159,10 @@ def devices_unlike(devices: list[str], other: int) -> list[str]:
     it keeps the largest proper divisor of the count then (4 -> 2, 6 -> 3, 8 -> 4; a prime -> 1):
     the kernel's batch, `per_replica` times the count, then splits evenly over the devices kept.
     Unevenly split batches (one fewer device: 128 images over 3) stop Keras 3.15's `evaluate`
-    before its first step: for a model built under a strategy it sums the replicas' first input
-    batches to build the model (`_maybe_symbolic_build` in keras/src/backend/tensorflow/trainer.py),
-    and those must have one shape (the error names the image batch, [43,32,32,3]).
+    before its first step: for a model built under a strategy it averages the replicas' first input
+    batches to build the model (`strategy.reduce("MEAN", ..., axis=None)` in `_maybe_symbolic_build`,
+    keras/src/backend/tensorflow/trainer.py), and the sum inside that mean (an AddN) needs them of one
+    shape (the error names the image batch, [43,32,32,3]).
     """
     count = len(devices)
     if count != other or count < 2:

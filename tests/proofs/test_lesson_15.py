@@ -122,6 +122,7 @@ def _raw_15(answers: dict, *, file_weights=(1.0, 2.0), copy_gap=0.0, loss_gap=1e
             "kernel_replicas": kernel_replicas, "file_arrays": (12, 10), "tf": fake_tf,
             "file_modules": ["keras", "keras.layers"], "unscaled": trained + raw_offset, "validation_digest": "v",
             "images_here": {f"v{i}" for i in range(384)},
+            "trained_order": [f"t{i}" for i in range(2048 - 384)],  # the training images in order, as digested here
             "EPOCHS": len(val_loss)}
 
 
@@ -457,12 +458,13 @@ def _file_cell_on(model, tmp_path):
 
 
 class _Fit:
-    """What Keras 3.15's fit does with its input under a strategy: one batch read from a first iterator to build the model
-    (_maybe_symbolic_build), that iterator dropped (epoch_iterator.reset()), then its steps from a second one, kept
-    across the epochs (keras/src/backend/tensorflow/trainer.py 372-373, keras/src/trainers/epoch_iterator.py 110-111)."""
+    """What Keras 3.15's fit does with its input on the lesson's workers, patched by make_strategy (keras_fix.apply()):
+    the model built from the input's element spec, no batch read (symbolic_build in helpers/take_home/mwms_slurm.py), then
+    its steps from ONE iterator, kept across the epochs (keras/src/trainers/epoch_iterator.py 110-111). 13th review:
+    this used to mimic unpatched Keras (a first iterator read once to build the model, then dropped), which the
+    workers do not run."""
 
     def fit(self, x, *, epochs, steps_per_epoch, **kwargs):
-        next(iter(x))
         batches = iter(x)
         for _ in range(epochs * steps_per_epoch):
             next(batches)
@@ -486,7 +488,10 @@ OWN_INPUT = ("history = model.fit(train_ds,", "history = model.fit(strategy.dist
     # 10th review, finding 4: every worker fed the same shard (24 images twice, half the epoch): the old check digested
     # train_input() unsharded, (48, 16, 0) on both, and passed
     ("every worker the same shard", "never train on a validation"),
-    ("no shard", "never train on a validation")])  # each worker the whole training set, at its own batch
+    ("no shard", "never train on a validation"),  # each worker the whole training set, at its own batch
+    # 13th review, finding 2: the workers trained on the training images inverted (255 - pixels): none of them a
+    # validation image, each once in the first pass, and the old proof passed (DID NOT RAISE)
+    ("inverted pixels", "first pass should be the training set's images")])
 def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, variant, match):
     """7th review, finding 3: "the workers never train on [the validation images]" was true by construction only:
     `training_dataset(split, ...)` in the cell that builds the training input passed every proof. 9th review, finding 1:
@@ -511,7 +516,8 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
     here = next(s for s in cells if "raw_probe = " in s)  # this kernel's validation images
     gather = next(s for s in cells if "first_pass = " in s).splitlines()
     together = "\n".join(line for line in gather if line.startswith(
-        ("whole_epoch = ", "fit_images = ", "first_pass = ", "epoch_images = ", "                len(")))
+        ("whole_epoch = ", "fit_images = ", "first_pass = ", "training_here = ", "trained_here = ", "epoch_images = ",
+         "                len(")))
     if variant == "trained on the whole split":
         assert "training_dataset(train_examples, " in inputs
         inputs = inputs.replace("training_dataset(train_examples, ", "training_dataset(split, ")
@@ -523,6 +529,10 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
     if variant == "fit given its own input, train_ds as it was":
         assert OWN_INPUT[0] in fit
         fit = fit.replace(*OWN_INPUT)
+    if variant == "inverted pixels":
+        assert "training_dataset(train_examples, " in inputs
+        inputs = inputs.replace("training_dataset(train_examples, ",
+                                "training_dataset(train_examples.map(lambda i, l: (255 - i, l)), ")
     if variant == "no shard":
         assert "training_dataset(train_examples, global_batch, context)" in inputs
         inputs = inputs.replace("training_dataset(train_examples, global_batch, context)",
@@ -551,15 +561,63 @@ def test_lesson_15_workers_never_train_on_a_validation_image(monkeypatch, varian
     exec(compile(here, "15 kernel", "exec"), kernel)
     exec(compile(together, "15 together", "exec"), kernel)
     if variant == "as written":  # 3 epochs of 6 steps of 8 images; the first pass: the 48 training images, once each
-        assert [len(e["pulled"]) for e in engines] == [2, 2], [len(e["pulled"]) for e in engines]  # fit's two iterators
+        assert [len(e["pulled"]) for e in engines] == [1, 1], [len(e["pulled"]) for e in engines]  # patched fit's one
         assert kernel["epoch_images"] == (144, 48, 48, 0) and kernel["whole_epoch"] == 48, kernel["epoch_images"]
+        assert kernel["trained_here"] == (48, 0), kernel["trained_here"]
     run = lambda: run_proof("15_models_you_keep.ipynb", {
         **OK["15_models_you_keep.ipynb"], "math": __import__("math"), "validation_size": 16,
         "mirrored_copy": [8.0, 4.0, 4.0],  # the planted 16 validation images, each evaluated once by the Mirrored copy
         "validation_counts": [8.0, 8.0],  # and by the workers, half each
-        **{name: kernel[name] for name in ("epoch_images", "fit_images", "whole_epoch", "validation_digest")},
+        **{name: kernel[name] for name in ("epoch_images", "fit_images", "whole_epoch", "validation_digest",
+                                           "trained_here")},
         "validated": [e["validated"] for e in engines]})
     holds_unless(match, run)
+
+LESSON_15_REAL_FIT = r'''
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np, tensorflow as tf, keras
+from helpers import keras_fix
+from tests.support.proof_cells import code_cells
+
+if sys.argv[1] == "patched":
+    keras_fix.apply()  # as make_strategy does on the lesson's workers
+recorder = next(s for s in code_cells("15_models_you_keep.ipynb") if "def recording(" in s)
+lesson = {"tf": tf}
+exec(compile(recorder.removeprefix("%%px\n"), "15 recorder", "exec"), lesson)
+strategy = tf.distribute.MirroredStrategy(["CPU:0"])
+images = np.arange(64 * 4, dtype="float32").reshape(64, 2, 2, 1)
+examples = tf.data.Dataset.from_tensor_slices((images, np.zeros(64, "int64")))
+train_ds = strategy.distribute_datasets_from_function(lambda context: lesson["recording"](examples.batch(8).repeat()))
+with strategy.scope():
+    model = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(train_ds, epochs=3, steps_per_epoch=6, verbose=0)
+print(json.dumps([len(batches) for batches in lesson["pulled"]]))
+'''
+
+
+@pytest.mark.parametrize("keras_fit", ["patched", "unpatched"])
+def test_lesson_15_recorder_counts_the_iterators_of_the_real_fit(keras_fit):
+    """13th review, finding 1: the lesson said Keras 3.15's fit makes two iterators over its input (one batch read to
+    build the model, then dropped). On the lesson's workers make_strategy patches Keras's trainer (keras_fix.apply()),
+    whose build reads no batch: the reviewer's workers recorded ONE iterator. The lesson's recorder, under a real fit
+    of 3 epochs of 6 steps (MirroredStrategy, one CPU): patched, one iterator; unpatched, two, the first read for the
+    build and dropped. Either way the last one holds every step fit took (18 batches; more read ahead)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_DISABLE_KERAS_FIX"}
+    done = subprocess.run([sys.executable, "-c", LESSON_15_REAL_FIT, keras_fit], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    iterators = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(iterators) == (1 if keras_fit == "patched" else 2) and iterators[-1] >= 18, iterators
+
 
 LESSON_15_COPIES_AT_4 = r'''
 import json, os, sys

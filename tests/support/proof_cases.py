@@ -450,6 +450,7 @@ OK["15_models_you_keep.ipynb"] = {
     # each worker's (validation images, their digest), this kernel's digest
     "epoch_images": (4992, 1664, 1664, 0), "fit_images": 4992, "whole_epoch": 1664, "validated": [(384, "v")] * 2,
     "validation_digest": "v",
+    "trained_here": (1664, 0),  # the first pass's training images digested in the kernel; first-pass images not among them
     "validation_counts": [192.0, 192.0],  # the images each worker's last validation counted: its shard, half of 384
     "staged_rates": [True, True], "epoch_rates": [[0.05, 0.05, 0.05, 1.0]] * 2, "base_rates": [0.05] * 2,  # 20x: the last
     "models_listed_by": {"this kernel": ["15_best.keras"], "worker 0": ["15_best.keras"], "worker 1": ["15_best.keras"]},
@@ -2004,6 +2005,11 @@ BROKEN: list[tuple[str, dict, str]] = [
     # after fit and passed (DID NOT RAISE, run for real). The recording now holds nothing fit read, on every worker or one
     ("15_models_you_keep.ipynb", {"epoch_images": (0, 0, 0, 0)}, "never train on a validation image"),
     ("15_models_you_keep.ipynb", {"epoch_images": (2496, 832, 832, 0)}, "never train on a validation image"),
+    # 13th review, finding 2: the workers trained on other images than the training set's (its pixels inverted): none a
+    # validation image, each once in the first pass, and the old proof passed (DID NOT RAISE); or on part of them
+    ("15_models_you_keep.ipynb", {"trained_here": (1664, 1664)}, "first pass should be the training set's images"),
+    ("15_models_you_keep.ipynb", {"trained_here": (1664, 32)}, "first pass should be the training set's images"),
+    ("15_models_you_keep.ipynb", {"trained_here": (1600, 0)}, "first pass should be the training set's images"),
     # 9th review, finding 1: worker 1 cut the split in another order (a shuffle seeded by rank): its validation images
     # are not the chief's; and every worker cut the same split, but not the one this kernel evaluates the copies on
     ("15_models_you_keep.ipynb", {"validated": [(384, "v"), (384, "v1")]}, "cut the same split"),
