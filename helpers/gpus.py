@@ -107,9 +107,10 @@ def usable_gpu_count() -> int:
 def visible_gpus(environ: dict | None = None) -> list[str]:
     """The GPU ids this process may use, without starting TensorFlow.
 
-    `CUDA_VISIBLE_DEVICES` when set (Slurm sets it for jobs with GPUs), then
-    `GPU_DEVICE_ORDINAL`, then the GPUs `nvidia-smi -L` lists (a node whose GPUs Slurm does not
-    manage).
+    `CUDA_VISIBLE_DEVICES` when set (Slurm sets it for jobs with GPUs), read as CUDA reads it; then
+    `GPU_DEVICE_ORDINAL`, read the same way (CUDA reads only `CUDA_VISIBLE_DEVICES`;
+    `GPU_DEVICE_ORDINAL` is ROCm's and OpenCL's, which Slurm sets beside it); then the GPUs
+    `nvidia-smi -L` lists (a node whose GPUs Slurm does not manage).
     """
     env = os.environ if environ is None else environ
     for name in (VISIBLE_ENV, "GPU_DEVICE_ORDINAL"):

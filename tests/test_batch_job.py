@@ -312,11 +312,12 @@ def test_a_worker_outside_slurm_plans_the_gpus_cuda_sees(tmp_path):
     ({"CUDA_VISIBLE_DEVICES": "-1,0"}, 2, []),
     ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, 2, []),
     ({"CUDA_VISIBLE_DEVICES": " 2 , 3 "}, 2, ["2", "3"]),
-    ({"GPU_DEVICE_ORDINAL": "1"}, 2, ["1"])],
+    ({"GPU_DEVICE_ORDINAL": "1"}, 2, ["1"])],  # ROCm's/OpenCL's variable (CUDA reads only CUDA_VISIBLE_DEVICES): alone
     ids=["unset, 2 listed", "unset, no nvidia-smi", "empty", "0,1", "0,-1,1", "-1,0", "NoDevFiles", "spaces",
          "GPU_DEVICE_ORDINAL"])
 def test_the_take_home_visible_gpus_answers_as_the_courses(environ, smi, expected, tmp_path, monkeypatch):
-    """Both copies read CUDA_VISIBLE_DEVICES as CUDA does ("-1,0" names no GPU, "0,-1,1" only GPU 0).
+    """Both copies read CUDA_VISIBLE_DEVICES as CUDA does ("-1,0" names no GPU, "0,-1,1" only GPU 0), and
+    GPU_DEVICE_ORDINAL (ROCm's and OpenCL's, which Slurm sets beside it; CUDA never reads it) only where it is set alone.
     Review of lesson 08: with CUDA_VISIBLE_DEVICES unset the take-home copy returned [] where CUDA (and the
     course's helpers.gpus.visible_gpus, through `nvidia-smi -L`) sees every GPU, so the shipped job, submitted
     unchanged on GPU nodes, planned 'gpus: 0, RING' while make_strategy took every GPU with NCCL in each task of a

@@ -68,9 +68,11 @@ def set_tf_config_from_slurm():
 
 
 def visible_gpus():
-    """The GPUs this process's CUDA will see: CUDA_VISIBLE_DEVICES (then GPU_DEVICE_ORDINAL) when set, read as CUDA
-    reads it, up to its first entry naming none ("", -1, NoDevFiles); unset, every GPU `nvidia-smi -L` lists (as CUDA
-    sees them all: a workstation, or a node whose GPUs Slurm does not constrain)."""
+    """The GPUs this process's CUDA will see: CUDA_VISIBLE_DEVICES when set, read as CUDA reads it, up to its first
+    entry naming none ("", -1, NoDevFiles); else GPU_DEVICE_ORDINAL, read the same way: CUDA reads only
+    CUDA_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL is ROCm's and OpenCL's, which Slurm sets beside it, so it stands in only
+    where a launcher set it alone; neither set, every GPU `nvidia-smi -L` lists (as CUDA sees them all: a workstation,
+    or a node whose GPUs Slurm does not constrain)."""
     for name in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
         if name in os.environ:
             entries = (entry.strip() for entry in os.environ[name].split(","))

@@ -57,7 +57,7 @@ def _job_08(tmp_path, *, hosts=("node1", "node2"), kept_by_1="none", weights=("w
             "written": ["model.keras", "result.json", event_file],
             "dataset": SimpleNamespace(synthetic=synthetic),
             "result": {"model": "cnn", "workers": 2, "replicas": 2, "global_batch": 64, "loss": [2.3, 1.6],
-                       "steps_per_epoch": 32},
+                       "steps_per_epoch": 32, "learning_rate": 0.05},
             "markers": markers, "batch_sizes": {0: 32, 1: 32},
             "shards": {r: (128, 256, 2**63 + r) for r in (0, 1)}, "split_sum": 1,  # digest sums: 2**64 + 1 wraps to 1
             "task_env": set(markers_seen) | {"SLURM_JOB_ID", "SLURM_PROCID=0", f"SLURM_PROCID={procid_1}", "PATH"},
@@ -183,9 +183,9 @@ def test_lesson_08_set_up_refuses_fewer_than_2_workers_before_anything_runs(monk
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
     monkeypatch.setattr(mode, "mode_sizes", lambda m: SimpleNamespace(quick=True))
     monkeypatch.setattr(data, "ensure_data", lambda quick: SimpleNamespace(label="planted"))
-    monkeypatch.setattr(training_time, "time_lesson", lambda *a: "stopwatch")
+    monkeypatch.setattr(training_time, "time_lesson", lambda *a, **k: "stopwatch")
     cell = cell_defining("08_batch_job.ipynb", "stopwatch = time_lesson(")
-    namespace = {"MODE": None, "NODES": nodes}
+    namespace = {"MODE": None, "NODES": nodes, "SUBMIT_TO_SLURM": False}
     if refused:
         with pytest.raises(CourseError, match=f"NODES = {nodes}: this lesson needs at least 2 workers"):
             exec(compile(cell, "08 set-up", "exec"), namespace)
@@ -193,6 +193,33 @@ def test_lesson_08_set_up_refuses_fewer_than_2_workers_before_anything_runs(monk
     else:
         exec(compile(cell, "08 set-up", "exec"), namespace)
         assert namespace["stopwatch"] == "stopwatch"
+
+
+@pytest.mark.parametrize("submit, startup", [(False, "start-up 15 s"), (True, "start-up 25 s")], ids=["local", "Slurm"])
+def test_lesson_08_set_up_predicts_the_start_up_of_the_path_the_job_takes(monkeypatch, tmp_path, capsys, submit, startup):
+    """2nd review (15th session), finding 1: the set-up cell called time_lesson("08", sizes, NODES) without slurm=, so
+    the local path (no Slurm: local processes) was predicted a job's start (JOB_START_S, 10 s) too: 'start-up 25 s'
+    where it has 15 s. The set-up cell, as written (quick mode, no GPU, the data stubbed), decides use_slurm itself
+    and passes it on. On the old cell the local case printed 25 s."""
+    from helpers import data
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(data, "ensure_data", lambda quick: SimpleNamespace(label="planted"))
+    namespace = {"MODE": "quick", "NODES": 2, "SUBMIT_TO_SLURM": submit}
+    exec(compile(cell_defining("08_batch_job.ipynb", "stopwatch = time_lesson("), "08 set-up", "exec"), namespace)
+    said = capsys.readouterr().out
+    assert namespace["use_slurm"] is submit and startup in said, said
+
+
+@pytest.mark.parametrize("planned, said", [(0, True), (1, False)], ids=["no GPU planned", "a GPU each"])
+def test_lesson_08_proof_says_it_did_not_check_gpus_where_none_was_planned(capsys, planned, said):
+    """2nd review (15th session), finding 7: on the local path with no GPUs the GPU half of 'GPUs used' compares 0
+    with 0 and cannot fail; the proof says so instead of passing silently, and not where GPUs were planned."""
+    on = {0: (planned, "NCCL" if planned else "RING"), 1: (planned, "NCCL" if planned else "RING")}
+    run_proof("08_batch_job.ipynb", {**OK["08_batch_job.ipynb"], "use_slurm": False, "ran_on": on, "planned_on": on})
+    out = capsys.readouterr().out
+    assert ("GPUs: none here, NOT CHECKED" in out) is said, out
 
 
 @pytest.mark.parametrize("answer, holds", [(None, True), ('{"rank": 0, "address": "localhost", "workers": ["localhost", "node2"]}', False),
@@ -252,6 +279,8 @@ SHARD_DISCARDED = ("ds = ds.map(lambda image, label:", "ds = examples.map(lambda
 SHARD_AFTER_PRINT = ("ds = ds.shuffle(10_000, seed=42).repeat()", "ds = examples.shuffle(10_000, seed=42).repeat()")
 # ninth review, finding 1: --per-replica-batch taken as the global batch in train and evaluate_save_report: each
 # worker batched 16 where 32 was asked, and the old proof (its per-replica batch read from the job's own result) passed
+# 2nd review (15th session), finding 5: the rate scaled by another rule (global batch / 32): 0.1 at a global batch of 64
+RATE_RULE = ("args.learning_rate * global_batch / 64)", "args.learning_rate * global_batch / 32)")
 UNSCALED = [("    global_batch = args.per_replica_batch * strategy.num_replicas_in_sync\n    examples = cifar10(",
              "    global_batch = args.per_replica_batch\n    examples = cifar10("),
             ("    global_batch = args.per_replica_batch * strategy.num_replicas_in_sync\n    test = cifar10(",
@@ -267,9 +296,11 @@ UNSCALED = [("    global_batch = args.per_replica_batch * strategy.num_replicas_
     ([SHARD_AFTER_PRINT], "do not split the split"),
     ([("ds.batch(context.get_per_replica_batch_size(global_batch)", "ds.batch(global_batch")], "per-replica batch of 32"),
     (UNSCALED, "global batch should be the per-replica batch of 32 times its 2 replicas: 32"),
+    ([RATE_RULE], "learning rate should scale with the global batch, 0.05 x 64 / 64"),
     ([], None)], ids=["no shard", "no shard, no seed", "fit unsharded", "shuffled before shard", "shard printed, then the split mapped",
                       "whole split shuffled for fit",
-                      "batched by the global batch", "per-replica batch taken as the global", "as written"])
+                      "batched by the global batch", "per-replica batch taken as the global", "rate by another rule",
+                      "as written"])
 def test_lesson_08_proof_fails_a_job_that_reads_no_shard_or_batches_by_the_global_batch(tmp_path, monkeypatch, changes,
                                                                                          match):
     """Fifth review, finding A: a copy of the job without `.shard`, and one batching by the global batch, passed the

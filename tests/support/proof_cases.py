@@ -274,6 +274,7 @@ OK["08_batch_job.ipynb"] = {
     "exclusive_expected": True, "accuracy": 0.2, "batch_accuracy": 0.95,
     "per_replica": 32, "batch_sizes": {0: 32, 1: 32},  # each worker's batch size
     "global_batch": 64,  # the job's global batch: the per-replica batch passed (32) times the 2 replicas
+    "learning_rate": 0.05, "base_rate": 0.05,  # the rate the job's optimizer held, the script's for a global batch of 64
     "shards_sum": 7, "split_sum": 7,  # the workers' digest sums added (mod 2**64), the split's
     "shard_sizes": {0: (128, 256), 1: (128, 256)}, "uneven": [],  # rank: its shard's examples, the split's
     "model_name": "the small CNN", "steps_needed": 50}  # the steps the model needs before learning is checked
@@ -1397,7 +1398,10 @@ BROKEN: list[tuple[str, dict, str]] = [
                                                       ("MirroredStrategy", 2, 0): 0.3}}, "reading the input alone"),
     ("08_batch_job.ipynb", {"imported": ["helpers", "keras"]}, "imports the course"),
     # ninth review, finding 1: --per-replica-batch taken as the global batch (each worker batched 16 of the 32 passed)
-    ("08_batch_job.ipynb", {"global_batch": 32}, "global batch should be"),
+    ("08_batch_job.ipynb", {"global_batch": 32, "learning_rate": 0.025}, "global batch should be"),
+    # review of lesson 08 (15th session, 2nd review), finding 5: a global batch of 128 trained at the unscaled rate
+    ("08_batch_job.ipynb", {"per_replica": 64, "batch_sizes": {0: 64, 1: 64}, "global_batch": 128, "learning_rate": 0.05},
+     "learning rate should scale"),
     # third review, finding 7: a package the lesson does not name (its first cell: TensorFlow, Keras, tfds)
     ("08_batch_job.ipynb", {"imported": ["json", "keras", "matplotlib", "tensorflow"]}, "does not name"),
     # fourth review, finding 1: the job needs no importlib_resources (tfds imports it lazily, to prepare a data set)
@@ -1414,7 +1418,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"plans": [_plan(0, "node1"), _plan(1, "node1") | {"address": "node1:20000"}]},
      "share an address"),
     ("08_batch_job.ipynb", {"hosts": ["node1"]}, "one worker on each"),
-    ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 1.6]}, "global_batch": 32}, "one cluster"),
+    ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 1.6]}, "global_batch": 32,
+                            "learning_rate": 0.025}, "one cluster"),
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 2, "loss": [1.6, 1.6]}}, "lower the loss"),
     ("08_batch_job.ipynb", {"digests": {"w", "v"}}, "differ"),
     # two event files, both named after the chief (two TensorBoard callbacks, say)
@@ -1447,8 +1452,8 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("08_batch_job.ipynb", {"ran_on": {0: (1, "AUTO"), 1: (1, "AUTO")}}, "took another all-reduce"),
     ("08_batch_job.ipynb", {"ran_on": {0: (1, "NCCL"), 1: (1, "RING")}}, "took another all-reduce"),
     # resolve() not setting TF_CONFIG: each worker trains alone, the chief's result counts its own replicas
-    ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 1.6]}, "global_batch": 32},
-     "did not form one cluster"),
+    ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 1, "loss": [2.3, 1.6]}, "global_batch": 32,
+                            "learning_rate": 0.025}, "did not form one cluster"),
     # two workers alone with 4 local replicas each: 4 in sync, 8 planned (the old >= NODES let it pass)
     ("08_batch_job.ipynb", {"result": {"workers": 2, "replicas": 4, "loss": [2.3, 1.6]}, "replicas_expected": 8},
      "did not form one cluster"),
