@@ -64,16 +64,23 @@ def test_lesson_07_gathering_cell_reads_each_runs_jit_compile(baseline_jit, flag
     settings turn XLA's auto-clustering on where it ran (jit_compile=False then compiles anyway), must fail
     the proof through the gathering cell; settings that compile nothing there must not."""
     raw = {"points": [{**_timed("MirroredStrategy", 1), "jit_compile": baseline_jit, "xla_flags": flags,
-                       "optimizer_jit": optimizer_jit, "device": device, "planned": device},
+                       "optimizer_jit": optimizer_jit, "device": device, "planned": device, "replica_devices": [device]},
                       _timed("MirroredStrategy", 2), _timed("MultiWorkerMirroredStrategy", 2)],
            "per_replica": 32, "STEPS": 10, "counts": [1, 2], "mirrored_counts": [1, 2]}
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
+def fit_counted(point: dict, steps: int) -> dict:
+    """The examples a point's fit counted in its steps (every process's) when it ran STEPS = `steps`: (steps + 1) x 32
+    a replica, 32 the per-replica batch of lesson_07_point."""
+    n = (steps + 1) * 32 * point["replicas"]
+    return {"examples_in_fit": n, **({"worker_examples_in_fit": [n] * point["workers"]} if "workers" in point else {})}
+
+
 def _jit_read_by(rank: int, field: str, value, clean, flags: str, device: str) -> dict:
     """Planted runs where one process read get_jit() as `value` in `field` (the kernel's 2-replica point at rank 0,
     worker 1 of 2 at rank 1; every other process `clean`), with TF_XLA_FLAGS `flags` at start, on `device`."""
-    on = lambda p: {**p, "device": device, "planned": device}
+    on = lambda p: {**p, "device": device, "planned": device, "replica_devices": [device] * p["replicas"]}
     if rank == 0:
         two = {**on(_timed("MirroredStrategy", 2)), "xla_flags_at_start": flags, field: value}
         multi = _timed("MultiWorkerMirroredStrategy", 2)
@@ -454,6 +461,8 @@ def test_lesson_07_proof_fails_when_time_passes_between_timed_steps_or_in_the_in
         for p in points[1:]:
             p.update(span_s=2.0, in_steps_s=1.9, median_step_s=0.18, threads=point["threads"], device=point["device"],
                      planned=point["device"], worker_threads=[point["threads"]] * 2, worker_devices=[point["device"]] * 2,
+                     replica_devices=[point["device"]] * (1 if "workers" in p else p["replicas"]),
+                     worker_replica_devices=[[point["device"]]] * 2,
                      worker_times=[{"span_s": 2.0, "in_steps_s": 1.9, "input_s": 0.001, "median_step_s": 0.18, "steps": 11, "steps_asked": 10}] * 2)
         raw = {"points": points, "per_replica": 32, "STEPS": 10, "counts": [1, 2], "mirrored_counts": [1, 2],
                "course_pools": tuple(point["threads"])}  # this process's own (no tuning here): not this test's claim
@@ -521,6 +530,12 @@ WORKER_1 = {
                           'if __name__ == "__main__":  # one worker of a multi-worker measurement\n'
                           "    if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
                           "        os.environ['TF_XLA_FLAGS'] = '--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'\n"),
+    # 21st review, finding 2: the workers' fit given batches of twice the global batch, the iterator read before fit
+    # left as it was: its replica batches, and every assert but the count inside fit, pass (images/s half the truth)
+    "workers fit on twice the global batch": ("    input_s = input_alone(batches, steps)\n",
+                                              "    input_s = input_alone(batches, steps)\n"
+                                              "    train_ds = strategy.distribute_datasets_from_function(\n"
+                                              "        lambda context: in_memory_batches(examples, 2 * global_batch, context))\n"),
     "worker 1 doubles": ("batch(context.get_per_replica_batch_size(global_batch),",
                          "batch(context.get_per_replica_batch_size(global_batch) * (1 + context.input_pipeline_id),"),
     "worker 1 pauses": ("        self.durations.append(self.ends[-1] - self.began)\n",  # as long again as its step took
@@ -545,7 +560,7 @@ DROPS_XLA = ("    result = measure(strategy, examples, model_name, per_replica, 
 # started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit (which alone compiles nothing): TensorFlow applies set_jit when
 # the step function is called, so the steps compiled ('Compiled cluster using XLA'), and the old proof, reading
 # get_jit() when measure ended (''), passed (DID NOT RAISE)
-FIT = "    model.fit(train_ds, epochs=1, steps_per_epoch=steps + 1, callbacks=[times], verbose=0)\n"
+FIT = "    history = model.fit(train_ds, epochs=1, steps_per_epoch=steps + 1, callbacks=[times], verbose=0)\n"
 SET_JIT_AROUND_FIT = (FIT, '    tf.config.optimizer.set_jit("autoclustering")\n' + FIT + "    tf.config.optimizer.set_jit(False)\n")
 # seventeenth review, finding 1: a callback that calls set_jit(True) as step 0 begins and set_jit(False) as it ends, in
 # processes started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit: the step compiled ('Compiled cluster using XLA'), and
@@ -599,6 +614,7 @@ def compiled_besides_canary(output: str) -> bool:
 
 
 @pytest.mark.parametrize("variant,match", [("as written", None), ("worker 1 doubles", "received batches"),
+                                           ("workers fit on twice the global batch", "fit trained on other than"),
                                            ("worker 1 pauses", "inside timed steps"), ("worker 1 asks XLA", "auto-clustering"),
                                            ("worker 1 reads slowly", "reading the input alone"),
                                            ("workers drop XLA flags", "auto-clustering"),
@@ -719,6 +735,21 @@ def test_lesson_07_proof_checks_every_worker_in_a_real_run(variant, match, tmp_p
     holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
 
 
+@pytest.mark.parametrize("kernel,worker_1,match", [(["GPU", "GPU"], ["CPU"], None),
+                                                    (["GPU", "CPU"], ["CPU"], "a replica ran on another kind of device"),
+                                                    (["GPU", "GPU"], ["GPU"], "a replica ran on another kind of device")])
+def test_lesson_07_gathering_cell_checks_every_replicas_device(kernel, worker_1, match):
+    """21st review, finding 1: the proof read replica 0's first trainable weight only (device_kind). The kernel's
+    2 replicas planned on GPU (a node of 2 GPUs), its replica 1 on CPU; or worker 1, planned on CPU, with its replica
+    on a GPU: from each process's every replica (replica_devices) the proof must fail through the gathering cell.
+    The old gathering cell read `device` only (GPU, and worker 1's CPU) and passed both (DID NOT RAISE)."""
+    on = lambda p: {**p, "device": "GPU", "planned": "GPU", "replica_devices": ["GPU"] * p["replicas"]}
+    raw = {"points": [on(_timed("MirroredStrategy", 1)), {**on(_timed("MirroredStrategy", 2)), "replica_devices": kernel},
+                      {**_timed("MultiWorkerMirroredStrategy", 2), "worker_replica_devices": [["CPU"], worker_1]}],
+           "per_replica": 32, "STEPS": 10, "counts": [1, 2], "mirrored_counts": [1, 2]}
+    holds_unless(match, gather_and_prove, "07_scaling_performance.ipynb", raw)
+
+
 def _solution_1(edit=("", "")) -> None:
     """Lesson 07's solution 1 on planted measurements: mirrored(n) has n replicas, each given its batch."""
     from tests.support.proof_cells import solution_source
@@ -780,7 +811,7 @@ def test_lesson_07_checks_the_input_bound_on_cpus_only(device):
     that fit does not pay, which on a GPU's short step could fail with input fast enough), yet the proof asserted it
     on every device. The kernel's points planted on `device`, the 2-replica one's input alone 0.8 of a median step:
     on a CPU the proof must fail; on a GPU or a logical GPU it must pass and the gathering print NOT checked."""
-    on = lambda p: {**p, "device": device, "planned": device}
+    on = lambda p: {**p, "device": device, "planned": device, "replica_devices": [device] * p["replicas"]}
     slow = {**on(_timed("MirroredStrategy", 2)), "input_s": 0.8 * 0.18}
     printed = []
     raw = {"points": [on(_timed("MirroredStrategy", 1)), slow, _timed("MultiWorkerMirroredStrategy", 2)],
@@ -1002,7 +1033,7 @@ def test_lesson_07_proof_says_not_checked_for_the_input_under_10_steps(steps, in
     share of the span inside timed steps likewise (checked from 10 steps, NOT CHECKED below); the old proof failed the
     STEPS = 1 run above (0.70 of its span inside timed steps) and printed no NOT CHECKED line for that share."""
     printed = []
-    ran = lambda point: {**point, "steps": steps + 1, "steps_asked": steps,
+    ran = lambda point: {**point, "steps": steps + 1, "steps_asked": steps, **fit_counted(point, steps),
                          "worker_times": [{**t, "steps": steps + 1, "steps_asked": steps} for t in point.get("worker_times", [])]}
     slow = {**_timed("MirroredStrategy", 2), "input_s": input_s}  # of a 0.18 s median step
     raw = {"points": [ran(p) for p in (_timed("MirroredStrategy", 1, inside), slow, _timed("MultiWorkerMirroredStrategy", 2))],
@@ -1028,7 +1059,7 @@ def test_lesson_07_proof_reads_the_steps_each_point_ran_not_steps_now(ran, match
     printed = []
     points = [_timed("MirroredStrategy", 1), {**_timed("MirroredStrategy", 2), "input_s": 0.1}, _timed("MultiWorkerMirroredStrategy", 2)]
     if ran == "every point":
-        points = [{**p, "steps": 6, "steps_asked": 5, "worker_times": [{**t, "steps": 6, "steps_asked": 5} for t in p.get("worker_times", [])]}
+        points = [{**p, "steps": 6, "steps_asked": 5, **fit_counted(p, 5), "worker_times": [{**t, "steps": 6, "steps_asked": 5} for t in p.get("worker_times", [])]}
                   for p in points]
     else:
         points = [{**p, "input_s": 0.001} for p in points]

@@ -210,12 +210,15 @@ def lesson_07_point(label, replicas, agree=True, moved=True):
             "replica_batches": [32] * (1 if multi else replicas), "jit_compile": False, "xla_flags": "", "xla_flags_at_start": "",
             "optimizer_jit": "", "optimizer_jit_at_fit": "", "optimizer_jit_in_steps": [""], "device": "CPU", "planned": "CPU",
             "threads": [1, 2], "input_s": 0.001, "median_step_s": 0.18, "asked": replicas,
+            # every local replica's device, and the examples fit trained on, counted in its steps (11 x 32 a replica)
+            "replica_devices": ["CPU"] * (1 if multi else replicas), "examples_in_fit": 11 * 32 * replicas,
             # the files XLA dumped (this kernel's dump, or the run's workers'): the canaries' modules, one a process
             "xla_dumped": lesson_07_canary_files(range(replicas) if multi else [0]), "xla_canary": "xla_dump_canary_0",
             "xla_dump_options": lesson_07_canary_options(range(replicas) if multi else [0]),  # their .debug_options files
             "kept": [f"example{i}" for i in range(4)],
             **({"workers": replicas, "weights_moved": moved, "worker_threads": [[1, 2]] * replicas, "worker_devices": ["CPU"] * replicas,
-                "worker_batches": [[32]] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)],
+                "worker_batches": [[32]] * replicas, "worker_replica_devices": [["CPU"]] * replicas,
+                "worker_examples_in_fit": [11 * 32 * replicas] * replicas, "worker_kept": [[f"example{rank}-{i}" for i in range(4)] for rank in range(replicas)],
                 "worker_jit_compile": [False] * replicas, "worker_xla_flags": [""] * replicas,
                 "worker_xla_flags_at_start": [""] * replicas, "worker_xla_canary": [f"xla_dump_canary_{r}" for r in range(replicas)],
                 "worker_optimizer_jit": [""] * replicas, "worker_optimizer_jit_at_fit": [""] * replicas,
@@ -247,7 +250,13 @@ OK["07_scaling_performance.ipynb"] = {
     "shared": {("MultiWorkerMirroredStrategy", 2): (0, 128)},
     # (ran on, planned): a node with one GPU, split in two for this kernel, its workers on CPU
     "ran_on": {("MirroredStrategy", 1, 0): ("logical GPU", "logical GPU"), ("MirroredStrategy", 2, 0): ("logical GPU", "logical GPU"),
-               ("MultiWorkerMirroredStrategy", 2, 0): ("CPU", "CPU"), ("MultiWorkerMirroredStrategy", 2, 1): ("CPU", "CPU")}}
+               ("MultiWorkerMirroredStrategy", 2, 0): ("CPU", "CPU"), ("MultiWorkerMirroredStrategy", 2, 1): ("CPU", "CPU")},
+    # every replica's device, by process (each local replica's copies of every trainable weight)
+    "replicas_on": {("MirroredStrategy", 1, 0): ["logical GPU"], ("MirroredStrategy", 2, 0): ["logical GPU"] * 2,
+                    ("MultiWorkerMirroredStrategy", 2, 0): ["CPU"], ("MultiWorkerMirroredStrategy", 2, 1): ["CPU"]},
+    # the examples fit trained on, counted in its steps (11 steps x 32 a replica), and the replicas in sync
+    "fed": {("MirroredStrategy", 1, 0): (352, 1), ("MirroredStrategy", 2, 0): (704, 2),
+            ("MultiWorkerMirroredStrategy", 2, 0): (704, 2), ("MultiWorkerMirroredStrategy", 2, 1): (704, 2)}}
 
 
 def _plan(rank: int, host: str) -> dict:
@@ -1236,6 +1245,20 @@ BROKEN: list[tuple[str, dict, str]] = [
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1),
                                                  dict(lesson_07_point("MirroredStrategy", 2), replica_batches=[64, 64]),
                                                  lesson_07_point("MultiWorkerMirroredStrategy", 2)]}, "received batches"),
+    # 21st review, finding 1: a node of 2 GPUs, the kernel's 2 replicas planned on GPU, replica 1 on CPU; the old
+    # proof read replica 0's first weight only (GPU) and passed it (DID NOT RAISE)
+    ("07_scaling_performance.ipynb", {"ran_on": {("MirroredStrategy", 1, 0): ("GPU", "GPU"), ("MirroredStrategy", 2, 0): ("GPU", "GPU"),
+                                                 ("MultiWorkerMirroredStrategy", 2, 0): ("GPU", "GPU"),
+                                                 ("MultiWorkerMirroredStrategy", 2, 1): ("GPU", "GPU")},
+                                      "replicas_on": {("MirroredStrategy", 1, 0): ["GPU"], ("MirroredStrategy", 2, 0): ["GPU", "CPU"],
+                                                      ("MultiWorkerMirroredStrategy", 2, 0): ["GPU"],
+                                                      ("MultiWorkerMirroredStrategy", 2, 1): ["GPU"]}},
+     "a replica ran on another kind of device"),
+    # 21st review, finding 2: fit given batches of twice the global batch (the iterator before fit saw the right
+    # ones): every process's count inside fit is doubled; the old proof did not count them (DID NOT RAISE)
+    ("07_scaling_performance.ipynb", {"fed": {("MirroredStrategy", 1, 0): (704, 1), ("MirroredStrategy", 2, 0): (1408, 2),
+                                              ("MultiWorkerMirroredStrategy", 2, 0): (1408, 2),
+                                              ("MultiWorkerMirroredStrategy", 2, 1): (1408, 2)}}, "fit trained on other than"),
     # mirrored() built over devices[:1] whatever n it was asked (review 2's variant A): the "2-replica" point had 1
     ("07_scaling_performance.ipynb", {"points": [lesson_07_point("MirroredStrategy", 1),
                                                  dict(lesson_07_point("MirroredStrategy", 1), asked=2),
