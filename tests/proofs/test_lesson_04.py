@@ -237,6 +237,41 @@ def test_lesson_04_evaluation_count_fails_when_the_remainder_is_dropped(dropping
     holds_unless(match, run_proof, "04_custom_training_loop.ipynb", {**OK["04_custom_training_loop.ipynb"], **measured})
 
 
+@pytest.mark.parametrize("variant,match", [("as written", None), ("unweighted loss and correct predictions", "a batch of weight 0")])
+def test_lesson_04_proof_fails_when_evaluation_ignores_the_weights(variant, match, capsys):
+    """Fourth review, finding 2: evaluation weights its loss, its correct predictions and its examples, but only the
+    examples' sum was checked: a make_eval_step without the weights in its loss and correct predictions passed. The
+    lesson's data, step and zero-weight cells run here on one replica (quick mode, an untrained model): one test batch
+    with its weights zeroed must sum to 0 in all three, and the unweighted step fails the proof."""
+    import keras
+    import tensorflow as tf
+
+    from helpers import lesson
+    from helpers.data import ensure_data, load_split
+    from helpers.mode import mode_sizes
+
+    strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0"])
+    ns = {"tf": tf, "keras": keras, "strategy": strategy, "sizes": mode_sizes("quick"), "ensure_data": ensure_data,
+          "load_split": load_split, "training_dataset": lesson.training_dataset, "print": lambda *a, **k: None,
+          "evaluation_dataset": lesson.evaluation_dataset}
+    code = code_cells("04_custom_training_loop.ipynb")
+    for start in ("def correct_predictions", "def make_eval_step", "dataset = ensure_data"):
+        cell = next(c for c in code if c.startswith(start))
+        if start == "def make_eval_step" and variant != "as written":
+            for old, new in (("* weights),", "),"), ("correct_predictions(labels, logits, weights)", "correct_predictions(labels, logits)")):
+                assert cell.count(old) == 1, old
+                cell = cell.replace(old, new)
+        exec(compile(cell, "04 cell", "exec"), ns)
+    with strategy.scope():
+        model = lesson.small_cnn()
+    ns["eval_step"] = ns["make_eval_step"](strategy, model)
+    exec(compile(next(c for c in code if c.startswith("zeroed = strategy.run")), "04 cell", "exec"), ns)
+    with capsys.disabled():
+        print(f"\n[04 zero weights, {variant}] {ns['zero_weighted']}")
+    holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
+                 {**OK["04_custom_training_loop.ipynb"], "zero_weighted": ns["zero_weighted"]})
+
+
 def _lesson_04_data_and_fingerprints(strategy, evaluation_dataset) -> dict:
     """Lesson 04's data cell (its odd test split: 511 quick images) and fingerprint cells, run in this
     process on `strategy` with `evaluation_dataset` as its pipeline: the namespace they leave."""
@@ -635,24 +670,36 @@ if sys.argv[1] == "flag not all-reduced":  # each replica's own flag: replica 1 
     reduced = "context.all_reduce(tf.distribute.ReduceOp.SUM, bad_here)"
     assert reduced in guard
     guard = guard.replace(reduced, "bad_here")
+if sys.argv[1] == "flag NaNs every step":  # any_bad true on every step: every step skipped, a clean one too
+    assert guard.count("bad_here) > 0") == 1
+    guard = guard.replace("bad_here) > 0", "bad_here) >= 0")
 """ + _OVERFLOW_ON_TWO_REPLICAS + """exec(guard, ns)
-print("RESULT " + json.dumps({"overflow": list(ns["overflow"].values()), "guarded": ns["guarded"]}))
+# a None gradient (a variable the loss does not reach) beside a finite one: skipped by the check, kept None
+kept = tf.function(lambda: strategy.run(lambda: ns["all_finite_or_nan"]([None, tf.ones(2)])))()
+print("RESULT " + json.dumps({"overflow": list(ns["overflow"].values()), "guarded": ns["guarded"], "clean": ns["clean"],
+                              "none kept": kept[0] is None}))
 """
 
 
-@pytest.mark.parametrize("variant,match", [("as written", None), ("flag not all-reduced", "flag all-reduced")])
+@pytest.mark.parametrize("variant,match", [("as written", None), ("flag not all-reduced", "flag all-reduced"),
+                                           ("flag NaNs every step", "no replica overflowing")])
 def test_lesson_04_all_reduced_finiteness_flag_skips_replica_1s_overflow(variant, match, capsys):
     """Second review of the round, finding 1: cell 48 advised an all-reduced finiteness flag but showed none (the
     obvious tf.cond around apply_gradients fails: merge_call inside control flow). The new cell all-reduces the flag
     and makes every replica's gradients NaN when any overflowed, so the optimizer's check on replica 0 skips the step:
     run for real on 2 logical CPU replicas, replica 1's overflow is skipped (scale 16384, weights finite) and the proof
-    passes; the same check without the all-reduce lets the step through (32768, weights non-finite): the proof fails."""
+    passes; the same check without the all-reduce lets the step through (32768, weights non-finite): the proof fails.
+    Fourth review, findings 1 and 4: a guard that NaNs every step (`> 0` made `>= 0`) gave the same overflow figures
+    and passed the old proof (DID NOT RAISE); a clean step (no replica overflowing) through the guard must now keep
+    the scale at 32768, which that guard halves. And a None gradient is skipped and kept, as Keras's check_finite
+    does (tf.math.is_finite(None) raised in the old guard)."""
     measured = _run_script(LESSON_04_GUARD, variant)
     with capsys.disabled():
         print(f"\n[04 guard, {variant}] {measured}")
+    assert measured["none kept"]
     holds_unless(match, run_proof, "04_custom_training_loop.ipynb",
                  {**OK["04_custom_training_loop.ipynb"], "overflow": dict(enumerate(measured["overflow"])),
-                  "guarded": measured["guarded"]})
+                  "guarded": measured["guarded"], "clean": measured["clean"]})
 
 
 LESSON_04_SOLUTIONS = """

@@ -136,7 +136,11 @@ OK: dict[str, dict] = {
         # one float32 step under a LossScaleOptimizer, its scaled loss overflowing on replica 0 or 1 alone (measured)
         "overflow": {0: {"weights finite": True, "loss scale": 16384.0}, 1: {"weights finite": False, "loss scale": 32768.0}},
         # the same overflow on replica 1 with the finiteness flag all-reduced (all_finite_or_nan): skipped (measured)
-        "guarded": {"weights finite": True, "loss scale": 16384.0}},
+        "guarded": {"weights finite": True, "loss scale": 16384.0},
+        # a step with no replica overflowing, through the same guard: applied, the scale kept (measured)
+        "clean": {"weights finite": True, "loss scale": 32768.0},
+        # one test batch with its weights zeroed through the evaluation step: its loss, correct predictions, examples
+        "zero_weighted": [0.0, 0.0, 0.0]},
     "05_sync_batch_norm.ipynb": {
         "strategy": planted_strategy(2), "all_reduces": 6, "spread_plain": 0.05, "spread_sync": 0.0, "moved_sync": 0.02, "same_start": True,
         "gaps": {"synchronized vs global": 1e-7, "synchronized vs own": 2.0, "ordinary vs own": 1e-7,
@@ -1018,6 +1022,14 @@ BROKEN: list[tuple[str, dict, str]] = [
     *[("04_custom_training_loop.ipynb", {"guarded": guarded}, "flag all-reduced")
       for guarded in ({"weights finite": False, "loss scale": 32768.0}, {"weights finite": False, "loss scale": 16384.0},
                       {"weights finite": True, "loss scale": 32768.0})],
+    # fourth review, finding 1: a guard that NaNs every step (`> 0` made `>= 0`; measured on 2 replicas: the clean step
+    # skipped, scale 16384, weights finite), or one that lets a clean step's gradients through non-finite
+    *[("04_custom_training_loop.ipynb", {"clean": clean}, "no replica overflowing")
+      for clean in ({"weights finite": True, "loss scale": 16384.0}, {"weights finite": False, "loss scale": 32768.0})],
+    # fourth review, finding 2: an evaluation step without the weights in its loss or its correct predictions (a batch
+    # of weight 0 still sums its loss and its hits: measured [72.2, 4.0, 0.0] on one replica), or one that counts every example
+    *[("04_custom_training_loop.ipynb", {"zero_weighted": sums}, "a batch of weight 0")
+      for sums in ([72.2, 4.0, 0.0], [72.2, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 64.0])],
     # the step forgot to scale the loss: the optimizer still divided the small gradients by 32768
     ("04_custom_training_loop.ipynb", _p04("mixed_float16", **{"moved vs float32": 3.05e-5}), "about as far"),
     # a float16 step a fifth, or 3 times, as long as float32's (measured: 1.005-1.010); a 10x wider band would take both
