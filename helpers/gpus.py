@@ -107,7 +107,8 @@ def usable_gpu_count() -> int:
 def visible_gpus(environ: dict | None = None) -> list[str]:
     """The GPU ids this process may use, without starting TensorFlow.
 
-    `CUDA_VISIBLE_DEVICES` when set (Slurm sets it for jobs with GPUs), read as CUDA reads it; then
+    `CUDA_VISIBLE_DEVICES` when set (Slurm sets it for jobs with GPUs), cut at its first "", -1 or
+    NoDevFiles entry (CUDA also stops at an index out of range or text naming no GPU: not checked); then
     `GPU_DEVICE_ORDINAL`, read the same way (CUDA reads only `CUDA_VISIBLE_DEVICES`;
     `GPU_DEVICE_ORDINAL` is ROCm's and OpenCL's, which Slurm sets beside it); then the GPUs
     `nvidia-smi -L` lists (a node whose GPUs Slurm does not manage).

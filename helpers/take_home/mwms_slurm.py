@@ -68,8 +68,9 @@ def set_tf_config_from_slurm():
 
 
 def visible_gpus():
-    """The GPUs this process's CUDA will see: CUDA_VISIBLE_DEVICES when set, read as CUDA reads it, up to its first
-    entry naming none ("", -1, NoDevFiles); else GPU_DEVICE_ORDINAL, read the same way: CUDA reads only
+    """The GPUs this process's CUDA will see: CUDA_VISIBLE_DEVICES when set, cut at its first "", -1 or NoDevFiles
+    entry (CUDA also stops at an index out of range or text naming no GPU: not checked here); else
+    GPU_DEVICE_ORDINAL, read the same way: CUDA reads only
     CUDA_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL is ROCm's and OpenCL's, which Slurm sets beside it, so it stands in only
     where a launcher set it alone; neither set, every GPU `nvidia-smi -L` lists (as CUDA sees them all: a workstation,
     or a node whose GPUs Slurm does not constrain)."""
