@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.lesson_04_kernel import lesson_04_kernel
 from tests.support.proof_cases import LESSON_04_CAPPED_UNSHARDED, OK, planted_strategy
 from tests.support.proof_cells import (
     PlantedEngines, assignment_source, code_cells, gather_and_prove, holds_unless, run_proof, solution_source,
@@ -332,39 +333,6 @@ def test_lesson_04_fingerprints_find_a_worker_seeded_shuffle_before_the_shard(sh
                  {**raw, **measured, "Counter": Counter, "engines": PlantedEngines(pulled)})
 
 
-def _lesson_04_kernel(strategy, variant: str) -> dict:
-    """Lesson 04's kernel cells as the nbval pass runs them, in this process on `strategy`, one epoch of quick mode:
-    the step and loop cells, data, model, fingerprint, training (cell 21) and the check of what evaluation fed. With
-    `variant` "evaluation fed another dataset", the training cell's evaluation reads 511 training images instead of
-    the test split's 511 (review r04e); the namespace the cells leave."""
-    import dataclasses
-
-    import keras
-    import numpy as np
-    import tensorflow as tf
-
-    from helpers import lesson
-    from helpers.data import ensure_data, load_split
-    from helpers.mode import mode_sizes
-
-    ns = {"tf": tf, "keras": keras, "np": np, "strategy": strategy, "sizes": dataclasses.replace(mode_sizes("quick"), epochs=1),
-          "ensure_data": ensure_data, "load_split": load_split, "training_dataset": lesson.training_dataset,
-          "evaluation_dataset": lesson.evaluation_dataset, "small_cnn": lesson.small_cnn, "print": lambda *a, **k: None}
-    code = code_cells("04_custom_training_loop.ipynb")
-    for start in ("def correct_predictions", "def make_train_step", "def make_eval_step", "def train_epoch",
-                  "dataset = ensure_data", "with strategy.scope():\n    model = small_cnn()", "import hashlib", "def fingerprints",
-                  'curves', "from helpers.lesson import normalize"):
-        cell = next(c for c in code if c.startswith(start))
-        if start == "curves" and variant == "evaluation fed another dataset":
-            fed = "evaluate(eval_step, test_dist"
-            assert fed in cell
-            cell = cell.replace(fed, "evaluate(eval_step, other_dist")
-            ns["other_dist"] = strategy.distribute_datasets_from_function(  # as many images, from the training split
-                lambda context: lesson.evaluation_dataset(ns["train_examples"].take(511), ns["global_batch"], context))
-        exec(compile(cell, "04 cell", "exec"), ns)
-    return ns
-
-
 @pytest.mark.parametrize("variant,match", [("as written", None), ("evaluation fed another dataset", "this node's evaluation")])
 def test_lesson_04_proof_reads_what_the_kernels_evaluation_fed(variant, match, capsys):
     """Review r04e: "every test image evaluated once" was fingerprinted on a second pass over `test_dist` after the
@@ -373,7 +341,7 @@ def test_lesson_04_proof_reads_what_the_kernels_evaluation_fed(variant, match, c
     replica (quick mode, one epoch); the evaluation now hands every batch it feeds to `record`, and the proof fails."""
     import tensorflow as tf
 
-    ns = _lesson_04_kernel(tf.distribute.MirroredStrategy(devices=["/cpu:0"]), variant)
+    ns = lesson_04_kernel(tf.distribute.MirroredStrategy(devices=["/cpu:0"]), variant)
     measured = {k: ns[k] for k in ("test", "test_images", "global_batch", "test_set", "tested_here")}
     with capsys.disabled():
         print(f"\n[04 kernel evaluation, {variant}] counted {ns['test']['examples']} of {ns['test_images']}, "
@@ -464,7 +432,7 @@ from helpers import environment
 environment.local_replicas(2)
 import keras, numpy as np, tensorflow as tf
 from helpers import lesson
-from tests.proofs.test_lesson_04 import _lesson_04_kernel
+from tests.support.lesson_04_kernel import lesson_04_kernel
 
 if sys.argv[1] == "moving statistics that do not lag":  # momentum 0: each step sets them to its batch's own
     built = lesson.small_cnn
@@ -476,7 +444,7 @@ if sys.argv[1] == "moving statistics that do not lag":  # momentum 0: each step 
         return model
     lesson.small_cnn = small_cnn
 strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
-ns = _lesson_04_kernel(strategy, "as written")  # quick mode, one epoch (32 steps on 2 replicas), evaluated
+ns = lesson_04_kernel(strategy, "as written")  # quick mode, one epoch (32 steps on 2 replicas), evaluated
 model = ns["model"]
 moving = ns["evaluate"](ns["eval_step"], ns["test_dist"])["accuracy"]
 # each batch norm's statistics re-estimated: those of 1,024 training images under the trained weights (momentum 0)
