@@ -134,7 +134,9 @@ if variant.startswith("solution 2"):  # the statistics' aggregation as written, 
     assert source.count(aggregation) == 1
     source = source.replace(aggregation, {"solution 2": aggregation, "solution 2, no aggregation": "pass",
                                           "solution 2, first replica": aggregation.replace("mean", "only_first_replica"),
-                                          "solution 2, sum": aggregation.replace("mean", "sum")}[variant])
+                                          "solution 2, sum": aggregation.replace("mean", "sum"),
+                                          "solution 2, first replica for the variance": aggregation.replace(
+                                              '"mean"', '"mean" if kwargs.get("name") == "moving_mean" else "only_first_replica"')}[variant])
     try:
         exec(source, ns)
         print("RESULT " + json.dumps(None))
@@ -689,12 +691,14 @@ def test_lesson_12_mwms_cluster_counts_every_device_of_every_worker(in_sync, loc
 
 @pytest.mark.parametrize("variant,match", [("solution 2", None), ("solution 2, no aggregation", "aggregation"),
                                            ("solution 2, first replica", "not the mean of the replicas"),
-                                           ("solution 2, sum", "AssertionError")])
+                                           ("solution 2, sum", "AssertionError"),
+                                           ("solution 2, first replica for the variance", "moving variance is not the mean")])
 def test_lesson_12_solution_2_fails_without_the_statistics_aggregation(variant, match):
     """Solution 2 on 2 logical CPUs passes; with the line giving the moving statistics an aggregation
     deleted, batch norm must fail under CentralStorageStrategy again, and the solution with it. With the
     statistics aggregated from the first replica only, the model still trains: the solution must fail on
-    its moving mean, which is then replica 0's, not the replicas' mean; with "sum", it fails (either check)."""
+    its moving mean, which is then replica 0's, not the replicas' mean; with "sum", it fails (either check). With
+    the mean for the moving mean but the first replica's for the moving variance, it must fail on the variance."""
     failure = _lesson_12_real(variant)
     if match is None:
         assert failure is None
