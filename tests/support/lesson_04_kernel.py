@@ -25,7 +25,7 @@ def lesson_04_kernel(strategy, variant: str) -> dict:
     code = code_cells("04_custom_training_loop.ipynb")
     for start in ("def correct_predictions", "def make_train_step", "def make_eval_step", "def train_epoch",
                   "dataset = ensure_data", "with strategy.scope():\n    model = small_cnn()", "import hashlib", "def fingerprints",
-                  'curves', "from helpers.lesson import normalize"):
+                  'curves', "test_images = int(", "from helpers.lesson import normalize"):
         cell = next(c for c in code if c.startswith(start))
         if start == "curves" and variant == "evaluation fed another dataset":
             fed = "evaluate(eval_step, test_dist"
