@@ -16,13 +16,9 @@ from tests.conftest import run_cli, run_python
 def _unused_ports(n: int = 1) -> list[int]:
     """Distinct ports free now, inside COURSE_PORT_RANGE (workers check theirs before binding)."""
     from helpers.resolver import free_port
+    from tests.support.hub import distinct_free_ports
 
-    ports: list[int] = []
-    while len(ports) < n:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
+    return distinct_free_ports(n, pick=free_port)
 
 
 def _unused_port() -> int:

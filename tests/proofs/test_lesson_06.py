@@ -438,14 +438,19 @@ def _driven(tmp_path, text: str, change, name: str, driver: str, args: list, pre
     return ("no line" if found is None else json.loads(found)), done.stderr
 
 
-_TIMEOUT_DRIVER = '''import json, sys
-sys.path.insert(0, sys.argv[2])  # mwms_slurm.py
-program = {}
-exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), program)
-made = []
-make_strategy = program["mwms_slurm"].make_strategy
-program["mwms_slurm"].make_strategy = lambda *a, **k: made.append(make_strategy(*a, **k)) or made[-1]
+def _run_to_the_strategy(tmp_path, returned: str, driver: str, prefix: str, change) -> tuple:
+    """The lesson's worker program (with `change`), which must return `returned`, run by `driver` up to its
+    strategy in a process of its own: what it printed after `prefix`, and its stderr (`_driven`)."""
+    from helpers.take_home import MODULE
+    from tests.support.notebooks import written_program
 
+    text = written_program("06_fault_tolerance.ipynb", "{worker_program}")
+    assert returned in text  # what train_worker returns
+    return _driven(tmp_path, text, change, "06_worker.py", driver, [str(MODULE.parent)], prefix)
+
+
+# a driver's last part: the lesson's train_worker run up to its strategy (the step after it stops the run)
+_RUN_TO_THE_STRATEGY = '''
 
 def stop():  # the program's next step after the strategy: stop there, no training
     raise KeyboardInterrupt
@@ -456,7 +461,16 @@ try:
     program["train_worker"]("unused", "unused", 1)
 except KeyboardInterrupt:
     pass
-print("TIMEOUT " + json.dumps(program["collective_timeout"](made[0])), flush=True)
+'''
+
+_TIMEOUT_DRIVER = '''import json, sys
+sys.path.insert(0, sys.argv[2])  # mwms_slurm.py
+program = {}
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), program)
+made = []
+make_strategy = program["mwms_slurm"].make_strategy
+program["mwms_slurm"].make_strategy = lambda *a, **k: made.append(make_strategy(*a, **k)) or made[-1]
+''' + _RUN_TO_THE_STRATEGY + '''print("TIMEOUT " + json.dumps(program["collective_timeout"](made[0])), flush=True)
 '''
 
 
@@ -470,17 +484,8 @@ def test_lesson_06_program_returns_the_timeout_its_strategy_holds(change, expect
     make_strategy argument removed passed the proof). Now it returns what its strategy holds (collective_timeout): a
     real strategy made by the program's own line, one worker in a process of its own; without the argument it holds
     None, which the proof's check (== 30) refuses."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from helpers.take_home import MODULE
-    from tests.support.notebooks import written_program
-
-    text = written_program("06_fault_tolerance.ipynb", "{worker_program}")
-    assert '"collective timeout": collective_timeout(strategy)' in text  # what train_worker returns
-    held, stderr = _driven(tmp_path, text, change, "06_worker.py", _TIMEOUT_DRIVER, [str(MODULE.parent)], "TIMEOUT ")
+    held, stderr = _run_to_the_strategy(tmp_path, '"collective timeout": collective_timeout(strategy)',
+                                        _TIMEOUT_DRIVER, "TIMEOUT ", change)
     assert held == expected, (held, stderr[-2000:])
     ok = OK["06_fault_tolerance.ipynb"]
     holds_unless(None if expected == 30 else "30 s collective timeout", run_proof, "06_fault_tolerance.ipynb",
@@ -552,18 +557,7 @@ os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{port}"
 sys.path.insert(0, sys.argv[2])  # mwms_slurm.py
 program = {}
 exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), program)
-
-
-def stop():  # the program's next step after the strategy: stop there, no training
-    raise KeyboardInterrupt
-
-
-program["mwms_slurm"].fix_keras_fit_for_multiworker = stop
-try:
-    program["train_worker"]("unused", "unused", 1)
-except KeyboardInterrupt:
-    pass
-print("HEARTBEAT " + json.dumps(program["heartbeat_timeout_ms"]()), flush=True)
+''' + _RUN_TO_THE_STRATEGY + '''print("HEARTBEAT " + json.dumps(program["heartbeat_timeout_ms"]()), flush=True)
 '''
 _STRATEGY_LINE = "    strategy = mwms_slurm.make_strategy(timeout_seconds=COLLECTIVE_TIMEOUT_S)"
 _OWN_SERVICE = (_STRATEGY_LINE, "    from tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2 import CoordinatedJob\n"
@@ -583,12 +577,8 @@ def test_lesson_06_program_returns_the_heartbeat_timeout_of_its_service(change, 
     kept 0) and the old proof passed (DID NOT RAISE). Now train_worker returns its service's config
     (heartbeat_timeout_ms), read here from the program's own line in a one-worker cluster, and the proof asks it to
     equal the late run's (0)."""
-    from helpers.take_home import MODULE
-    from tests.support.notebooks import written_program
-
-    text = written_program("06_fault_tolerance.ipynb", "{worker_program}")
-    assert '"heartbeat timeout": heartbeat_timeout_ms()' in text  # what train_worker returns
-    held, stderr = _driven(tmp_path, text, change, "06_worker.py", _HEARTBEAT_DRIVER, [str(MODULE.parent)], "HEARTBEAT ")
+    held, stderr = _run_to_the_strategy(tmp_path, '"heartbeat timeout": heartbeat_timeout_ms()',
+                                        _HEARTBEAT_DRIVER, "HEARTBEAT ", change)
     assert held == expected, (held, stderr[-2000:])
     ok = OK["06_fault_tolerance.ipynb"]
     holds_unless(None if expected == 0 else "default heartbeat timeout, as the late", run_proof, "06_fault_tolerance.ipynb",

@@ -50,11 +50,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def distinct_free_ports(n: int) -> list[int]:
-    """`n` ports free right now, all different (each is released before the next is asked for)."""
+def distinct_free_ports(n: int, pick=free_port) -> list[int]:
+    """`n` ports free right now, all different (each is released before the next is asked for); `pick`
+    names one free port (by default any on loopback)."""
     ports: list[int] = []
     while len(ports) < n:
-        port = free_port()
+        port = pick()
         if port not in ports:
             ports.append(port)
     return ports
