@@ -113,7 +113,7 @@ def auto_clustering(xla_flags: str, optimizer_jit: str, on_gpu: bool) -> str:
     given = flags_in(xla_flags)
     if given.startswith(UNREADABLE):  # TensorFlow stops at start: never passed as off
         return given
-    tokens = given.split()
+    tokens = xla_flag_pieces(given)[0]  # TensorFlow cuts TF_XLA_FLAGS as XLA cuts XLA_FLAGS (parse_flags_from_env.cc)
     levels = [t[len(AUTO_JIT):] for t in tokens if t.startswith(AUTO_JIT)]
     if not _level(levels[-1] if levels else None, optimizer_jit, on_gpu):
         return ""
